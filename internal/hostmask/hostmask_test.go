@@ -1,0 +1,93 @@
+package hostmask
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"", "empty host mask"},
+		{"a*b", "\"*\" is allowed only alone"},
+		{"**", "\"*\" is allowed only alone"},
+		{"*.", "empty name"},
+		{"*.a..b", "empty label"},
+		{"192.0.2.1/24", "host bits set (did you mean 192.0.2.0/24?)"},
+		{"192.0.2.0/33", "invalid network"},
+		{"fe80::1%eth0", "zones are not allowed"},
+		{"host name", "not allowed in a host name"},
+		{"a/b", "invalid network"},
+		{strings.Repeat("a", 300), "longer than"},
+		{strings.Repeat("a", 64) + ".org", "label longer than 63"},
+	}
+	for _, c := range cases {
+		_, err := Parse(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) error = %v, want it to contain %q", c.in, err, c.want)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	addr := func(s string) Peer { return PeerAddr("", netip.MustParseAddr(s)) }
+	name := func(s string) Peer { return Peer{Name: s} }
+	cases := []struct {
+		mask string
+		peer Peer
+		want bool
+	}{
+		{"*", Peer{}, true},
+		{"grasp.insa-lyon.fr", name("GRASP.insa-lyon.fr."), true},
+		{"grasp.insa-lyon.fr", name("x.grasp.insa-lyon.fr"), false},
+		{"*.insa-lyon.fr", name("insa-lyon.fr"), true},
+		{"*.insa-lyon.fr", name("a.b.insa-lyon.fr"), true},
+		{"*.insa-lyon.fr", name("xinsa-lyon.fr"), false},
+		{"*.insa-lyon.fr", name("fr"), false},
+		{"*.insa-lyon.fr", addr("192.0.2.1"), false},
+		{"192.0.2.0/24", addr("192.0.2.77"), true},
+		{"192.0.2.0/24", addr("::ffff:192.0.2.77"), true},
+		{"192.0.2.0/24", addr("192.0.3.1"), false},
+		{"192.0.2.9", addr("192.0.2.9"), true},
+		{"::ffff:192.0.2.9", addr("192.0.2.9"), true},
+		{"2001:db8::/32", addr("2001:db8:1::5"), true},
+		{"2001:db8::/32", addr("2001:db9::5"), false},
+		{"2001:db8::/32", Peer{Net: netip.MustParsePrefix("2001:db8:1::/84")}, true},
+		{"2001:db8:1::/96", Peer{Net: netip.MustParsePrefix("2001:db8:1::/84")}, false},
+		{"192.0.2.0/24", name("192.0.2.1"), false},
+	}
+	for _, c := range cases {
+		m := MustParse(c.mask)
+		if got := m.Match(c.peer); got != c.want {
+			t.Errorf("%q.Match(%+v) = %v, want %v", c.mask, c.peer, got, c.want)
+		}
+	}
+}
+
+func TestStringRoundTrip(t *testing.T) {
+	for _, s := range []string{"*", "*.example.org", "mx.example.org", "192.0.2.0/24", "192.0.2.1/32", "2001:db8::/32"} {
+		m := MustParse(s)
+		m2, err := Parse(m.String())
+		if err != nil || m2 != m {
+			t.Errorf("round trip %q -> %q: %v", s, m.String(), err)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"*", "*.example.org", "mx.example.org", "192.0.2.0/24", "::1", "a*b", "fe80::1%eth0"} {
+		f.Add(s, "host.example.org", "192.0.2.1")
+	}
+	f.Fuzz(func(t *testing.T, mask, host, addr string) {
+		m, err := Parse(mask)
+		if err != nil {
+			return
+		}
+		m2, err := Parse(m.String())
+		if err != nil || m2 != m {
+			t.Fatalf("round trip of %q via %q: %v", mask, m.String(), err)
+		}
+		a, _ := netip.ParseAddr(addr)
+		_ = m.Match(PeerAddr(host, a))
+	})
+}

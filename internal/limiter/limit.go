@@ -1,0 +1,186 @@
+// Package limiter holds sluice's counting algorithms (anvil windows, exact
+// sliding logs, smooth GCRA), concurrency leases and reservations, and the
+// Store interface every backend implements. It decides nothing about mail:
+// the governor turns mail events into keys and limits, the limiter counts.
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Algorithm is how a rate limit counts events in time.
+type Algorithm uint8
+
+// The algorithms. Each has a trade-off, documented in README.md:
+//
+//   - Anvil: a fixed window of one Period that starts at the key's first
+//     event and restarts at the first event after it ends, exactly as
+//     Postfix anvil(8) counts. Cheap (one counter) and quick to forgive, but
+//     a client can get up to 2N through in just over one Period across a
+//     window edge. Windows are whole seconds, as in anvil.
+//   - Exact: a sliding log of event times. Never more than N events in any
+//     interval of length Period, whatever the concurrency or window edges.
+//     Memory grows with N (8 bytes per event held). Supports reservations.
+//   - Smooth: GCRA (a token bucket kept as one "theoretical arrival time").
+//     O(1) memory per key; admits Burst events at once, then one every
+//     Period/N. Best for policing many clients.
+const (
+	Anvil Algorithm = iota + 1
+	Exact
+	Smooth
+)
+
+var algorithmNames = [...]string{Anvil: "anvil", Exact: "exact", Smooth: "smooth"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm parses "anvil", "exact" or "smooth".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if name != "" && name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want anvil, exact or smooth)", s)
+}
+
+// Bounds on limits, so that a typo cannot make a key's state unbounded.
+const (
+	MaxExactN = 1_000_000      // an exact log holds at most this many events
+	MaxPeriod = 366 * 24 * time.Hour
+	// Unlimited is an N that never refuses; used to only count.
+	Unlimited = math.MaxInt32
+)
+
+// Limit is "at most N events per Period", counted by Algorithm.
+type Limit struct {
+	Algorithm Algorithm
+	N         int64
+	Period    time.Duration
+	// Burst is how many events Smooth admits at once; 0 means N.
+	Burst int64
+}
+
+// String renders the limit as "N/Period algorithm".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%d/%s %s", l.N, l.Period, l.Algorithm)
+	if l.Algorithm == Smooth && l.Burst != 0 && l.Burst != l.N {
+		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	return s
+}
+
+// Validate reports what is wrong with the limit, if anything.
+func (l Limit) Validate() error {
+	switch l.Algorithm {
+	case Anvil, Exact, Smooth:
+	default:
+		return fmt.Errorf("limit %s: unknown algorithm", l)
+	}
+	if l.N < 1 || l.N > Unlimited {
+		return fmt.Errorf("limit %s: count must be between 1 and %d", l, Unlimited)
+	}
+	if l.Period <= 0 || l.Period > MaxPeriod {
+		return fmt.Errorf("limit %s: period must be positive and at most %s", l, MaxPeriod)
+	}
+	switch l.Algorithm {
+	case Anvil:
+		if l.Period%time.Second != 0 {
+			return fmt.Errorf("limit %s: anvil windows are whole seconds", l)
+		}
+	case Exact:
+		if l.N > MaxExactN {
+			return fmt.Errorf("limit %s: exact limits hold at most %d events per key; use smooth for larger counts", l, MaxExactN)
+		}
+	case Smooth:
+		if l.Burst < 0 || l.Burst > Unlimited {
+			return fmt.Errorf("limit %s: burst must be between 0 and %d", l, Unlimited)
+		}
+		if l.Period/time.Duration(l.N) <= 0 {
+			return fmt.Errorf("limit %s: more than one event per nanosecond", l)
+		}
+	}
+	return nil
+}
+
+// Mode says whether a refused hit still counts.
+type Mode uint8
+
+// Counting modes, named as in Exim's ratelimit.
+const (
+	// Leaky: a refused hit is not counted, so a client that keeps retrying
+	// is not punished further.
+	Leaky Mode = iota
+	// Strict: every hit counts, refused or not; a client must stop to
+	// recover.
+	Strict
+)
+
+// Never is the RetryAfter of a hit that can never be admitted (n > N).
+const Never = time.Duration(math.MaxInt64)
+
+// Check is one limit applied to one key. Several checks in one hit are
+// decided together: with Leaky counting, either all count or none does.
+type Check struct {
+	Key   string
+	Limit Limit
+	// Counter selects one of up to MaxCounters counters under an Anvil key;
+	// they share one window, as anvil's per-client entry does. It must be 0
+	// for other algorithms.
+	Counter uint8
+	// Stat names the figure for peak logging ("connection rate"); empty
+	// means "rate".
+	Stat string
+}
+
+// MaxCounters is how many counters an Anvil key holds.
+const MaxCounters = 8
+
+// Decision is the outcome of one check.
+type Decision struct {
+	Allowed bool
+	// Count is how many events the window holds after this hit (for Smooth:
+	// the bucket level in events, rounded up).
+	Count int64
+	// Remaining is how many more events would be admitted now.
+	Remaining int64
+	// RetryAfter is, when not Allowed, how long until the same hit would
+	// be admitted (Never if it never can).
+	RetryAfter time.Duration
+	// Reset is how long until the key's state has fully drained.
+	Reset time.Duration
+}
+
+// Lease is one held concurrency slot.
+type Lease struct {
+	Key string
+	ID  uint64
+}
+
+// Reservation is a future slot under an Exact limit.
+type Reservation struct {
+	Key   string
+	Limit Limit
+	N     int64
+	// At is when the slot is the holder's.
+	At time.Time
+}
+
+// Errors returned by stores.
+var (
+	// ErrFull means the store is at its key cap and configured not to
+	// evict; the caller applies its fail mode.
+	ErrFull = errors.New("limiter: store full")
+	// ErrTooLong means a reservation would wait longer than allowed.
+	ErrTooLong = errors.New("limiter: wait longer than allowed")
+	// ErrBadRequest means a request is malformed (a programming error).
+	ErrBadRequest = errors.New("limiter: bad request")
+)

@@ -1,0 +1,113 @@
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"sluice/internal/limiter"
+	"sluice/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store { return New(Options{}) })
+}
+
+func TestConformanceOneShard(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store { return New(Options{Shards: 1}) })
+}
+
+var t0 = storetest.T0
+
+func anvilCheck(key string) limiter.Check {
+	return limiter.Check{Key: key, Limit: limiter.Limit{Algorithm: limiter.Anvil, N: limiter.Unlimited, Period: time.Minute}}
+}
+
+func TestCapEvictsIdle(t *testing.T) {
+	s := New(Options{MaxKeys: 100, Shards: 4, Evict: true})
+	defer s.Close()
+	out := make([]limiter.Decision, 1)
+	// Hold a lease on some keys: they must never be evicted.
+	var leases []limiter.Lease
+	for i := range 20 {
+		l, _, ok, err := s.Acquire(t.Context(), t0, fmt.Sprintf("lease-%d", i), 0, 0)
+		if err != nil || !ok {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	for i := range 1000 {
+		if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{anvilCheck(fmt.Sprintf("k%d", i))}, out); err != nil {
+			t.Fatalf("hit %d: %v", i, err)
+		}
+		if s.Len() > 100 {
+			t.Fatalf("Len %d over cap", s.Len())
+		}
+	}
+	if s.Evicted() == 0 {
+		t.Fatal("nothing evicted")
+	}
+	for _, l := range leases {
+		if held, _ := s.Held(t.Context(), t0, l.Key); held != 1 {
+			t.Fatalf("lease key %s evicted", l.Key)
+		}
+	}
+}
+
+func TestCapRefuses(t *testing.T) {
+	s := New(Options{MaxKeys: 8, Shards: 1})
+	defer s.Close()
+	out := make([]limiter.Decision, 1)
+	for i := range 8 {
+		if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{anvilCheck(fmt.Sprint(i))}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{anvilCheck("new")}, out)
+	if !errors.Is(err, limiter.ErrFull) {
+		t.Fatalf("want ErrFull, got %v", err)
+	}
+	// Existing keys keep working, and expired keys make room.
+	if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{anvilCheck("3")}, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hit(t.Context(), t0.Add(2*time.Minute), 1, limiter.Leaky, []limiter.Check{anvilCheck("new")}, out); err != nil {
+		t.Fatalf("expired keys should make room: %v", err)
+	}
+}
+
+// TestMemoryPerKey reports the heap cost of one tracked anvil key (the
+// README quotes it); it fails only if the figure is absurd, since the
+// exact number depends on the Go version.
+func TestMemoryPerKey(t *testing.T) {
+	const n = 200_000
+	s := New(Options{MaxKeys: n})
+	defer s.Close()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("smtp:10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := make([]limiter.Decision, 1)
+	for _, k := range keys {
+		if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{anvilCheck(k)}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("memory per tracked anvil key: %.0f bytes (keys like %q)", per, keys[n-1])
+	if per > 1000 {
+		t.Errorf("%.0f bytes per key", per)
+	}
+	runtime.KeepAlive(keys)
+}

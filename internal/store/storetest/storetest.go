@@ -1,0 +1,544 @@
+// Package storetest is the conformance suite every limiter.Store must pass:
+// the same semantic cases (windows, exactness under concurrency,
+// reservations, leases, expiry) run against each backend.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// Sweeper is implemented by stores that can drop expired keys on demand;
+// the suite uses it to check that idle state really goes away.
+type Sweeper interface {
+	Sweep(now time.Time)
+}
+
+// T0 is the suite's starting time: a whole second, so anvil windows line up.
+var T0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// Run runs every case against stores made by newStore; each case gets a
+// fresh store, which the suite closes.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s limiter.Store)
+	}{
+		{"AnvilWindow", testAnvilWindow},
+		{"AnvilCountersShareWindow", testAnvilCounters},
+		{"AnvilEdgeBurst", testAnvilEdgeBurst},
+		{"ExactNeverExceeds", testExactNeverExceeds},
+		{"ExactWindowEdge", testExactWindowEdge},
+		{"ExactConcurrent", testExactConcurrent},
+		{"SmoothBurstThenPace", testSmooth},
+		{"LeakyAllOrNothing", testLeakyAllOrNothing},
+		{"StrictCountsRefused", testStrict},
+		{"Undo", testUndo},
+		{"PeekChangesNothing", testPeek},
+		{"ReserveFIFO", testReserveFIFO},
+		{"ReserveMaxWaitAndCancel", testReserveMaxWait},
+		{"ReserveConcurrentExact", testReserveConcurrent},
+		{"Leases", testLeases},
+		{"LeasesConcurrent", testLeasesConcurrent},
+		{"LeaseTTL", testLeaseTTL},
+		{"IdleKeysExpire", testExpiry},
+		{"BadRequests", testBadRequests},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStore(t)
+			defer s.Close()
+			c.fn(t, s)
+		})
+	}
+}
+
+var ctx = context.Background()
+
+func hit(t *testing.T, s limiter.Store, now time.Time, n int64, mode limiter.Mode, checks ...limiter.Check) []limiter.Decision {
+	t.Helper()
+	out := make([]limiter.Decision, len(checks))
+	if err := s.Hit(ctx, now, n, mode, checks, out); err != nil {
+		t.Fatalf("Hit: %v", err)
+	}
+	return out
+}
+
+func at(d time.Duration) time.Time { return T0.Add(d) }
+
+func anvil(key string, n int64, period time.Duration, counter uint8) limiter.Check {
+	return limiter.Check{Key: key, Counter: counter, Limit: limiter.Limit{Algorithm: limiter.Anvil, N: n, Period: period}}
+}
+
+func exact(key string, n int64, period time.Duration) limiter.Check {
+	return limiter.Check{Key: key, Limit: limiter.Limit{Algorithm: limiter.Exact, N: n, Period: period}}
+}
+
+func testAnvilWindow(t *testing.T, s limiter.Store) {
+	c := anvil("a", 3, 60*time.Second, 0)
+	for i := int64(1); i <= 3; i++ {
+		d := hit(t, s, at(time.Duration(i)*time.Second), 1, limiter.Leaky, c)[0]
+		if !d.Allowed || d.Count != i || d.Remaining != 3-i {
+			t.Fatalf("hit %d: %+v", i, d)
+		}
+	}
+	d := hit(t, s, at(30*time.Second), 1, limiter.Leaky, c)[0]
+	if d.Allowed || d.Count != 3 || d.RetryAfter <= 0 {
+		t.Fatalf("4th hit should be refused with a retry time: %+v", d)
+	}
+	// anvil: the window started at t=1s; it is stale once start+60 < now,
+	// in whole seconds: still current at 61s, reset at 62s.
+	if d := hit(t, s, at(61*time.Second+900*time.Millisecond), 1, limiter.Leaky, c)[0]; d.Allowed {
+		t.Fatalf("window should still be full at 61.9s: %+v", d)
+	}
+	if d := hit(t, s, at(62*time.Second), 1, limiter.Leaky, c)[0]; !d.Allowed || d.Count != 1 {
+		t.Fatalf("window should restart at 62s: %+v", d)
+	}
+}
+
+func testAnvilCounters(t *testing.T, s limiter.Store) {
+	conn := anvil("k", limiter.Unlimited, 60*time.Second, 0)
+	mail := anvil("k", limiter.Unlimited, 60*time.Second, 1)
+	hit(t, s, at(0), 1, limiter.Leaky, conn)
+	hit(t, s, at(50*time.Second), 1, limiter.Leaky, mail)
+	// At 61s the window (anchored at 0) is stale; the mail counter
+	// restarts with it, as anvil resets all rates of an entry together.
+	if d := hit(t, s, at(61*time.Second), 1, limiter.Leaky, mail)[0]; d.Count != 1 {
+		t.Fatalf("mail counter should restart with the shared window: %+v", d)
+	}
+	out := make([]limiter.Decision, 2)
+	if err := s.Peek(ctx, at(62*time.Second), 0, []limiter.Check{conn, mail}, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Count != 0 || out[1].Count != 1 {
+		t.Fatalf("peek after reset: conn %d mail %d, want 0 1", out[0].Count, out[1].Count)
+	}
+}
+
+func testAnvilEdgeBurst(t *testing.T, s limiter.Store) {
+	// The documented weakness of anvil windows: 2N in just over one period.
+	c := anvil("e", 5, 10*time.Second, 0)
+	admitted := 0
+	for _, tm := range []time.Duration{0, 10 * time.Second} {
+		for range 5 {
+			if hit(t, s, at(tm), 1, limiter.Leaky, c)[0].Allowed {
+				admitted++
+			}
+		}
+	}
+	if d := hit(t, s, at(11*time.Second), 1, limiter.Leaky, c)[0]; !d.Allowed {
+		t.Fatalf("window anchored at 0 must restart at 11s")
+	}
+	if admitted != 5 {
+		t.Fatalf("within one window: admitted %d, want 5", admitted)
+	}
+}
+
+// exactModel checks "never more than n in any window of period" over a
+// list of admitted times.
+func exactModel(times []time.Time, n int, period time.Duration) error {
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	for i := range times {
+		if j := i + n; j < len(times) && times[j].Sub(times[i]) < period {
+			return fmt.Errorf("%d events within %s (from %s to %s)", n+1, times[j].Sub(times[i]), times[i].Sub(T0), times[j].Sub(T0))
+		}
+	}
+	return nil
+}
+
+func testExactNeverExceeds(t *testing.T, s limiter.Store) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	c := exact("x", 7, 5*time.Second)
+	var admitted []time.Time
+	now := T0
+	for range 2000 {
+		now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+		n := int64(1 + rng.IntN(2))
+		if d := hit(t, s, now, n, limiter.Leaky, c)[0]; d.Allowed {
+			for range n {
+				admitted = append(admitted, now)
+			}
+		} else if d.RetryAfter <= 0 {
+			t.Fatalf("refused without retry time: %+v", d)
+		}
+	}
+	if err := exactModel(admitted, 7, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// About 400 s of traffic at 7 per 5 s allows at most 560.
+	if len(admitted) < 450 {
+		t.Fatalf("only %d admitted: the limit is too strict", len(admitted))
+	}
+}
+
+func testExactWindowEdge(t *testing.T, s limiter.Store) {
+	// 10 per 6 s; 1 at 0 s, 9 at 5.3 s, 10 at 6.3 s. At 6.3 s the window
+	// (0.3 s, 6.3 s] holds 9, so exactly one more is admitted: never more
+	// than 10 in any 6 s, where a fixed window would admit 20.
+	c := exact("edge", 10, 6*time.Second)
+	count := func(tm time.Duration, k int) int {
+		got := 0
+		for range k {
+			if hit(t, s, at(tm), 1, limiter.Leaky, c)[0].Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	a := count(0, 1)
+	b := count(5300*time.Millisecond, 9)
+	d := count(6300*time.Millisecond, 10)
+	if a != 1 || b != 9 || d != 1 {
+		t.Fatalf("admitted %d, %d, %d; want 1, 9, 1", a, b, d)
+	}
+	// The next free slot comes when the 5.3 s events leave the window,
+	// at 11.3 s.
+	if dec := hit(t, s, at(6300*time.Millisecond), 1, limiter.Leaky, c)[0]; dec.RetryAfter != 5*time.Second {
+		t.Fatalf("retry after %s, want 5s", dec.RetryAfter)
+	}
+}
+
+func testExactConcurrent(t *testing.T, s limiter.Store) {
+	for _, workers := range []int{1, 8, 64} {
+		c := exact(fmt.Sprintf("conc-%d", workers), 10, time.Minute)
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 100 / workers {
+					out := make([]limiter.Decision, 1)
+					now := at(time.Duration(w*7+i) * time.Millisecond)
+					if err := s.Hit(ctx, now, 1, limiter.Leaky, []limiter.Check{c}, out); err != nil {
+						t.Error(err)
+						return
+					}
+					if out[0].Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted != 10 {
+			t.Errorf("c=%d: admitted %d, want exactly 10", workers, admitted)
+		}
+	}
+}
+
+func testSmooth(t *testing.T, s limiter.Store) {
+	c := limiter.Check{Key: "s", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 10, Period: 10 * time.Second, Burst: 3}}
+	for i := range 3 {
+		if d := hit(t, s, at(0), 1, limiter.Leaky, c)[0]; !d.Allowed {
+			t.Fatalf("burst hit %d refused: %+v", i, d)
+		}
+	}
+	d := hit(t, s, at(0), 1, limiter.Leaky, c)[0]
+	if d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("4th hit: %+v, want refused with retry 1s", d)
+	}
+	if d := hit(t, s, at(time.Second), 1, limiter.Leaky, c)[0]; !d.Allowed {
+		t.Fatalf("after one interval: %+v", d)
+	}
+	if d := hit(t, s, at(time.Second), 1, limiter.Leaky, c)[0]; d.Allowed {
+		t.Fatalf("second in the same interval: %+v", d)
+	}
+	// Sustained: over 100 s at one attempt per 100 ms, about N/Period*100s
+	// + burst are admitted.
+	admitted := 0
+	for i := range 1000 {
+		if hit(t, s, at(2*time.Second+time.Duration(i)*100*time.Millisecond), 1, limiter.Leaky, c)[0].Allowed {
+			admitted++
+		}
+	}
+	if admitted < 100 || admitted > 103 {
+		t.Fatalf("sustained admitted %d, want 100..103", admitted)
+	}
+	if d := hit(t, s, at(300*time.Second), 4, limiter.Leaky, c)[0]; d.Allowed || d.RetryAfter != limiter.Never {
+		t.Fatalf("n > burst must never pass: %+v", d)
+	}
+}
+
+func testLeakyAllOrNothing(t *testing.T, s limiter.Store) {
+	wide := exact("wide", 100, time.Minute)
+	narrow := exact("narrow", 2, time.Minute)
+	hit(t, s, at(0), 2, limiter.Leaky, narrow)
+	out := hit(t, s, at(time.Second), 1, limiter.Leaky, wide, narrow)
+	if !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("decisions %+v", out)
+	}
+	pk := make([]limiter.Decision, 1)
+	if err := s.Peek(ctx, at(2*time.Second), 0, []limiter.Check{wide}, pk); err != nil {
+		t.Fatal(err)
+	}
+	if pk[0].Count != 0 {
+		t.Fatalf("leaky refusal counted on the other limit: count %d", pk[0].Count)
+	}
+}
+
+func testStrict(t *testing.T, s limiter.Store) {
+	for _, c := range []limiter.Check{anvil("sa", 2, 60*time.Second, 0), exact("se", 2, time.Minute)} {
+		for range 4 {
+			hit(t, s, at(0), 1, limiter.Strict, c)
+		}
+		d := hit(t, s, at(time.Second), 1, limiter.Leaky, c)[0]
+		if d.Allowed {
+			t.Fatalf("%s: strict refusals must keep the key over the limit", c.Limit)
+		}
+		if c.Limit.Algorithm == limiter.Anvil && d.Count != 4 {
+			t.Fatalf("anvil strict count %d, want 4", d.Count)
+		}
+	}
+}
+
+func testUndo(t *testing.T, s limiter.Store) {
+	for _, c := range []limiter.Check{
+		anvil("ua", 2, 60*time.Second, 0),
+		exact("ue", 2, time.Minute),
+		{Key: "us", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 2, Period: time.Minute}},
+	} {
+		hit(t, s, at(0), 1, limiter.Leaky, c)
+		hit(t, s, at(time.Second), 1, limiter.Leaky, c)
+		if hit(t, s, at(2*time.Second), 1, limiter.Leaky, c)[0].Allowed {
+			t.Fatalf("%s: third hit allowed", c.Limit)
+		}
+		if err := s.Undo(ctx, at(3*time.Second), at(time.Second), 1, []limiter.Check{c}); err != nil {
+			t.Fatal(err)
+		}
+		if d := hit(t, s, at(3*time.Second), 1, limiter.Leaky, c)[0]; !d.Allowed {
+			t.Fatalf("%s: after undo the slot must be free: %+v", c.Limit, d)
+		}
+	}
+}
+
+func testPeek(t *testing.T, s limiter.Store) {
+	c := exact("p", 1, time.Minute)
+	out := make([]limiter.Decision, 1)
+	for range 3 {
+		if err := s.Peek(ctx, at(0), 1, []limiter.Check{c}, out); err != nil || !out[0].Allowed || out[0].Count != 0 {
+			t.Fatalf("peek: %+v %v", out[0], err)
+		}
+	}
+	if d := hit(t, s, at(0), 1, limiter.Leaky, c)[0]; !d.Allowed {
+		t.Fatal("peek consumed the slot")
+	}
+}
+
+func testReserveFIFO(t *testing.T, s limiter.Store) {
+	lim := limiter.Limit{Algorithm: limiter.Exact, N: 2, Period: 10 * time.Second}
+	var got []time.Duration
+	for range 5 {
+		r, err := s.Reserve(ctx, at(0), "r", lim, 1, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.At.Sub(T0))
+	}
+	want := []time.Duration{0, 0, 10 * time.Second, 10 * time.Second, 20 * time.Second}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("slots %v, want %v", got, want)
+	}
+	// No queue jumping: an instant hit while reservations wait is refused
+	// until the queue is served.
+	c := limiter.Check{Key: "r", Limit: lim}
+	// The slots at 10 s have left the window (10 s, 20 s] by 20 s, where
+	// the one reservation at 20 s leaves room for one more.
+	if d := hit(t, s, at(5*time.Second), 1, limiter.Leaky, c)[0]; d.Allowed || d.RetryAfter != 15*time.Second {
+		t.Fatalf("hit during queue: %+v, want refused until 20s", d)
+	}
+}
+
+func testReserveMaxWait(t *testing.T, s limiter.Store) {
+	lim := limiter.Limit{Algorithm: limiter.Exact, N: 1, Period: 10 * time.Second}
+	r1, err := s.Reserve(ctx, at(0), "m", lim, 1, 0)
+	if err != nil || !r1.At.Equal(T0) {
+		t.Fatalf("first: %v %v", r1, err)
+	}
+	r2, err := s.Reserve(ctx, at(0), "m", lim, 1, 15*time.Second)
+	if err != nil || r2.At.Sub(T0) != 10*time.Second {
+		t.Fatalf("second: %v %v", r2, err)
+	}
+	r3, err := s.Reserve(ctx, at(0), "m", lim, 1, 15*time.Second)
+	if !errors.Is(err, limiter.ErrTooLong) || r3.At.Sub(T0) != 20*time.Second {
+		t.Fatalf("third should be refused as too long (slot 20s): %v %v", r3.At.Sub(T0), err)
+	}
+	// The refused reservation booked nothing; cancelling r2 frees 10s.
+	if err := s.Cancel(ctx, at(time.Second), r2); err != nil {
+		t.Fatal(err)
+	}
+	r4, err := s.Reserve(ctx, at(time.Second), "m", lim, 1, time.Minute)
+	if err != nil || r4.At.Sub(T0) != 10*time.Second {
+		t.Fatalf("after cancel: %v %v", r4.At.Sub(T0), err)
+	}
+	if _, err := s.Reserve(ctx, at(0), "m", lim, 2, time.Hour); !errors.Is(err, limiter.ErrTooLong) {
+		t.Fatalf("n > N must be refused: %v", err)
+	}
+}
+
+func testReserveConcurrent(t *testing.T, s limiter.Store) {
+	lim := limiter.Limit{Algorithm: limiter.Exact, N: 5, Period: time.Second}
+	var mu sync.Mutex
+	var times []time.Time
+	var wg sync.WaitGroup
+	for w := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.Reserve(ctx, at(time.Duration(w)*time.Millisecond), "rc", lim, 1, time.Hour)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			times = append(times, r.At)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := exactModel(times, 5, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	if last := times[len(times)-1].Sub(T0); last > 10*time.Second {
+		t.Fatalf("50 slots at 5/s should end by about 9s, last at %s", last)
+	}
+}
+
+func testLeases(t *testing.T, s limiter.Store) {
+	var ls []limiter.Lease
+	for i := int64(1); i <= 3; i++ {
+		l, held, ok, err := s.Acquire(ctx, at(0), "c", 3, 0)
+		if err != nil || !ok || held != i {
+			t.Fatalf("acquire %d: held %d ok %v err %v", i, held, ok, err)
+		}
+		ls = append(ls, l)
+	}
+	if _, held, ok, _ := s.Acquire(ctx, at(0), "c", 3, 0); ok || held != 3 {
+		t.Fatalf("acquire over capacity: ok %v held %d", ok, held)
+	}
+	if held, _ := s.Release(ctx, at(0), ls[1]); held != 2 {
+		t.Fatalf("after release: %d", held)
+	}
+	if held, _ := s.Release(ctx, at(0), ls[1]); held != 2 {
+		t.Fatalf("double release changed the count: %d", held)
+	}
+	if _, _, ok, _ := s.Acquire(ctx, at(0), "c", 3, 0); !ok {
+		t.Fatal("slot not reusable after release")
+	}
+	// Capacity 0 counts without a cap.
+	for range 5 {
+		if _, _, ok, _ := s.Acquire(ctx, at(0), "uncapped", 0, 0); !ok {
+			t.Fatal("uncapped acquire refused")
+		}
+	}
+	if held, _ := s.Held(ctx, at(0), "uncapped"); held != 5 {
+		t.Fatalf("held %d", held)
+	}
+}
+
+func testLeasesConcurrent(t *testing.T, s limiter.Store) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var got []limiter.Lease
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, _, ok, err := s.Acquire(ctx, at(0), "cc", 10, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				got = append(got, l)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != 10 {
+		t.Fatalf("granted %d leases, want 10", len(got))
+	}
+	for _, l := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Release(ctx, at(0), l); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if held, _ := s.Held(ctx, at(0), "cc"); held != 0 {
+		t.Fatalf("held %d after releasing all", held)
+	}
+}
+
+func testLeaseTTL(t *testing.T, s limiter.Store) {
+	if _, _, ok, _ := s.Acquire(ctx, at(0), "ttl", 1, 30*time.Second); !ok {
+		t.Fatal("acquire")
+	}
+	if _, _, ok, _ := s.Acquire(ctx, at(29*time.Second), "ttl", 1, 30*time.Second); ok {
+		t.Fatal("lease ended before its TTL")
+	}
+	if _, held, ok, _ := s.Acquire(ctx, at(31*time.Second), "ttl", 1, 30*time.Second); !ok || held != 1 {
+		t.Fatalf("expired lease still held: ok %v held %d", ok, held)
+	}
+}
+
+func testExpiry(t *testing.T, s limiter.Store) {
+	hit(t, s, at(0), 1, limiter.Leaky, anvil("ea", 5, 10*time.Second, 0))
+	hit(t, s, at(0), 1, limiter.Leaky, exact("ee", 5, 10*time.Second))
+	hit(t, s, at(0), 1, limiter.Leaky, limiter.Check{Key: "es", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 5, Period: 10 * time.Second}})
+	l, _, _, _ := s.Acquire(ctx, at(0), "el", 0, 0)
+	if s.Len() != 4 {
+		t.Fatalf("Len %d, want 4", s.Len())
+	}
+	if _, err := s.Release(ctx, at(0), l); err != nil {
+		t.Fatal(err)
+	}
+	sw, ok := s.(Sweeper)
+	if !ok {
+		return
+	}
+	// At 5 s: the released lease key is gone, and so is the smooth key
+	// (one event at 5 per 10 s drains in 2 s); the windows are alive.
+	sw.Sweep(at(5 * time.Second))
+	if s.Len() != 2 {
+		t.Fatalf("after 5s Len %d, want 2", s.Len())
+	}
+	sw.Sweep(at(12 * time.Second))
+	if s.Len() != 0 {
+		t.Fatalf("after 12s Len %d, want 0", s.Len())
+	}
+}
+
+func testBadRequests(t *testing.T, s limiter.Store) {
+	out := make([]limiter.Decision, 1)
+	bad := []limiter.Check{
+		{Key: "b", Counter: 1, Limit: limiter.Limit{Algorithm: limiter.Exact, N: 1, Period: time.Second}},
+		{Key: "b", Limit: limiter.Limit{Algorithm: limiter.Exact, N: 0, Period: time.Second}},
+		{Key: "b", Counter: limiter.MaxCounters, Limit: limiter.Limit{Algorithm: limiter.Anvil, N: 1, Period: time.Second}},
+		{Key: "b", Limit: limiter.Limit{Algorithm: limiter.Anvil, N: 1, Period: 1500 * time.Millisecond}},
+	}
+	for _, c := range bad {
+		if err := s.Hit(ctx, at(0), 1, limiter.Leaky, []limiter.Check{c}, out); !errors.Is(err, limiter.ErrBadRequest) {
+			t.Errorf("Hit(%+v) = %v, want ErrBadRequest", c, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, at(0), "b", limiter.Limit{Algorithm: limiter.Smooth, N: 1, Period: time.Second}, 1, 0); !errors.Is(err, limiter.ErrBadRequest) {
+		t.Errorf("Reserve on smooth: %v", err)
+	}
+}
