@@ -1,0 +1,190 @@
+// Package config is sluice's configuration: the TOML schema, strict
+// decoding (unknown keys are errors), the defaults in one place, and
+// Validate, which reports every problem with its file and line.
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	// StateDir holds sluice's sockets when their paths are relative. It is
+	// created (mode 0750) if missing.
+	StateDir string `toml:"state_dir"`
+	// ClassesFile is an XLA-style class table ("mask queue refuse" lines);
+	// its classes come after the [[class]] tables. A relative path is
+	// relative to the config file.
+	ClassesFile string  `toml:"classes_file"`
+	Log         Log     `toml:"log"`
+	Limiter     Limiter `toml:"limiter"`
+	Classes     []Class `toml:"class"`
+	Anvil       Anvil   `toml:"anvil"`
+
+	// File is the path the config was read from ("" for the defaults).
+	File string `toml:"-"`
+	// lines maps key paths ("class[1].refuse") to their line in File.
+	lines map[string]int
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+}
+
+// Limiter configures the limiter core and its in-memory store.
+type Limiter struct {
+	// MaxKeys caps the keys the store holds.
+	MaxKeys int `toml:"max_keys"`
+	// WhenFull: "evict" idle keys, "fail-open" (admit untracked) or
+	// "fail-closed" (refuse) when the store is full.
+	WhenFull string `toml:"when_full"`
+	// StatusInterval is how often peak figures are logged (anvil's
+	// anvil_status_update_time).
+	StatusInterval Duration `toml:"status_interval"`
+}
+
+// Class is one [[class]] table.
+type Class struct {
+	Name string `toml:"name"`
+	// Match lists host masks: "host.example.org", "*.example.org", "*",
+	// "192.0.2.0/24", "2001:db8::/32".
+	Match []string `toml:"match"`
+	// Refuse caps incoming sessions of the class (0: no cap).
+	Refuse int64 `toml:"refuse"`
+	// Queue caps all sessions of the class, incoming and outgoing (0: no cap).
+	Queue int64 `toml:"queue"`
+	// Anvil overrides smtpd's client limits for this class.
+	Anvil SMTPDLimits `toml:"anvil"`
+}
+
+// SMTPDLimits are smtpd's anvil-enforced limits (main.cf names without
+// "smtpd_"). In [anvil.smtpd] they must equal main.cf; in a class they
+// override it (absent: smtpd's value; 0: no cap).
+type SMTPDLimits struct {
+	ConnectionCount *int64 `toml:"client_connection_count_limit"`
+	ConnectionRate  *int64 `toml:"client_connection_rate_limit"`
+	MessageRate     *int64 `toml:"client_message_rate_limit"`
+	RecipientRate   *int64 `toml:"client_recipient_rate_limit"`
+	NewTLSRate      *int64 `toml:"client_new_tls_session_rate_limit"`
+	AuthRate        *int64 `toml:"client_auth_rate_limit"`
+}
+
+// Anvil configures the anvil(8) service.
+type Anvil struct {
+	Enabled bool     `toml:"enabled"`
+	Listen  []string `toml:"listen"`
+	Socket  Socket   `toml:"socket"`
+	// Announce sends "protocol=anvil_protocol" first (Postfix >= 3.6).
+	Announce       bool     `toml:"announce"`
+	RateTimeUnit   Duration `toml:"rate_time_unit"`
+	MaxConns       int      `toml:"max_conns"`
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	RequestTimeout Duration `toml:"request_timeout"`
+	MaxLine        int      `toml:"max_line"`
+	// SMTPD holds smtpd's limits as set in main.cf.
+	SMTPD SMTPDLimits `toml:"smtpd"`
+}
+
+// Socket sets owner, group and mode of unix sockets sluice creates.
+type Socket struct {
+	Owner string `toml:"owner"`
+	Group string `toml:"group"`
+	Mode  string `toml:"mode"` // octal, e.g. "0660"
+}
+
+// Duration is a time.Duration written as "60s", "10m" or "1h30m".
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration; a bare number is seconds, as in
+// Postfix.
+func (d *Duration) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		s += "s"
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (use e.g. \"60s\", \"10m\", \"1h\")", string(b))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as Go does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func ptr(v int64) *int64 { return &v }
+
+// Default returns the embedded defaults: in-memory store, the anvil
+// service on a unix socket under the state directory.
+func Default() *Config {
+	return &Config{
+		StateDir: DefaultStateDir(),
+		Log:      Log{Level: "info", Format: "text"},
+		Limiter: Limiter{
+			MaxKeys:        1_000_000,
+			WhenFull:       "evict",
+			StatusInterval: Duration(10 * time.Minute),
+		},
+		Anvil: Anvil{
+			Enabled:        true,
+			Listen:         []string{"unix:anvil"},
+			Socket:         Socket{Mode: "0660"},
+			Announce:       true,
+			RateTimeUnit:   Duration(60 * time.Second),
+			MaxConns:       4096,
+			IdleTimeout:    Duration(time.Hour),
+			RequestTimeout: Duration(10 * time.Second),
+			MaxLine:        1024,
+			SMTPD: SMTPDLimits{
+				ConnectionCount: ptr(50),
+				ConnectionRate:  ptr(0),
+				MessageRate:     ptr(0),
+				RecipientRate:   ptr(0),
+				NewTLSRate:      ptr(0),
+				AuthRate:        ptr(0),
+			},
+		},
+	}
+}
+
+// DefaultStateDir is /var/lib/sluice for root, and
+// $XDG_STATE_HOME/sluice (~/.local/state/sluice) for other users.
+func DefaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/sluice"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sluice")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "sluice")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sluice-%d", os.Getuid()))
+}
+
+// Relative resolves a file named in the config: relative paths are
+// relative to the config file's directory.
+func (c *Config) Relative(p string) string {
+	if p == "" || filepath.IsAbs(p) || c.File == "" {
+		return p
+	}
+	return filepath.Join(filepath.Dir(c.File), p)
+}
+
+// Path resolves a socket or file path: relative paths are under StateDir.
+func (c *Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.StateDir, p)
+}

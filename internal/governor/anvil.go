@@ -1,0 +1,279 @@
+package governor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+
+	"sluice/internal/hostmask"
+	"sluice/internal/limiter"
+)
+
+// AnvilEvent is one of the things anvil counts per (service, client).
+type AnvilEvent uint8
+
+// Anvil's counters. The order is the order of the per-ident counters.
+const (
+	AnvilConn   AnvilEvent = iota // connections (rate); the count is a lease
+	AnvilMail                     // MAIL FROM
+	AnvilRcpt                     // RCPT TO and VRFY
+	AnvilNewTLS                   // new TLS sessions
+	AnvilAuth                     // AUTH commands
+	AnvilTLSTr                    // TLS trace events (Postfix 3.12)
+	numAnvilEvents
+)
+
+var anvilStats = [numAnvilEvents]string{"connection rate", "message rate", "recipient rate", "newtls rate", "auth rate", "tlstr rate"}
+
+// AnvilLimits are the smtpd limits anvil's replies are compared with, in
+// the order count, then one rate per AnvilEvent. A value of 0 means "off"
+// in smtpd's terms, and "no cap" in a class override.
+type AnvilLimits struct {
+	Count int64
+	Rates [numAnvilEvents]int64
+}
+
+// ClassLimits overrides the smtpd limits for the clients of one class;
+// nil fields keep smtpd's limit.
+type ClassLimits struct {
+	Count *int64
+	Rates [numAnvilEvents]*int64
+}
+
+// AnvilRules is how sluice answers anvil requests.
+type AnvilRules struct {
+	// Unit is anvil_rate_time_unit.
+	Unit time.Duration
+	// Postfix holds smtpd's limits from main.cf; sluice needs them only to
+	// scale its replies so that smtpd enforces per-class limits.
+	Postfix AnvilLimits
+	// Classes maps a class name to its overrides.
+	Classes map[string]ClassLimits
+}
+
+// AnvilStream is the state of one anvil client stream (one smtpd): the
+// connection it holds, as anvil links at most one entry to a stream.
+type AnvilStream struct {
+	ident      string
+	lease      limiter.Lease
+	classLease limiter.Lease
+	class      string
+}
+
+func anvilCountKey(ident string) string { return "anvil\x00c\x00" + ident }
+func anvilRateKey(ident string) string  { return "anvil\x00r\x00" + ident }
+
+func (g *Governor) anvilCheck(ident string, ev AnvilEvent) limiter.Check {
+	return limiter.Check{
+		Key:     anvilRateKey(ident),
+		Counter: uint8(ev),
+		Limit:   limiter.Limit{Algorithm: limiter.Anvil, N: limiter.Unlimited, Period: g.anvil.Unit},
+		Stat:    anvilStats[ev],
+	}
+}
+
+// AnvilPeer turns an anvil ident, "service:client", into the peer that
+// class masks are matched against. The client is an address, or from
+// Postfix 3.8 a network ("2001:db8::/84"); anything else matches only "*".
+func AnvilPeer(ident string) hostmask.Peer {
+	_, client, ok := strings.Cut(ident, ":")
+	if !ok {
+		return hostmask.Peer{}
+	}
+	if p, err := netip.ParsePrefix(client); err == nil {
+		return hostmask.Peer{Net: p.Masked()}
+	}
+	if a, err := netip.ParseAddr(client); err == nil {
+		return hostmask.PeerAddr("", a)
+	}
+	return hostmask.Peer{}
+}
+
+// AnvilConnect registers a connection for ident on the stream, and returns
+// the count and rate to report (see scale).
+func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident string) (count, rate int64, err error) {
+	g.anvilDrop(ctx, st)
+	cls := g.classes.Match(AnvilPeer(ident))
+	lease, held, _, err := g.lim.Acquire(ctx, anvilCountKey(ident), 0, 0, "connection count")
+	if err != nil {
+		return 0, 0, fmt.Errorf("count connection of %s: %w", ident, err)
+	}
+	st.ident, st.lease = ident, lease
+	classFull := false
+	cl, held2, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
+	if err != nil {
+		g.log.Warn("anvil: class count failed", "class", cls.Name, "err", err)
+	} else if ok {
+		st.classLease, st.class = cl, cls.Name
+	} else {
+		classFull = true
+	}
+	var out [1]limiter.Decision
+	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
+		return 0, 0, fmt.Errorf("count connection rate of %s: %w", ident, err)
+	}
+	count = g.scaleCount(cls, held)
+	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
+	if classFull {
+		if pf := g.anvil.Postfix.Count; pf > 0 {
+			count = max(count, pf+1)
+		}
+		g.log.Info("anvil: class full; smtpd will refuse the connection",
+			"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held2)
+	}
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.log.Debug("anvil connect", "ident", ident, "class", cls.Name, "count", held, "rate", out[0].Count, "reported_count", count, "reported_rate", rate)
+	}
+	return count, rate, nil
+}
+
+// anvilDrop ends the connection the stream holds, if any.
+func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
+	if st.lease.ID != 0 {
+		if _, err := g.lim.Release(ctx, st.lease); err != nil {
+			g.log.Warn("anvil: releasing a connection failed", "ident", st.ident, "err", err)
+		}
+	}
+	if st.classLease.ID != 0 {
+		if _, err := g.lim.Release(ctx, st.classLease); err != nil {
+			g.log.Warn("anvil: releasing a class session failed", "class", st.class, "err", err)
+		}
+	}
+	*st = AnvilStream{}
+}
+
+// AnvilDisconnect ends the stream's connection for ident, if it holds one.
+func (g *Governor) AnvilDisconnect(ctx context.Context, st *AnvilStream, ident string) {
+	if st.ident == ident {
+		g.anvilDrop(ctx, st)
+	}
+}
+
+// AnvilClose drops what a closed stream held.
+func (g *Governor) AnvilClose(ctx context.Context, st *AnvilStream) { g.anvilDrop(ctx, st) }
+
+// AnvilEvent counts one event for ident and returns the rate to report.
+// An event for an ident sluice does not know (sluice restarted while smtpd
+// held a session) first registers a connection, as anvil does.
+func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEvent, ident string) (int64, error) {
+	if ev == AnvilConn || ev >= numAnvilEvents {
+		return 0, fmt.Errorf("anvil event %d: %w", ev, limiter.ErrBadRequest)
+	}
+	if st.ident != ident {
+		known, err := g.anvilKnown(ctx, ident)
+		if err != nil {
+			return 0, err
+		}
+		if !known {
+			if _, _, err := g.AnvilConnect(ctx, st, ident); err != nil {
+				return 0, err
+			}
+		}
+	}
+	var out [1]limiter.Decision
+	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, ev)}, out[:]); err != nil {
+		return 0, fmt.Errorf("count %s of %s: %w", anvilStats[ev], ident, err)
+	}
+	cls := g.classes.Match(AnvilPeer(ident))
+	return g.scaleRate(cls, ev, out[0].Count), nil
+}
+
+// anvilKnown reports whether anvil would have an entry for ident: a
+// connection is held, or its window is alive.
+func (g *Governor) anvilKnown(ctx context.Context, ident string) (bool, error) {
+	held, err := g.lim.Held(ctx, anvilCountKey(ident))
+	if err != nil || held > 0 {
+		return held > 0, err
+	}
+	cs, err := g.anvilRates(ctx, ident)
+	if err != nil {
+		return false, err
+	}
+	for _, v := range cs {
+		if v > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (g *Governor) anvilRates(ctx context.Context, ident string) ([numAnvilEvents]int64, error) {
+	var checks [numAnvilEvents]limiter.Check
+	var out [numAnvilEvents]limiter.Decision
+	var rates [numAnvilEvents]int64
+	for ev := range numAnvilEvents {
+		checks[ev] = g.anvilCheck(ident, ev)
+	}
+	if err := g.lim.Peek(ctx, 0, checks[:], out[:]); err != nil {
+		return rates, fmt.Errorf("look up %s: %w", ident, err)
+	}
+	for i := range out {
+		rates[i] = out[i].Count
+	}
+	return rates, nil
+}
+
+// AnvilNewTLSStatus reports the new-TLS rate of ident without counting.
+func (g *Governor) AnvilNewTLSStatus(ctx context.Context, ident string) (int64, error) {
+	rates, err := g.anvilRates(ctx, ident)
+	if err != nil {
+		return 0, err
+	}
+	return g.scaleRate(g.classes.Match(AnvilPeer(ident)), AnvilNewTLS, rates[AnvilNewTLS]), nil
+}
+
+// AnvilCounts are the true figures of one ident, unscaled.
+type AnvilCounts struct {
+	Count int64
+	Rates [numAnvilEvents]int64
+}
+
+// AnvilLookup reports the true counters of ident (not scaled: lookup is
+// for people and tests, not for smtpd's comparisons).
+func (g *Governor) AnvilLookup(ctx context.Context, ident string) (AnvilCounts, error) {
+	held, err := g.lim.Held(ctx, anvilCountKey(ident))
+	if err != nil {
+		return AnvilCounts{}, fmt.Errorf("look up %s: %w", ident, err)
+	}
+	rates, err := g.anvilRates(ctx, ident)
+	return AnvilCounts{Count: held, Rates: rates}, err
+}
+
+func (g *Governor) scaleCount(cls *limiter.Class, actual int64) int64 {
+	var over *int64
+	if cl, ok := g.anvil.Classes[cls.Name]; ok {
+		over = cl.Count
+	}
+	return scale(actual, over, g.anvil.Postfix.Count)
+}
+
+func (g *Governor) scaleRate(cls *limiter.Class, ev AnvilEvent, actual int64) int64 {
+	var over *int64
+	if cl, ok := g.anvil.Classes[cls.Name]; ok {
+		over = cl.Rates[ev]
+	}
+	return scale(actual, over, g.anvil.Postfix.Rates[ev])
+}
+
+// scale turns a true figure into the one to report, so that smtpd, which
+// refuses when reported > its own limit P, refuses exactly when the true
+// figure exceeds the class limit L: it reports ceil(actual*P/L). Without a
+// class override, or when smtpd does not check (P = 0), the true figure is
+// reported; a class override of 0 (no cap) reports at most P.
+func scale(actual int64, classLimit *int64, postfix int64) int64 {
+	if classLimit == nil || postfix <= 0 {
+		return actual
+	}
+	l := *classLimit
+	if l <= 0 {
+		return min(actual, postfix)
+	}
+	if actual > (math.MaxInt32/postfix)+1 {
+		return math.MaxInt32
+	}
+	return min((actual*postfix+l-1)/l, math.MaxInt32)
+}

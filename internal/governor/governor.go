@@ -1,0 +1,41 @@
+// Package governor holds sluice's mail rules: which class a peer falls in,
+// which keys and limits a mail event touches, and what each front end is
+// told as a result. It calls the limiter and imports no protocol package.
+package governor
+
+import (
+	"log/slog"
+
+	"sluice/internal/limiter"
+)
+
+// Governor is one immutable set of rules over a shared limiter. A reload
+// builds a new Governor over the same limiter, so counts survive it.
+type Governor struct {
+	lim     *limiter.Limiter
+	classes *limiter.Classes
+	anvil   AnvilRules
+	log     *slog.Logger
+}
+
+// Options configure a Governor.
+type Options struct {
+	Limiter *limiter.Limiter
+	Classes *limiter.Classes
+	Anvil   AnvilRules
+	Logger  *slog.Logger
+}
+
+// New returns a Governor.
+func New(o Options) *Governor {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, log: o.Logger}
+}
+
+// Classes returns the class table.
+func (g *Governor) Classes() *limiter.Classes { return g.classes }
+
+// Limiter returns the limiter the rules count with.
+func (g *Governor) Limiter() *limiter.Limiter { return g.lim }

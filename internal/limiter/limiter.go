@@ -1,0 +1,268 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sluice/internal/clock"
+)
+
+// Options configure a Limiter.
+type Options struct {
+	Store Store
+	// Clock gives the time of every decision (default the real clock).
+	Clock clock.Clock
+	// FailOpen admits a hit the store cannot record (full, or failing);
+	// otherwise such a hit is refused. Either way a warning is logged.
+	FailOpen bool
+	Logger   *slog.Logger
+}
+
+// Limiter is the front of the limiter core: it takes the time from its
+// clock, applies the fail mode to store errors and tracks peak figures.
+type Limiter struct {
+	store    Store
+	clk      clock.Clock
+	failOpen bool
+	log      *slog.Logger
+	peaks    Peaks
+	warned   atomic.Int64 // Unix second of the last store-error warning
+}
+
+// New returns a Limiter over o.Store.
+func New(o Options) *Limiter {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Limiter{store: o.Store, clk: o.Clock, failOpen: o.FailOpen, log: o.Logger}
+}
+
+// Now returns the limiter clock's time.
+func (l *Limiter) Now() time.Time { return l.clk.Now() }
+
+// Store returns the underlying store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Hit records n events against checks now (see Store.Hit). When the store
+// cannot decide, every decision follows the fail mode and the error is
+// returned for the caller to log or count; decisions are filled either way.
+func (l *Limiter) Hit(ctx context.Context, n int64, mode Mode, checks []Check, out []Decision) error {
+	now := l.clk.Now()
+	err := l.store.Hit(ctx, now, n, mode, checks, out)
+	if err != nil {
+		if errors.Is(err, ErrBadRequest) {
+			return err
+		}
+		l.storeFailed(now, err)
+		for i := range checks {
+			out[i] = Decision{Allowed: l.failOpen}
+		}
+		return err
+	}
+	size := int64(l.store.Len())
+	for i, c := range checks {
+		l.peaks.observe(c.Stat, "rate", c.Key, out[i].Count, c.Limit.Period, now)
+	}
+	l.peaks.observeSize(size, now)
+	return nil
+}
+
+// Peek returns the decisions a hit of n would get, changing nothing.
+func (l *Limiter) Peek(ctx context.Context, n int64, checks []Check, out []Decision) error {
+	return l.store.Peek(ctx, l.clk.Now(), n, checks, out)
+}
+
+// Undo takes back n events that a Hit at time at recorded.
+func (l *Limiter) Undo(ctx context.Context, at time.Time, n int64, checks []Check) error {
+	return l.store.Undo(ctx, l.clk.Now(), at, n, checks)
+}
+
+// Reserve books n events under an Exact limit (see Store.Reserve).
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64, maxWait time.Duration) (Reservation, error) {
+	return l.store.Reserve(ctx, l.clk.Now(), key, lim, n, maxWait)
+}
+
+// Cancel gives back a reservation whose time has not come.
+func (l *Limiter) Cancel(ctx context.Context, r Reservation) error {
+	return l.store.Cancel(ctx, l.clk.Now(), r)
+}
+
+// Acquire takes a concurrency slot (see Store.Acquire). stat names the
+// figure for peak logging ("connection count"). When the store fails, ok
+// follows the fail mode and the lease is the zero Lease.
+func (l *Limiter) Acquire(ctx context.Context, key string, capacity int64, ttl time.Duration, stat string) (Lease, int64, bool, error) {
+	now := l.clk.Now()
+	lease, held, ok, err := l.store.Acquire(ctx, now, key, capacity, ttl)
+	if err != nil {
+		l.storeFailed(now, err)
+		return Lease{}, 0, l.failOpen, err
+	}
+	l.peaks.observe(stat, "count", key, held, 0, now)
+	l.peaks.observeSize(int64(l.store.Len()), now)
+	return lease, held, ok, nil
+}
+
+// Release ends a lease; the zero Lease is ignored.
+func (l *Limiter) Release(ctx context.Context, lease Lease) (int64, error) {
+	if lease.ID == 0 {
+		return 0, nil
+	}
+	return l.store.Release(ctx, l.clk.Now(), lease)
+}
+
+// Held returns how many leases key holds.
+func (l *Limiter) Held(ctx context.Context, key string) (int64, error) {
+	return l.store.Held(ctx, l.clk.Now(), key)
+}
+
+// storeFailed logs a store failure at most once a second.
+func (l *Limiter) storeFailed(now time.Time, err error) {
+	sec := now.Unix()
+	if old := l.warned.Load(); old != sec && l.warned.CompareAndSwap(old, sec) {
+		mode := "refusing"
+		if l.failOpen {
+			mode = "admitting"
+		}
+		l.log.Warn("limiter store cannot decide; "+mode+" per the fail mode", "err", err, "keys", l.store.Len())
+	}
+}
+
+// Peaks returns the peak figures since the last report.
+func (l *Limiter) Peaks() *Peaks { return &l.peaks }
+
+// RunStatus logs and resets the peak figures every interval, and once more
+// when ctx ends, as anvil(8) does every anvil_status_update_time.
+func (l *Limiter) RunStatus(ctx context.Context, interval time.Duration) {
+	for {
+		t := l.clk.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			l.peaks.Report(l.log)
+			return
+		case <-t.C():
+			l.peaks.Report(l.log)
+		}
+	}
+}
+
+// Peak is the largest value of one figure since the last report.
+type Peak struct {
+	Stat  string
+	Value int64
+	Key   string
+	Per   time.Duration // the window of a rate; 0 for counts and sizes
+	When  time.Time
+}
+
+// Peaks tracks peak figures. The fast path (no new peak) is one atomic load.
+type Peaks struct {
+	m       sync.Map // stat name -> *peakCell
+	sizeMax atomic.Int64
+	mu      sync.Mutex
+	size    Peak
+}
+
+type peakCell struct {
+	max atomic.Int64
+	mu  sync.Mutex
+	p   Peak
+}
+
+func (ps *Peaks) observe(stat, def, key string, v int64, per time.Duration, now time.Time) {
+	if v <= 0 {
+		return
+	}
+	if stat == "" {
+		stat = def
+	}
+	ci, ok := ps.m.Load(stat)
+	if !ok {
+		ci, _ = ps.m.LoadOrStore(stat, &peakCell{})
+	}
+	c := ci.(*peakCell)
+	if v <= c.max.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v > c.p.Value {
+		c.p = Peak{Stat: stat, Value: v, Key: key, Per: per, When: now}
+		c.max.Store(v)
+	}
+}
+
+func (ps *Peaks) observeSize(n int64, now time.Time) {
+	if n <= ps.sizeMax.Load() {
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if n > ps.size.Value {
+		ps.size = Peak{Stat: "table size", Value: n, When: now}
+		ps.sizeMax.Store(n)
+	}
+}
+
+// Snapshot returns the current peaks (figures with a non-zero value).
+func (ps *Peaks) Snapshot() []Peak {
+	var out []Peak
+	ps.m.Range(func(_, ci any) bool {
+		c := ci.(*peakCell)
+		c.mu.Lock()
+		if c.p.Value > 0 {
+			out = append(out, c.p)
+		}
+		c.mu.Unlock()
+		return true
+	})
+	ps.mu.Lock()
+	if ps.size.Value > 0 {
+		out = append(out, ps.size)
+	}
+	ps.mu.Unlock()
+	return out
+}
+
+// Report logs every peak in anvil's words and resets them.
+func (ps *Peaks) Report(log *slog.Logger) {
+	ps.m.Range(func(_, ci any) bool {
+		c := ci.(*peakCell)
+		c.mu.Lock()
+		p := c.p
+		c.p = Peak{}
+		c.max.Store(0)
+		c.mu.Unlock()
+		if p.Value > 0 {
+			logPeak(log, p)
+		}
+		return true
+	})
+	ps.mu.Lock()
+	p := ps.size
+	ps.size = Peak{}
+	ps.sizeMax.Store(0)
+	ps.mu.Unlock()
+	if p.Value > 0 {
+		logPeak(log, p)
+	}
+}
+
+func logPeak(log *slog.Logger, p Peak) {
+	when := p.When.Format(time.Stamp)
+	switch {
+	case p.Per > 0:
+		log.Info("statistics: max "+p.Stat, "value", p.Value, "per", p.Per.String(), "key", p.Key, "at", when)
+	case p.Key != "":
+		log.Info("statistics: max "+p.Stat, "value", p.Value, "key", p.Key, "at", when)
+	default:
+		log.Info("statistics: max "+p.Stat, "value", p.Value, "at", when)
+	}
+}
