@@ -1,0 +1,304 @@
+// Package app builds sluice from a validated configuration and runs it:
+// it wires the protocol front ends to the governor, reloads on demand
+// (build the new rules, swap, keep the old on error) and shuts down in two
+// stages. It is the only package that knows every part.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sluice/internal/anvil"
+	"sluice/internal/config"
+	"sluice/internal/governor"
+	"sluice/internal/limiter"
+	"sluice/internal/store/memory"
+)
+
+// Daemon is a running sluice. Create it with New, then Start it.
+type Daemon struct {
+	path  string // config file ("" for the defaults)
+	log   *slog.Logger
+	level *slog.LevelVar
+
+	cfg   atomic.Pointer[config.Config]
+	gov   atomic.Pointer[governor.Governor]
+	store *memory.Store
+	lim   *limiter.Limiter
+
+	anvil     *anvil.Server
+	listeners []boundListener
+
+	stopStatus context.CancelFunc
+	wg         sync.WaitGroup
+	mu         sync.Mutex // serialises Reload and Shutdown
+}
+
+type boundListener struct {
+	spec string // as configured
+	l    net.Listener
+}
+
+// New builds a daemon from cfg, which must have passed Validate, and binds
+// its listeners. path is the config file, reread by Reload ("" means the
+// embedded defaults). level is the log level to adjust on reload.
+func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar) (*Daemon, error) {
+	d := &Daemon{path: path, log: log, level: level}
+	d.cfg.Store(cfg)
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	d.store = memory.New(memory.Options{
+		MaxKeys: cfg.Limiter.MaxKeys,
+		Evict:   cfg.Limiter.WhenFull == "evict",
+		Logger:  log,
+	})
+	d.lim = limiter.New(limiter.Options{
+		Store:    d.store,
+		FailOpen: cfg.Limiter.WhenFull != "fail-closed",
+		Logger:   log,
+	})
+	gov, err := buildGovernor(cfg, d.lim, log)
+	if err != nil {
+		d.store.Close()
+		return nil, err
+	}
+	d.gov.Store(gov)
+	if cfg.Anvil.Enabled {
+		if err := d.bindAnvil(cfg); err != nil {
+			d.closeListeners()
+			d.store.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// buildGovernor turns the configuration into rules.
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, log *slog.Logger) (*governor.Governor, error) {
+	specs, errs := cfg.ClassTable()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	classes := make([]limiter.Class, len(specs))
+	rules := governor.AnvilRules{
+		Unit:    cfg.Anvil.RateTimeUnit.D(),
+		Postfix: anvilLimits(cfg.Anvil.SMTPD),
+		Classes: map[string]governor.ClassLimits{},
+	}
+	for i, s := range specs {
+		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
+		if v := s.Anvil.Values(); slices.ContainsFunc(v[:], func(p *int64) bool { return p != nil }) {
+			rules.Classes[s.Name] = classLimits(s.Anvil)
+		}
+	}
+	table, err := limiter.NewClasses(classes)
+	if err != nil {
+		return nil, err
+	}
+	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Logger: log}), nil
+}
+
+func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
+	var out governor.AnvilLimits
+	v := l.Values()
+	out.Count = deref(v[0])
+	for i := range len(v) - 1 {
+		out.Rates[i] = deref(v[i+1])
+	}
+	return out
+}
+
+func classLimits(l config.SMTPDLimits) governor.ClassLimits {
+	var out governor.ClassLimits
+	v := l.Values()
+	out.Count = v[0]
+	for i := range len(v) - 1 {
+		out.Rates[i] = v[i+1]
+	}
+	return out
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func (d *Daemon) bindAnvil(cfg *config.Config) error {
+	a := cfg.Anvil
+	mode, err := a.Socket.FileMode()
+	if err != nil {
+		return err
+	}
+	for _, spec := range a.Listen {
+		l, err := listen(cfg, spec, a.Socket, mode)
+		if err != nil {
+			return fmt.Errorf("anvil: %w", err)
+		}
+		d.listeners = append(d.listeners, boundListener{spec: spec, l: l})
+	}
+	d.anvil = anvil.NewServer(anvil.Options{
+		Handler:        anvilHandler{d},
+		Logger:         d.log,
+		NoAnnounce:     !a.Announce,
+		MaxConns:       a.MaxConns,
+		IdleTimeout:    idle(a.IdleTimeout.D()),
+		RequestTimeout: a.RequestTimeout.D(),
+		MaxLine:        a.MaxLine,
+	})
+	return nil
+}
+
+// idle maps the config's 0 ("never") to the server's negative.
+func idle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// Start serves every listener and starts the periodic peak report.
+func (d *Daemon) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopStatus = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.lim.RunStatus(ctx, d.cfg.Load().Limiter.StatusInterval.D())
+	}()
+	for _, bl := range d.listeners {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			if err := d.anvil.Serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) {
+				d.log.Error("anvil: listener failed", "listen", bl.spec, "err", err)
+			}
+		}()
+		d.log.Info("anvil service listening", "listen", bl.spec, "addr", bl.l.Addr().String())
+	}
+}
+
+// Addrs returns the bound listener addresses (for tests and logs).
+func (d *Daemon) Addrs() []net.Addr {
+	var out []net.Addr
+	for _, bl := range d.listeners {
+		out = append(out, bl.l.Addr())
+	}
+	return out
+}
+
+// Governor returns the rules in force.
+func (d *Daemon) Governor() *governor.Governor { return d.gov.Load() }
+
+// Reload rereads the config file, validates it and swaps in the new rules.
+// On any error the old configuration stays and the error is returned.
+// Settings that need a restart (listeners, store size) are reported.
+func (d *Daemon) Reload() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var cfg *config.Config
+	if d.path == "" {
+		cfg = config.Default()
+		cfg.StateDir = d.cfg.Load().StateDir
+	} else {
+		var errs []error
+		cfg, errs = config.Load(d.path)
+		if len(errs) > 0 {
+			return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, errors.Join(errs...))
+		}
+	}
+	gov, err := buildGovernor(cfg, d.lim, d.log)
+	if err != nil {
+		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
+	}
+	old := d.cfg.Load()
+	for _, what := range restartNeeded(old, cfg) {
+		d.log.Warn("reload: setting changed but applies only after a restart", "setting", what)
+	}
+	d.gov.Store(gov)
+	d.cfg.Store(cfg)
+	if d.level != nil {
+		d.level.Set(logLevel(cfg.Log.Level))
+	}
+	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()))
+	return nil
+}
+
+func restartNeeded(old, cur *config.Config) []string {
+	var out []string
+	if old.StateDir != cur.StateDir {
+		out = append(out, "state_dir")
+	}
+	if old.Limiter.MaxKeys != cur.Limiter.MaxKeys || old.Limiter.WhenFull != cur.Limiter.WhenFull {
+		out = append(out, "limiter.max_keys/when_full")
+	}
+	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
+		out = append(out, "limiter.status_interval")
+	}
+	if old.Log.Format != cur.Log.Format {
+		out = append(out, "log.format")
+	}
+	oa, ca := old.Anvil, cur.Anvil
+	if oa.Enabled != ca.Enabled || !slices.Equal(oa.Listen, ca.Listen) || oa.Socket != ca.Socket ||
+		oa.Announce != ca.Announce || oa.MaxConns != ca.MaxConns || oa.IdleTimeout != ca.IdleTimeout ||
+		oa.RequestTimeout != ca.RequestTimeout || oa.MaxLine != ca.MaxLine {
+		out = append(out, "anvil listeners and connection settings")
+	}
+	return out
+}
+
+// Shutdown stops in two stages: stop accepting and let every stream finish
+// its request; when ctx ends, close what is left. The store is closed last.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var err error
+	if d.anvil != nil {
+		err = d.anvil.Shutdown(ctx)
+	}
+	d.closeListeners()
+	if d.stopStatus != nil {
+		d.stopStatus()
+	}
+	d.wg.Wait()
+	d.store.Close()
+	d.log.Info("sluice stopped")
+	return err
+}
+
+func (d *Daemon) closeListeners() {
+	for _, bl := range d.listeners {
+		bl.l.Close()
+	}
+}
+
+func logLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// NewLogger returns the logger the configuration asks for, writing to w,
+// and the level variable Reload adjusts.
+func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	lv := new(slog.LevelVar)
+	lv.Set(logLevel(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), lv
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), lv
+}

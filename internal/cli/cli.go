@@ -1,0 +1,256 @@
+// Package cli is sluice's command line: the subcommand table, flags and
+// help text.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/internal/app"
+	"sluice/internal/config"
+	"sluice/internal/limiter"
+)
+
+// Version is set at build time with -ldflags "-X sluice/internal/cli.Version=...".
+var Version = ""
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the daemon (embedded defaults without -c)", serve},
+		{"check", "validate a configuration file and print it as understood", check},
+		{"version", "print the version", version},
+	}
+}
+
+// Main runs the command line args (without the program name) and returns
+// the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "sluice governs mail traffic: class limits, client counts and rates (Postfix anvil),")
+	fmt.Fprintln(w, "rate limits and outbound throttling, in one daemon.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'sluice <command> -h' for a command's flags.")
+}
+
+func version(_ context.Context, _ []string, stdout, _ io.Writer) int {
+	fmt.Fprintf(stdout, "sluice %s\n", versionString())
+	return 0
+}
+
+func versionString() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+		if v != "" {
+			return v + " (" + bi.GoVersion + ")"
+		}
+	}
+	return "(devel)"
+}
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// loadConfig reads path, or returns the defaults when path is empty.
+func loadConfig(path string) (*config.Config, []error) {
+	if path == "" {
+		c := config.Default()
+		return c, c.Validate()
+	}
+	return config.Load(path)
+}
+
+func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check", stderr)
+	path := fs.String("c", "", "configuration `file` to check (required)")
+	quiet := fs.Bool("q", false, "print only errors")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "sluice check: -c FILE is required")
+		return 2
+	}
+	cfg, errs := config.Load(*path)
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e)
+		}
+		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
+		return 1
+	}
+	if !*quiet {
+		printConfig(stdout, cfg)
+	}
+	fmt.Fprintf(stdout, "%s: OK\n", *path)
+	return 0
+}
+
+// printConfig shows the configuration as sluice understood it.
+func printConfig(w io.Writer, cfg *config.Config) {
+	fmt.Fprintf(w, "state directory: %s\n", cfg.StateDir)
+	fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
+		cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
+	specs, _ := cfg.ClassTable()
+	classes := make([]limiter.Class, len(specs))
+	for i, s := range specs {
+		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
+	}
+	if table, err := limiter.NewClasses(classes); err == nil {
+		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table.Table())
+	}
+	a := cfg.Anvil
+	if !a.Enabled {
+		fmt.Fprintln(w, "\nanvil service: off")
+		return
+	}
+	fmt.Fprintf(w, "\nanvil service: %s (mode %s", strings.Join(a.Listen, ", "), a.Socket.Mode)
+	if a.Socket.Owner != "" {
+		fmt.Fprintf(w, ", owner %s", a.Socket.Owner)
+	}
+	fmt.Fprintf(w, "), time unit %s\n", a.RateTimeUnit.D())
+	names := []string{"connection count", "connection rate", "message rate", "recipient rate", "new TLS rate", "AUTH rate"}
+	smtpd := a.SMTPD.Values()
+	fmt.Fprintln(w, "smtpd limits (main.cf) and per-class limits sluice makes smtpd enforce:")
+	for i, n := range names {
+		line := fmt.Sprintf("  %-17s smtpd %s", n, limitText(smtpd[i]))
+		var per []string
+		for _, s := range specs {
+			if v := s.Anvil.Values()[i]; v != nil {
+				per = append(per, fmt.Sprintf("%s=%s", s.Name, limitText(v)))
+			}
+		}
+		sort.Strings(per)
+		if len(per) > 0 {
+			line += "; " + strings.Join(per, " ")
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func limitText(p *int64) string {
+	if p == nil || *p == 0 {
+		return "off"
+	}
+	return fmt.Sprint(*p)
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", stderr)
+	path := fs.String("c", "", "configuration `file` (default: the embedded defaults)")
+	stateDir := fs.String("state-dir", "", "state `directory` (overrides state_dir)")
+	grace := fs.Duration("grace", 10*time.Second, "how long shutdown waits for clients before closing them")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, errs := loadConfig(*path)
+	if *stateDir != "" && cfg != nil {
+		cfg.StateDir = *stateDir
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e)
+		}
+		fmt.Fprintln(stderr, "sluice serve: configuration has errors; not starting")
+		return 1
+	}
+	log, level := app.NewLogger(cfg, stderr)
+	d, err := app.New(cfg, *path, log, level)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	d.Start()
+	src := "embedded defaults"
+	if *path != "" {
+		src = *path
+	}
+	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir)
+	for {
+		select {
+		case <-ctx.Done():
+			return shutdown(d, log, *grace, sigs)
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				if err := d.Reload(); err != nil {
+					log.Error("reload failed", "err", err)
+				}
+				continue
+			}
+			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", *grace)
+			return shutdown(d, log, *grace, sigs)
+		}
+	}
+}
+
+// shutdown runs the two stages: drain for up to grace (a second signal
+// cuts it short), then close what is left.
+func shutdown(d *app.Daemon, log interface{ Info(string, ...any) }, grace time.Duration, sigs <-chan os.Signal) int {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("second signal: closing every connection now", "signal", s.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := d.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return 1
+	}
+	return 0
+}
