@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/anvil"
+)
+
+func run(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckGood(t *testing.T) {
+	code, out, errs := run("check", "-c", "../config/testdata/good/full.toml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"partners              20      30  *.partner.example 192.0.2.0/24 2001:db8::/32",
+		"*.insa-lyon.fr         3       8  *.insa-lyon.fr",
+		"connection count  smtpd 50; local=off partners=10",
+		"full.toml: OK",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckBad(t *testing.T) {
+	code, _, errs := run("check", "-c", "../config/testdata/bad/values.toml")
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(errs, "values.toml:4: log.level:") || !strings.Contains(errs, "values.toml: 17 error(s)") {
+		t.Fatalf("stderr:\n%s", errs)
+	}
+	if code, _, errs := run("check"); code != 2 || !strings.Contains(errs, "-c FILE is required") {
+		t.Fatalf("check without -c: %d %s", code, errs)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, errs := run("frobnicate"); code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
+		t.Fatalf("%d %s", code, errs)
+	}
+	if code, out, _ := run("version"); code != 0 || !strings.HasPrefix(out, "sluice ") {
+		t.Fatalf("%d %s", code, out)
+	}
+	if code, _, errs := run("help"); code != 0 || !strings.Contains(errs, "serve") {
+		t.Fatalf("%d %s", code, errs)
+	}
+}
+
+// TestServeDefaults runs "serve" on the embedded defaults in a temp state
+// directory, talks anvil to it, and stops it with SIGTERM.
+func TestServeDefaults(t *testing.T) {
+	dir := t.TempDir()
+	done := make(chan int, 1)
+	var errb syncBuffer
+	go func() { done <- Main(context.Background(), []string{"serve", "-state-dir", dir, "-grace", "2s"}, &bytes.Buffer{}, &errb) }()
+	sock := filepath.Join(dir, "anvil")
+	var cl *anvil.Client
+	var err error
+	for i := 0; i < 200; i++ {
+		if cl, err = anvil.Dial("unix", sock, false); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("daemon did not come up: %v\n%s", err, errb.String())
+	}
+	if got, err := cl.Do("connect", "smtp:192.0.2.1"); err != nil || got["count"] != 1 {
+		t.Fatalf("%v %v", got, err)
+	}
+	cl.Close()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	if !strings.Contains(errb.String(), "sluice stopped") {
+		t.Fatalf("log:\n%s", errb.String())
+	}
+}
