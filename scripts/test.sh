@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs every sluice check and test: gofmt, go vet, staticcheck, the unit and
+# integration tests under the race detector, and short fuzz runs.
+#
+# The integration tests start their own private servers (a Postfix instance
+# under a temp dir, on loopback ports and sockets of their own). Run as root
+# on Debian, this script first installs the packages they need with apt-get;
+# without root it says loudly which suites will be skipped.
+#
+# Environment: FUZZTIME (default 10s) per fuzz target; SKIP_FUZZ=1 skips them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Debian packages the integration tests drive, as "package:binary".
+packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source)
+missing=()
+for p in "${packages[@]}"; do
+	pkg=${p%%:*} bin=${p#*:}
+	if [ ! -x "$bin" ] && [[ " ${missing[*]-} " != *" $pkg "* ]]; then
+		missing+=("$pkg")
+	fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		step "installing ${missing[*]}"
+		# Postfix must not configure or start a system instance: the tests
+		# run private instances of their own.
+		echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y -q "${missing[@]}" || { apt-get update -q && apt-get install -y -q "${missing[@]}"; }
+	else
+		echo "!!!!!!!! SKIPPING: ${missing[*]} not installed and this is not root on Debian;" >&2
+		echo "!!!!!!!! the Postfix integration suites will be skipped. Run as root to install them." >&2
+	fi
+fi
+
+step gofmt
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step staticcheck
+go tool staticcheck ./...
+
+step "go test -race -shuffle=on"
+go test -race -shuffle=on -count=1 -timeout 20m ./...
+
+if [ "${SKIP_FUZZ:-}" != 1 ]; then
+	step "fuzzing (${FUZZTIME:-10s} per target)"
+	# Every "func FuzzX(" in a _test.go file is a target.
+	grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do
+		dir=$(dirname "$f")
+		for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
+			echo "-- $dir $name"
+			go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-10s}" "$dir"
+		done
+	done
+fi
+
+step "all checks passed"
