@@ -77,6 +77,11 @@ type Store struct {
 	mask    uint64
 	n       atomic.Int64
 	nextID  atomic.Uint64
+	// seen is (to within a millisecond) the latest time passed to any
+	// operation; the sweeper expires nothing after it, so callers that
+	// pass their own times (tests, replays) see the same expiry as the
+	// wall clock would give.
+	seen atomic.Int64
 	evicted atomic.Uint64
 	stop    chan struct{}
 	done    chan struct{}
@@ -150,7 +155,8 @@ func (s *Store) sweeper() {
 			return
 		case <-t.C():
 		}
-		s.sweepShard(&s.shards[next], s.opts.Clock.Now().UnixNano())
+		cutoff := min(s.opts.Clock.Now().UnixNano(), s.seen.Load())
+		s.sweepShard(&s.shards[next], cutoff)
 		next = (next + 1) % len(s.shards)
 	}
 }
@@ -174,6 +180,13 @@ func (s *Store) sweepShard(sh *shard, now int64) {
 	}
 }
 
+// observe notes the time of an operation for the sweeper.
+func (s *Store) observe(now int64) {
+	if old := s.seen.Load(); now > old+int64(time.Millisecond) {
+		s.seen.CompareAndSwap(old, now)
+	}
+}
+
 func (s *Store) shardOf(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
@@ -182,6 +195,7 @@ func (s *Store) shardOf(key string) *shard {
 // expired entry, or one of another kind or algorithm (after a config
 // change), is dropped.
 func (s *Store) get(sh *shard, key string, kind uint8, algo limiter.Algorithm, now int64) *entry {
+	s.observe(now)
 	e := sh.m[key]
 	if e == nil {
 		return nil
@@ -246,11 +260,14 @@ func (s *Store) makeRoom(sh *shard, now int64) bool {
 	return true
 }
 
-// lockShards locks the shards of keys in a fixed order and returns them
-// for unlocking.
-func (s *Store) lockShards(checks []limiter.Check, buf []*shard) []*shard {
-	for _, c := range checks {
-		sh := s.shardOf(c.Key)
+// lockShards locks the given shards once each, in a fixed order, and
+// returns them for unlocking.
+func (s *Store) lockShards(shards []*shard, buf []*shard) []*shard {
+	if len(shards) == 1 {
+		shards[0].mu.Lock()
+		return append(buf, shards[0])
+	}
+	for _, sh := range shards {
 		if !slices.Contains(buf, sh) {
 			buf = append(buf, sh)
 		}
@@ -264,6 +281,15 @@ func (s *Store) lockShards(checks []limiter.Check, buf []*shard) []*shard {
 		sh.mu.Lock()
 	}
 	return buf
+}
+
+// lockChecks locks the shards of every check's key.
+func (s *Store) lockChecks(checks []limiter.Check) []*shard {
+	shards := make([]*shard, 0, len(checks))
+	for _, c := range checks {
+		shards = append(shards, s.shardOf(c.Key))
+	}
+	return s.lockShards(shards, make([]*shard, 0, len(shards)))
 }
 
 func unlockAll(shs []*shard) {
@@ -292,31 +318,40 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 	if err := checkArgs(n, checks, out); err != nil {
 		return err
 	}
-	var buf [4]*shard
-	shs := s.lockShards(checks, buf[:0])
-	defer unlockAll(shs)
+	var shBuf [4]*shard
+	var entBuf [4]*entry
+	shards, ents := shBuf[:0], entBuf[:0]
+	for _, c := range checks {
+		shards = append(shards, s.shardOf(c.Key))
+	}
+	var lockBuf [4]*shard
+	locked := s.lockShards(shards, lockBuf[:0])
+	defer unlockAll(locked)
 	nowNs := now.UnixNano()
-	var zero limiter.State
 	all := true
 	for i, c := range checks {
-		st := &zero
-		if e := s.get(s.shardOf(c.Key), c.Key, kindRate, c.Limit.Algorithm, nowNs); e != nil {
-			st = &e.st
+		e := s.get(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs)
+		ents = append(ents, e)
+		if e != nil {
+			out[i] = e.st.Decide(now, c, n)
+		} else {
+			var zero limiter.State
+			out[i] = zero.Decide(now, c, n)
 		}
-		out[i] = st.Decide(now, c, n)
-		zero = limiter.State{}
 		all = all && out[i].Allowed
 	}
 	if !all && mode == limiter.Leaky {
 		return nil
 	}
 	for i, c := range checks {
-		sh := s.shardOf(c.Key)
-		e := s.get(sh, c.Key, kindRate, c.Limit.Algorithm, nowNs)
+		e := ents[i]
 		if e == nil {
-			var err error
-			if e, err = s.create(sh, c.Key, kindRate, c.Limit.Algorithm, nowNs); err != nil {
-				return err
+			// A second check on the same key may have created it.
+			if e = s.get(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs); e == nil {
+				var err error
+				if e, err = s.create(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs); err != nil {
+					return err
+				}
 			}
 		}
 		e.st.Record(now, c, n)
@@ -334,8 +369,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter
 	if err := checkArgs(n, checks, out); err != nil {
 		return err
 	}
-	var buf [4]*shard
-	shs := s.lockShards(checks, buf[:0])
+	shs := s.lockChecks(checks)
 	defer unlockAll(shs)
 	nowNs := now.UnixNano()
 	for i, c := range checks {
@@ -360,8 +394,7 @@ func (s *Store) Undo(_ context.Context, now, at time.Time, n int64, checks []lim
 			return err
 		}
 	}
-	var buf [4]*shard
-	shs := s.lockShards(checks, buf[:0])
+	shs := s.lockChecks(checks)
 	defer unlockAll(shs)
 	nowNs := now.UnixNano()
 	for _, c := range checks {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
 	"sluice/internal/store/storetest"
 )
@@ -110,4 +111,38 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Errorf("%.0f bytes per key", per)
 	}
 	runtime.KeepAlive(keys)
+}
+
+// TestSweeper: the sweeper drops expired keys on its own, but never
+// expires anything later than the latest time callers have used.
+func TestSweeper(t *testing.T) {
+	fc := clock.NewFake(t0)
+	s := New(Options{Shards: 1, SweepInterval: time.Second, Clock: fc})
+	defer s.Close()
+	out := make([]limiter.Decision, 1)
+	hit := func(key string, at time.Time) {
+		if err := s.Hit(t.Context(), at, 1, limiter.Leaky, []limiter.Check{anvilCheck(key)}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hit("old", t0)
+	sweep := func() {
+		for fc.Timers() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fc.Advance(time.Second)
+		for fc.Timers() == 0 { // the next timer is armed after the sweep
+			time.Sleep(time.Millisecond)
+		}
+	}
+	fc.Advance(5 * time.Minute) // the clock moves, callers' time does not
+	sweep()
+	if s.Len() != 1 {
+		t.Fatalf("swept a key callers still see as live: Len %d", s.Len())
+	}
+	hit("new", t0.Add(5*time.Minute))
+	sweep()
+	if s.Len() != 1 {
+		t.Fatalf("Len %d after sweep, want 1 (only the new key)", s.Len())
+	}
 }
