@@ -67,7 +67,9 @@ func TestServeDefaults(t *testing.T) {
 	dir := t.TempDir()
 	done := make(chan int, 1)
 	var errb syncBuffer
-	go func() { done <- Main(context.Background(), []string{"serve", "-state-dir", dir, "-grace", "2s"}, &bytes.Buffer{}, &errb) }()
+	go func() {
+		done <- Main(context.Background(), []string{"serve", "-state-dir", dir, "-grace", "2s"}, &bytes.Buffer{}, &errb)
+	}()
 	sock := filepath.Join(dir, "anvil")
 	var cl *anvil.Client
 	var err error

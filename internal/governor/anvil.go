@@ -77,13 +77,12 @@ func (g *Governor) anvilCheck(ident string, ev AnvilEvent) limiter.Check {
 }
 
 // AnvilPeer turns an anvil ident, "service:client", into the peer that
-// class masks are matched against. The client is an address, or from
-// Postfix 3.8 a network ("2001:db8::/84"); anything else matches only "*".
+// class masks are matched against. The service is the master.cf service
+// name: "smtp", or "host:port" / "[v6]:port" for a service bound to one
+// address. The client is an address, or from Postfix 3.8 a network
+// ("2001:db8::/84"); anything else matches only "*".
 func AnvilPeer(ident string) hostmask.Peer {
-	_, client, ok := strings.Cut(ident, ":")
-	if !ok {
-		return hostmask.Peer{}
-	}
+	client := anvilClient(ident)
 	if p, err := netip.ParsePrefix(client); err == nil {
 		return hostmask.Peer{Net: p.Masked()}
 	}
@@ -91,6 +90,30 @@ func AnvilPeer(ident string) hostmask.Peer {
 		return hostmask.PeerAddr("", a)
 	}
 	return hostmask.Peer{}
+}
+
+// anvilClient returns the client part of an ident.
+func anvilClient(ident string) string {
+	first, rest, ok := strings.Cut(ident, ":")
+	if !ok {
+		return ""
+	}
+	// A service bound to an address: "[::1]:25", "127.0.0.1:25" or
+	// "mx.example.org:25"; skip its port too.
+	if strings.HasPrefix(ident, "[") {
+		end := strings.Index(ident, "]:")
+		if end < 0 {
+			return ""
+		}
+		_, client, _ := strings.Cut(ident[end+2:], ":")
+		return client
+	}
+	if strings.Contains(first, ".") {
+		if port, client, ok := strings.Cut(rest, ":"); ok && port != "" && strings.Trim(port, "0123456789") == "" {
+			return client
+		}
+	}
+	return rest
 }
 
 // AnvilConnect registers a connection for ident on the stream, and returns

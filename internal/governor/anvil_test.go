@@ -250,11 +250,17 @@ func TestScale(t *testing.T) {
 
 func TestAnvilPeer(t *testing.T) {
 	cases := map[string]string{
-		"smtp:192.0.2.1":           "192.0.2.1/32",
-		"smtp:2001:db8::1":         "2001:db8::1/128",
-		"submission:2001:db8::/84": "2001:db8::/84",
-		"smtp:unknown":             "invalid Prefix",
-		"nocolon":                  "invalid Prefix",
+		"smtp:192.0.2.1":                "192.0.2.1/32",
+		"smtp:2001:db8::1":              "2001:db8::1/128",
+		"submission:2001:db8::/84":      "2001:db8::/84",
+		"smtp:unknown":                  "invalid Prefix",
+		"127.0.0.1:2525:192.0.2.7":      "192.0.2.7/32",
+		"127.0.0.1:2525:2001:db8::1":    "2001:db8::1/128",
+		"mx.example.org:25:2001:db8::5": "2001:db8::5/128",
+		"[::1]:25:2001:db8::1":          "2001:db8::1/128",
+		"[::1]:25:198.51.100.1":         "198.51.100.1/32",
+		"[::1]25:198.51.100.1":          "invalid Prefix",
+		"nocolon":                       "invalid Prefix",
 	}
 	for ident, want := range cases {
 		if got := AnvilPeer(ident).Net.String(); got != want {

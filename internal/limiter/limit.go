@@ -54,7 +54,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 
 // Bounds on limits, so that a typo cannot make a key's state unbounded.
 const (
-	MaxExactN = 1_000_000      // an exact log holds at most this many events
+	MaxExactN = 1_000_000 // an exact log holds at most this many events
 	MaxPeriod = 366 * 24 * time.Hour
 	// Unlimited is an N that never refuses; used to only count.
 	Unlimited = math.MaxInt32

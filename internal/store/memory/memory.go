@@ -71,17 +71,17 @@ type shard struct {
 
 // Store is the in-memory limiter.Store. Create it with New.
 type Store struct {
-	opts    Options
-	seed    maphash.Seed
-	shards  []shard
-	mask    uint64
-	n       atomic.Int64
-	nextID  atomic.Uint64
+	opts   Options
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	n      atomic.Int64
+	nextID atomic.Uint64
 	// seen is (to within a millisecond) the latest time passed to any
 	// operation; the sweeper expires nothing after it, so callers that
 	// pass their own times (tests, replays) see the same expiry as the
 	// wall clock would give.
-	seen atomic.Int64
+	seen    atomic.Int64
 	evicted atomic.Uint64
 	stop    chan struct{}
 	done    chan struct{}

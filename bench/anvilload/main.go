@@ -1,0 +1,421 @@
+// Command anvilload is a load generator for servers that speak Postfix's
+// anvil(8) protocol over a UNIX stream socket, as Postfix smtpd does.
+//
+// Each of -c persistent connections first checks the server's
+// "protocol=anvil_protocol" announcement (Postfix >= 3.6), then loops over
+// SMTP-like sessions: connect, one to three message requests each followed by
+// one to three recipient requests, then disconnect. Every request is one
+// round trip whose latency is measured after the -warmup period; the result
+// is printed as one line:
+//
+//	target=<label> c=<c> reqs=<n> secs=<s> rps=<x> p50_us=<x> p99_us=<x> errors=<n>
+//
+// or as one JSON object with -json. Any failed or malformed exchange counts
+// as an error; the exit status is 1 if there were errors.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config holds the generator's settings.
+type config struct {
+	socket   string
+	conns    int
+	duration time.Duration
+	warmup   time.Duration
+	clients  int
+	label    string
+	seed     uint64
+	json     bool
+}
+
+// result is what one run measured.
+type result struct {
+	Target string  `json:"target"`
+	C      int     `json:"c"`
+	Reqs   uint64  `json:"reqs"`
+	Secs   float64 `json:"secs"`
+	RPS    float64 `json:"rps"`
+	P50us  float64 `json:"p50_us"`
+	P99us  float64 `json:"p99_us"`
+	Errors uint64  `json:"errors"`
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("target=%s c=%d reqs=%d secs=%.3f rps=%.1f p50_us=%.1f p99_us=%.1f errors=%d",
+		r.Target, r.C, r.Reqs, r.Secs, r.RPS, r.P50us, r.P99us, r.Errors)
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("anvilload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	fs.StringVar(&cfg.socket, "socket", "", "path of the anvil server's UNIX socket (required)")
+	fs.IntVar(&cfg.conns, "c", 1, "number of concurrent persistent connections")
+	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured duration")
+	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before the measured duration")
+	fs.IntVar(&cfg.clients, "clients", 1000, "number of distinct client addresses (idents smtp:10.X.Y.Z)")
+	fs.StringVar(&cfg.label, "label", "anvil", "target label printed in the result")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the choice of clients and request counts")
+	fs.BoolVar(&cfg.json, "json", false, "print the result as one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "anvilload: unexpected arguments: %q\n", fs.Args())
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(stderr, "anvilload: %v\n", err)
+		return 2
+	}
+	res := run(cfg, stderr)
+	if cfg.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			fmt.Fprintf(stderr, "anvilload: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		fmt.Fprintln(stdout, res)
+	}
+	if res.Errors > 0 {
+		return 1
+	}
+	return 0
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.socket == "":
+		return errors.New("-socket is required")
+	case c.conns < 1:
+		return errors.New("-c must be at least 1")
+	case c.duration <= 0:
+		return errors.New("-duration must be positive")
+	case c.warmup < 0:
+		return errors.New("-warmup must not be negative")
+	case c.clients < 1 || c.clients > 1<<24:
+		return errors.New("-clients must be in [1, 16777216]")
+	}
+	return nil
+}
+
+// Request kinds, in the order of the requests table.
+const (
+	reqConnect = iota
+	reqMessage
+	reqRecipient
+	reqDisconnect
+	numKinds
+)
+
+var kindNames = [numKinds]string{"connect", "message", "recipient", "disconnect"}
+
+// replyAttrs lists, per request kind, the attribute names of the reply in
+// the order Postfix's anvil sends them (and its client scans them).
+var replyAttrs = [numKinds][]string{
+	reqConnect:    {"status", "count", "rate"},
+	reqMessage:    {"status", "rate"},
+	reqRecipient:  {"status", "rate"},
+	reqDisconnect: {"status"},
+}
+
+const announcement = "protocol=anvil_protocol\n"
+
+// buildRequests returns the wire form of every request for every client, so
+// the request loop only writes prebuilt bytes.
+func buildRequests(clients int) [numKinds][][]byte {
+	var reqs [numKinds][][]byte
+	for k := range reqs {
+		reqs[k] = make([][]byte, clients)
+	}
+	for i := range clients {
+		a := i + 1
+		ident := fmt.Sprintf("smtp:10.%d.%d.%d", a>>16&255, a>>8&255, a&255)
+		for k := range reqs {
+			reqs[k][i] = []byte("request=" + kindNames[k] + "\nident=" + ident + "\n\n")
+		}
+	}
+	return reqs
+}
+
+// run drives cfg.conns workers until the warm-up and measured duration have
+// passed and returns the merged result. Errors are counted; the first few
+// are described on logw.
+func run(cfg config, logw io.Writer) result {
+	reqs := buildRequests(cfg.clients)
+	t0 := time.Now()
+	mStart := t0.Add(cfg.warmup)
+	mEnd := mStart.Add(cfg.duration)
+	lg := &errLog{w: logw, left: 10}
+
+	workers := make([]*worker, cfg.conns)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &worker{
+			socket:  cfg.socket,
+			reqs:    &reqs,
+			clients: cfg.clients,
+			rng:     rand.New(rand.NewPCG(cfg.seed, uint64(i))),
+			mStart:  mStart,
+			mEnd:    mEnd,
+			log:     lg,
+		}
+		workers[i] = w
+		wg.Go(w.run)
+	}
+	wg.Wait()
+
+	var h hist
+	res := result{Target: cfg.label, C: cfg.conns, Secs: cfg.duration.Seconds()}
+	for _, w := range workers {
+		h.merge(&w.hist)
+		res.Errors += w.errors
+	}
+	res.Reqs = h.n
+	res.RPS = float64(res.Reqs) / res.Secs
+	res.P50us = float64(h.quantile(0.50)) / 1e3
+	res.P99us = float64(h.quantile(0.99)) / 1e3
+	return res
+}
+
+// errLog describes at most left errors, then stays quiet.
+type errLog struct {
+	mu   sync.Mutex
+	w    io.Writer
+	left int
+	skip atomic.Bool
+}
+
+func (l *errLog) printf(format string, args ...any) {
+	if l.skip.Load() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.left <= 0 {
+		l.skip.Store(true)
+		fmt.Fprintf(l.w, "anvilload: further errors not shown\n")
+		return
+	}
+	l.left--
+	fmt.Fprintf(l.w, "anvilload: "+format+"\n", args...)
+}
+
+// worker owns one connection at a time and its own statistics.
+type worker struct {
+	socket  string
+	reqs    *[numKinds][][]byte
+	clients int
+	rng     *rand.Rand
+	mStart  time.Time
+	mEnd    time.Time
+	log     *errLog
+
+	conn *net.UnixConn
+	r    *bufio.Reader
+
+	hist   hist
+	errors uint64
+}
+
+// graceAfterEnd bounds how long a request may hang after the measured
+// period ends before it counts as failed.
+const graceAfterEnd = 5 * time.Second
+
+// announceTimeout bounds the wait for the server's announcement.
+const announceTimeout = 2 * time.Second
+
+func (w *worker) run() {
+	defer w.close()
+	for time.Now().Before(w.mEnd) {
+		if w.conn == nil {
+			if err := w.dial(); err != nil {
+				w.fail(err)
+				time.Sleep(min(10*time.Millisecond, time.Until(w.mEnd)))
+				continue
+			}
+		}
+		if err := w.session(); err != nil {
+			w.fail(err)
+			w.close()
+		}
+	}
+}
+
+func (w *worker) fail(err error) {
+	w.errors++
+	w.log.printf("%v", err)
+}
+
+func (w *worker) close() {
+	if w.conn != nil {
+		_ = w.conn.Close()
+		w.conn = nil
+	}
+}
+
+// dial connects and checks the server's protocol announcement.
+func (w *worker) dial() error {
+	c, err := net.DialTimeout("unix", w.socket, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	uc := c.(*net.UnixConn)
+	if w.r == nil {
+		w.r = bufio.NewReaderSize(uc, 4096)
+	} else {
+		w.r.Reset(uc)
+	}
+	w.conn = uc
+	err = uc.SetDeadline(time.Now().Add(announceTimeout))
+	if err == nil {
+		err = w.readAnnouncement()
+	}
+	if err == nil {
+		err = uc.SetDeadline(w.mEnd.Add(graceAfterEnd))
+	}
+	if err != nil {
+		w.close()
+		return err
+	}
+	return nil
+}
+
+func (w *worker) readAnnouncement() error {
+	line, err := w.r.ReadSlice('\n')
+	if err != nil {
+		return fmt.Errorf("reading announcement: %w", err)
+	}
+	if string(line) != announcement {
+		return fmt.Errorf("bad announcement %q, want %q", line, announcement)
+	}
+	line, err = w.r.ReadSlice('\n')
+	if err != nil {
+		return fmt.Errorf("reading announcement: %w", err)
+	}
+	if len(line) != 1 {
+		return fmt.Errorf("announcement not ended by an empty line: got %q", line)
+	}
+	return nil
+}
+
+// session runs one SMTP-like session for a random client.
+func (w *worker) session() error {
+	client := w.rng.IntN(w.clients)
+	if err := w.do(reqConnect, client); err != nil {
+		return err
+	}
+	for range 1 + w.rng.IntN(3) {
+		if err := w.do(reqMessage, client); err != nil {
+			return err
+		}
+		for range 1 + w.rng.IntN(3) {
+			if err := w.do(reqRecipient, client); err != nil {
+				return err
+			}
+		}
+	}
+	return w.do(reqDisconnect, client)
+}
+
+// do sends one request, reads and checks its reply, and records the round
+// trip's latency if it lies wholly inside the measured period.
+func (w *worker) do(kind, client int) error {
+	start := time.Now()
+	if _, err := w.conn.Write(w.reqs[kind][client]); err != nil {
+		return fmt.Errorf("%s: write: %w", kindNames[kind], err)
+	}
+	if err := w.readReply(kind); err != nil {
+		return fmt.Errorf("%s: %w", kindNames[kind], err)
+	}
+	end := time.Now()
+	if !start.Before(w.mStart) && !end.After(w.mEnd) {
+		w.hist.record(end.Sub(start))
+	}
+	return nil
+}
+
+// readReply reads one reply and checks it has exactly the attributes Postfix
+// sends for kind, in order, with status=0 and positive counters.
+func (w *worker) readReply(kind int) error {
+	for _, name := range replyAttrs[kind] {
+		line, err := w.r.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("reading reply: %w", err)
+		}
+		v, ok := attrValue(line, name)
+		if !ok {
+			return fmt.Errorf("malformed reply line %q, want %s=<int>", line, name)
+		}
+		n, ok := parseInt(v)
+		switch {
+		case !ok:
+			return fmt.Errorf("malformed reply line %q, want %s=<int>", line, name)
+		case name == "status" && n != 0:
+			return fmt.Errorf("reply status=%d", n)
+		case name != "status" && n < 1:
+			return fmt.Errorf("implausible reply %q", line)
+		}
+	}
+	line, err := w.r.ReadSlice('\n')
+	if err != nil {
+		return fmt.Errorf("reading reply: %w", err)
+	}
+	if len(line) != 1 {
+		return fmt.Errorf("reply not ended by an empty line: got %q", line)
+	}
+	return nil
+}
+
+// attrValue returns the value of a "name=value\n" line if its name is name.
+func attrValue(line []byte, name string) ([]byte, bool) {
+	if len(line) < len(name)+2 || string(line[:len(name)]) != name {
+		return nil, false
+	}
+	rest := line[len(name):]
+	if rest[0] != '=' || rest[len(rest)-1] != '\n' {
+		return nil, false
+	}
+	return rest[1 : len(rest)-1], true
+}
+
+// parseInt parses an optionally negative decimal int without allocating.
+func parseInt(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg, b = true, b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
