@@ -61,6 +61,51 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestServeSignals: SIGHUP with a broken file keeps the running config
+// and says why; with a good one it reloads; SIGTERM stops.
+func TestServeSignals(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.toml")
+	good := "state_dir = \"" + dir + "\"\n"
+	if err := os.WriteFile(cfg, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main(context.Background(), []string{"serve", "-c", cfg}, &bytes.Buffer{}, &errb) }()
+	waitFor(t, "start", func() bool { return strings.Contains(errb.String(), "sluice started") })
+	os.WriteFile(cfg, []byte(good+"[anvil]\nlisten = 5\n"), 0o644)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "reload failure", func() bool { return strings.Contains(errb.String(), "reload failed") })
+	if !strings.Contains(errb.String(), "keeping the running configuration") {
+		t.Fatalf("log:\n%s", errb.String())
+	}
+	os.WriteFile(cfg, []byte(good+"[log]\nlevel = \"debug\"\n"), 0o644)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "reload", func() bool { return strings.Contains(errb.String(), "configuration reloaded") })
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit on SIGTERM")
+	}
+}
+
 // TestServeDefaults runs "serve" on the embedded defaults in a temp state
 // directory, talks anvil to it, and stops it with SIGTERM.
 func TestServeDefaults(t *testing.T) {

@@ -9,7 +9,13 @@
 // wrapper command is not used. Start writes main.cf and master.cf, creates
 // the queue directories with the ownership that postfix-files(5) prescribes,
 // starts master and waits until it is ready. Stop terminates master and every
-// process master spawned, and waits until they are gone.
+// process master spawned, and waits until they are gone (reaping them
+// itself, so no zombies are left for init).
+//
+// If the owning process dies without calling Stop (a test binary killed by
+// -timeout, say), the instance keeps running: master clears any
+// parent-death signal when it switches its effective uid. Find leftovers
+// with "ps -eo pid,args | grep 'master -c'" and SIGTERM the master pid.
 //
 // Running Postfix needs root (master refuses to run otherwise) and the
 // Debian/Ubuntu layout of the postfix package (daemons in
@@ -90,8 +96,10 @@ type Options struct {
 	// OwnAnvil, if true, keeps Postfix's own anvil(8) service
 	// ("anvil unix - - n - 1 anvil") in master.cf. If false there is no
 	// anvil service, and an external server (sluice) must listen on
-	// AnvilSocketPath itself; until one does, smtpd logs a warning per
-	// connection and enforces no client limits.
+	// AnvilSocketPath itself. Until one does, smtpd logs "connect to
+	// private/anvil: No such file or directory", spends about a second
+	// retrying on each client connect and disconnect, and enforces no
+	// client limits.
 	OwnAnvil bool
 
 	// MainCF holds extra main.cf parameters; they override the defaults
@@ -114,7 +122,6 @@ type Instance struct {
 	logPath  string
 	logf     func(format string, args ...any)
 
-	cmd     *exec.Cmd
 	pid     int
 	stderr  *syncBuffer
 	done    chan struct{} // closed when master has exited and been reaped
@@ -472,7 +479,6 @@ func (i *Instance) startMaster() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start master %s: %w", i.confDir, err)
 	}
-	i.cmd = cmd
 	i.pid = cmd.Process.Pid
 	i.logf("postfixtest: started %s -c %s (pid %d)", master, i.confDir, i.pid)
 	go func() {
@@ -651,8 +657,11 @@ func (i *Instance) PrivateDir() string { return filepath.Join(i.queueDir, "priva
 
 // AnvilSocketPath returns <queue>/private/anvil, the socket smtpd connects
 // to for anvil(8) service. With OwnAnvil false an external server must
-// listen here, and the socket must be connectable by the postfix user
-// (chown it with PostfixUID or make it mode 0666).
+// listen here (a unix stream socket), and the socket must be connectable by
+// the postfix user (chown it with PostfixUID or make it mode 0666). On
+// Postfix 3.7 the server speaks first: it must send the announcement
+// "protocol=anvil_protocol\n\n" on each new connection, or smtpd waits
+// for it (ipc_timeout, one hour) and never greets its SMTP client.
 func (i *Instance) AnvilSocketPath() string { return filepath.Join(i.queueDir, "private", "anvil") }
 
 // Log returns the instance's maillog text so far.

@@ -1,6 +1,7 @@
 package postfixtest
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"os"
@@ -52,25 +53,28 @@ func startInstance(t *testing.T, o Options) *Instance {
 }
 
 // assertStopped checks, via /proc and ps(1), that no process of inst is
-// left: neither one in master's session nor one with MAIL_CONFIG=<confdir>
-// nor one whose command line names the config dir.
+// left, not even a zombie: none in master's session, none with
+// MAIL_CONFIG=<confdir> in its environment, none whose command line names
+// the config dir.
 func assertStopped(t *testing.T, inst *Instance) {
 	t.Helper()
-	left, err := inst.processes(false)
+	left, err := inst.processes(true)
 	if err != nil {
 		t.Fatalf("list processes: %v", err)
 	}
 	if len(left) > 0 {
 		t.Errorf("processes left after Stop: %v", left)
 	}
-	out, err := exec.Command("ps", "-eo", "pid,stat,args").Output()
+	out, err := exec.Command("ps", "-eo", "pid,sid,stat,args").Output()
 	if err != nil {
 		t.Logf("ps not usable (%v); relying on /proc scan", err)
 		return
 	}
+	sid := strconv.Itoa(inst.pid)
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, inst.ConfigDir()) {
-			t.Errorf("ps shows a process for %s after Stop: %s", inst.ConfigDir(), line)
+		f := strings.Fields(line)
+		if strings.Contains(line, inst.ConfigDir()) || len(f) > 1 && f[1] == sid {
+			t.Errorf("ps shows a process of %s after Stop: %s", inst.ConfigDir(), line)
 		}
 	}
 }
@@ -319,7 +323,7 @@ func TestTwoInstances(t *testing.T) {
 		p2 = freePort(t)
 	}
 	a := startInstance(t, Options{SMTPPort: p1, OwnAnvil: true})
-	b := startInstance(t, Options{SMTPPort: p2, OwnAnvil: false})
+	b := startInstance(t, Options{SMTPPort: p2, OwnAnvil: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -342,14 +346,17 @@ func TestTwoInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Each instance logs only its own traffic; b has no anvil, so its
-	// smtpd complains about the missing anvil socket.
-	if err := b.WaitLog(ctx, "private/anvil"); err != nil {
-		t.Fatal(err)
-	}
+	// Each instance logs only its own traffic.
 	logA, _ := a.Log()
-	if strings.Contains(logA, b.ConfigDir()) {
-		t.Errorf("instance a's log mentions instance b")
+	logB, _ := b.Log()
+	if strings.Contains(logA, b.ConfigDir()) || strings.Contains(logA, "127.0.0.1:"+strconv.Itoa(p2)) {
+		t.Errorf("instance a's log mentions instance b:\n%s", logA)
+	}
+	if strings.Contains(logB, a.ConfigDir()) || strings.Contains(logB, "127.0.0.1:"+strconv.Itoa(p1)) {
+		t.Errorf("instance b's log mentions instance a:\n%s", logB)
+	}
+	if a.AnvilSocketPath() == b.AnvilSocketPath() {
+		t.Errorf("instances share the anvil socket %s", a.AnvilSocketPath())
 	}
 
 	if err := a.Stop(); err != nil {
@@ -428,11 +435,11 @@ func TestAvailableExplains(t *testing.T) {
 }
 
 // TestExternalAnvilSocket checks the OwnAnvil=false set-up: a server bound
-// to AnvilSocketPath and chowned to postfix is what smtpd connects to.
-// It sends the server half of the anvil handshake (Postfix >= 3.x clients
-// wait for "protocol=anvil_protocol" before sending anything), records
-// smtpd's first request and hangs up, after which smtpd carries on without
-// limits.
+// to AnvilSocketPath and chowned to postfix is what smtpd connects to. The
+// fake server speaks just enough of the anvil protocol (attr_print_plain:
+// "name=value\n" lines, an empty line ends a message; the server first
+// announces "protocol=anvil_protocol") to let smtpd proceed, and records
+// the requests.
 func TestExternalAnvilSocket(t *testing.T) {
 	requirePostfix(t)
 	port := freePort(t)
@@ -451,27 +458,15 @@ func TestExternalAnvilSocket(t *testing.T) {
 	if err := os.Chown(path, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan string, 1)
+	requests := make(chan string, 100)
 	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- "accept: " + err.Error()
-			return
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go fakeAnvil(c, requests)
 		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		// attr_print_plain format: name=value LF ... LF.
-		if _, err := c.Write([]byte("protocol=anvil_protocol\n\n")); err != nil {
-			got <- "write handshake: " + err.Error()
-			return
-		}
-		buf := make([]byte, 512)
-		n, err := c.Read(buf)
-		if err != nil {
-			got <- "read: " + err.Error()
-			return
-		}
-		got <- string(buf[:n])
 	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -480,18 +475,61 @@ func TestExternalAnvilSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	if r.Code != 220 {
 		t.Fatalf("greeting = %v", r)
 	}
-	select {
-	case req := <-got:
-		t.Logf("smtpd's first anvil request: %q", req)
-		if !strings.Contains(req, "connect") || !strings.Contains(req, "127.0.0.1") {
-			t.Errorf("unexpected anvil request %q", req)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, want := range []string{"request=connect", "request=disconnect"} {
+		for !strings.Contains(strings.Join(seen, "|"), want) {
+			select {
+			case req := <-requests:
+				seen = append(seen, req)
+			case <-ctx.Done():
+				t.Fatalf("no %s from smtpd; got %q", want, seen)
+			}
 		}
-	case <-ctx.Done():
-		t.Fatal("smtpd never connected to the external anvil socket")
+	}
+	t.Logf("anvil requests from smtpd: %q", seen)
+	if !strings.Contains(seen[0], "ident=127.0.0.1:"+strconv.Itoa(port)+":127.0.0.1") {
+		t.Errorf("ident is not <service>:<client address>: %q", seen[0])
+	}
+}
+
+// fakeAnvil serves one anvil client connection: handshake, then one reply
+// per request, always allowing.
+func fakeAnvil(c net.Conn, requests chan<- string) {
+	defer c.Close()
+	if _, err := c.Write([]byte("protocol=anvil_protocol\n\n")); err != nil {
+		return
+	}
+	br := bufio.NewReader(c)
+	for {
+		var lines []string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line == "\n" {
+				break
+			}
+			lines = append(lines, strings.TrimSuffix(line, "\n"))
+		}
+		req := strings.Join(lines, " ")
+		requests <- req
+		reply := "status=0\nrate=1\n\n"
+		switch {
+		case strings.Contains(req, "request=connect"):
+			reply = "status=0\ncount=1\nrate=1\n\n"
+		case strings.Contains(req, "request=disconnect"):
+			reply = "status=0\n\n"
+		}
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return
+		}
 	}
 }
 
