@@ -21,6 +21,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/policy"
 	"sluice/internal/store/memory"
 )
 
@@ -36,6 +37,7 @@ type Daemon struct {
 	lim   *limiter.Limiter
 
 	anvil     *anvil.Server
+	policy    *policy.Server
 	listeners []boundListener
 
 	stopStatus context.CancelFunc
@@ -44,8 +46,10 @@ type Daemon struct {
 }
 
 type boundListener struct {
-	spec string // as configured
-	l    net.Listener
+	door  string // "anvil", "policy"
+	spec  string // as configured
+	l     net.Listener
+	serve func(net.Listener) error
 }
 
 // New builds a daemon from cfg, which must have passed Validate, and binds
@@ -73,12 +77,10 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		return nil, err
 	}
 	d.gov.Store(gov)
-	if cfg.Anvil.Enabled {
-		if err := d.bindAnvil(cfg); err != nil {
-			d.closeListeners()
-			d.store.Close()
-			return nil, err
-		}
+	if err := d.bind(cfg); err != nil {
+		d.closeListeners()
+		d.store.Close()
+		return nil, err
 	}
 	return d, nil
 }
@@ -105,7 +107,11 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, log *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Logger: log}), nil
+	prules, errs := PolicyRules(cfg)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules, Logger: log}), nil
 }
 
 func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
@@ -135,28 +141,50 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-func (d *Daemon) bindAnvil(cfg *config.Config) error {
-	a := cfg.Anvil
-	mode, err := a.Socket.FileMode()
+// bind creates the front ends and binds their listeners.
+func (d *Daemon) bind(cfg *config.Config) error {
+	if a := cfg.Anvil; a.Enabled {
+		d.anvil = anvil.NewServer(anvil.Options{
+			Handler:        anvilHandler{d},
+			Logger:         d.log,
+			NoAnnounce:     !a.Announce,
+			MaxConns:       a.MaxConns,
+			IdleTimeout:    idle(a.IdleTimeout.D()),
+			RequestTimeout: a.RequestTimeout.D(),
+			MaxLine:        a.MaxLine,
+		})
+		if err := d.listenAll(cfg, "anvil", a.Listen, a.Socket, d.anvil.Serve); err != nil {
+			return err
+		}
+	}
+	if p := cfg.Policy; p.Enabled {
+		d.policy = policy.NewServer(policy.Options{
+			Handler:        policyHandler{d},
+			Logger:         d.log,
+			MaxConns:       p.MaxConns,
+			IdleTimeout:    idle(p.IdleTimeout.D()),
+			RequestTimeout: p.RequestTimeout.D(),
+			Limits:         policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
+		})
+		if err := d.listenAll(cfg, "policy", p.Listen, p.Socket, d.policy.Serve); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock config.Socket, serve func(net.Listener) error) error {
+	mode, err := sock.FileMode()
 	if err != nil {
 		return err
 	}
-	for _, spec := range a.Listen {
-		l, err := listen(cfg, spec, a.Socket, mode)
+	for _, spec := range specs {
+		l, err := listen(cfg, spec, sock, mode)
 		if err != nil {
-			return fmt.Errorf("anvil: %w", err)
+			return fmt.Errorf("%s: %w", door, err)
 		}
-		d.listeners = append(d.listeners, boundListener{spec: spec, l: l})
+		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve})
 	}
-	d.anvil = anvil.NewServer(anvil.Options{
-		Handler:        anvilHandler{d},
-		Logger:         d.log,
-		NoAnnounce:     !a.Announce,
-		MaxConns:       a.MaxConns,
-		IdleTimeout:    idle(a.IdleTimeout.D()),
-		RequestTimeout: a.RequestTimeout.D(),
-		MaxLine:        a.MaxLine,
-	})
 	return nil
 }
 
@@ -181,11 +209,11 @@ func (d *Daemon) Start() {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			if err := d.anvil.Serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) {
-				d.log.Error("anvil: listener failed", "listen", bl.spec, "err", err)
+			if err := bl.serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) {
+				d.log.Error(bl.door+": listener failed", "listen", bl.spec, "err", err)
 			}
 		}()
-		d.log.Info("anvil service listening", "listen", bl.spec, "addr", bl.l.Addr().String())
+		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String())
 	}
 }
 
@@ -231,7 +259,7 @@ func (d *Daemon) Reload() error {
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}
-	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()))
+	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules))
 	return nil
 }
 
@@ -255,6 +283,12 @@ func restartNeeded(old, cur *config.Config) []string {
 		oa.RequestTimeout != ca.RequestTimeout || oa.MaxLine != ca.MaxLine {
 		out = append(out, "anvil listeners and connection settings")
 	}
+	op, cp := old.Policy, cur.Policy
+	if op.Enabled != cp.Enabled || !slices.Equal(op.Listen, cp.Listen) || op.Socket != cp.Socket ||
+		op.MaxConns != cp.MaxConns || op.IdleTimeout != cp.IdleTimeout || op.RequestTimeout != cp.RequestTimeout ||
+		op.MaxLine != cp.MaxLine || op.MaxAttrs != cp.MaxAttrs || op.MaxRequest != cp.MaxRequest {
+		out = append(out, "policy listeners and connection settings")
+	}
 	return out
 }
 
@@ -263,9 +297,12 @@ func restartNeeded(old, cur *config.Config) []string {
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var err error
+	var errs []error
 	if d.anvil != nil {
-		err = d.anvil.Shutdown(ctx)
+		errs = append(errs, d.anvil.Shutdown(ctx))
+	}
+	if d.policy != nil {
+		errs = append(errs, d.policy.Shutdown(ctx))
 	}
 	d.closeListeners()
 	if d.stopStatus != nil {
@@ -274,7 +311,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.wg.Wait()
 	d.store.Close()
 	d.log.Info("sluice stopped")
-	return err
+	return errors.Join(errs...)
 }
 
 func (d *Daemon) closeListeners() {

@@ -10,14 +10,14 @@ import (
 
 const mod = "sluice/internal/"
 
-var frontEnds = []string{"anvil", "policy", "milter", "milter/wire", "mux", "socketmap", "throttle", "web"}
+var frontEnds = []string{"anvil", "policy", "milter", "milter/wire", "mux", "socketmap", "throttle", "web", "netserve"}
 
 // forbidden lists, per package prefix, what it must not depend on.
 var forbidden = map[string][]string{
 	"limiter":  append([]string{"governor", "store", "app", "cli", "config"}, frontEnds...),
 	"governor": append([]string{"app", "cli", "config", "store"}, frontEnds...),
 	"store":    append([]string{"governor", "app", "cli", "config"}, frontEnds...),
-	"config":   append([]string{"limiter", "governor", "store", "app", "cli"}, frontEnds...),
+	"config":   append([]string{"governor", "store", "app", "cli", "netserve"}, frontEnds...),
 	"clock":    {"limiter", "governor", "store", "app", "cli", "config"},
 	"hostmask": {"limiter", "governor", "store", "app", "cli", "config"},
 }

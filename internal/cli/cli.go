@@ -149,6 +149,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	if table, err := limiter.NewClasses(classes); err == nil {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table.Table())
 	}
+	printPolicy(w, cfg)
 	a := cfg.Anvil
 	if !a.Enabled {
 		fmt.Fprintln(w, "\nanvil service: off")
@@ -176,6 +177,17 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+func printPolicy(w io.Writer, cfg *config.Config) {
+	p := cfg.Policy
+	if !p.Enabled {
+		fmt.Fprintln(w, "\npolicy service: off")
+		return
+	}
+	rules, _ := app.PolicyRules(cfg)
+	fmt.Fprintf(w, "\npolicy service: %s; when no rule refuses: %s\nrules, in order (the first that refuses answers):\n%s",
+		strings.Join(p.Listen, ", "), p.DefaultAction, rules.Table())
 }
 
 func limitText(p *int64) string {

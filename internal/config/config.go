@@ -24,6 +24,7 @@ type Config struct {
 	Limiter     Limiter `toml:"limiter"`
 	Classes     []Class `toml:"class"`
 	Anvil       Anvil   `toml:"anvil"`
+	Policy      Policy  `toml:"policy"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
@@ -91,6 +92,59 @@ type Anvil struct {
 	SMTPD SMTPDLimits `toml:"smtpd"`
 }
 
+// Policy configures the Postfix policy delegation service.
+type Policy struct {
+	Enabled        bool     `toml:"enabled"`
+	Listen         []string `toml:"listen"`
+	Socket         Socket   `toml:"socket"`
+	MaxConns       int      `toml:"max_conns"`
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	RequestTimeout Duration `toml:"request_timeout"`
+	MaxLine        int      `toml:"max_line"`
+	MaxAttrs       int      `toml:"max_attrs"`
+	MaxRequest     int      `toml:"max_request"`
+	// DefaultAction answers requests no rule refuses (normally DUNNO).
+	DefaultAction string       `toml:"default_action"`
+	Rules         []PolicyRule `toml:"rule"`
+}
+
+// PolicyRule is one [[policy.rule]]: which requests it applies to, what it
+// counts under which key, its limits and its answer when over.
+type PolicyRule struct {
+	Name string `toml:"name"`
+
+	ClientAddress     []string `toml:"client_address"`
+	ClientName        []string `toml:"client_name"`
+	ReverseClientName []string `toml:"reverse_client_name"`
+	HeloName          []string `toml:"helo_name"`
+	Sender            []string `toml:"sender"`
+	SenderDomain      []string `toml:"sender_domain"`
+	Recipient         []string `toml:"recipient"`
+	RecipientDomain   []string `toml:"recipient_domain"`
+	SASLUsername      []string `toml:"sasl_username"`
+	PolicyContext     []string `toml:"policy_context"`
+	ProtocolState     []string `toml:"protocol_state"`
+	Class             []string `toml:"class"`
+
+	// Key lists the attributes whose values make the key.
+	Key []string `toml:"key"`
+	// Count is messages, recipients, connections or bytes.
+	Count string `toml:"count"`
+	// Stage is where messages or recipients are counted: RCPT, DATA or
+	// END-OF-MESSAGE (the default).
+	Stage string `toml:"stage"`
+	// Limit lists "N/PERIOD [algorithm] [burst=B]" limits, all applied.
+	Limit []string `toml:"limit"`
+	// Mode is leaky (default) or strict.
+	Mode     string `toml:"mode"`
+	Action   string `toml:"action"`
+	DryRun   bool   `toml:"dry_run"`
+	Rollback bool   `toml:"rollback"`
+}
+
+// DefaultPolicyAction is the reply of a rule without its own text.
+const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
+
 // Socket sets owner, group and mode of unix sockets sluice creates.
 type Socket struct {
 	Owner string `toml:"owner"`
@@ -145,15 +199,31 @@ func Default() *Config {
 			IdleTimeout:    Duration(time.Hour),
 			RequestTimeout: Duration(10 * time.Second),
 			MaxLine:        1024,
-			SMTPD: SMTPDLimits{
-				ConnectionCount: ptr(50),
-				ConnectionRate:  ptr(0),
-				MessageRate:     ptr(0),
-				RecipientRate:   ptr(0),
-				NewTLSRate:      ptr(0),
-				AuthRate:        ptr(0),
-			},
+			SMTPD:          defaultSMTPD(),
 		},
+		Policy: Policy{
+			Enabled:        true,
+			Listen:         []string{"unix:policy"},
+			Socket:         Socket{Mode: "0660"},
+			MaxConns:       4096,
+			IdleTimeout:    Duration(time.Hour),
+			RequestTimeout: Duration(10 * time.Second),
+			MaxLine:        16 << 10,
+			MaxAttrs:       128,
+			MaxRequest:     128 << 10,
+			DefaultAction:  "DUNNO",
+		},
+	}
+}
+
+func defaultSMTPD() SMTPDLimits {
+	return SMTPDLimits{
+		ConnectionCount: ptr(50),
+		ConnectionRate:  ptr(0),
+		MessageRate:     ptr(0),
+		RecipientRate:   ptr(0),
+		NewTLSRate:      ptr(0),
+		AuthRate:        ptr(0),
 	}
 }
 

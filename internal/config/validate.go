@@ -45,6 +45,7 @@ func (c *Config) Validate() []error {
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
+	errs = append(errs, c.validatePolicy()...)
 	return errs
 }
 

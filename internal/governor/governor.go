@@ -15,6 +15,7 @@ type Governor struct {
 	lim     *limiter.Limiter
 	classes *limiter.Classes
 	anvil   AnvilRules
+	policy  PolicyRules
 	log     *slog.Logger
 }
 
@@ -23,6 +24,7 @@ type Options struct {
 	Limiter *limiter.Limiter
 	Classes *limiter.Classes
 	Anvil   AnvilRules
+	Policy  PolicyRules
 	Logger  *slog.Logger
 }
 
@@ -31,7 +33,10 @@ func New(o Options) *Governor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, log: o.Logger}
+	if o.Policy.Default == "" {
+		o.Policy.Default = "DUNNO"
+	}
+	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy, log: o.Logger}
 }
 
 // Classes returns the class table.
@@ -39,3 +44,6 @@ func (g *Governor) Classes() *limiter.Classes { return g.classes }
 
 // Limiter returns the limiter the rules count with.
 func (g *Governor) Limiter() *limiter.Limiter { return g.lim }
+
+// Policy returns the policy rules in force.
+func (g *Governor) Policy() PolicyRules { return g.policy }

@@ -69,11 +69,25 @@ type Limit struct {
 	Burst int64
 }
 
-// String renders the limit as "N/Period algorithm".
+// FormatPeriod renders a period the way people write it: "60s", "10m",
+// "1h", "1500ms".
+func FormatPeriod(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= 10*time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// String renders the limit as "N/Period algorithm", as ParseLimit reads it.
 func (l Limit) String() string {
-	s := fmt.Sprintf("%d/%s %s", l.N, l.Period, l.Algorithm)
+	s := fmt.Sprintf("%d/%s %s", l.N, FormatPeriod(l.Period), l.Algorithm)
 	if l.Algorithm == Smooth && l.Burst != 0 && l.Burst != l.N {
-		s += fmt.Sprintf(" burst %d", l.Burst)
+		s += fmt.Sprintf(" burst=%d", l.Burst)
 	}
 	return s
 }

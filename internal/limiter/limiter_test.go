@@ -180,3 +180,37 @@ func TestPeaksReport(t *testing.T) {
 		t.Errorf("peaks not reset after report")
 	}
 }
+
+func TestParseLimit(t *testing.T) {
+	good := map[string]string{
+		"10/60s exact":           "10/60s exact",
+		"10/60":                  "10/60s exact",
+		"100/1h smooth burst=20": "100/1h smooth burst=20",
+		"50/60s anvil":           "50/60s anvil",
+		"5/1500ms smooth":        "5/1.5s smooth",
+		"5/20m":                  "5/20m exact",
+	}
+	for in, want := range good {
+		l, err := limiter.ParseLimit(in)
+		if err != nil || l.String() != want {
+			t.Errorf("ParseLimit(%q) = %v, %v; want %s", in, l, err, want)
+		}
+	}
+	bad := map[string]string{
+		"":                      "empty limit",
+		"10":                    "want N/PERIOD",
+		"x/60s":                 `"x" is not a number`,
+		"10/soon":               "is not a duration",
+		"10/60s fast":           `unknown algorithm "fast"`,
+		"10/60s exact burst=3":  "burst applies to smooth limits only",
+		"0/60s":                 "count must be between 1",
+		"10/1500ms anvil":       "anvil windows are whole seconds",
+		"2000000/60s exact":     "exact limits hold at most 1000000 events",
+		"10/60s smooth burst=x": "burst \"x\" is not a number",
+	}
+	for in, want := range bad {
+		if _, err := limiter.ParseLimit(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLimit(%q) error %v, want %q", in, err, want)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package app
+
+import (
+	"context"
+
+	"sluice/internal/config"
+	"sluice/internal/governor"
+	"sluice/internal/policy"
+)
+
+// policyHandler adapts the policy front end to the governor in force at
+// the time of each request.
+type policyHandler struct{ d *Daemon }
+
+func (h policyHandler) NewSession() policy.Session { return &policySession{d: h.d} }
+
+type policySession struct {
+	d  *Daemon
+	ps governor.PolicySession
+	pr governor.PolicyRequest
+}
+
+func (s *policySession) Check(ctx context.Context, req *policy.Request) (string, error) {
+	s.pr = governor.PolicyRequest{
+		ProtocolState:     req.ProtocolState,
+		ClientAddress:     req.ClientAddress,
+		ClientPort:        req.ClientPort,
+		ClientName:        req.ClientName,
+		ReverseClientName: req.ReverseClientName,
+		HeloName:          req.HeloName,
+		Sender:            req.Sender,
+		Recipient:         req.Recipient,
+		RecipientCount:    req.RecipientCount,
+		Size:              req.Size,
+		SASLUsername:      req.SASLUsername,
+		PolicyContext:     req.PolicyContext,
+		Instance:          req.Instance,
+		Attr:              req.Attr,
+	}
+	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
+}
+
+func (s *policySession) Close() { s.d.gov.Load().PolicyClose(context.Background(), &s.ps) }
+
+// PolicyRules converts the configured rules for the governor.
+func PolicyRules(cfg *config.Config) (governor.PolicyRules, []error) {
+	specs, errs := cfg.PolicyRules()
+	rules := governor.PolicyRules{Default: cfg.Policy.DefaultAction}
+	for _, s := range specs {
+		count, _ := governor.ParseCounted(s.Count)
+		r := governor.PolicyRule{
+			Name: s.Name,
+			Match: governor.PolicyMatch{
+				ClientAddress: s.ClientAddress, ClientName: s.ClientName, ReverseClientName: s.ReverseClientName,
+				HeloName: s.HeloName, Sender: s.Sender, SenderDomain: s.SenderDomain, Recipient: s.Recipient,
+				RecipientDomain: s.RecipientDomain, SASLUsername: s.SASLUsername, PolicyContext: s.PolicyContext,
+				ProtocolState: s.ProtocolState, Class: s.Class,
+			},
+			Count: count, Stage: s.Stage, Limits: s.Limits, Mode: s.Mode,
+			Action: s.Action, DryRun: s.DryRun, Rollback: s.Rollback,
+		}
+		for _, k := range s.Key {
+			r.Key = append(r.Key, governor.KeyPart{Attr: k.Attr, V4Prefix: k.V4Prefix, V6Prefix: k.V6Prefix})
+		}
+		rules.Rules = append(rules.Rules, r)
+	}
+	return rules, errs
+}

@@ -1,0 +1,553 @@
+package governor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sluice/internal/hostmask"
+	"sluice/internal/limiter"
+)
+
+// Counted says what a policy rule counts.
+type Counted uint8
+
+// What a rule can count.
+const (
+	CountMessages   Counted = iota + 1 // once per message
+	CountRecipients                    // once per accepted recipient
+	CountConnections                   // once per SMTP session
+	CountBytes                         // the message size
+)
+
+var countedNames = [...]string{CountMessages: "messages", CountRecipients: "recipients", CountConnections: "connections", CountBytes: "bytes"}
+
+func (c Counted) String() string {
+	if int(c) < len(countedNames) {
+		return countedNames[c]
+	}
+	return "?"
+}
+
+// ParseCounted parses "messages", "recipients", "connections" or "bytes".
+func ParseCounted(s string) (Counted, error) {
+	for i, n := range countedNames {
+		if n != "" && n == s {
+			return Counted(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown count %q (want messages, recipients, connections or bytes)", s)
+}
+
+// Protocol states as Postfix names them.
+const (
+	StateConnect = "CONNECT"
+	StateRcpt    = "RCPT"
+	StateData    = "DATA"
+	StateEOM     = "END-OF-MESSAGE"
+)
+
+// PolicyRequest is what the governor needs of a policy query; the app's
+// adapter fills it from the protocol's request.
+type PolicyRequest struct {
+	ProtocolState     string
+	ClientAddress     string
+	ClientPort        string
+	ClientName        string
+	ReverseClientName string
+	HeloName          string
+	Sender            string
+	Recipient         string
+	RecipientCount    int64
+	Size              int64
+	SASLUsername      string
+	PolicyContext     string
+	Instance          string
+	// Attr returns any other attribute by its Postfix name, for keys.
+	Attr func(name string) (string, bool)
+}
+
+// PolicyMatch selects the requests a rule applies to. Every non-empty
+// list must match (AND); within a list any entry may match (OR).
+type PolicyMatch struct {
+	ClientAddress     []hostmask.Mask // networks
+	ClientName        []hostmask.Mask
+	ReverseClientName []hostmask.Mask
+	HeloName          []hostmask.Mask
+	Sender            []string        // addresses, lower case; "<>" is the null sender
+	SenderDomain      []hostmask.Mask
+	Recipient         []string
+	RecipientDomain   []hostmask.Mask
+	SASLUsername      []string // "*": any authenticated user
+	PolicyContext     []string
+	ProtocolState     []string
+	Class             []string
+}
+
+// KeyPart is one component of a rule's key: an attribute, optionally
+// reduced to a network (client_address/24/64), or a derived value
+// (sender_domain, recipient_domain, class).
+type KeyPart struct {
+	Attr     string
+	V4Prefix int // for client_address: 0 keeps the address
+	V6Prefix int
+}
+
+// String renders the part as configured.
+func (k KeyPart) String() string {
+	if k.V4Prefix == 0 {
+		return k.Attr
+	}
+	return fmt.Sprintf("%s/%d/%d", k.Attr, k.V4Prefix, k.V6Prefix)
+}
+
+// PolicyRule is one limit rule.
+type PolicyRule struct {
+	Name   string
+	Match  PolicyMatch
+	Key    []KeyPart
+	Count  Counted
+	Stage  string // where the count is taken: RCPT, DATA or END-OF-MESSAGE
+	Limits []limiter.Limit
+	Mode   limiter.Mode
+	// Action is the reply when over, a template (see PolicyAction).
+	Action string
+	// DryRun answers WARN with the action's text and lets the mail pass.
+	DryRun bool
+	// Rollback takes back RCPT-stage counts of a transaction that never
+	// reached END-OF-MESSAGE (it needs the policy service called at
+	// END-OF-MESSAGE too).
+	Rollback bool
+}
+
+// PolicyRules are the rules in force, in order.
+type PolicyRules struct {
+	Rules []PolicyRule
+	// Default is the reply when no rule refuses (normally DUNNO).
+	Default string
+}
+
+// DefaultPolicyAction is the reply of a rule without its own text.
+const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
+
+// storeTrouble is the reply when the limiter cannot decide and fails closed.
+const storeTrouble = "DEFER_IF_PERMIT 4.3.0 Rate limiter temporarily unavailable; try again later"
+
+// PolicySession is the state of one policy connection: the transaction it
+// is in and the counts that may have to be taken back.
+type PolicySession struct {
+	instance  string
+	finished  bool // the instance reached END-OF-MESSAGE
+	pending   []pendingHit
+	counted   []string // "rule" names counted once for this instance
+	smtpSess  string   // client_address:client_port of the SMTP session
+	connCount []string // connection rules counted for this SMTP session
+	connDeny  string   // a connection rule's refusal, kept for the session
+}
+
+type pendingHit struct {
+	checks []limiter.Check
+	n      int64
+	at     time.Time
+}
+
+// PolicyCheck decides one policy query and returns the action.
+func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *PolicyRequest) (string, error) {
+	g.policyTransaction(ctx, ps, req)
+	if ps.connDeny != "" {
+		return ps.connDeny, nil
+	}
+	var done []pendingHit // leaky hits of this request, undone if a later rule refuses
+	var warn string
+	peer := hostmask.PeerAddr(req.ClientName, parseAddr(req.ClientAddress))
+	var class string
+	for i := range g.policy.Rules {
+		r := &g.policy.Rules[i]
+		if !g.policyMatches(r, req, peer, &class) {
+			continue
+		}
+		n, ok := policyAmount(r, req, ps)
+		if !ok {
+			continue
+		}
+		key := policyKey(r, req, g, peer, &class)
+		checks := make([]limiter.Check, len(r.Limits))
+		for j, lim := range r.Limits {
+			checks[j] = limiter.Check{Key: "policy\x00" + r.Name + "\x00" + strconv.Itoa(j) + "\x00" + key, Limit: lim, Stat: r.Name}
+		}
+		out := make([]limiter.Decision, len(checks))
+		mode := r.Mode
+		if r.DryRun {
+			mode = limiter.Strict // a dry run lets the mail pass, so it counts
+		}
+		at := g.lim.Now()
+		err := g.lim.Hit(ctx, n, mode, checks, out)
+		if err != nil && !limiterAllows(out) {
+			g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", err)
+			g.policyUndo(ctx, done)
+			return storeTrouble, nil
+		}
+		refused := -1
+		for j := range out {
+			if !out[j].Allowed {
+				refused = j
+				break
+			}
+		}
+		if g.log.Enabled(ctx, slog.LevelDebug) {
+			for j := range out {
+				verdict := "ok"
+				if !out[j].Allowed {
+					verdict = "over"
+				}
+				g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
+					"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+			}
+		}
+		if refused < 0 || r.DryRun {
+			// Counted once: per SMTP session, or per transaction at RCPT.
+			switch {
+			case r.Count == CountConnections:
+				ps.connCount = append(ps.connCount, r.Name)
+			case r.Count == CountMessages && req.ProtocolState == StateRcpt:
+				ps.counted = append(ps.counted, r.Name)
+			}
+		}
+		if refused < 0 || r.DryRun || mode == limiter.Strict {
+			h := pendingHit{checks: checks, n: n, at: at}
+			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
+				done = append(done, h)
+			}
+			if r.Rollback && req.ProtocolState == StateRcpt && refused < 0 {
+				ps.pending = append(ps.pending, h)
+			}
+		}
+		if refused < 0 {
+			continue
+		}
+		text := PolicyAction(r, key, out[refused], r.Limits[refused])
+		if r.DryRun {
+			g.log.Info("policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", r.Limits[refused].String())
+			if warn == "" {
+				warn = "WARN " + actionText(text)
+			}
+			continue
+		}
+		g.log.Info("policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
+			"limit", r.Limits[refused].String(), "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+		// The mail is refused: what earlier rules counted for it did not
+		// happen, if they count leaky.
+		g.policyUndo(ctx, done)
+		if r.Count == CountConnections {
+			ps.connDeny = text
+		}
+		return text, nil
+	}
+	if warn != "" {
+		return warn, nil
+	}
+	return g.policy.Default, nil
+}
+
+func limiterAllows(out []limiter.Decision) bool {
+	for _, d := range out {
+		if !d.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// policyTransaction follows the SMTP session and the mail transaction of
+// the request, taking back counts of a transaction that ended without
+// END-OF-MESSAGE.
+func (g *Governor) policyTransaction(ctx context.Context, ps *PolicySession, req *PolicyRequest) {
+	if sess := req.ClientAddress + "\x00" + req.ClientPort; sess != ps.smtpSess {
+		ps.smtpSess, ps.connCount, ps.connDeny = sess, ps.connCount[:0], ""
+	}
+	if req.Instance != ps.instance {
+		if !ps.finished && len(ps.pending) > 0 {
+			g.log.Debug("policy: transaction ended without END-OF-MESSAGE; taking back its counts", "instance", ps.instance, "hits", len(ps.pending))
+			g.policyUndo(ctx, ps.pending)
+		}
+		ps.instance, ps.finished, ps.pending, ps.counted = req.Instance, false, ps.pending[:0], ps.counted[:0]
+	}
+	if req.ProtocolState == StateEOM {
+		ps.finished = true
+		ps.pending = ps.pending[:0]
+	}
+}
+
+// PolicyClose ends a policy connection's session: an unfinished
+// transaction's counts are taken back.
+func (g *Governor) PolicyClose(ctx context.Context, ps *PolicySession) {
+	if !ps.finished && len(ps.pending) > 0 {
+		g.policyUndo(ctx, ps.pending)
+	}
+	*ps = PolicySession{}
+}
+
+func (g *Governor) policyUndo(ctx context.Context, hits []pendingHit) {
+	for _, h := range hits {
+		if err := g.lim.Undo(ctx, h.at, h.n, h.checks); err != nil {
+			g.log.Warn("policy: taking back a count failed", "err", err)
+		}
+	}
+}
+
+// policyAmount returns how many events the request adds for the rule, and
+// whether it counts here at all.
+func policyAmount(r *PolicyRule, req *PolicyRequest, ps *PolicySession) (int64, bool) {
+	st := req.ProtocolState
+	switch r.Count {
+	case CountConnections:
+		return 1, !slices.Contains(ps.connCount, r.Name)
+	case CountMessages:
+		if st != r.Stage {
+			return 0, false
+		}
+		if st == StateRcpt {
+			// Once per transaction, at its first admitted recipient.
+			return 1, !slices.Contains(ps.counted, r.Name)
+		}
+		return 1, true
+	case CountRecipients:
+		if st != r.Stage {
+			return 0, false
+		}
+		if st == StateRcpt {
+			return 1, true
+		}
+		return req.RecipientCount, req.RecipientCount > 0
+	case CountBytes:
+		if st != StateEOM {
+			return 0, false
+		}
+		return req.Size, req.Size > 0
+	}
+	return 0, false
+}
+
+func parseAddr(s string) netip.Addr {
+	a, _ := netip.ParseAddr(s)
+	return a
+}
+
+func domainOf(addr string) string {
+	if i := strings.LastIndexByte(addr, '@'); i >= 0 {
+		return strings.ToLower(addr[i+1:])
+	}
+	return ""
+}
+
+func anyMask(ms []hostmask.Mask, p hostmask.Peer) bool {
+	for _, m := range ms {
+		if m.Match(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchAddress(list []string, addr string) bool {
+	if addr == "" {
+		addr = "<>"
+	}
+	for _, a := range list {
+		if strings.EqualFold(a, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Governor) policyMatches(r *PolicyRule, req *PolicyRequest, peer hostmask.Peer, class *string) bool {
+	m := &r.Match
+	if len(m.ProtocolState) > 0 && !slices.Contains(m.ProtocolState, req.ProtocolState) {
+		return false
+	}
+	if len(m.ClientAddress) > 0 && !anyMask(m.ClientAddress, hostmask.Peer{Net: peer.Net}) {
+		return false
+	}
+	if len(m.ClientName) > 0 && !anyMask(m.ClientName, hostmask.Peer{Name: req.ClientName}) {
+		return false
+	}
+	if len(m.ReverseClientName) > 0 && !anyMask(m.ReverseClientName, hostmask.Peer{Name: req.ReverseClientName}) {
+		return false
+	}
+	if len(m.HeloName) > 0 && !anyMask(m.HeloName, hostmask.Peer{Name: req.HeloName}) {
+		return false
+	}
+	if len(m.Sender) > 0 && !matchAddress(m.Sender, req.Sender) {
+		return false
+	}
+	if len(m.SenderDomain) > 0 && !anyMask(m.SenderDomain, hostmask.Peer{Name: domainOf(req.Sender)}) {
+		return false
+	}
+	if len(m.Recipient) > 0 && !matchAddress(m.Recipient, req.Recipient) {
+		return false
+	}
+	if len(m.RecipientDomain) > 0 && !anyMask(m.RecipientDomain, hostmask.Peer{Name: domainOf(req.Recipient)}) {
+		return false
+	}
+	if len(m.SASLUsername) > 0 && !(req.SASLUsername != "" && (slices.Contains(m.SASLUsername, "*") || slices.Contains(m.SASLUsername, req.SASLUsername))) {
+		return false
+	}
+	if len(m.PolicyContext) > 0 && !slices.Contains(m.PolicyContext, req.PolicyContext) {
+		return false
+	}
+	if len(m.Class) > 0 && !slices.Contains(m.Class, g.policyClass(peer, class)) {
+		return false
+	}
+	return true
+}
+
+// policyClass returns the client's class, computed once per request.
+func (g *Governor) policyClass(peer hostmask.Peer, cache *string) string {
+	if *cache == "" {
+		*cache = g.classes.Match(peer).Name
+	}
+	return *cache
+}
+
+// policyKey builds the value part of a rule's key.
+func policyKey(r *PolicyRule, req *PolicyRequest, g *Governor, peer hostmask.Peer, class *string) string {
+	var b strings.Builder
+	for i, k := range r.Key {
+		if i > 0 {
+			b.WriteByte('\x00')
+		}
+		b.WriteString(k.Attr)
+		b.WriteByte('=')
+		switch k.Attr {
+		case "sender_domain":
+			b.WriteString(domainOf(req.Sender))
+		case "recipient_domain":
+			b.WriteString(domainOf(req.Recipient))
+		case "class":
+			b.WriteString(g.policyClass(peer, class))
+		case "sender", "recipient":
+			v, _ := req.Attr(k.Attr)
+			b.WriteString(strings.ToLower(v))
+		case "client_address":
+			if k.V4Prefix > 0 && peer.Net.IsValid() {
+				bits := k.V4Prefix
+				if peer.Net.Addr().Is6() {
+					bits = k.V6Prefix
+				}
+				p, _ := peer.Net.Addr().Prefix(bits)
+				b.WriteString(p.String())
+			} else {
+				b.WriteString(req.ClientAddress)
+			}
+		default:
+			v, _ := req.Attr(k.Attr)
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// keyText renders a key for people: "sender=a@b.example, client_address=...".
+func keyText(key string) string { return strings.ReplaceAll(key, "\x00", ", ") }
+
+// PolicyAction fills a rule's action template. Placeholders: {rule},
+// {key}, {count}, {limit}, {period}, {algorithm}, {retry} (whole seconds,
+// rounded up).
+func PolicyAction(r *PolicyRule, key string, d limiter.Decision, lim limiter.Limit) string {
+	retry := "later"
+	if d.RetryAfter != limiter.Never {
+		retry = strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10)
+	}
+	rep := strings.NewReplacer(
+		"{rule}", r.Name,
+		"{key}", keyText(key),
+		"{count}", strconv.FormatInt(d.Count, 10),
+		"{limit}", strconv.FormatInt(lim.N, 10),
+		"{period}", limiter.FormatPeriod(lim.Period),
+		"{algorithm}", lim.Algorithm.String(),
+		"{retry}", retry,
+	)
+	return rep.Replace(r.Action)
+}
+
+// actionText strips the verb of an action: "DEFER_IF_PERMIT x" -> "x".
+func actionText(a string) string {
+	if _, rest, ok := strings.Cut(a, " "); ok {
+		return rest
+	}
+	return a
+}
+
+// Table renders the rules as understood, for `sluice check`.
+func (rs PolicyRules) Table() string {
+	var b strings.Builder
+	for i, r := range rs.Rules {
+		limits := make([]string, len(r.Limits))
+		for j, l := range r.Limits {
+			limits[j] = l.String()
+		}
+		keys := make([]string, len(r.Key))
+		for j, k := range r.Key {
+			keys[j] = k.String()
+		}
+		fmt.Fprintf(&b, "%d. %s: count %s at %s per [%s], limits %s, %s", i+1, r.Name, r.Count, r.Stage, strings.Join(keys, " + "), strings.Join(limits, " and "), modeName(r.Mode))
+		if r.DryRun {
+			b.WriteString(", dry run (WARN)")
+		}
+		if r.Rollback {
+			b.WriteString(", rolled back if the transaction is not finished")
+		}
+		fmt.Fprintf(&b, "\n   when over: %s\n", r.Action)
+		if w := r.Match.describe(); w != "" {
+			fmt.Fprintf(&b, "   applies to: %s\n", w)
+		}
+	}
+	if len(rs.Rules) == 0 {
+		b.WriteString("(no rules: every request gets " + rs.Default + ")\n")
+	}
+	return b.String()
+}
+
+func modeName(m limiter.Mode) string {
+	if m == limiter.Strict {
+		return "strict (refused attempts count)"
+	}
+	return "leaky (refused attempts do not count)"
+}
+
+func (m PolicyMatch) describe() string {
+	var parts []string
+	masks := func(name string, ms []hostmask.Mask) {
+		if len(ms) > 0 {
+			s := make([]string, len(ms))
+			for i, x := range ms {
+				s[i] = x.String()
+			}
+			parts = append(parts, name+" "+strings.Join(s, "|"))
+		}
+	}
+	strs := func(name string, ss []string) {
+		if len(ss) > 0 {
+			parts = append(parts, name+" "+strings.Join(ss, "|"))
+		}
+	}
+	strs("protocol_state", m.ProtocolState)
+	masks("client_address", m.ClientAddress)
+	masks("client_name", m.ClientName)
+	masks("reverse_client_name", m.ReverseClientName)
+	masks("helo_name", m.HeloName)
+	strs("sender", m.Sender)
+	masks("sender_domain", m.SenderDomain)
+	strs("recipient", m.Recipient)
+	masks("recipient_domain", m.RecipientDomain)
+	strs("sasl_username", m.SASLUsername)
+	strs("policy_context", m.PolicyContext)
+	strs("class", m.Class)
+	return strings.Join(parts, "; ")
+}

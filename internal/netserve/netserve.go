@@ -1,0 +1,255 @@
+// Package netserve is the connection lifecycle shared by sluice's
+// line-protocol servers (anvil, policy): accept with back-off, a cap on
+// concurrent connections, idle and per-request read deadlines, and a
+// two-stage Shutdown in the shape of net/http's.
+package netserve
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("server closed")
+
+// Options configure a Server.
+type Options struct {
+	// Name prefixes log messages ("anvil", "policy").
+	Name   string
+	Logger *slog.Logger
+	// MaxConns caps concurrent connections (default 4096); more are closed
+	// at once, with a log line at 1, 2, 4, 8... refusals.
+	MaxConns int
+	// IdleTimeout closes a connection idle between requests this long
+	// (default 1h; negative: never).
+	IdleTimeout time.Duration
+	// RequestTimeout bounds reading the rest of a request once its first
+	// byte arrived (default 10s).
+	RequestTimeout time.Duration
+}
+
+// Server runs a handler per connection. Create it with New.
+type Server struct {
+	o         Options
+	handle    func(*Conn)
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*Conn]struct{}
+	closing   atomic.Bool
+	wg        sync.WaitGroup
+	nconns    atomic.Int64
+	refused   atomic.Int64
+}
+
+// New returns a Server that runs handle for each connection, in its own
+// goroutine. handle reads through Conn.Reader, calls Conn.Done after each
+// request, and returns when the connection should close (Conn.Closing
+// tells it the server is shutting down).
+func New(o Options, handle func(*Conn)) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 4096
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = time.Hour
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}}
+}
+
+// Conns returns the number of open connections.
+func (s *Server) Conns() int { return int(s.nconns.Load()) }
+
+// Serve accepts connections on l until Shutdown or Close, then returns
+// ErrServerClosed. Temporary accept errors back off up to a second.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+		l.Close()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			if isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.o.Logger.Warn(s.o.Name+": accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if s.nconns.Load() >= int64(s.o.MaxConns) {
+			if n := s.refused.Add(1); n&(n-1) == 0 {
+				s.o.Logger.Warn(s.o.Name+": too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
+			}
+			c.Close()
+			continue
+		}
+		cn := &Conn{Conn: c, s: s}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.conns[cn] = struct{}{}
+		s.wg.Add(1)
+		s.nconns.Add(1)
+		s.mu.Unlock()
+		go cn.run()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	if errors.As(err, &t) && t.Temporary() {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Shutdown stops accepting, closes every connection as soon as it is
+// between requests, and waits for the handlers until ctx ends; then it
+// closes the rest and waits for them too.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.wakeIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes every listener and connection at once.
+func (s *Server) Close() error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Conn.Close()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Conn is one accepted connection.
+type Conn struct {
+	net.Conn
+	s    *Server
+	busy atomic.Bool // inside a request
+}
+
+// Closing reports whether the server is shutting down; a handler checks it
+// between requests.
+func (c *Conn) Closing() bool { return c.s.closing.Load() }
+
+// Reader returns a reader that arms the idle deadline while waiting for a
+// request and the request deadline once its first bytes arrived.
+func (c *Conn) Reader() *Reader { return &Reader{c: c} }
+
+// Done marks the end of a request: the next read waits as idle.
+func (c *Conn) Done() { c.busy.Store(false) }
+
+// wakeIdle makes a connection blocked between requests return at once.
+func (c *Conn) wakeIdle() {
+	if !c.busy.Load() {
+		c.SetReadDeadline(time.Now())
+	}
+}
+
+func (c *Conn) run() {
+	s := c.s
+	defer func() {
+		if r := recover(); r != nil {
+			s.o.Logger.Error(s.o.Name+": panic serving a connection; closed it", "panic", r)
+		}
+		c.Conn.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.nconns.Add(-1)
+		s.wg.Done()
+	}()
+	s.handle(c)
+}
+
+// Reader reads from a Conn with its deadlines.
+type Reader struct{ c *Conn }
+
+func (r *Reader) Read(p []byte) (int, error) {
+	c := r.c
+	o := c.s.o
+	if !c.busy.Load() {
+		if o.IdleTimeout > 0 {
+			c.SetReadDeadline(time.Now().Add(o.IdleTimeout))
+		} else {
+			c.SetReadDeadline(time.Time{})
+		}
+		if c.s.closing.Load() {
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.busy.Load() {
+		c.busy.Store(true)
+		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
+	}
+	return n, err
+}
+
+// LogReadError logs why a connection's read ended, at a level that fits:
+// a clean close is debug, a malformed request (isProtocol) a warning, an
+// idle or stalled client info.
+func (c *Conn) LogReadError(err error, isProtocol bool) {
+	log, name := c.s.o.Logger, c.s.o.Name
+	switch {
+	case isProtocol:
+		log.Warn(name+": malformed request; closing the connection", "err", err, "remote", c.RemoteAddr().String())
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.Closing():
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		log.Info(name+": closing an idle or stalled connection", "err", err, "remote", c.RemoteAddr().String())
+	default:
+		log.Debug(name+": connection closed", "err", err)
+	}
+}
