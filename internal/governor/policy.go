@@ -72,6 +72,39 @@ type PolicyRequest struct {
 	Attr func(name string) (string, bool)
 }
 
+// attr returns an attribute's value by its Postfix name.
+func (r *PolicyRequest) attr(name string) string {
+	switch name {
+	case "protocol_state":
+		return r.ProtocolState
+	case "client_address":
+		return r.ClientAddress
+	case "client_port":
+		return r.ClientPort
+	case "client_name":
+		return r.ClientName
+	case "reverse_client_name":
+		return r.ReverseClientName
+	case "helo_name":
+		return r.HeloName
+	case "sender":
+		return r.Sender
+	case "recipient":
+		return r.Recipient
+	case "sasl_username":
+		return r.SASLUsername
+	case "policy_context":
+		return r.PolicyContext
+	case "instance":
+		return r.Instance
+	}
+	if r.Attr != nil {
+		v, _ := r.Attr(name)
+		return v
+	}
+	return ""
+}
+
 // PolicyMatch selects the requests a rule applies to. Every non-empty
 // list must match (AND); within a list any entry may match (OR).
 type PolicyMatch struct {
@@ -432,8 +465,7 @@ func policyKey(r *PolicyRule, req *PolicyRequest, g *Governor, peer hostmask.Pee
 		case "class":
 			b.WriteString(g.policyClass(peer, class))
 		case "sender", "recipient":
-			v, _ := req.Attr(k.Attr)
-			b.WriteString(strings.ToLower(v))
+			b.WriteString(strings.ToLower(req.attr(k.Attr)))
 		case "client_address":
 			if k.V4Prefix > 0 && peer.Net.IsValid() {
 				bits := k.V4Prefix
@@ -446,8 +478,7 @@ func policyKey(r *PolicyRule, req *PolicyRequest, g *Governor, peer hostmask.Pee
 				b.WriteString(req.ClientAddress)
 			}
 		default:
-			v, _ := req.Attr(k.Attr)
-			b.WriteString(v)
+			b.WriteString(req.attr(k.Attr))
 		}
 	}
 	return b.String()

@@ -252,9 +252,10 @@ func (s *State) Record(now time.Time, c Check, n int64) {
 		}
 		s.Log.push(t, min(n, lim.N))
 		if last := s.Log.at(s.Log.len() - 1); !isReservation(last) || last <= nowNs {
-			// Without reservations ahead, only the newest N events can
-			// decide anything; Strict counting of a flood keeps no more.
-			s.Log.trim(nowNs-int64(lim.Period), int(lim.N))
+			// Strict counting of a flood keeps at most 4N events (bounded
+			// by MaxExactN): enough to report how far over a key is, and
+			// the client must wait for all of them to leave the window.
+			s.Log.trim(nowNs-int64(lim.Period), int(min(4*lim.N, MaxExactN)))
 		}
 	case Smooth:
 		nowNs := now.UnixNano()
