@@ -1,0 +1,69 @@
+package app
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestPolicyExactOverSockets: 1, 8 and 64 policy connections send 200
+// END-OF-MESSAGE queries for one sender at once; exactly 10 get DUNNO.
+func TestPolicyExactOverSockets(t *testing.T) {
+	for _, conns := range []int{1, 8, 64} {
+		t.Run(fmt.Sprint(conns), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "sluice.toml")
+			os.WriteFile(path, []byte(fmt.Sprintf(`state_dir = %q
+[anvil]
+enabled = false
+[policy]
+listen = ["inet:127.0.0.1:0"]
+[[policy.rule]]
+name = "r"
+count = "messages"
+key = ["sender"]
+limit = ["10/60s exact"]
+`, dir)), 0o644)
+			d := startDaemon(t, path)
+			addr := d.Addrs()[0].String()
+			var mu sync.Mutex
+			actions := map[string]int{}
+			var wg sync.WaitGroup
+			for w := range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					r := bufio.NewReader(c)
+					for i := range 200 / conns {
+						fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\nclient_address=192.0.2.%d\nsender=s@example.org\ninstance=%d.%d\nrecipient_count=1\n\n", w, w, i)
+						line, err := r.ReadString('\n')
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						r.ReadString('\n')
+						verb, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "action="), " ")
+						mu.Lock()
+						actions[verb]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if actions["DUNNO"] != 10 {
+				t.Fatalf("actions %v: want exactly 10 DUNNO", actions)
+			}
+		})
+	}
+}
