@@ -2,7 +2,10 @@ package governor
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
+
+	"sluice/internal/limiter"
 )
 
 // BenchmarkAnvilSession is one smtpd session as anvil sees it: connect,
@@ -27,6 +30,34 @@ func BenchmarkAnvilSession(b *testing.B) {
 			}
 		}
 		f.g.AnvilDisconnect(f.ctx, &st, id)
+		i++
+	}
+}
+
+// BenchmarkPolicyMessage is one message of two recipients as smtpd asks
+// about it (two RCPT queries, one END-OF-MESSAGE) under a sender rule and
+// a client-network rule.
+func BenchmarkPolicyMessage(b *testing.B) {
+	f := policyFixture(&testing.T{},
+		PolicyRule{Name: "sender", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s exact")}},
+		PolicyRule{Name: "net", Count: CountRecipients, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}},
+	)
+	senders := make([]string, 1000)
+	for i := range senders {
+		senders[i] = fmt.Sprintf("user%d@sender%d.example", i, i%100)
+	}
+	var ps PolicySession
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s := senders[i%len(senders)]
+		inst := strconv.Itoa(i)
+		for _, st := range []string{StateRcpt, StateRcpt, StateEOM} {
+			q := PolicyRequest{ProtocolState: st, ClientAddress: "192.0.2.7", Sender: s, Instance: inst, RecipientCount: 2}
+			if _, err := f.g.PolicyCheck(f.ctx, &ps, &q); err != nil {
+				b.Fatal(err)
+			}
+		}
 		i++
 	}
 }

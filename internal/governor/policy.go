@@ -19,10 +19,10 @@ type Counted uint8
 
 // What a rule can count.
 const (
-	CountMessages   Counted = iota + 1 // once per message
-	CountRecipients                    // once per accepted recipient
-	CountConnections                   // once per SMTP session
-	CountBytes                         // the message size
+	CountMessages    Counted = iota + 1 // once per message
+	CountRecipients                     // once per accepted recipient
+	CountConnections                    // once per SMTP session
+	CountBytes                          // the message size
 )
 
 var countedNames = [...]string{CountMessages: "messages", CountRecipients: "recipients", CountConnections: "connections", CountBytes: "bytes"}
@@ -112,7 +112,7 @@ type PolicyMatch struct {
 	ClientName        []hostmask.Mask
 	ReverseClientName []hostmask.Mask
 	HeloName          []hostmask.Mask
-	Sender            []string        // addresses, lower case; "<>" is the null sender
+	Sender            []string // addresses, lower case; "<>" is the null sender
 	SenderDomain      []hostmask.Mask
 	Recipient         []string
 	RecipientDomain   []hostmask.Mask

@@ -44,6 +44,7 @@ func (l *Limits) defaults() {
 type Decoder struct {
 	r   *bufio.Reader
 	lim Limits
+	buf []byte
 	// Unknown counts attributes ignored because sluice does not know them.
 	Unknown int
 }
@@ -58,9 +59,13 @@ func NewDecoder(r io.Reader, lim Limits) *Decoder {
 // in any order; a repeated one keeps its last value; unknown ones are
 // ignored. A request without request=smtpd_access_policy is an error. At
 // a clean end of stream between requests it returns io.EOF.
+//
+// The request's text is copied into one string and every value is a slice
+// of it: one allocation per request.
 func (d *Decoder) Decode(req *Request) error {
 	req.Reset()
-	attrs, size := 0, 0
+	d.buf = d.buf[:0]
+	attrs := 0
 	for {
 		line, err := d.line()
 		if err != nil {
@@ -72,8 +77,7 @@ func (d *Decoder) Decode(req *Request) error {
 			}
 			return err
 		}
-		size += len(line) + 1
-		if size > d.lim.MaxRequest {
+		if len(d.buf)+len(line)+1 > d.lim.MaxRequest {
 			return fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
 		}
 		if len(line) == 0 {
@@ -89,16 +93,23 @@ func (d *Decoder) Decode(req *Request) error {
 			}
 			return fmt.Errorf("%w: attribute without \"=\": %q", ErrProtocol, printable(line))
 		}
-		name, value := line[:i], line[i+1:]
 		if bytes.IndexByte(line, 0) >= 0 {
-			return fmt.Errorf("%w: NUL byte in attribute %q", ErrProtocol, printable(name))
+			return fmt.Errorf("%w: NUL byte in attribute %q", ErrProtocol, printable(line[:i]))
 		}
-		if p := req.field(string(name)); p != nil {
-			*p = string(value)
-		} else if p := req.number(string(name)); p != nil {
+		d.buf = append(d.buf, line...)
+		d.buf = append(d.buf, '\n')
+	}
+	text := string(d.buf)
+	for len(text) > 0 {
+		line, rest, _ := strings.Cut(text, "\n")
+		text = rest
+		name, value, _ := strings.Cut(line, "=")
+		if p := req.field(name); p != nil {
+			*p = value
+		} else if p := req.number(name); p != nil {
 			v, err := parseNumber(value)
 			if err != nil {
-				return fmt.Errorf("%w: %s=%q: %v", ErrProtocol, name, printable(value), err)
+				return fmt.Errorf("%w: %s=%q: %v", ErrProtocol, name, printable([]byte(value)), err)
 			}
 			*p = v
 		} else {
@@ -116,11 +127,11 @@ func (d *Decoder) Decode(req *Request) error {
 
 // parseNumber parses a decimal count; empty means 0, as Postfix leaves
 // unavailable numbers.
-func parseNumber(b []byte) (int64, error) {
+func parseNumber(b string) (int64, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	v, err := strconv.ParseInt(string(b), 10, 64)
+	v, err := strconv.ParseInt(b, 10, 64)
 	if err != nil || v < 0 {
 		return 0, errors.New("not a non-negative number")
 	}

@@ -127,3 +127,19 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecode is the cost of parsing one full END-OF-MESSAGE request.
+func BenchmarkDecode(b *testing.B) {
+	r := strings.NewReader("")
+	d := NewDecoder(r, Limits{})
+	var req Request
+	b.ReportAllocs()
+	b.SetBytes(int64(len(eomRequest)))
+	for b.Loop() {
+		r.Reset(eomRequest)
+		d.r.Reset(r)
+		if err := d.Decode(&req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
