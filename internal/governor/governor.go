@@ -12,19 +12,25 @@ import (
 // Governor is one immutable set of rules over a shared limiter. A reload
 // builds a new Governor over the same limiter, so counts survive it.
 type Governor struct {
-	lim     *limiter.Limiter
-	classes *limiter.Classes
-	anvil   AnvilRules
-	policy  PolicyRules
-	log     *slog.Logger
+	lim      *limiter.Limiter
+	classes  *limiter.Classes
+	anvil    AnvilRules
+	policy   PolicyRules
+	throttle ThrottleRules
+	waiters  *limiter.Waiters
+	log      *slog.Logger
 }
 
 // Options configure a Governor.
 type Options struct {
-	Limiter *limiter.Limiter
-	Classes *limiter.Classes
-	Anvil   AnvilRules
-	Policy  PolicyRules
+	Limiter  *limiter.Limiter
+	Classes  *limiter.Classes
+	Anvil    AnvilRules
+	Policy   PolicyRules
+	Throttle ThrottleRules
+	// Waiters queues throttle senders; it must outlive reloads, so the
+	// caller makes one per limiter (nil: a new one).
+	Waiters *limiter.Waiters
 	Logger  *slog.Logger
 }
 
@@ -36,7 +42,11 @@ func New(o Options) *Governor {
 	if o.Policy.Default == "" {
 		o.Policy.Default = "DUNNO"
 	}
-	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy, log: o.Logger}
+	if o.Waiters == nil {
+		o.Waiters = limiter.NewWaiters(o.Limiter)
+	}
+	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
+		throttle: o.Throttle, waiters: o.Waiters, log: o.Logger}
 }
 
 // Classes returns the class table.
@@ -47,3 +57,6 @@ func (g *Governor) Limiter() *limiter.Limiter { return g.lim }
 
 // Policy returns the policy rules in force.
 func (g *Governor) Policy() PolicyRules { return g.policy }
+
+// Throttle returns the throttle policies in force.
+func (g *Governor) Throttle() ThrottleRules { return g.throttle }

@@ -47,6 +47,9 @@ func New(o Options) *Limiter {
 // Now returns the limiter clock's time.
 func (l *Limiter) Now() time.Time { return l.clk.Now() }
 
+// Clock returns the limiter's clock.
+func (l *Limiter) Clock() clock.Clock { return l.clk }
+
 // Store returns the underlying store.
 func (l *Limiter) Store() Store { return l.store }
 

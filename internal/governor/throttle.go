@@ -1,0 +1,155 @@
+package governor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"sluice/internal/hostmask"
+	"sluice/internal/limiter"
+)
+
+// ThrottlePolicy paces outbound sends for the keys it matches: at most
+// Limit (exact) sends per period, at most Concurrency at once, and nobody
+// waits longer than MaxWait.
+type ThrottlePolicy struct {
+	Name string
+	// Match selects keys (a destination host, relay or any string) by host
+	// mask; an address key also matches networks.
+	Match []hostmask.Mask
+	// Limit is an exact limit; its Period is widened by Margin.
+	Limit limiter.Limit
+	// Concurrency caps sends in progress (0: no cap), like XLA's queue
+	// threshold for outgoing sessions.
+	Concurrency int64
+	// MaxWait is the longest a sender waits before the answer is "defer".
+	MaxWait time.Duration
+	// Margin is added to the period to absorb the time between a grant and
+	// the sender's first byte at the relay.
+	Margin time.Duration
+	// Shared makes every key the policy matches share one budget (all mail
+	// through one smarthost); otherwise each key has its own.
+	Shared bool
+}
+
+// ThrottleRules are the throttle policies, first match wins.
+type ThrottleRules struct {
+	Policies []ThrottlePolicy
+}
+
+// ErrDefer means the sender should not send now: its slot would come later
+// than the policy's maximum wait.
+var ErrDefer = errors.New("throttle: defer")
+
+// ThrottleGrant is permission to send at At. Pass it to ThrottleDone when
+// the send has ended (or was abandoned).
+type ThrottleGrant struct {
+	Policy string
+	Key    string
+	At     time.Time
+	res    limiter.Reservation
+	lease  limiter.Lease
+	cap    int64
+}
+
+func (g *Governor) throttlePolicy(key string) *ThrottlePolicy {
+	peer := hostmask.Peer{Name: key}
+	if a, err := netip.ParseAddr(key); err == nil {
+		peer = hostmask.PeerAddr("", a)
+	}
+	for i := range g.throttle.Policies {
+		if anyMask(g.throttle.Policies[i].Match, peer) {
+			return &g.throttle.Policies[i]
+		}
+	}
+	return nil
+}
+
+// ThrottleAcquire waits, first come first served, for a concurrency slot
+// of key's policy, then books the next send slot under its rate limit, and
+// returns the time the slot is the caller's. Keys no policy matches may
+// send at once. ErrDefer (wrapped, with the reason) means: do not send,
+// try later. ctx ending gives up the place in line.
+func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGrant, error) {
+	now := g.lim.Now()
+	p := g.throttlePolicy(key)
+	if p == nil {
+		return ThrottleGrant{Key: key, At: now}, nil
+	}
+	gr := ThrottleGrant{Policy: p.Name, Key: key, cap: p.Concurrency}
+	bucket := key
+	if p.Shared {
+		bucket = "*"
+	}
+	deadline := now.Add(p.MaxWait)
+	if p.Concurrency > 0 {
+		timer := g.lim.Clock().NewTimer(p.MaxWait)
+		lease, _, err := g.waiters.Acquire(ctx, "throttle\x00c\x00"+p.Name+"\x00"+bucket, p.Concurrency, "throttle sessions", timer.C())
+		timer.Stop()
+		if errors.Is(err, limiter.ErrWaitExpired) {
+			return gr, fmt.Errorf("%w: no free sending slot for %s within %s (policy %s allows %d at once)", ErrDefer, key, p.MaxWait, p.Name, p.Concurrency)
+		}
+		if err != nil {
+			return gr, err
+		}
+		gr.lease = lease
+	}
+	lim := p.Limit
+	lim.Period += p.Margin
+	left := deadline.Sub(g.lim.Now())
+	res, err := g.lim.Reserve(ctx, "throttle\x00r\x00"+p.Name+"\x00"+bucket, lim, 1, max(left, 0))
+	if err != nil {
+		g.waiters.Release(context.WithoutCancel(ctx), gr.lease, gr.cap)
+		if errors.Is(err, limiter.ErrTooLong) {
+			return gr, fmt.Errorf("%w: next send slot for %s is in %s, beyond the %s maximum wait (policy %s: %s)",
+				ErrDefer, key, res.At.Sub(g.lim.Now()).Round(time.Second), p.MaxWait, p.Name, p.Limit)
+		}
+		return gr, fmt.Errorf("book a send slot for %s: %w", key, err)
+	}
+	gr.res, gr.At = res, res.At
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.log.Debug("throttle grant", "key", key, "policy", p.Name, "at", res.At.Format(time.RFC3339Nano), "wait", res.At.Sub(now).String())
+	}
+	return gr, nil
+}
+
+// ThrottleDone ends a grant: the concurrency slot goes to the next waiter,
+// and a slot whose time has not come (the sender gave up) is given back.
+// Senders behind keep their times, so nobody jumps the line.
+func (g *Governor) ThrottleDone(ctx context.Context, gr ThrottleGrant) {
+	if !gr.res.At.IsZero() && gr.res.At.After(g.lim.Now()) {
+		if err := g.lim.Cancel(ctx, gr.res); err != nil {
+			g.log.Warn("throttle: giving back a slot failed", "key", gr.Key, "err", err)
+		}
+	}
+	g.waiters.Release(ctx, gr.lease, gr.cap)
+}
+
+// Table renders the policies as understood.
+func (rs ThrottleRules) Table() string {
+	var b strings.Builder
+	for i, p := range rs.Policies {
+		masks := make([]string, len(p.Match))
+		for j, m := range p.Match {
+			masks[j] = m.String()
+		}
+		conc := "no cap"
+		if p.Concurrency > 0 {
+			conc = fmt.Sprintf("at most %d at once", p.Concurrency)
+		}
+		per := "per key"
+		if p.Shared {
+			per = "shared by all its keys"
+		}
+		fmt.Fprintf(&b, "%d. %s: %s (+%s margin), %s, %s, defer after waiting %s; keys %s\n",
+			i+1, p.Name, p.Limit, p.Margin, conc, per, p.MaxWait, strings.Join(masks, " "))
+	}
+	if len(rs.Policies) == 0 {
+		b.WriteString("(no policies: every key sends at once)\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,5 @@
+package redis
+
+import "context"
+
+var ctx = context.Background()
