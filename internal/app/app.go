@@ -23,6 +23,7 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/policy"
 	"sluice/internal/store/memory"
+	"sluice/internal/throttle"
 )
 
 // Daemon is a running sluice. Create it with New, then Start it.
@@ -31,13 +32,15 @@ type Daemon struct {
 	log   *slog.Logger
 	level *slog.LevelVar
 
-	cfg   atomic.Pointer[config.Config]
-	gov   atomic.Pointer[governor.Governor]
-	store *memory.Store
-	lim   *limiter.Limiter
+	cfg     atomic.Pointer[config.Config]
+	gov     atomic.Pointer[governor.Governor]
+	store   *memory.Store
+	lim     *limiter.Limiter
+	waiters *limiter.Waiters // throttle queues, kept across reloads
 
 	anvil     *anvil.Server
 	policy    *policy.Server
+	throttle  *throttle.Server
 	listeners []boundListener
 
 	stopStatus context.CancelFunc
@@ -71,7 +74,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		FailOpen: cfg.Limiter.WhenFull != "fail-closed",
 		Logger:   log,
 	})
-	gov, err := buildGovernor(cfg, d.lim, log)
+	d.waiters = limiter.NewWaiters(d.lim)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -86,7 +90,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 }
 
 // buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, log *slog.Logger) (*governor.Governor, error) {
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, log *slog.Logger) (*governor.Governor, error) {
 	specs, errs := cfg.ClassTable()
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -111,7 +115,12 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, log *slog.Logger) (
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules, Logger: log}), nil
+	trules, errs := ThrottleRules(cfg)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
+		Throttle: trules, Waiters: waiters, Logger: log}), nil
 }
 
 func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
@@ -167,6 +176,17 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			Limits:         policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
 		})
 		if err := d.listenAll(cfg, "policy", p.Listen, p.Socket, d.policy.Serve); err != nil {
+			return err
+		}
+	}
+	if t := cfg.Throttle; t.Enabled {
+		d.throttle = throttle.NewServer(throttle.Options{
+			Handler:        throttleHandler{d},
+			Logger:         d.log,
+			MaxConns:       t.MaxConns,
+			RequestTimeout: t.RequestTimeout.D(),
+		})
+		if err := d.listenAll(cfg, "throttle", t.Listen, t.Socket, d.throttle.Serve); err != nil {
 			return err
 		}
 	}
@@ -246,7 +266,7 @@ func (d *Daemon) Reload() error {
 			return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, errors.Join(errs...))
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -259,7 +279,7 @@ func (d *Daemon) Reload() error {
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}
-	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules))
+	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules), "throttle_policies", len(gov.Throttle().Policies))
 	return nil
 }
 
@@ -289,6 +309,11 @@ func restartNeeded(old, cur *config.Config) []string {
 		op.MaxLine != cp.MaxLine || op.MaxAttrs != cp.MaxAttrs || op.MaxRequest != cp.MaxRequest {
 		out = append(out, "policy listeners and connection settings")
 	}
+	ot, ct := old.Throttle, cur.Throttle
+	if ot.Enabled != ct.Enabled || !slices.Equal(ot.Listen, ct.Listen) || ot.Socket != ct.Socket ||
+		ot.MaxConns != ct.MaxConns || ot.RequestTimeout != ct.RequestTimeout {
+		out = append(out, "throttle listeners and connection settings")
+	}
 	return out
 }
 
@@ -303,6 +328,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	if d.policy != nil {
 		errs = append(errs, d.policy.Shutdown(ctx))
+	}
+	if d.throttle != nil {
+		errs = append(errs, d.throttle.Shutdown(ctx))
 	}
 	d.closeListeners()
 	if d.stopStatus != nil {

@@ -34,6 +34,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the daemon (embedded defaults without -c)", serve},
 		{"check", "validate a configuration file and print it as understood", check},
+		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper)", throttleCmd},
 		{"version", "print the version", version},
 	}
 }
@@ -150,6 +151,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table.Table())
 	}
 	printPolicy(w, cfg)
+	printThrottle(w, cfg)
 	a := cfg.Anvil
 	if !a.Enabled {
 		fmt.Fprintln(w, "\nanvil service: off")
@@ -188,6 +190,16 @@ func printPolicy(w io.Writer, cfg *config.Config) {
 	rules, _ := app.PolicyRules(cfg)
 	fmt.Fprintf(w, "\npolicy service: %s; when no rule refuses: %s\nrules, in order (the first that refuses answers):\n%s",
 		strings.Join(p.Listen, ", "), p.DefaultAction, rules.Table())
+}
+
+func printThrottle(w io.Writer, cfg *config.Config) {
+	t := cfg.Throttle
+	if !t.Enabled {
+		fmt.Fprintln(w, "\nthrottle service: off")
+		return
+	}
+	rules, _ := app.ThrottleRules(cfg)
+	fmt.Fprintf(w, "\nthrottle service: %s\npolicies, first match wins:\n%s", strings.Join(t.Listen, ", "), rules.Table())
 }
 
 func limitText(p *int64) string {

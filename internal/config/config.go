@@ -19,12 +19,13 @@ type Config struct {
 	// ClassesFile is an XLA-style class table ("mask queue refuse" lines);
 	// its classes come after the [[class]] tables. A relative path is
 	// relative to the config file.
-	ClassesFile string  `toml:"classes_file"`
-	Log         Log     `toml:"log"`
-	Limiter     Limiter `toml:"limiter"`
-	Classes     []Class `toml:"class"`
-	Anvil       Anvil   `toml:"anvil"`
-	Policy      Policy  `toml:"policy"`
+	ClassesFile string   `toml:"classes_file"`
+	Log         Log      `toml:"log"`
+	Limiter     Limiter  `toml:"limiter"`
+	Classes     []Class  `toml:"class"`
+	Anvil       Anvil    `toml:"anvil"`
+	Policy      Policy   `toml:"policy"`
+	Throttle    Throttle `toml:"throttle"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
@@ -142,6 +143,29 @@ type PolicyRule struct {
 	Rollback bool   `toml:"rollback"`
 }
 
+// Throttle configures the outbound throttle service.
+type Throttle struct {
+	Enabled        bool             `toml:"enabled"`
+	Listen         []string         `toml:"listen"`
+	Socket         Socket           `toml:"socket"`
+	MaxConns       int              `toml:"max_conns"`
+	RequestTimeout Duration         `toml:"request_timeout"`
+	Policies       []ThrottlePolicy `toml:"policy"`
+}
+
+// ThrottlePolicy is one [[throttle.policy]].
+type ThrottlePolicy struct {
+	Name string `toml:"name"`
+	// Match lists host masks the key is matched against.
+	Match []string `toml:"match"`
+	// Limit is "N/PERIOD": at most N sends in any window of PERIOD.
+	Limit       string    `toml:"limit"`
+	Concurrency int64     `toml:"concurrency"`
+	MaxWait     Duration  `toml:"max_wait"`
+	Margin      *Duration `toml:"margin"`
+	Shared      bool      `toml:"shared"`
+}
+
 // DefaultPolicyAction is the reply of a rule without its own text.
 const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
 
@@ -212,6 +236,13 @@ func Default() *Config {
 			MaxAttrs:       128,
 			MaxRequest:     128 << 10,
 			DefaultAction:  "DUNNO",
+		},
+		Throttle: Throttle{
+			Enabled:        true,
+			Listen:         []string{"unix:throttle"},
+			Socket:         Socket{Mode: "0660"},
+			MaxConns:       4096,
+			RequestTimeout: Duration(10 * time.Second),
 		},
 	}
 }

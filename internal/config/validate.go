@@ -46,6 +46,7 @@ func (c *Config) Validate() []error {
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
 	errs = append(errs, c.validatePolicy()...)
+	errs = append(errs, c.validateThrottle()...)
 	return errs
 }
 

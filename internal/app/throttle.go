@@ -1,0 +1,40 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"sluice/internal/config"
+	"sluice/internal/governor"
+	"sluice/internal/throttle"
+)
+
+// throttleHandler adapts the throttle front end to the governor in force
+// when each request arrives.
+type throttleHandler struct{ d *Daemon }
+
+func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Grant, error) {
+	g := h.d.gov.Load()
+	gr, err := g.ThrottleAcquire(ctx, key)
+	if err != nil {
+		if errors.Is(err, governor.ErrDefer) {
+			return throttle.Grant{}, &throttle.DeferError{Reason: strings.TrimPrefix(err.Error(), governor.ErrDefer.Error()+": ")}
+		}
+		return throttle.Grant{}, err
+	}
+	return throttle.Grant{At: gr.At, Done: func() { g.ThrottleDone(context.Background(), gr) }}, nil
+}
+
+// ThrottleRules converts the configured throttle policies for the governor.
+func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
+	specs, errs := cfg.ThrottlePolicies()
+	var rules governor.ThrottleRules
+	for _, s := range specs {
+		rules.Policies = append(rules.Policies, governor.ThrottlePolicy{
+			Name: s.Name, Match: s.Match, Limit: s.Limit, Concurrency: s.Concurrency,
+			MaxWait: s.MaxWait, Margin: s.Margin, Shared: s.Shared,
+		})
+	}
+	return rules, errs
+}

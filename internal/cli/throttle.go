@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/internal/config"
+	"sluice/internal/throttle"
+)
+
+// exTempFail is sysexits' EX_TEMPFAIL: "try again later".
+const exTempFail = 75
+
+// throttleCmd waits for a send slot, then runs COMMAND with stdio passed
+// through, and returns its exit status. The slot's concurrency lease ends
+// when COMMAND ends.
+func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("throttle", stderr)
+	sock := fs.String("s", filepath.Join(config.DefaultStateDir(), "throttle"), "throttle server: a unix socket `path`, unix:PATH or inet:HOST:PORT")
+	key := fs.String("k", "", "the `key` to throttle on (destination host, relay); with -qmail-remote, the host argument")
+	qmail := fs.Bool("qmail-remote", false, "act as qmail-remote: key from the host argument; defer with a qmail-remote report")
+	failOpen := fs.Bool("fail-open", false, "send anyway when the throttle server cannot be reached (default: defer)")
+	timeout := fs.Duration("connect-timeout", 5*time.Second, "how long to try to reach the server")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice throttle [-s SOCKET] -k KEY [-fail-open] -- COMMAND [ARGS...]")
+		fmt.Fprintln(stderr, "       sluice throttle -qmail-remote [-s SOCKET] -- /var/qmail/bin/qmail-remote-real host sender recip...")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Waits (one sleep, no polling) for the key's next send slot, then runs COMMAND.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cmdArgs := fs.Args()
+	if len(cmdArgs) == 0 {
+		fs.Usage()
+		return 2
+	}
+	if *qmail {
+		if len(cmdArgs) < 2 {
+			fmt.Fprintln(stderr, "sluice throttle: -qmail-remote needs COMMAND host sender recip...")
+			return 2
+		}
+		if *key == "" {
+			*key = strings.ToLower(cmdArgs[1])
+		}
+	}
+	if *key == "" {
+		fmt.Fprintln(stderr, "sluice throttle: -k KEY is required")
+		return 2
+	}
+	deferred := func(reason string) int {
+		if *qmail {
+			// qmail-remote's report for a temporary failure of the whole
+			// message: "Z", the text, a NUL. qmail-send requeues it.
+			fmt.Fprintf(stdout, "Z%s (#4.3.0)\n\x00", reason)
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice throttle: deferred: %s\n", reason)
+		return exTempFail
+	}
+	network, addr := "unix", *sock
+	if strings.Contains(*sock, ":") {
+		n, a, err := config.ParseListen(*sock)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice throttle: -s: %v\n", err)
+			return 2
+		}
+		network, addr = n, a
+	}
+	cl, err := throttle.Dial(network, addr, *timeout)
+	var rep throttle.Reply
+	if err == nil {
+		rep, err = acquireOrSignal(ctx, cl, *key)
+	}
+	if err != nil {
+		if errors.Is(err, errInterrupted) {
+			cl.Close()
+			return 128 + int(syscall.SIGTERM)
+		}
+		if cl != nil {
+			cl.Close()
+			cl = nil
+		}
+		if !*failOpen {
+			return deferred(fmt.Sprintf("throttle server unavailable (%v)", err))
+		}
+		fmt.Fprintf(stderr, "sluice throttle: %v; sending unthrottled (fail-open)\n", err)
+	} else if rep.Defer != "" {
+		cl.Close()
+		return deferred(rep.Defer)
+	}
+	if cl != nil {
+		defer cl.Close()
+		if d := time.Until(rep.At); d > 0 {
+			// One sleep until the slot; a signal gives the slot back.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+				signal.Stop(sigs)
+			case s := <-sigs:
+				t.Stop()
+				return 128 + int(s.(syscall.Signal))
+			}
+		}
+	}
+	return runCommand(cmdArgs, stderr)
+}
+
+var errInterrupted = errors.New("interrupted")
+
+// acquireOrSignal asks for a slot; a signal while waiting ends the wait.
+func acquireOrSignal(ctx context.Context, cl *throttle.Client, key string) (throttle.Reply, error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	type result struct {
+		r   throttle.Reply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := cl.Acquire(key)
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-sigs:
+	case <-ctx.Done():
+	}
+	cl.Close() // unblocks Acquire
+	<-done
+	return throttle.Reply{}, errInterrupted
+}
+
+// runCommand runs the command with stdio passed through, forwards termination
+// signals to it, and returns its exit status (128+signal if killed).
+func runCommand(argv []string, stderr io.Writer) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "sluice throttle: %v\n", err)
+		return 127
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			cmd.Process.Signal(s)
+		case err := <-done:
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					return 128 + int(ws.Signal())
+				}
+				return ee.ExitCode()
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "sluice throttle: %v\n", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"sluice/internal/hostmask"
+	"sluice/internal/limiter"
+)
+
+// DefaultMargin is added to a throttle period when none is configured.
+const DefaultMargin = 250 * time.Millisecond
+
+// ThrottlePolicySpec is a throttle policy with every field parsed.
+type ThrottlePolicySpec struct {
+	Name        string
+	Match       []hostmask.Mask
+	Limit       limiter.Limit
+	Concurrency int64
+	MaxWait     time.Duration
+	Margin      time.Duration
+	Shared      bool
+}
+
+// ThrottlePolicies parses and checks the [[throttle.policy]] tables.
+func (c *Config) ThrottlePolicies() ([]ThrottlePolicySpec, []error) {
+	var out []ThrottlePolicySpec
+	var errs []error
+	seen := map[string]bool{}
+	for i, p := range c.Throttle.Policies {
+		path := fmt.Sprintf("throttle.policy[%d]", i+1)
+		add := func(field, format string, args ...any) {
+			errs = append(errs, c.errAt(path+"."+field, format, args...))
+		}
+		spec := ThrottlePolicySpec{Name: p.Name, Concurrency: p.Concurrency, MaxWait: p.MaxWait.D(), Margin: DefaultMargin, Shared: p.Shared}
+		switch {
+		case p.Name == "":
+			add("name", "every policy needs a name")
+		case seen[p.Name]:
+			add("name", "policy %q defined twice", p.Name)
+		}
+		seen[p.Name] = true
+		if len(p.Match) == 0 {
+			add("match", "a policy needs host masks for its keys (\"*\" for every key)")
+		}
+		for j, m := range p.Match {
+			mask, err := hostmask.Parse(m)
+			if err != nil {
+				add(fmt.Sprintf("match[%d]", j+1), "%v", err)
+				continue
+			}
+			spec.Match = append(spec.Match, mask)
+		}
+		l, err := limiter.ParseLimit(p.Limit)
+		switch {
+		case p.Limit == "":
+			add("limit", "a policy needs a limit, e.g. \"8/10s\"")
+		case err != nil:
+			add("limit", "%v", err)
+		case l.Algorithm != limiter.Exact:
+			add("limit", "throttle limits are exact (a relay that cuts you off counts every message); drop %q", l.Algorithm)
+		}
+		spec.Limit = l
+		if p.Concurrency < 0 {
+			add("concurrency", "must not be negative (0: no cap)")
+		}
+		if spec.MaxWait <= 0 {
+			spec.MaxWait = time.Hour
+			if p.MaxWait.D() < 0 {
+				add("max_wait", "must be positive")
+			}
+		}
+		if p.Margin != nil {
+			spec.Margin = p.Margin.D()
+			if spec.Margin < 0 || spec.Margin > time.Minute {
+				add("margin", "must be between 0 and 1m")
+			}
+		}
+		out = append(out, spec)
+	}
+	return out, errs
+}
+
+func (c *Config) validateThrottle() []error {
+	t := c.Throttle
+	_, errs := c.ThrottlePolicies()
+	if !t.Enabled {
+		return errs
+	}
+	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+	if len(t.Listen) == 0 {
+		add("throttle.listen", "the throttle service is enabled but has no listen address")
+	}
+	for i, l := range t.Listen {
+		if _, _, err := ParseListen(l); err != nil {
+			add(fmt.Sprintf("throttle.listen[%d]", i+1), "%v", err)
+		}
+	}
+	if field, err := t.Socket.check(); err != nil {
+		add("throttle.socket."+field, "%v", err)
+	}
+	if t.MaxConns < 1 {
+		add("throttle.max_conns", "must be at least 1")
+	}
+	if t.RequestTimeout.D() <= 0 {
+		add("throttle.request_timeout", "must be positive")
+	}
+	return errs
+}

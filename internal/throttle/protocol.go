@@ -1,0 +1,111 @@
+// Package throttle speaks sluice's outbound throttle protocol: a sender
+// asks for a send slot for a key and is told when the slot is its own, or
+// to defer; it keeps the connection open while it sends, and closing it
+// ends the send.
+//
+//	client: ACQUIRE <key>\n
+//	server: OK <unix-nanoseconds>\n     (send at that time, not before)
+//	        DEFER <reason>\n            (do not send now; try later)
+//	        ERR <reason>\n              (malformed request)
+//	client: DONE\n or close             (the send ended)
+//
+// One request per connection. Keys are 1 to 255 printable ASCII bytes
+// without spaces (a host name, an address, a relay's name).
+package throttle
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxKey is the longest key accepted.
+const MaxKey = 255
+
+// maxLine caps a protocol line.
+const maxLine = 512
+
+// ErrProtocol is wrapped by every malformed-input error.
+var ErrProtocol = errors.New("throttle: protocol error")
+
+// CheckKey reports what is wrong with a key, if anything.
+func CheckKey(key string) error {
+	if key == "" || len(key) > MaxKey {
+		return fmt.Errorf("%w: key must be 1 to %d bytes", ErrProtocol, MaxKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: key has a space or non-printable byte at %d", ErrProtocol, i)
+		}
+	}
+	return nil
+}
+
+// readLine reads one line of at most maxLine bytes, without "\n".
+func readLine(r *bufio.Reader) (string, error) {
+	line, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxLine {
+		return "", fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, maxLine)
+	}
+	if err != nil {
+		if len(line) > 0 {
+			return "", fmt.Errorf("%w: line without newline", ErrProtocol)
+		}
+		return "", err
+	}
+	return strings.TrimSuffix(string(line[:len(line)-1]), "\r"), nil
+}
+
+// ParseRequest parses an "ACQUIRE <key>" line.
+func ParseRequest(line string) (string, error) {
+	verb, key, ok := strings.Cut(line, " ")
+	if !ok || verb != "ACQUIRE" {
+		return "", fmt.Errorf("%w: want \"ACQUIRE <key>\", got %q", ErrProtocol, printable(line))
+	}
+	return key, CheckKey(key)
+}
+
+// Reply is a server's answer.
+type Reply struct {
+	// At is the slot time of an OK.
+	At time.Time
+	// Defer is set (with the reason) when the sender must not send.
+	Defer string
+}
+
+// ParseReply parses an OK, DEFER or ERR line.
+func ParseReply(line string) (Reply, error) {
+	verb, rest, _ := strings.Cut(line, " ")
+	switch verb {
+	case "OK":
+		ns, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			return Reply{}, fmt.Errorf("%w: bad slot time %q", ErrProtocol, printable(rest))
+		}
+		return Reply{At: time.Unix(0, ns)}, nil
+	case "DEFER":
+		if rest == "" {
+			rest = "deferred"
+		}
+		return Reply{Defer: rest}, nil
+	case "ERR":
+		return Reply{}, fmt.Errorf("throttle server: %s", rest)
+	}
+	return Reply{}, fmt.Errorf("%w: unexpected reply %q", ErrProtocol, printable(line))
+}
+
+func printable(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}

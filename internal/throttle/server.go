@@ -1,0 +1,135 @@
+package throttle
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"sluice/internal/netserve"
+)
+
+// Grant is permission to send at At; Done ends it.
+type Grant struct {
+	At   time.Time
+	Done func()
+}
+
+// DeferError tells a sender not to send now, and why.
+type DeferError struct{ Reason string }
+
+func (e *DeferError) Error() string { return "defer: " + e.Reason }
+
+// Handler grants send slots.
+type Handler interface {
+	// Acquire waits for key's next slot (FIFO per key) and returns it, or
+	// a *DeferError. ctx ends when the sender goes away.
+	Acquire(ctx context.Context, key string) (Grant, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Handler  Handler
+	Logger   *slog.Logger
+	MaxConns int // default 4096: one per waiting or sending process
+	// RequestTimeout bounds reading the request line (default 10s).
+	RequestTimeout time.Duration
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = netserve.ErrServerClosed
+
+// Server serves the throttle protocol: Serve, Shutdown and Close as in
+// net/http.
+type Server struct {
+	*netserve.Server
+	o Options
+}
+
+// NewServer returns a Server.
+func NewServer(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{o: o}
+	// A waiting or sending client says nothing for as long as it waits or
+	// sends: no idle timeout; the request itself must come quickly.
+	s.Server = netserve.New(netserve.Options{
+		Name: "throttle", Logger: o.Logger, MaxConns: o.MaxConns,
+		IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+	}, s.serve)
+	return s
+}
+
+func (s *Server) serve(c *netserve.Conn) {
+	// The request line is read with the server's deadlines; afterwards the
+	// client says nothing for as long as it waits or sends, so the rest is
+	// read from the bare connection.
+	sr := &switchReader{r: c.Reader()}
+	r := bufio.NewReaderSize(sr, maxLine+1)
+	line, err := readLine(r)
+	c.Done()
+	if err != nil {
+		c.LogReadError(err, errors.Is(err, ErrProtocol))
+		if errors.Is(err, ErrProtocol) {
+			fmt.Fprintf(c, "ERR %s\n", strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "))
+		}
+		return
+	}
+	key, err := ParseRequest(line)
+	if err != nil {
+		s.o.Logger.Warn("throttle: malformed request", "err", err)
+		fmt.Fprintf(c, "ERR %s\n", strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "))
+		return
+	}
+	// From now on the client only closes (or says DONE): watch for that,
+	// so a sender that goes away leaves the line at once.
+	sr.r = c.Conn
+	c.SetReadDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		defer cancel()
+		for {
+			l, err := readLine(r)
+			if err != nil || l == "DONE" || c.Closing() {
+				return
+			}
+		}
+	}()
+	defer func() { c.Close(); <-gone }()
+	g, err := s.o.Handler.Acquire(ctx, key)
+	if err != nil {
+		var d *DeferError
+		switch {
+		case errors.As(err, &d):
+			s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			fmt.Fprintf(c, "DEFER %s\n", oneLine(d.Reason))
+		case ctx.Err() != nil:
+			s.o.Logger.Debug("throttle: sender went away while waiting", "key", key)
+		default:
+			s.o.Logger.Warn("throttle: cannot grant", "key", key, "err", err)
+			fmt.Fprintf(c, "DEFER %s\n", oneLine("throttle unavailable: "+err.Error()))
+		}
+		return
+	}
+	defer g.Done()
+	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
+		return
+	}
+	<-ctx.Done() // the send is over when the client closes or says DONE
+}
+
+func oneLine(s string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(s) }
+
+// switchReader reads from r, which the connection's goroutine may replace
+// between reads.
+type switchReader struct{ r io.Reader }
+
+func (s *switchReader) Read(p []byte) (int, error) { return s.r.Read(p) }
