@@ -120,6 +120,10 @@ func (s *Server) serve(c *netserve.Conn) {
 		return
 	}
 	defer g.Done()
+	if c.Closing() {
+		// Shutting down: grant nothing new; the sender applies its fail mode.
+		return
+	}
 	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
 		return
 	}

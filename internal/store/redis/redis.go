@@ -274,7 +274,11 @@ func (s *Store) recount(ctx context.Context) error {
 func (s *Store) run() {
 	defer close(s.done)
 	renewEvery := s.opts.LeaseTTL / 3
-	t := time.NewTicker(min(time.Second, renewEvery))
+	tick := min(time.Second, renewEvery)
+	if s.opts.LenInterval > 0 {
+		tick = min(tick, s.opts.LenInterval)
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	lastRenew, lastCount := time.Now(), time.Now()
 	for {
