@@ -30,7 +30,7 @@ type waitQueue struct {
 
 type waiter struct {
 	ch    chan Lease // receives a handed-over lease
-	taken bool      // set under Waiters.mu when a lease was handed over
+	taken bool       // set under Waiters.mu when a lease was handed over
 }
 
 // NewWaiters returns a wait registry over l. It survives config reloads:
