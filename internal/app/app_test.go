@@ -169,3 +169,40 @@ func TestShutdownReleasesAndUnlinks(t *testing.T) {
 		t.Fatalf("connection count %d after its stream closed", held)
 	}
 }
+
+// TestWatchReloads: writing the file, or replacing it by rename, reloads;
+// a broken file keeps the running configuration.
+func TestWatchReloads(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, dir, cfgText(dir, "2"))
+	d := startDaemon(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Watch(ctx, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	limitOf := func() int64 {
+		r := d.Governor()
+		return *r.AnvilRules().Classes["partners"].Count
+	}
+	waitLimit := func(want int64) {
+		t.Helper()
+		for i := 0; limitOf() != want; i++ {
+			if i > 5000 {
+				t.Fatalf("class limit %d, want %d", limitOf(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the watch is armed
+	os.WriteFile(path, []byte(cfgText(dir, "7")), 0o644)
+	waitLimit(7)
+	tmp := path + ".new"
+	os.WriteFile(tmp, []byte(cfgText(dir, "9")), 0o644)
+	os.Rename(tmp, path)
+	waitLimit(9)
+	os.WriteFile(path, []byte("[broken"), 0o644)
+	time.Sleep(200 * time.Millisecond)
+	if limitOf() != 9 {
+		t.Fatal("a broken file replaced the running configuration")
+	}
+}

@@ -238,6 +238,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	d.Start()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if err := d.Watch(watchCtx, 500*time.Millisecond); err != nil {
+			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
+		}
+	}()
+	defer func() { stopWatch(); <-watchDone }()
 	src := "embedded defaults"
 	if *path != "" {
 		src = *path

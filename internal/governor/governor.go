@@ -60,3 +60,6 @@ func (g *Governor) Policy() PolicyRules { return g.policy }
 
 // Throttle returns the throttle policies in force.
 func (g *Governor) Throttle() ThrottleRules { return g.throttle }
+
+// AnvilRules returns the anvil rules in force.
+func (g *Governor) AnvilRules() AnvilRules { return g.anvil }

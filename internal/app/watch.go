@@ -1,0 +1,101 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Watch reloads the configuration when its file changes (written in place,
+// or replaced by rename, as editors and config managers do), until ctx
+// ends. Changes within settle of each other make one reload. It uses
+// inotify: no polling.
+func (d *Daemon) Watch(ctx context.Context, settle time.Duration) error {
+	if d.path == "" {
+		return nil
+	}
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("watch %s: inotify: %w", d.path, err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	defer f.Close()
+	dir, name := filepath.Split(d.path)
+	if dir == "" {
+		dir = "."
+	}
+	// Watch the directory: a file replaced by rename is a new inode.
+	if _, err := syscall.InotifyAddWatch(fd, dir, syscall.IN_CLOSE_WRITE|syscall.IN_MOVED_TO|syscall.IN_CREATE); err != nil {
+		return fmt.Errorf("watch %s: %w", d.path, err)
+	}
+	go func() {
+		<-ctx.Done()
+		f.SetReadDeadline(time.Now()) // wakes the read below
+	}()
+	changed := make(chan struct{}, 1)
+	go d.reloadOnChange(ctx, changed, settle)
+	buf := make([]byte, 64*(syscall.SizeofInotifyEvent+syscall.NAME_MAX+1))
+	for {
+		n, err := f.Read(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			return fmt.Errorf("watch %s: %w", d.path, err)
+		}
+		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			nameBytes := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
+			off += syscall.SizeofInotifyEvent + int(ev.Len)
+			if trimNUL(nameBytes) == name {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+func trimNUL(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// reloadOnChange reloads once changes have settled.
+func (d *Daemon) reloadOnChange(ctx context.Context, changed <-chan struct{}, settle time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		// Let a burst of writes finish.
+		t := time.NewTimer(settle)
+	drain:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-changed:
+				t.Reset(settle)
+			case <-t.C:
+				break drain
+			}
+		}
+		d.log.Info("configuration file changed; reloading", "file", d.path)
+		if err := d.Reload(); err != nil {
+			d.log.Error("reload failed", "err", err)
+		}
+	}
+}
