@@ -100,7 +100,6 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return deferred(rep.Defer)
 	}
 	if cl != nil {
-		defer cl.Close()
 		if d := time.Until(rep.At); d > 0 {
 			// One sleep until the slot; a signal gives the slot back.
 			sigs := make(chan os.Signal, 1)
@@ -111,9 +110,11 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 				signal.Stop(sigs)
 			case s := <-sigs:
 				t.Stop()
+				cl.Close() // the slot goes back
 				return 128 + int(s.(syscall.Signal))
 			}
 		}
+		defer cl.Done() // sent: the slot stays used; the concurrency slot ends
 	}
 	return runCommand(cmdArgs, stderr)
 }

@@ -117,11 +117,11 @@ func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGra
 	return gr, nil
 }
 
-// ThrottleDone ends a grant: the concurrency slot goes to the next waiter,
-// and a slot whose time has not come (the sender gave up) is given back.
-// Senders behind keep their times, so nobody jumps the line.
-func (g *Governor) ThrottleDone(ctx context.Context, gr ThrottleGrant) {
-	if !gr.res.At.IsZero() && gr.res.At.After(g.lim.Now()) {
+// ThrottleDone ends a grant: the concurrency slot goes to the next waiter.
+// A slot the sender did not use (it gave up before its time) is given
+// back; senders behind keep their times, so nobody jumps the line.
+func (g *Governor) ThrottleDone(ctx context.Context, gr ThrottleGrant, used bool) {
+	if !used && !gr.res.At.IsZero() && gr.res.At.After(g.lim.Now()) {
 		if err := g.lim.Cancel(ctx, gr.res); err != nil {
 			g.log.Warn("throttle: giving back a slot failed", "key", gr.Key, "err", err)
 		}

@@ -84,10 +84,10 @@ func TestThrottleConcurrencyAndGiveBack(t *testing.T) {
 		t.Fatal("third sender started while two were sending")
 	case <-time.After(20 * time.Millisecond):
 	}
-	f.g.ThrottleDone(f.ctx, a)
+	f.g.ThrottleDone(f.ctx, a, true)
 	c := <-got
-	f.g.ThrottleDone(f.ctx, b)
-	f.g.ThrottleDone(f.ctx, c)
+	f.g.ThrottleDone(f.ctx, b, true)
+	f.g.ThrottleDone(f.ctx, c, true)
 	if held, _ := f.g.lim.Held(f.ctx, "throttle\x00c\x00relay\x00x.verizon.net"); held != 0 {
 		t.Fatalf("%d sessions leaked", held)
 	}
@@ -98,7 +98,7 @@ func TestThrottleConcurrencyAndGiveBack(t *testing.T) {
 		f2.g.ThrottleAcquire(f2.ctx, "y.verizon.net")
 	}
 	late, _ := f2.g.ThrottleAcquire(f2.ctx, "y.verizon.net")
-	f2.g.ThrottleDone(f2.ctx, late)
+	f2.g.ThrottleDone(f2.ctx, late, false)
 	again, _ := f2.g.ThrottleAcquire(f2.ctx, "y.verizon.net")
 	if !again.At.Equal(late.At) {
 		t.Fatalf("given-back slot at %s not reused (got %s)", late.At, again.At)
@@ -152,11 +152,11 @@ func TestThrottleCancelWhileWaiting(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v", err)
 	}
-	f.g.ThrottleDone(f.ctx, a)
+	f.g.ThrottleDone(f.ctx, a, true)
 	if b, err := f.g.ThrottleAcquire(f.ctx, "z.verizon.net"); err != nil {
 		t.Fatal(err)
 	} else {
-		f.g.ThrottleDone(f.ctx, b)
+		f.g.ThrottleDone(f.ctx, b, true)
 	}
 	_ = limiter.Lease{}
 }

@@ -39,8 +39,11 @@ func (cl *Client) Acquire(key string) (Reply, error) {
 	return ParseReply(line)
 }
 
-// Close ends the send (or gives up the place in line).
-func (cl *Client) Close() error {
+// Done tells the server the send happened and has ended, and closes.
+func (cl *Client) Done() error {
 	cl.c.Write([]byte("DONE\n"))
 	return cl.c.Close()
 }
+
+// Close gives up: the place in line, or a slot not used yet, goes back.
+func (cl *Client) Close() error { return cl.c.Close() }

@@ -7,7 +7,8 @@
 //	server: OK <unix-nanoseconds>\n     (send at that time, not before)
 //	        DEFER <reason>\n            (do not send now; try later)
 //	        ERR <reason>\n              (malformed request)
-//	client: DONE\n or close             (the send ended)
+//	client: DONE\n                      (the send happened and ended)
+//	        or close                    (gave up: an unused slot is given back)
 //
 // One request per connection. Keys are 1 to 255 printable ASCII bytes
 // without spaces (a host name, an address, a relay's name).

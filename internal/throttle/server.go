@@ -9,15 +9,18 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/netserve"
 )
 
-// Grant is permission to send at At; Done ends it.
+// Grant is permission to send at At. Done ends it: used says the sender
+// sent (said DONE); a sender that went away before its slot did not, and
+// its slot is given back.
 type Grant struct {
 	At   time.Time
-	Done func()
+	Done func(used bool)
 }
 
 // DeferError tells a sender not to send now, and why.
@@ -93,11 +96,15 @@ func (s *Server) serve(c *netserve.Conn) {
 	c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan struct{})
+	var used atomic.Bool
 	go func() {
 		defer close(gone)
 		defer cancel()
 		for {
 			l, err := readLine(r)
+			if l == "DONE" {
+				used.Store(true)
+			}
 			if err != nil || l == "DONE" || c.Closing() {
 				return
 			}
@@ -119,7 +126,7 @@ func (s *Server) serve(c *netserve.Conn) {
 		}
 		return
 	}
-	defer g.Done()
+	defer func() { g.Done(used.Load()) }()
 	if c.Closing() {
 		// Shutting down: grant nothing new; the sender applies its fail mode.
 		return

@@ -77,7 +77,13 @@ func (g *gate) Acquire(ctx context.Context, key string) (Grant, error) {
 		g.gone.Add(1)
 		return Grant{}, ctx.Err()
 	}
-	return Grant{At: g.at, Done: func() { g.done.Add(1) }}, nil
+	return Grant{At: g.at, Done: func(used bool) {
+		if used {
+			g.done.Add(1)
+		} else {
+			g.gone.Add(1)
+		}
+	}}, nil
 }
 
 func serve(t *testing.T, h Handler) string {
@@ -124,8 +130,13 @@ func TestGrantHeldUntilClose(t *testing.T) {
 	if g.done.Load() != 0 {
 		t.Fatal("grant ended while the sender still holds it")
 	}
-	cl.Close()
+	cl.Done()
 	waitFor(t, func() bool { return g.done.Load() == 1 })
+	// A sender that closes without DONE did not use its slot.
+	cl2, _ := Dial("unix", path, time.Second)
+	cl2.Acquire("relay.example")
+	cl2.Close()
+	waitFor(t, func() bool { return g.gone.Load() == 1 })
 }
 
 func TestDeferAndErrors(t *testing.T) {
