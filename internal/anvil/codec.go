@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"sluice/internal/netserve"
 )
 
 // Announcement is what a Postfix >= 3.6 server sends first on every
@@ -182,21 +184,7 @@ func attr(line []byte, want string) ([]byte, error) {
 	return v, nil
 }
 
-// printable returns at most 64 bytes of b with non-printable bytes as '?',
-// for log lines.
-func printable(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		out[i] = c
-	}
-	return string(out)
-}
+var printable = netserve.Printable
 
 // Printable is printable for callers that log idents.
 func Printable(s string) string { return printable([]byte(s)) }

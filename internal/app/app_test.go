@@ -29,11 +29,18 @@ func writeConfig(t *testing.T, dir, body string) string {
 
 func startDaemon(t *testing.T, path string) *Daemon {
 	t.Helper()
+	return startDaemonLog(t, path, slog.New(slog.DiscardHandler))
+}
+
+// startDaemonLog loads path, starts a daemon logging to log, and stops it
+// when the test ends.
+func startDaemonLog(t *testing.T, path string, log *slog.Logger) *Daemon {
+	t.Helper()
 	cfg, errs := config.Load(path)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	d, err := New(cfg, path, slog.New(slog.DiscardHandler), nil)
+	d, err := New(cfg, path, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"sluice/internal/config"
 	"sluice/internal/testutil/postfixtest"
 )
 
@@ -32,20 +30,7 @@ func postfixWithPolicy(t *testing.T, restriction, rules string) (*postfixtest.In
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, errs := config.Load(path)
-	if len(errs) > 0 {
-		t.Fatalf("config: %v", errs)
-	}
-	d, err := New(cfg, path, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Shutdown(ctx)
-	})
+	startDaemonLog(t, path, testLogger(t))
 	smtpPort, err := postfixtest.FreePort()
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"sluice/internal/anvil"
-	"sluice/internal/config"
 	"sluice/internal/testutil/postfixtest"
 )
 
@@ -61,21 +60,7 @@ client_connection_rate_limit = %s
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, errs := config.Load(path)
-	if len(errs) > 0 {
-		t.Fatalf("config: %v\n%s", errs, body)
-	}
-	d, err := New(cfg, path, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Shutdown(ctx)
-	})
-	return inst, port, d
+	return inst, port, startDaemonLog(t, path, testLogger(t))
 }
 
 func orDefault(v, def string) string {
@@ -83,6 +68,11 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// testLogger logs at debug level through t.Logf.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 type testWriter struct{ t *testing.T }

@@ -253,3 +253,19 @@ func (c *Conn) LogReadError(err error, isProtocol bool) {
 		log.Debug(name+": connection closed", "err", err)
 	}
 }
+
+// Printable returns at most 64 bytes of b with every byte outside
+// printable ASCII shown as '?', for quoting peer input in log lines.
+func Printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		out[i] = c
+	}
+	return string(out)
+}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"sluice/internal/netserve"
 )
 
 // Limits on one request. Postfix caps each name and value at
@@ -162,20 +164,7 @@ func (d *Decoder) line() ([]byte, error) {
 	return line[:len(line)-1], nil
 }
 
-// printable returns at most 64 bytes of b with non-printable bytes as '?'.
-func printable(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		out[i] = c
-	}
-	return string(out)
-}
+var printable = netserve.Printable
 
 // AppendReply appends "action=ACTION\n\n" to b. Newlines in the action are
 // replaced with spaces: a reply is one line.

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sluice/internal/netserve"
 )
 
 // MaxKey is the longest key accepted.
@@ -98,15 +100,4 @@ func ParseReply(line string) (Reply, error) {
 	return Reply{}, fmt.Errorf("%w: unexpected reply %q", ErrProtocol, printable(line))
 }
 
-func printable(s string) string {
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			b[i] = '?'
-		}
-	}
-	return string(b)
-}
+func printable(s string) string { return netserve.Printable([]byte(s)) }
