@@ -22,6 +22,7 @@ type Config struct {
 	ClassesFile string   `toml:"classes_file"`
 	Log         Log      `toml:"log"`
 	Limiter     Limiter  `toml:"limiter"`
+	Store       Store    `toml:"store"`
 	Classes     []Class  `toml:"class"`
 	Anvil       Anvil    `toml:"anvil"`
 	Policy      Policy   `toml:"policy"`
@@ -49,6 +50,39 @@ type Limiter struct {
 	// StatusInterval is how often peak figures are logged (anvil's
 	// anvil_status_update_time).
 	StatusInterval Duration `toml:"status_interval"`
+}
+
+// Store chooses where counts live.
+type Store struct {
+	// Kind is "memory" (this process; the default) or "redis" (shared by
+	// every sluice that uses the same Redis).
+	Kind  string `toml:"kind"`
+	Redis Redis  `toml:"redis"`
+}
+
+// Redis configures the shared store.
+type Redis struct {
+	// Addrs are host:port of the server, or of cluster nodes.
+	Addrs    []string `toml:"addrs"`
+	Username string   `toml:"username"`
+	// Password, or PasswordFile naming a file that holds it (better: the
+	// config file stays free of secrets).
+	Password      string `toml:"password"`
+	PasswordFile  string `toml:"password_file"`
+	DB            int    `toml:"db"`
+	TLS           bool   `toml:"tls"`
+	TLSCAFile     string `toml:"tls_ca_file"`
+	TLSServerName string `toml:"tls_server_name"`
+	Cluster       bool   `toml:"cluster"`
+	KeyPrefix     string `toml:"key_prefix"`
+	// Deadline bounds each decision; past it the fail mode applies.
+	Deadline    Duration `toml:"deadline"`
+	DialTimeout Duration `toml:"dial_timeout"`
+	// LeaseTTL is how long a dead host's concurrency slots outlive it.
+	LeaseTTL Duration `toml:"lease_ttl"`
+	// FailMode is "open" (admit, and log) or "closed" (tempfail) while
+	// Redis cannot decide in time.
+	FailMode string `toml:"fail_mode"`
 }
 
 // Class is one [[class]] table.
@@ -212,6 +246,17 @@ func Default() *Config {
 			MaxKeys:        1_000_000,
 			WhenFull:       "evict",
 			StatusInterval: Duration(10 * time.Minute),
+		},
+		Store: Store{
+			Kind: "memory",
+			Redis: Redis{
+				Addrs:       []string{"127.0.0.1:6379"},
+				KeyPrefix:   "sluice:",
+				Deadline:    Duration(50 * time.Millisecond),
+				DialTimeout: Duration(2 * time.Second),
+				LeaseTTL:    Duration(60 * time.Second),
+				FailMode:    "open",
+			},
 		},
 		Anvil: Anvil{
 			Enabled:        true,

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/user"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ func (c *Config) Validate() []error {
 	if c.Limiter.StatusInterval.D() < time.Second {
 		add("limiter.status_interval", "must be at least 1s")
 	}
+	errs = append(errs, c.validateStore()...)
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
@@ -268,4 +270,65 @@ func (s Socket) check() (string, error) {
 		}
 	}
 	return "", nil
+}
+
+func (c *Config) validateStore() []error {
+	var errs []error
+	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+	switch c.Store.Kind {
+	case "memory":
+		return nil
+	case "redis":
+	default:
+		add("store.kind", "%q is not memory or redis", c.Store.Kind)
+		return errs
+	}
+	r := c.Store.Redis
+	if len(r.Addrs) == 0 {
+		add("store.redis.addrs", "name at least one Redis server (host:port)")
+	}
+	for i, a := range r.Addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			add(fmt.Sprintf("store.redis.addrs[%d]", i+1), "%q is not host:port", a)
+		}
+	}
+	if r.Password != "" && r.PasswordFile != "" {
+		add("store.redis.password_file", "set password or password_file, not both")
+	}
+	if r.PasswordFile != "" {
+		if _, err := os.Stat(c.Relative(r.PasswordFile)); err != nil {
+			add("store.redis.password_file", "%v", err)
+		}
+	}
+	if r.TLSCAFile != "" {
+		if !r.TLS {
+			add("store.redis.tls_ca_file", "set tls = true to use a CA file")
+		} else if _, err := os.Stat(c.Relative(r.TLSCAFile)); err != nil {
+			add("store.redis.tls_ca_file", "%v", err)
+		}
+	}
+	if r.DB < 0 || r.DB > 15 && !r.Cluster {
+		add("store.redis.db", "must be between 0 and 15")
+	}
+	if r.Cluster && r.DB != 0 {
+		add("store.redis.db", "Redis Cluster has only database 0")
+	}
+	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}") {
+		add("store.redis.key_prefix", "must be non-empty and free of { and } (sluice adds its own hash tags)")
+	}
+	if d := r.Deadline.D(); d < time.Millisecond || d > 10*time.Second {
+		add("store.redis.deadline", "must be between 1ms and 10s (it bounds every decision on the mail path)")
+	}
+	if r.DialTimeout.D() <= 0 {
+		add("store.redis.dial_timeout", "must be positive")
+	}
+	if r.LeaseTTL.D() < time.Second {
+		add("store.redis.lease_ttl", "must be at least 1s")
+	}
+	switch r.FailMode {
+	case "open", "closed":
+	default:
+		add("store.redis.fail_mode", "%q is not open or closed", r.FailMode)
+	}
+	return errs
 }
