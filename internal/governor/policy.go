@@ -211,7 +211,9 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		key := policyKey(r, req, g, peer, &class)
 		checks := make([]limiter.Check, len(r.Limits))
 		for j, lim := range r.Limits {
-			checks[j] = limiter.Check{Key: "policy\x00" + r.Name + "\x00" + strconv.Itoa(j) + "\x00" + key, Limit: lim, Stat: r.Name}
+			// The {hash tag} keeps a rule's limits for one key on one Redis
+			// Cluster slot, so they are decided in one atomic step.
+			checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
 		}
 		out := make([]limiter.Decision, len(checks))
 		mode := r.Mode

@@ -143,7 +143,7 @@ func TestPolicyLeakyUndoesEarlierRules(t *testing.T) {
 	}
 	// per-client counted only the two messages that went through.
 	out := make([]limiter.Decision, 1)
-	c := limiter.Check{Key: "policy\x00per-client\x000\x00client_address=192.0.2.10", Limit: lim("100/60s exact")}
+	c := limiter.Check{Key: "policy\x00{per-client\x00client_address=192.0.2.10}\x000", Limit: lim("100/60s exact")}
 	if err := f.g.lim.Peek(f.ctx, 0, []limiter.Check{c}, out); err != nil || out[0].Count != 2 {
 		t.Fatalf("per-client count %d (%v), want 2", out[0].Count, err)
 	}

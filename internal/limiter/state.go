@@ -241,6 +241,9 @@ func (s *State) Record(now time.Time, c Check, n int64) {
 		v := int64(s.Counts[c.Counter]) + n
 		s.Counts[c.Counter] = uint32(min(v, Unlimited))
 	case Exact:
+		if n <= 0 {
+			return
+		}
 		nowNs := now.UnixNano()
 		if s.Log == nil {
 			s.Log = &EventLog{}

@@ -39,38 +39,61 @@ type script struct {
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-func mustScript(name string, readOnly bool) *script {
-	common, err := luaFS.ReadFile("lua/common.lua")
-	if err != nil {
-		panic(err)
-	}
-	body, err := luaFS.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic(err)
-	}
+// compose builds a script from core.lua, the given modules and the body
+// name.lua.
+func compose(name string, readOnly bool, modules ...string) *script {
 	// The shebang (Redis 7) declares whether the script writes: Redis then
 	// refuses a writing script as a whole when it is out of memory, rather
 	// than failing it half-way, and runs a no-writes one anyway.
-	shebang := "#!lua\n"
+	src := "#!lua\n"
 	if readOnly {
-		shebang = "#!lua flags=no-writes\n"
+		src = "#!lua flags=no-writes\n"
 	}
-	src := shebang + string(common) + "\n" + string(body)
+	for _, m := range append(append([]string{"core"}, modules...), name) {
+		b, err := luaFS.ReadFile("lua/" + m + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		src += string(b) + "\n"
+	}
 	sum := sha1.Sum([]byte(src))
 	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
 }
 
+// Algorithm sets, as bits, for the rate scripts: each variant holds only
+// the algorithms its checks use (defining the others costs Redis time on
+// every call).
+const (
+	useAnvil = 1 << iota
+	useExact
+	useSmooth
+)
+
+// rateScripts builds the variants of a rate script, by algorithm set.
+func rateScripts(name string, readOnly bool) (v [8]*script) {
+	for set := 1; set < 8; set++ {
+		var mods []string
+		for bit, m := range []string{"anvil", "exact", "smooth"} {
+			if set&(1<<bit) != 0 {
+				mods = append(mods, m)
+			}
+		}
+		v[set] = compose(name, readOnly, append(mods, "rate")...)
+	}
+	return v
+}
+
 var (
-	hitScript     = mustScript("hit", false)
-	peekScript    = mustScript("peek", true)
-	undoScript    = mustScript("undo", false)
-	reserveScript = mustScript("reserve", false)
-	cancelScript  = mustScript("cancel", false)
-	acquireScript = mustScript("acquire", false)
-	releaseScript = mustScript("release", false)
-	heldScript    = mustScript("held", true)
-	renewScript   = mustScript("renew", false)
-	probeScript   = mustScript("probe", true)
+	hitScripts    = rateScripts("hit", false)
+	peekScripts   = rateScripts("peek", true)
+	undoScripts   = rateScripts("undo", false)
+	reserveScript = compose("reserve", false, "exact")
+	cancelScript  = compose("cancel", false, "exact")
+	acquireScript = compose("acquire", false, "lease")
+	releaseScript = compose("release", false, "lease")
+	heldScript    = compose("held", true, "lease")
+	renewScript   = compose("renew", false, "lease")
+	probeScript   = compose("probe", true)
 )
 
 // rconn adapts a rueidis client to conn.

@@ -85,7 +85,8 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, key string, capacity
 			return l, v[1], true, nil
 		}
 	}
-	return limiter.Lease{}, 0, false, s.malformed("acquire", nil)
+	s.errs.Add(1)
+	return limiter.Lease{}, 0, false, errors.New("redis store: acquire: no free lease id after 4 draws")
 }
 
 // Release implements limiter.Store.

@@ -34,23 +34,29 @@ func (s *Store) checkKeys(checks []limiter.Check) ([]string, error) {
 	return keys, s.sameSlot(keys)
 }
 
-// appendChecks appends six script arguments per check (see common.lua).
-func appendChecks(args []string, checks []limiter.Check) []string {
+// appendChecks appends six script arguments per check (see rate.lua) and
+// returns the set of algorithms used.
+func appendChecks(args []string, checks []limiter.Check) ([]string, int) {
+	set := 0
 	for _, c := range checks {
 		lim := c.Limit
 		algo, x, burst := "e", int64(0), int64(0)
 		switch lim.Algorithm {
 		case limiter.Anvil:
 			algo, x = "a", int64(lim.Period/time.Second)
+			set |= useAnvil
+		case limiter.Exact:
+			set |= useExact
 		case limiter.Smooth:
 			algo, x, burst = "s", int64(lim.Period)/lim.N, lim.Burst
 			if burst <= 0 {
 				burst = lim.N
 			}
+			set |= useSmooth
 		}
 		args = append(args, algo, itoa(lim.N), itoa(int64(lim.Period)), itoa(x), itoa(burst), strconv.Itoa(int(c.Counter)))
 	}
-	return args
+	return args, set
 }
 
 // decisions reads the reply of hit or peek: keys delta, now, then five
@@ -92,8 +98,8 @@ func (s *Store) Hit(ctx context.Context, now time.Time, n int64, mode limiter.Mo
 	if mode == limiter.Strict {
 		strict = "1"
 	}
-	args = appendChecks(append(args, itoa(n), strict), checks)
-	v, t1, err := s.eval(ctx, "hit", hitScript, keys, args)
+	args, set := appendChecks(append(args, itoa(n), strict), checks)
+	v, t1, err := s.eval(ctx, "hit", hitScripts[set], keys, args)
 	if err != nil {
 		return err
 	}
@@ -116,8 +122,8 @@ func (s *Store) Peek(ctx context.Context, now time.Time, n int64, checks []limit
 	if err != nil {
 		return err
 	}
-	args = appendChecks(append(args, itoa(n)), checks)
-	v, t1, err := s.eval(ctx, "peek", peekScript, keys, args)
+	args, set := appendChecks(append(args, itoa(n)), checks)
+	v, t1, err := s.eval(ctx, "peek", peekScripts[set], keys, args)
 	if err != nil {
 		return err
 	}
@@ -147,8 +153,8 @@ func (s *Store) Undo(ctx context.Context, now, at time.Time, n int64, checks []l
 		return err
 	}
 	atNs := max(s.serverTime(at), int64(time.Second)) &^ 1
-	args = appendChecks(append(args, itoa(atNs), itoa(atNs/int64(time.Second)), itoa(n)), checks)
-	v, t1, err := s.eval(ctx, "undo", undoScript, keys, args)
+	args, set := appendChecks(append(args, itoa(atNs), itoa(atNs/int64(time.Second)), itoa(n)), checks)
+	v, t1, err := s.eval(ctx, "undo", undoScripts[set], keys, args)
 	if err != nil {
 		return err
 	}

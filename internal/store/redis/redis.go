@@ -3,8 +3,9 @@
 //
 // # One decision, one script
 //
-// Every operation is one Lua script (lua/*.lua), run by EVALSHA and loaded
-// by EVAL when Redis answers NOSCRIPT. The script reads the state, applies
+// Every operation is one Lua script (lua/*.lua: a prelude, the modules of
+// the algorithms a call uses, a body), run by EVALSHA and loaded by EVAL
+// when Redis answers NOSCRIPT. The script reads the state, applies
 // the same rules as limiter.State and writes the result, atomically; the
 // checks of one Hit are decided together. Scripts read the time from Redis
 // TIME, so hosts with skewed clocks agree (Options.UseCallerTime uses the
@@ -162,7 +163,9 @@ var _ limiter.Store = (*Store)(nil)
 
 // New connects to Redis, checks that it runs Redis 7 scripts, counts the
 // keys under the prefix and starts the background work (lease renewal,
-// health checks, counting); Close stops it.
+// health checks, counting); Close stops it. It fails if Redis cannot be
+// reached: the caller chooses to retry or to run without it. Once
+// running, the store reconnects by itself.
 func New(ctx context.Context, o Options) (*Store, error) {
 	if len(o.Addrs) == 0 {
 		o.Addrs = []string{"127.0.0.1:6379"}
@@ -321,12 +324,17 @@ func (s *Store) warn(msg string, err error) {
 
 // eval runs one script within the deadline and returns its reply and the
 // local time it arrived.
-func (s *Store) eval(ctx context.Context, op string, sc *script, keys, args []string) ([]int64, time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Deadline)
+func (s *Store) eval(parent context.Context, op string, sc *script, keys, args []string) ([]int64, time.Time, error) {
+	ctx, cancel := context.WithTimeout(parent, s.opts.Deadline)
 	defer cancel()
 	v, err := s.c.eval(ctx, sc, keys, args)
 	t1 := time.Now()
 	if err != nil {
+		if parent.Err() != nil {
+			// The caller gave up (its own deadline or cancellation):
+			// nothing is known about Redis.
+			return nil, t1, fmt.Errorf("redis store: %s: %w", op, err)
+		}
 		return nil, t1, s.fail(op, err)
 	}
 	s.healthy.Store(true)

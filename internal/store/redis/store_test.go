@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"sluice/internal/limiter"
 )
 
@@ -24,7 +26,7 @@ func exactCheck(key string, n int64, period time.Duration) limiter.Check {
 // releases.
 func TestLeaseOfDeadHostExpires(t *testing.T) {
 	srv := needServer(t)
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	o := Options{KeyPrefix: fmt.Sprintf("dead%d:", prefixSeq.Add(1)), LeaseTTL: ttl}
 	o.Owner = "dead-host"
 	dead := newTestStore(t, srv, o)
@@ -63,9 +65,9 @@ func TestLeaseOfDeadHostExpires(t *testing.T) {
 	if freedAfter < ttl-50*time.Millisecond {
 		t.Fatalf("lease freed after %s, before its TTL %s", freedAfter, ttl)
 	}
-	// By now the live host's lease on "kept" has outlived LeaseTTL; let it
-	// go through a few more renewals.
-	time.Sleep(2 * ttl)
+	// By now the live host's lease on "kept" has lived LeaseTTL; let it go
+	// through a few more renewals.
+	time.Sleep(ttl)
 	if held, err := third.Held(ctx, now, "kept"); err != nil || held != 1 {
 		t.Fatalf("a live host's lease must be renewed: held %d err %v", held, err)
 	}
@@ -176,6 +178,10 @@ func TestNoScriptRecovery(t *testing.T) {
 		return 0
 	}
 	out := make([]limiter.Decision, 1)
+	// A first hit loads the script if no test has yet.
+	if err := s.Hit(ctx, now, 1, limiter.Leaky, []limiter.Check{exactCheck("warm-up", 3, time.Minute)}, out); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 4 {
 		if i == 2 {
 			if err := adm.Do(ctx, adm.B().ScriptFlush().Build()).Error(); err != nil {
@@ -362,6 +368,14 @@ func TestKeysExpireAndAreBounded(t *testing.T) {
 // background.
 func TestLenDedicatedDB(t *testing.T) {
 	srv := needServer(t)
+	db7, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.addr()}, SelectDB: 7, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db7.Close()
+	if err := db7.Do(ctx, db7.B().Flushdb().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	a := newTestStore(t, srv, Options{DB: 7, DedicatedDB: true, UseCallerTime: true, LenInterval: 100 * time.Millisecond})
 	b := newTestStore(t, srv, Options{DB: 7, DedicatedDB: true, UseCallerTime: true, KeyPrefix: a.prefix})
 	out := make([]limiter.Decision, 1)
@@ -479,5 +493,49 @@ func TestClusterMode(t *testing.T) {
 	}
 	if err := s.recount(ctx); err != nil || s.Len() != 4 {
 		t.Fatalf("Len %d (%v), want 4", s.Len(), err)
+	}
+}
+
+// With Redis TIME, Undo takes the caller's (local) time of the hit and
+// still finds it.
+func TestUndoWithRedisTime(t *testing.T) {
+	srv := needServer(t)
+	s := newTestStore(t, srv, Options{})
+	c := []limiter.Check{exactCheck("u", 2, time.Minute)}
+	out := make([]limiter.Decision, 1)
+	var ats []time.Time
+	for i := range 3 {
+		at := time.Now()
+		if err := s.Hit(ctx, at, 1, limiter.Leaky, c, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed != (i < 2) {
+			t.Fatalf("hit %d: %+v", i, out[0])
+		}
+		ats = append(ats, at)
+	}
+	if err := s.Undo(ctx, time.Now(), ats[1], 1, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hit(ctx, time.Now(), 1, limiter.Leaky, c, out); err != nil || !out[0].Allowed {
+		t.Fatalf("after undo: %+v %v", out[0], err)
+	}
+}
+
+// A lease ends exactly at its TTL, to the microsecond, as in store/memory.
+func TestLeaseTTLBoundary(t *testing.T) {
+	srv := needServer(t)
+	s := newTestStore(t, srv, Options{UseCallerTime: true})
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	if _, _, ok, err := s.Acquire(ctx, t0, "b", 1, 30*time.Second); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	for _, tc := range []struct {
+		at   time.Duration
+		held int64
+	}{{30*time.Second - time.Microsecond, 1}, {30 * time.Second, 0}} {
+		if held, err := s.Held(ctx, t0.Add(tc.at), "b"); err != nil || held != tc.held {
+			t.Errorf("held at %s: %d %v, want %d", tc.at, held, err, tc.held)
+		}
 	}
 }

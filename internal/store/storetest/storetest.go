@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"LeaseTTL", testLeaseTTL},
 		{"IdleKeysExpire", testExpiry},
 		{"BadRequests", testBadRequests},
+		{"ZeroHit", testZeroHit},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -540,5 +541,25 @@ func testBadRequests(t *testing.T, s limiter.Store) {
 	}
 	if _, err := s.Reserve(ctx, at(0), "b", limiter.Limit{Algorithm: limiter.Smooth, N: 1, Period: time.Second}, 1, 0); !errors.Is(err, limiter.ErrBadRequest) {
 		t.Errorf("Reserve on smooth: %v", err)
+	}
+}
+
+// testZeroHit: a hit of no events reports the state and changes nothing,
+// on empty keys too.
+func testZeroHit(t *testing.T, s limiter.Store) {
+	for _, c := range []limiter.Check{
+		anvil("z-a", 2, 60*time.Second, 0),
+		exact("z-e", 2, time.Minute),
+		{Key: "z-s", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 2, Period: time.Minute}},
+	} {
+		for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Strict} {
+			if d := hit(t, s, at(0), 0, mode, c)[0]; !d.Allowed || d.Count != 0 {
+				t.Fatalf("%s: zero hit on an empty key: %+v", c.Limit, d)
+			}
+		}
+		hit(t, s, at(time.Second), 1, limiter.Leaky, c)
+		if d := hit(t, s, at(2*time.Second), 0, limiter.Strict, c)[0]; !d.Allowed || d.Count != 1 {
+			t.Fatalf("%s: zero hit after one event: %+v", c.Limit, d)
+		}
 	}
 }

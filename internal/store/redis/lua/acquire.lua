@@ -4,18 +4,15 @@
 -- keys delta, now (s, ns).
 local k = KEYS[1]
 local cap, ttl, member = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local kd = kind(k, 'zset')
-if kd == 'other' then redis.call('DEL', k) end
-local seen = {[k] = kd ~= 'none'}
-if kd == 'same' then redis.call('ZREMRANGEBYSCORE', k, '-inf', fmtUs(nowUs)) end
-local held = redis.call('ZCARD', k)
+local held = leases(k)
 local code = 0
 if cap <= 0 or held < cap then
   if redis.call('ZADD', k, 'NX', fmtUs(nowUs + ttl), member) == 1 then
     code, held = 1, held + 1
+    setLive(k, true)
     expireLeases(k)
   else
     code = 2
   end
 end
-return {code, held, keysDelta(seen), nowS, nowN}
+return {code, held, keysDelta(), nowS, nowN}

@@ -4,31 +4,22 @@
 local n = tonumber(ARGV[3])
 local strict = ARGV[4] == '1'
 local cs = readChecks(5)
-local seen, ds, all = {}, {}, true
+local uses, ss, ds, all = {}, {}, {}, true
 for i, c in ipairs(cs) do
-  local kd = kind(c.k, WANT[c.algo])
-  if seen[c.k] == nil then seen[c.k] = kd ~= 'none' end
-  ds[i] = decide(c, n, kd == 'same', true)
+  uses[c.k] = (uses[c.k] or 0) + 1
+  -- Reading an exact log drops its stale events (invisible to callers).
+  ss[i] = ALGO[c.algo].read(c, true)
+  ds[i] = ALGO[c.algo].decide(c, ss[i], n)
   all = all and ds[i][1]
 end
 if all or strict then
   for i, c in ipairs(cs) do
-    local d = ds[i]
-    local kd = kind(c.k, WANT[c.algo])
-    if kd == 'other' then redis.call('DEL', c.k) end
-    local present = kd == 'same'
-    if c.algo == 'a' then
-      local v = anvilRecord(c.k, c.ctr, c.x, n, present)
-      if not d[1] then d[2] = v end
-    elseif c.algo == 'e' then
-      local st = exactLog(c.k, c.P, present)
-      trimStale(st)
-      exactRecord(st, c.N, c.P, n)
-      if not d[1] then d[2] = redis.call('LLEN', c.k) end
-    else
-      local tat = smoothRecord(c.k, smoothRead(c.k, present), c.x, c.b, c.P, n)
-      if not d[1] then d[2] = ceilDiv(tat, c.x) end
-    end
+    local A = ALGO[c.algo]
+    local S = ss[i]
+    -- A key checked twice in one hit is read again after the first record.
+    if uses[c.k] > 1 then S = A.read(c, true) end
+    local v = A.record(c, S, n)
+    if not ds[i][1] then ds[i][2] = v end -- Strict: report the new level
   end
 end
-return reply({keysDelta(seen), nowS, nowN}, ds)
+return reply({keysDelta(), nowS, nowN}, ds)

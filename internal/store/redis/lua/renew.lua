@@ -5,14 +5,15 @@
 local k = KEYS[1]
 local exp = fmtUs(nowUs + tonumber(ARGV[3]))
 local out = {nowS, nowN}
-local live = kind(k, 'zset') == 'same'
+local renewed = false
 for i = 4, #ARGV do
-  local s = live and redis.call('ZSCORE', k, ARGV[i])
+  local s = pread('ZSCORE', k, ARGV[i])
   if s and tonumber(s) > nowUs then
     redis.call('ZADD', k, 'GT', exp, ARGV[i])
+    renewed = true
   else
     out[#out + 1] = i - 3
   end
 end
-if live then expireLeases(k) end
+if renewed then expireLeases(k) end
 return out

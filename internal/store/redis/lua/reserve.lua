@@ -5,22 +5,22 @@
 -- the slot's time (s, ns).
 local k = KEYS[1]
 local N, P, n, maxWait = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local kd = kind(k, 'list')
-if kd == 'other' then redis.call('DEL', k) end
-local seen = {[k] = kd ~= 'none'}
-local st = exactLog(k, P, kd == 'same')
-trimStale(st)
+local st = exactLog(k, P, true)
+if st.other then
+  drop(k)
+  st = {k = k, start = 0, n = 0, total = 0, e = {}}
+end
 local t = earliest(st, 0, N, n, P)
 if t == nil or st.n + n > MAXEXACT then
-  return {0, keysDelta(seen), nowS, nowN, 0, 0}
+  return {0, keysDelta(), nowS, nowN, 0, 0}
 end
 local s = abs(t)
 local slot = s
 if odd(s) then slot = abs(t - 1) end
 local slotS, slotN = tonumber(string.sub(slot, 1, -10)), tonumber(string.sub(slot, -9))
 if t > maxWait then
-  return {2, keysDelta(seen), nowS, nowN, slotS, slotN}
+  return {2, keysDelta(), nowS, nowN, slotS, slotN}
 end
 push(k, flagged(s), n)
-expireExact(k, P)
-return {1, keysDelta(seen), nowS, nowN, slotS, slotN}
+expireIn(k, rel(flagged(s)) + P)
+return {1, keysDelta(), nowS, nowN, slotS, slotN}
