@@ -22,7 +22,6 @@ import (
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
 	"sluice/internal/policy"
-	"sluice/internal/store/memory"
 	"sluice/internal/throttle"
 )
 
@@ -34,7 +33,7 @@ type Daemon struct {
 
 	cfg     atomic.Pointer[config.Config]
 	gov     atomic.Pointer[governor.Governor]
-	store   *memory.Store
+	store   limiter.Store
 	lim     *limiter.Limiter
 	waiters *limiter.Waiters // throttle queues, kept across reloads
 
@@ -64,17 +63,17 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	d.store = memory.New(memory.Options{
-		MaxKeys: cfg.Limiter.MaxKeys,
-		Evict:   cfg.Limiter.WhenFull == "evict",
-		Logger:  log,
-	})
-	d.lim = limiter.New(limiter.Options{
-		Store:    d.store,
-		FailOpen: cfg.Limiter.WhenFull != "fail-closed",
-		Logger:   log,
-	})
+	store, failOpen, err := openStore(context.Background(), cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d.store = store
+	d.lim = limiter.New(limiter.Options{Store: store, FailOpen: failOpen, Logger: log})
 	d.waiters = limiter.NewWaiters(d.lim)
+	if cfg.Store.Kind == "redis" {
+		// Slots freed by other hosts are not announced: recheck.
+		d.waiters.Retry = time.Second
+	}
 	gov, err := buildGovernor(cfg, d.lim, d.waiters, log)
 	if err != nil {
 		d.store.Close()
@@ -290,6 +289,11 @@ func restartNeeded(old, cur *config.Config) []string {
 	}
 	if old.Limiter.MaxKeys != cur.Limiter.MaxKeys || old.Limiter.WhenFull != cur.Limiter.WhenFull {
 		out = append(out, "limiter.max_keys/when_full")
+	}
+	if old.Store.Kind != cur.Store.Kind || !slices.Equal(old.Store.Redis.Addrs, cur.Store.Redis.Addrs) ||
+		old.Store.Redis.KeyPrefix != cur.Store.Redis.KeyPrefix || old.Store.Redis.FailMode != cur.Store.Redis.FailMode ||
+		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB {
+		out = append(out, "store")
 	}
 	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
 		out = append(out, "limiter.status_interval")

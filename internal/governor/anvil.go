@@ -123,7 +123,12 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	cls := g.classes.Match(AnvilPeer(ident))
 	lease, held, _, err := g.lim.Acquire(ctx, anvilCountKey(ident), 0, 0, "connection count")
 	if err != nil {
-		return 0, 0, fmt.Errorf("count connection of %s: %w", ident, err)
+		// The store cannot count: answer per the fail mode. smtpd refuses
+		// only when the count is over its limit.
+		if g.lim.FailOpen() || g.anvil.Postfix.Count <= 0 {
+			return 0, 0, nil
+		}
+		return g.anvil.Postfix.Count + 1, 0, nil
 	}
 	st.ident, st.lease = ident, lease
 	classFull := false
@@ -137,7 +142,7 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	}
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
-		return 0, 0, fmt.Errorf("count connection rate of %s: %w", ident, err)
+		out[0].Count = 0 // the connection is counted; its rate is unknown
 	}
 	count = g.scaleCount(cls, held)
 	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
@@ -189,7 +194,7 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 	if st.ident != ident {
 		known, err := g.anvilKnown(ctx, ident)
 		if err != nil {
-			return 0, err
+			known = true // cannot tell: do not register a connection
 		}
 		if !known {
 			if _, _, err := g.AnvilConnect(ctx, st, ident); err != nil {
@@ -199,7 +204,11 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 	}
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, ev)}, out[:]); err != nil {
-		return 0, fmt.Errorf("count %s of %s: %w", anvilStats[ev], ident, err)
+		// The store cannot count: report per the fail mode.
+		if g.lim.FailOpen() || g.anvil.Postfix.Rates[ev] <= 0 {
+			return 0, nil
+		}
+		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
 	cls := g.classes.Match(AnvilPeer(ident))
 	return g.scaleRate(cls, ev, out[0].Count), nil

@@ -31,6 +31,7 @@ type Limiter struct {
 	log      *slog.Logger
 	peaks    Peaks
 	warned   atomic.Int64 // Unix second of the last store-error warning
+	failing  atomic.Int64 // store errors since the last success
 }
 
 // New returns a Limiter over o.Store.
@@ -69,6 +70,7 @@ func (l *Limiter) Hit(ctx context.Context, n int64, mode Mode, checks []Check, o
 		}
 		return err
 	}
+	l.storeOK()
 	size := int64(l.store.Len())
 	for i, c := range checks {
 		l.peaks.observe(c.Stat, "rate", c.Key, out[i].Count, c.Limit.Period, now)
@@ -107,6 +109,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, capacity int64, ttl t
 		l.storeFailed(now, err)
 		return Lease{}, 0, l.failOpen, err
 	}
+	l.storeOK()
 	l.peaks.observe(stat, "count", key, held, 0, now)
 	l.peaks.observeSize(int64(l.store.Len()), now)
 	return lease, held, ok, nil
@@ -125,8 +128,20 @@ func (l *Limiter) Held(ctx context.Context, key string) (int64, error) {
 	return l.store.Held(ctx, l.clk.Now(), key)
 }
 
+// FailOpen reports whether decisions the store cannot make are admitted.
+func (l *Limiter) FailOpen() bool { return l.failOpen }
+
+// storeOK notes a decision the store made; the first after failures is
+// logged.
+func (l *Limiter) storeOK() {
+	if n := l.failing.Load(); n > 0 && l.failing.CompareAndSwap(n, 0) {
+		l.log.Info("limiter store recovered", "failed_decisions", n)
+	}
+}
+
 // storeFailed logs a store failure at most once a second.
 func (l *Limiter) storeFailed(now time.Time, err error) {
+	l.failing.Add(1)
 	sec := now.Unix()
 	if old := l.warned.Load(); old != sec && l.warned.CompareAndSwap(old, sec) {
 		mode := "refusing"

@@ -232,7 +232,7 @@ func TestDeadlineAndRecovery(t *testing.T) {
 	if _, err := hit(); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	errs0 := s.Errors()
@@ -251,7 +251,7 @@ func TestDeadlineAndRecovery(t *testing.T) {
 	if s.Healthy() || s.Errors() < errs0+3 {
 		t.Fatalf("healthy %v, errors %d (was %d)", s.Healthy(), s.Errors(), errs0)
 	}
-	if err := srv.signal(syscall.SIGCONT); err != nil {
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	waitOK("after SIGCONT")
@@ -260,11 +260,11 @@ func TestDeadlineAndRecovery(t *testing.T) {
 	}
 
 	// A new server on the same port (no scripts loaded, no data).
-	srv.kill()
+	srv.Kill()
 	if _, err := hit(); err == nil {
 		t.Fatal("hit succeeded with no server")
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	waitOK("after restart")
@@ -368,7 +368,7 @@ func TestKeysExpireAndAreBounded(t *testing.T) {
 // background.
 func TestLenDedicatedDB(t *testing.T) {
 	srv := needServer(t)
-	db7, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.addr()}, SelectDB: 7, ForceSingleClient: true, DisableCache: true})
+	db7, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, SelectDB: 7, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"sluice/internal/config"
+	"sluice/internal/limiter"
+	"sluice/internal/store/memory"
+	"sluice/internal/store/redis"
+)
+
+// openStore builds the configured store and says whether decisions it
+// cannot make are admitted (fail open).
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limiter.Store, bool, error) {
+	if cfg.Store.Kind != "redis" {
+		return memory.New(memory.Options{
+			MaxKeys: cfg.Limiter.MaxKeys,
+			Evict:   cfg.Limiter.WhenFull == "evict",
+			Logger:  log,
+		}), cfg.Limiter.WhenFull != "fail-closed", nil
+	}
+	r := cfg.Store.Redis
+	o := redis.Options{
+		Addrs:       r.Addrs,
+		Username:    r.Username,
+		Password:    r.Password,
+		DB:          r.DB,
+		Cluster:     r.Cluster,
+		KeyPrefix:   r.KeyPrefix,
+		Deadline:    r.Deadline.D(),
+		DialTimeout: r.DialTimeout.D(),
+		LeaseTTL:    r.LeaseTTL.D(),
+		Logger:      log,
+	}
+	if r.PasswordFile != "" {
+		b, err := os.ReadFile(cfg.Relative(r.PasswordFile))
+		if err != nil {
+			return nil, false, fmt.Errorf("redis password file: %w", err)
+		}
+		o.Password = strings.TrimSpace(string(b))
+	}
+	if r.TLS {
+		tc := &tls.Config{ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
+		if r.TLSCAFile != "" {
+			pem, err := os.ReadFile(cfg.Relative(r.TLSCAFile))
+			if err != nil {
+				return nil, false, fmt.Errorf("redis CA file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, false, fmt.Errorf("redis CA file %s: no certificate found", r.TLSCAFile)
+			}
+		}
+		o.TLS = tc
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.DialTimeout.D()+5*time.Second)
+	defer cancel()
+	s, err := redis.New(ctx, o)
+	if err != nil {
+		return nil, false, fmt.Errorf("redis store %s: %w", strings.Join(r.Addrs, ","), err)
+	}
+	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
+	return s, r.FailMode == "open", nil
+}
