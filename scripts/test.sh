@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== %s\n' "$*"; }
 
 # Debian packages the integration tests drive, as "package:binary".
-packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server)
+packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server
+	mimedefang:/usr/bin/mimedefang-multiplexor)
 missing=()
 for p in "${packages[@]}"; do
 	pkg=${p%%:*} bin=${p#*:}
@@ -30,14 +31,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 		echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get install -y -q "${missing[@]}" || { apt-get update -q && apt-get install -y -q "${missing[@]}"; }
-		# The tests start their own redis-server on a port of their own;
-		# the packaged service is not needed.
-		if [[ " ${missing[*]} " == *" redis-server "* ]] && [ -x /etc/init.d/redis-server ]; then
-			/etc/init.d/redis-server stop >/dev/null 2>&1 || echo "note: the packaged redis-server service could not be stopped; the tests do not use it" >&2
-		fi
+		# The tests start their own servers on ports and sockets of their
+		# own; the packaged services are not needed.
+		for svc in redis-server mimedefang; do
+			if [[ " ${missing[*]} " == *" $svc "* ]] && [ -x "/etc/init.d/$svc" ]; then
+				"/etc/init.d/$svc" stop >/dev/null 2>&1 || echo "note: the packaged $svc service could not be stopped; the tests do not use it" >&2
+			fi
+		done
 	else
 		echo "!!!!!!!! SKIPPING: ${missing[*]} not installed and this is not root on Debian;" >&2
-		echo "!!!!!!!! the suites that need them (Postfix, Redis) will be skipped. Run as root to install them." >&2
+		echo "!!!!!!!! the suites that need them (Postfix, Redis, MIMEDefang) will be skipped. Run as root to install them." >&2
 	fi
 fi
 

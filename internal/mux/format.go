@@ -1,0 +1,199 @@
+package mux
+
+import (
+	"fmt"
+	"strings"
+
+	"sluice/internal/pool"
+)
+
+// The help texts, as the reference sends them on each socket.
+const helpPrivileged = "" +
+	"help             -- List available multiplexor commands\n" +
+	"status           -- Display worker status\n" +
+	"rawstatus        -- Display worker status in computer-readable format\n" +
+	"barstatus        -- Display worker status as bar graph\n" +
+	"free             -- Display number of free workers\n" +
+	"load             -- Display worker load (scans)\n" +
+	"rawload          -- Display worker load in computer-readable format\n" +
+	"load1 secs       -- Display worker load in alternate format\n" +
+	"rawload1 secs    -- Display worker load in alternate format\n" +
+	"load-relayok     -- Display load (relayok requests)\n" +
+	"rawload-relayok  -- Computer-readable load (relayok requests)\n" +
+	"load-senderok    -- Display load (senderok requests)\n" +
+	"rawload-senderok -- Computer-readable load (senderok requests)\n" +
+	"load-recipok     -- Display load (recipok requests)\n" +
+	"rawload-recipok  -- Computer-readable load (recipok requests)\n" +
+	"histo            -- Display histogram of busy workers\n" +
+	"msgs             -- Display number of messages processed since startup\n" +
+	"reread           -- Force a re-read of filter rules\n" +
+	"workers           -- Display workers with process-IDs\n" +
+	"busyworkers       -- Display busy workers with process-IDs\n" +
+	"workerinfo n      -- Display information about a particular worker\n" +
+	"scan /path       -- Run a scan (do not invoke using md-mx-ctrl)\n" +
+	"(Analogous hload commands provide hourly information)\n"
+
+const helpRestricted = "" +
+	"help             -- List available multiplexor commands\n" +
+	"free             -- Display number of free workers\n" +
+	"load             -- Display worker load (scans)\n" +
+	"rawload          -- Display worker load in computer-readable format\n" +
+	"load1 secs       -- Display worker load in alternate format\n" +
+	"rawload1 secs    -- Display worker load in computer-readable alternate format\n" +
+	"load-relayok     -- Display load (relayok requests)\n" +
+	"rawload-relayok  -- Computer-readable load (relayok requests)\n" +
+	"load-senderok    -- Display load (senderok requests)\n" +
+	"rawload-senderok -- Computer-readable load (senderok requests)\n" +
+	"load-recipok     -- Display load (recipok requests)\n" +
+	"rawload-recipok  -- Computer-readable load (recipok requests)\n" +
+	"status           -- Display worker status\n" +
+	"histo            -- Display histogram of busy workers\n" +
+	"msgs             -- Display number of messages processed since startup\n" +
+	"workers           -- Display workers with process-IDs\n" +
+	"busyworkers       -- Display busy workers with process-IDs\n" +
+	"workerinfo n      -- Display information about a particular worker\n" +
+	"(Analogous hload commands provide hourly information)\n"
+
+// formatStatus: `<letters> <msgs> <activations> <queueSize> <queued> <uptime>`.
+func formatStatus(sn *pool.Snapshot) string {
+	var b strings.Builder
+	for _, s := range sn.Slots {
+		b.WriteByte(s.State.Letter())
+	}
+	fmt.Fprintf(&b, " %d %d %d %d %d\n", sn.Msgs, sn.Activations, sn.QueueSize, sn.Queued, sn.Uptime())
+	return b.String()
+}
+
+// formatWorkers: one line per slot (busy ones only with busyOnly);
+// `<slot> <S|I|B|K>[ <pid>][ <busycmd>][ last=<lastcmd>] ago=<secs>[ (<tag>)]`.
+func formatWorkers(sn *pool.Snapshot, busyOnly bool) string {
+	var b strings.Builder
+	for i, s := range sn.Slots {
+		if busyOnly && s.State != pool.Busy {
+			continue
+		}
+		fmt.Fprintf(&b, "%d %c", i, s.State.Letter())
+		if s.State != pool.Stopped {
+			fmt.Fprintf(&b, " %d", s.PID)
+		}
+		if s.State == pool.Busy && s.Current != pool.Other {
+			fmt.Fprintf(&b, " %s", s.Current.Name())
+		}
+		if s.Last != pool.Other {
+			fmt.Fprintf(&b, " last=%s", s.Last.Name())
+		}
+		fmt.Fprintf(&b, " ago=%d", secs(sn, s.LastChange))
+		if s.Tag != "" {
+			fmt.Fprintf(&b, " (%s)", s.Tag)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func secs(sn *pool.Snapshot, t interface{ Unix() int64 }) int64 {
+	return sn.Now.Unix() - t.Unix()
+}
+
+var loadWindows = [4]int{10, 60, 300, 600}
+
+// formatLoad: the 29 fields of `load` and `load-<cmd>`.
+func formatLoad(sn *pool.Snapshot, k pool.Kind) string {
+	var w [4]pool.Window
+	for i, back := range loadWindows {
+		w[i] = sn.Window(k, back)
+	}
+	var f []string
+	for i := range w {
+		f = append(f, fmt.Sprint(w[i].Count))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprintf("%f", w[i].AvgBusy(1)))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprintf("%f", w[i].AvgMs()))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprint(w[i].Activated))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprint(w[i].Reaped))
+	}
+	f = append(f, counts(sn)...)
+	return strings.Join(f, " ") + "\n"
+}
+
+// counts: busy idle stopped killed msgs activations queueSize queued uptime.
+func counts(sn *pool.Snapshot) []string {
+	return []string{
+		fmt.Sprint(sn.Count(pool.Busy)), fmt.Sprint(sn.Count(pool.Idle)),
+		fmt.Sprint(sn.Count(pool.Stopped)), fmt.Sprint(sn.Count(pool.Killed)),
+		fmt.Sprint(sn.Msgs), fmt.Sprint(sn.Activations), fmt.Sprint(sn.QueueSize),
+		fmt.Sprint(sn.Queued), fmt.Sprint(sn.Uptime()),
+	}
+}
+
+// formatLoad1: the 26 fields of `load1 N`.
+func formatLoad1(sn *pool.Snapshot, back int) string {
+	kinds := []pool.Kind{pool.Scan, pool.RelayOK, pool.SenderOK, pool.RecipOK}
+	var f []string
+	for _, k := range kinds {
+		w := sn.Window(k, back)
+		f = append(f, fmt.Sprint(w.Count), fmt.Sprintf("%f", w.AvgBusy(0)), fmt.Sprintf("%f", w.AvgMs()))
+	}
+	f = append(f, counts(sn)...)
+	f = append(f, fmt.Sprint(back))
+	for _, k := range kinds {
+		f = append(f, fmt.Sprint(sn.BusyWith(k)))
+	}
+	return strings.Join(f, " ") + "\n"
+}
+
+// formatHLoad: the 16 fields of `hload` and `hload-<cmd>`.
+func formatHLoad(sn *pool.Snapshot, k pool.Kind) string {
+	var w [4]pool.Window
+	for i, h := range [4]int{1, 4, 12, 24} {
+		w[i] = sn.HourWindow(k, h)
+	}
+	var f []string
+	for i := range w {
+		f = append(f, fmt.Sprint(w[i].Count))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprintf("%f", w[i].AvgBusy(0)))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprintf("%f", w[i].AvgMs()))
+	}
+	for i := range w {
+		f = append(f, fmt.Sprint(w[i].Span))
+	}
+	return strings.Join(f, " ") + "\n"
+}
+
+// formatHisto: `%4d %u` per slot.
+func formatHisto(sn *pool.Snapshot) string {
+	var b strings.Builder
+	for i, n := range sn.Histo {
+		fmt.Fprintf(&b, "%4d %d\n", i+1, n)
+	}
+	return b.String()
+}
+
+// formatWorkerInfo: the nine lines of `workerinfo N`.
+func formatWorkerInfo(sn *pool.Snapshot, n int) string {
+	s := sn.Slots[n]
+	pid := -1
+	if s.State != pool.Stopped {
+		pid = s.PID
+	}
+	age, first := int64(-1), int64(-1)
+	if !s.Activated.IsZero() {
+		age = secs(sn, s.Activated)
+	}
+	if !s.FirstReq.IsZero() {
+		first = secs(sn, s.FirstReq)
+	}
+	return fmt.Sprintf("Worker %d\nState %s\nPID %d\nNumRequests %d\nNumScans %d\nAge %d\nFirstReqAge %d\nLastStateChangeAge %d\nStatusTag %s\n",
+		n, s.State, pid, s.NumRequests, s.NumScans, age, first, secs(sn, s.LastChange), s.Tag)
+}

@@ -1,0 +1,391 @@
+// Package mux is mimedefang-multiplexor's main and restricted sockets: one
+// request line per connection, answered by the multiplexor itself (status
+// and load commands) or forwarded to a worker of a pool.Pool, with the
+// reference's reply strings byte for byte.
+package mux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/internal/pool"
+)
+
+// Reply strings the multiplexor writes itself (§2.3, §2.4, §5, §8.6).
+const (
+	ReplyTooLong        = "error: Command too long\n"
+	ReplyNoFree         = "error: No free workers\n"
+	ReplyActivate       = "error: Unable to activate worker\n"
+	ReplyTalk           = "error: Error talking to worker process\n"
+	ReplyNoResponse     = "ERR No response from worker\n"
+	ReplyTimeoutFew     = "ERR Filter timed out - check filter rules or system load\n"
+	ReplyTimeoutMany    = "ERR Filter timed out - system may be overloaded (consider increasing busy timeout)\n"
+	ReplyQueueTimeout   = "error: Queued request timed out\n"
+	ReplyDomainLimit    = "ok -1 Per-domain%20recipok%20limit%20hit;%20please%20try%20again%20later\n"
+	ReplyTick           = "error: External agents may not invoke 'tick'\n"
+	ReplyUnknown        = "error: Unknown command\n"
+	ReplyPrivileged     = "error: Attempt to use privileged command on unprivileged socket\n"
+	ReplyReread         = "Forced reread of filter rules\n"
+	ReplyBadBack        = "error: Invalid 'back' amount (must be 10-600)\n"
+	ReplyBadWorker      = "error: Invalid worker number\n"
+	ReplyWorkerRange    = "error: Worker number out of range\n"
+	maxLine             = 4096 // the request buffer
+	maxCommand          = 4094 // longest command handed to a worker
+	maxRestrictedActive = 20   // concurrent requests on the restricted socket
+)
+
+// Options configure a Server.
+type Options struct {
+	Pool *pool.Pool
+	// Timeout is -c: a client has this long to send its line, and the reply
+	// is written under it too (default 10 s).
+	Timeout time.Duration
+	// Version is the `version` reply, sent without a newline (default "3.3",
+	// the reference's, since clients may compare it).
+	Version string
+	Logger  *slog.Logger
+}
+
+// Server answers the main (privileged) and restricted sockets.
+type Server struct {
+	o          Options
+	mu         sync.Mutex
+	listeners  map[net.Listener]struct{}
+	conns      map[net.Conn]struct{}
+	restricted int
+	closed     bool
+	ctx        context.Context // cancelled by Close: ends waits on the pool
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("mux: server closed")
+
+// New returns a Server for o.
+func New(o Options) *Server {
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "3.3"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+}
+
+// Serve accepts connections on l until Close; privileged is false for the
+// restricted (-a) socket.
+func (s *Server) Serve(l net.Listener, privileged bool) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// EMFILE and the like: back off and go on.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		if !privileged {
+			if s.restricted >= maxRestrictedActive {
+				s.mu.Unlock()
+				c.Close()
+				continue
+			}
+			s.restricted++
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c, privileged)
+	}
+}
+
+// Close stops every listener and closes every connection (clients in
+// flight see EOF, as with the reference's SIGTERM), then waits for the
+// connection goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.cancel()
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) serveConn(c net.Conn, privileged bool) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		if !privileged {
+			s.restricted--
+		}
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	line, ok := ReadRequest(c, s.o.Timeout)
+	if !ok {
+		return
+	}
+	reply := s.Handle(s.ctx, line, privileged)
+	if reply == "" {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(s.o.Timeout))
+	_, _ = c.Write([]byte(reply))
+}
+
+// ReadRequest reads one request as the reference does (§2.1): up to a
+// newline into a 4096-byte buffer (the rest of a longer line is read and
+// dropped), then the last byte received is dropped (normally the newline;
+// at EOF without a newline, a real character), then one trailing CR, and
+// the command ends at its first NUL. ok is false when the client sent
+// nothing in time (the connection is closed without a reply); a client
+// that half-closes at once delivers the empty command.
+func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, maxLine)
+	got := 0
+	var scratch [512]byte
+	for {
+		var m int
+		var err error
+		if got < len(buf) {
+			m, err = c.Read(buf[got:])
+			if i := indexNL(buf[got : got+m]); i >= 0 {
+				got += i + 1
+				break
+			}
+			got += m
+		} else {
+			// Full: read and drop until the newline.
+			m, err = c.Read(scratch[:])
+			if indexNL(scratch[:m]) >= 0 {
+				break
+			}
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return "", false
+			}
+			break // EOF: whatever arrived is the command
+		}
+	}
+	if got > 0 {
+		got-- // the last byte received
+	}
+	b := buf[:got]
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	for i, ch := range b {
+		if ch == 0 {
+			b = b[:i]
+			break
+		}
+	}
+	return string(b), true
+}
+
+func indexNL(b []byte) int {
+	for i, c := range b {
+		if c == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+// Handle answers one request line (without its newline). An empty reply
+// means the connection is closed without a byte.
+func (s *Server) Handle(ctx context.Context, line string, privileged bool) string {
+	if r, ok := s.builtin(line, privileged); ok {
+		return r
+	}
+	if !privileged {
+		return ReplyPrivileged
+	}
+	if line == "reread" {
+		s.o.Pool.Reread()
+		return ReplyReread
+	}
+	if len(line) > maxCommand {
+		return ReplyTooLong
+	}
+	r := s.o.Pool.Do(ctx, pool.Request{Line: line, Queue: true})
+	return ErrorReply(r)
+}
+
+// ErrorReply is the main socket's reply for a pool result.
+func ErrorReply(r pool.Result) string {
+	switch {
+	case r.Err == nil:
+		return string(r.Reply)
+	case errors.Is(r.Err, pool.ErrDomainLimit):
+		return ReplyDomainLimit
+	case errors.Is(r.Err, pool.ErrNoFreeWorkers):
+		return ReplyNoFree
+	case errors.Is(r.Err, pool.ErrActivate):
+		return ReplyActivate
+	case errors.Is(r.Err, pool.ErrTalk):
+		return ReplyTalk
+	case errors.Is(r.Err, pool.ErrNoResponse):
+		return ReplyNoResponse
+	case errors.Is(r.Err, pool.ErrBusyTimeout):
+		if r.BusyWorkers > 3 {
+			return ReplyTimeoutMany
+		}
+		return ReplyTimeoutFew
+	case errors.Is(r.Err, pool.ErrQueueTimeout):
+		return ReplyQueueTimeout
+	default:
+		return "" // closed: the client sees EOF
+	}
+}
+
+// builtin answers the commands of §2.3 that the multiplexor handles
+// itself, in the reference's order.
+func (s *Server) builtin(line string, privileged bool) (string, bool) {
+	switch line {
+	case "help":
+		if privileged {
+			return helpPrivileged, true
+		}
+		return helpRestricted, true
+	case "free":
+		snap, ok := s.o.Pool.Snapshot()
+		if !ok {
+			return "", true
+		}
+		return fmt.Sprintf("%d\n", snap.Count(pool.Idle)+snap.Count(pool.Stopped)), true
+	case "version":
+		return s.o.Version, true
+	case "tick":
+		return ReplyTick, true
+	case "status":
+		return s.withSnap(formatStatus)
+	case "slaves", "workers":
+		return s.withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, false) })
+	case "busyslaves", "busyworkers":
+		return s.withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, true) })
+	case "load":
+		return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad(sn, pool.Scan) })
+	}
+	if rest, ok := strings.CutPrefix(line, "load1 "); ok {
+		back, ok := scanInt(rest)
+		if !ok || back < 10 || back > 600 {
+			return ReplyBadBack, true
+		}
+		return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad1(sn, back) })
+	}
+	for _, k := range []pool.Kind{pool.RelayOK, pool.SenderOK, pool.RecipOK} {
+		if line == "load-"+k.Name() {
+			return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad(sn, k) })
+		}
+	}
+	for _, k := range []pool.Kind{pool.Scan, pool.RelayOK, pool.SenderOK, pool.RecipOK} {
+		name := "hload"
+		if k != pool.Scan {
+			name += "-" + k.Name()
+		}
+		if line == name {
+			return s.withSnap(func(sn *pool.Snapshot) string { return formatHLoad(sn, k) })
+		}
+	}
+	switch line {
+	case "histo":
+		return s.withSnap(formatHisto)
+	case "msgs":
+		return s.withSnap(func(sn *pool.Snapshot) string { return fmt.Sprintf("%d\n", sn.Msgs) })
+	case "foo_no_such_command":
+		return ReplyUnknown, true
+	}
+	if strings.HasPrefix(line, "slaveinfo ") || strings.HasPrefix(line, "workerinfo ") {
+		n, ok := scanInt(line[10:])
+		if !ok {
+			return ReplyBadWorker, true
+		}
+		return s.withSnap(func(sn *pool.Snapshot) string {
+			if n < 0 || n >= len(sn.Slots) {
+				return ReplyWorkerRange
+			}
+			return formatWorkerInfo(sn, n)
+		})
+	}
+	return "", false
+}
+
+func (s *Server) withSnap(f func(*pool.Snapshot) string) (string, bool) {
+	snap, ok := s.o.Pool.Snapshot()
+	if !ok {
+		return "", true
+	}
+	return f(&snap), true
+}
+
+// scanInt parses as sscanf("%d") does: leading white space, an optional
+// sign, at least one digit; anything after the digits is ignored.
+func scanInt(s string) (int, bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	n, digits := 0, 0
+	for ; digits < len(s) && s[digits] >= '0' && s[digits] <= '9'; digits++ {
+		if n < 1<<31 {
+			n = n*10 + int(s[digits]-'0')
+		}
+	}
+	if digits == 0 {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}

@@ -1,0 +1,316 @@
+package mux_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"sluice/internal/mux"
+	"sluice/internal/pool"
+	"sluice/internal/pool/pooltest"
+)
+
+var fakeWorker string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "muxtest")
+	if err != nil {
+		panic(err)
+	}
+	// The reference runs its workers as another user: let it read them.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
+	fakeWorker, err = pooltest.BuildFakeWorker(dir)
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("os/signal.signal_recv")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// target is a running multiplexor: its main and restricted sockets.
+type target struct {
+	name     string
+	main, ro string
+}
+
+// settings are the flags both implementations get.
+type settings struct {
+	min, max, queue int
+	busy, queueTime int // seconds
+}
+
+func (s settings) flags() []string {
+	return []string{"-m", fmt.Sprint(s.min), "-x", fmt.Sprint(s.max), "-w", "1", "-b", fmt.Sprint(s.busy),
+		"-q", fmt.Sprint(s.queue), "-Q", fmt.Sprint(s.queueTime)}
+}
+
+func startSluice(t *testing.T, st settings) target {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := pool.New(pool.Config{
+		Program: fakeWorker, Args: []string{"-server"}, Dir: dir,
+		MinWorkers: st.min, MaxWorkers: st.max, MaxRequests: 500,
+		IdleTime: 300 * time.Second, BusyTimeout: time.Duration(st.busy) * time.Second,
+		CmdTimeout: 10 * time.Second, SlewTime: time.Second,
+		QueueSize: st.queue, QueueTimeout: time.Duration(st.queueTime) * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(ctx) }()
+	srv := mux.New(mux.Options{Pool: p, Timeout: 10 * time.Second})
+	tg := target{name: "sluice", main: filepath.Join(dir, "mx.sock"), ro: filepath.Join(dir, "ro.sock")}
+	serveDone := make(chan error, 2)
+	for _, l := range []struct {
+		path string
+		priv bool
+	}{{tg.main, true}, {tg.ro, false}} {
+		ln, err := net.Listen("unix", l.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { serveDone <- srv.Serve(ln, l.priv) }()
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		<-serveDone
+		<-serveDone
+		cancel()
+		<-runDone
+	})
+	return tg
+}
+
+const reference = "/usr/bin/mimedefang-multiplexor"
+
+// startReference runs Debian's mimedefang-multiplexor in the foreground
+// with the same fake worker, as user defang when the test runs as root.
+func startReference(t *testing.T, st settings) (target, bool) {
+	t.Helper()
+	if _, err := os.Stat(reference); err != nil {
+		t.Log("!!!!!!!! SKIPPING the reference side: " + reference + " is not installed (apt-get install mimedefang)")
+		return target{}, false
+	}
+	dir, err := os.MkdirTemp("", "muxref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	args := []string{"-D", "-z", dir, "-s", filepath.Join(dir, "mx.sock"), "-a", filepath.Join(dir, "ro.sock"), "-f", fakeWorker}
+	if os.Geteuid() == 0 {
+		if err := chownDefang(dir); err != nil {
+			t.Log("!!!!!!!! SKIPPING the reference side: no user defang: " + err.Error())
+			return target{}, false
+		}
+		args = append(args, "-U", "defang")
+	}
+	args = append(args, st.flags()...)
+	stop := runReference(t, args)
+	t.Cleanup(stop)
+	tg := target{name: "reference", main: filepath.Join(dir, "mx.sock"), ro: filepath.Join(dir, "ro.sock")}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(tg.ro); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reference never created its sockets")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return tg, true
+}
+
+// query sends raw bytes on one connection, optionally half-closes, and
+// returns everything the server sends before it closes.
+func query(t *testing.T, sock, req string, halfClose bool) string {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("dial %s: %v", sock, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if halfClose {
+		_ = c.(*net.UnixConn).CloseWrite()
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read %q: %v", req, err)
+	}
+	return string(b)
+}
+
+type step struct {
+	req       string
+	ro        bool // on the restricted socket
+	halfClose bool
+	want      string // checked on both sides when not empty
+}
+
+var (
+	pidRe    = regexp.MustCompile(`(?m)^(\d+ [IBK]) \d+`)
+	agoRe    = regexp.MustCompile(`ago=\d+`)
+	uptimeRe = regexp.MustCompile(`(?m) \d+\n$`)
+)
+
+// normalize hides what legitimately differs between two runs: pids,
+// seconds since a state change, uptime.
+func normalize(req, reply string) string {
+	reply = pidRe.ReplaceAllString(reply, "$1 PID")
+	reply = agoRe.ReplaceAllString(reply, "ago=N")
+	if strings.HasPrefix(req, "status") {
+		reply = uptimeRe.ReplaceAllString(reply, " UPTIME\n")
+	}
+	// Average milliseconds per command depend on scheduling.
+	var ms []int
+	switch {
+	case strings.HasPrefix(req, "load1 "):
+		ms = []int{2, 5, 8, 11}
+	case strings.HasPrefix(req, "load"), strings.HasPrefix(req, "hload"):
+		ms = []int{8, 9, 10, 11}
+	}
+	if f := strings.Fields(reply); len(ms) > 0 && len(f) > 12 {
+		for _, i := range ms {
+			f[i] = "MS"
+		}
+		reply = strings.Join(f, " ") + "\n"
+	}
+	return reply
+}
+
+func runScript(t *testing.T, tg target, steps []step) []string {
+	var out []string
+	for _, s := range steps {
+		sock := tg.main
+		if s.ro {
+			sock = tg.ro
+		}
+		got := query(t, sock, s.req, s.halfClose)
+		if s.want != "" && got != s.want {
+			t.Errorf("%s: %q: got %q, want %q", tg.name, s.req, got, s.want)
+		}
+		out = append(out, normalize(s.req, got))
+	}
+	return out
+}
+
+// differential runs steps against sluice and, when installed, the
+// reference, and compares every reply.
+func differential(t *testing.T, st settings, steps []step) {
+	t.Helper()
+	sl := startSluice(t, st)
+	ref, haveRef := startReference(t, st)
+	// Both start their first worker at once; wait for the slow start.
+	time.Sleep(1500 * time.Millisecond)
+	got := runScript(t, sl, steps)
+	if !haveRef {
+		return
+	}
+	want := runScript(t, ref, steps)
+	same := 0
+	for i := range steps {
+		if got[i] != want[i] {
+			t.Errorf("request %q: sluice %q, reference %q", trunc(steps[i].req), trunc(got[i]), trunc(want[i]))
+		} else {
+			same++
+		}
+	}
+	t.Logf("%d of %d replies identical to the reference's (after normalizing pids, ago= and uptime)", same, len(steps))
+}
+
+func trunc(s string) string {
+	if len(s) > 120 {
+		return fmt.Sprintf("%s...(%d bytes)", s[:120], len(s))
+	}
+	return s
+}
+
+func TestDifferentialCommands(t *testing.T) {
+	t.Parallel()
+	steps := []step{
+		{req: "status\n"},
+		{req: "workers\n"},
+		{req: "help\n"},
+		{req: "help\n", ro: true},
+		{req: "free\n", want: "4\n"},
+		{req: "version\n", want: "3.3"},
+		{req: "tick\n", want: mux.ReplyTick},
+		{req: "tick\n", ro: true, want: mux.ReplyTick},
+		{req: "foo_no_such_command\n", ro: true, want: mux.ReplyUnknown},
+		{req: "relayok 1.2.3.4 host 25\n", ro: true, want: mux.ReplyPrivileged},
+		{req: "reread\n", ro: true, want: mux.ReplyPrivileged},
+		{req: "workerinfo x\n", want: mux.ReplyBadWorker},
+		{req: "workerinfo 9\n", want: mux.ReplyWorkerRange},
+		{req: "workerinfo -1\n", want: mux.ReplyWorkerRange},
+		{req: "slaveinfo 3\n"},
+		{req: "workerinfo\n"},
+		{req: "load1 9\n", want: mux.ReplyBadBack},
+		{req: "load1 601\n", want: mux.ReplyBadBack},
+		{req: "load1 x\n", want: mux.ReplyBadBack},
+		{req: "busyworkers\n", want: ""},
+		{req: "hello world\n"},
+		{req: "relayok 192.0.2.9 host 25 127.0.0.1 25 NOQUEUE\n", want: "ok 1 ok 250 2.1.0 0\n"},
+		{req: "scan Q1 /tmp\n", want: "ok\n"},
+		{req: "workers\n"},
+		{req: "status\n"},
+		{req: "msgs\n", want: "1\n"},
+		{req: "histo\n"},
+		{req: "load-recipok\n"},
+		{req: "hload-senderok\n"},
+		{req: "load1 10\n"},
+		{req: "two\n", want: "one\n"},
+		{req: "after-two\n"},
+		{req: "long 5000\n", want: strings.Repeat("x", 4096)},
+		{req: "after-long\n"},
+		{req: "long 4094\n"},
+		{req: strings.Repeat("a", 4094) + "\n"},
+		{req: strings.Repeat("a", 4095) + "\n", want: mux.ReplyTooLong},
+		{req: strings.Repeat("b", 9000) + "\n", want: mux.ReplyTooLong},
+		{req: "free", halfClose: true},
+		{req: "", halfClose: true},
+		{req: "status\r\r\n"},
+		{req: "x\x00y\n"},
+		{req: "free\nmsgs\n", want: "4\n"},
+		{req: "flood 200000\n", want: "flooded\n"},
+		{req: "die\n", want: mux.ReplyNoResponse},
+		{req: "partial\n", want: "part"},
+	}
+	differential(t, settings{min: 1, max: 4, busy: 10, queueTime: 30}, steps)
+}
+
+func TestDifferentialBusyTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 10 s (the reference's minimum -b)")
+	}
+	t.Parallel()
+	differential(t, settings{min: 1, max: 2, busy: 10, queueTime: 30}, []step{
+		{req: "hang\n", want: mux.ReplyTimeoutFew},
+		{req: "after\n"},
+	})
+}

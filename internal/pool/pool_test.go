@@ -1,0 +1,422 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"sluice/internal/pool"
+	"sluice/internal/pool/pooltest"
+)
+
+var fakeWorker string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pooltest")
+	if err != nil {
+		panic(err)
+	}
+	fakeWorker, err = pooltest.BuildFakeWorker(dir)
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("os/signal.signal_recv")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func baseConfig() pool.Config {
+	return pool.Config{
+		Program:      fakeWorker,
+		MinWorkers:   1,
+		MaxWorkers:   2,
+		MaxRequests:  500,
+		IdleTime:     time.Hour,
+		BusyTimeout:  2 * time.Second,
+		CmdTimeout:   time.Second,
+		SlewTime:     50 * time.Millisecond,
+		QueueTimeout: time.Second,
+		KillGrace:    300 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// start runs a pool for the test and stops it (reaping every child) at
+// cleanup, checking that no worker process survives.
+func start(t *testing.T, cfg pool.Config) *pool.Pool {
+	t.Helper()
+	p, err := pool.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var pids []int
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		if snap, ok := p.Snapshot(); ok {
+			mu.Lock()
+			for _, s := range snap.Slots {
+				if s.PID > 0 {
+					pids = append(pids, s.PID)
+				}
+			}
+			mu.Unlock()
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("worker pid %d still exists after shutdown (kill 0: %v)", pid, err)
+			}
+		}
+	})
+	return p
+}
+
+func do(t *testing.T, p *pool.Pool, line string) pool.Result {
+	t.Helper()
+	return p.Do(context.Background(), pool.Request{Line: line, Queue: true})
+}
+
+func wantReply(t *testing.T, r pool.Result, want string) {
+	t.Helper()
+	if r.Err != nil || string(r.Reply) != want {
+		t.Fatalf("got reply %q err %v, want %q", r.Reply, r.Err, want)
+	}
+}
+
+func states(t *testing.T, p *pool.Pool) string {
+	t.Helper()
+	snap, ok := p.Snapshot()
+	if !ok {
+		t.Fatal("pool stopped")
+	}
+	var b strings.Builder
+	for _, s := range snap.Slots {
+		b.WriteByte(s.State.Letter())
+	}
+	return b.String()
+}
+
+func waitStates(t *testing.T, p *pool.Pool, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := states(t, p)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("states %s, want %s", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBasic(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Args = []string{"-f", "/x/filter", "-server"}
+	p := start(t, cfg)
+	waitStates(t, p, "IS")
+	wantReply(t, do(t, p, "hello world"), "echo \"hello world\"\n")
+	wantReply(t, do(t, p, "args"), `args ["fakeworker" "-f" "/x/filter" "-server"]`+"\n")
+	wantReply(t, do(t, p, "scan Q1 /tmp"), "ok\n")
+	snap, _ := p.Snapshot()
+	s := snap.Slots[0]
+	if s.NumRequests != 3 || s.NumScans != 1 || snap.Msgs != 1 || s.Last != pool.Scan || snap.Activations != 1 {
+		t.Fatalf("slot %+v msgs %d activations %d", s, snap.Msgs, snap.Activations)
+	}
+	if w := snap.Window(pool.Scan, 10); w.Count != 1 || w.AvgBusy(1) != 1 {
+		t.Fatalf("scan window %+v", w)
+	}
+}
+
+func TestMaxRequestsRecycles(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxRequests = 2
+	p := start(t, cfg)
+	first := do(t, p, "pid")
+	wantReply(t, do(t, p, "pid"), string(first.Reply))
+	// The worker has now served 2 requests and is killed; the next request
+	// gets a new process.
+	third := do(t, p, "pid")
+	if third.Err != nil || bytes.Equal(third.Reply, first.Reply) {
+		t.Fatalf("after max requests: %q (first %q) %v", third.Reply, first.Reply, third.Err)
+	}
+}
+
+func TestBusyTimeoutAndEscalation(t *testing.T) {
+	cfg := baseConfig()
+	cfg.BusyTimeout = 300 * time.Millisecond
+	p := start(t, cfg)
+	for _, cmd := range []string{"hang", "hangterm"} {
+		t0 := time.Now()
+		r := do(t, p, cmd)
+		if !errors.Is(r.Err, pool.ErrBusyTimeout) || r.BusyWorkers != 1 {
+			t.Fatalf("%s: %+v", cmd, r)
+		}
+		if d := time.Since(t0); d < 250*time.Millisecond || d > 2*time.Second {
+			t.Fatalf("%s: busy timeout after %v", cmd, d)
+		}
+		// hangterm ignores SIGTERM: only the SIGKILL after KillGrace ends it.
+		waitStates(t, p, "IS")
+		wantReply(t, do(t, p, "after"), "echo \"after\"\n")
+	}
+}
+
+func TestWorkerDies(t *testing.T) {
+	p := start(t, baseConfig())
+	r := do(t, p, "die")
+	if !errors.Is(r.Err, pool.ErrNoResponse) {
+		t.Fatalf("die: %+v", r)
+	}
+	wantReply(t, do(t, p, "partial"), "part")
+	waitCount(t, p, pool.Idle, 1)
+	waitCount(t, p, pool.Stopped, 1)
+	wantReply(t, do(t, p, "x"), "echo \"x\"\n")
+}
+
+func TestReplyFraming(t *testing.T) {
+	p := start(t, baseConfig())
+	// Two lines in one write: the second is dropped.
+	wantReply(t, do(t, p, "two"), "one\n")
+	wantReply(t, do(t, p, "x"), "echo \"x\"\n")
+	// An overlong line is cut at 4096 bytes with no newline; its tail is
+	// thrown away.
+	r := do(t, p, "long 5000")
+	if r.Err != nil || string(r.Reply) != strings.Repeat("x", 4096) {
+		t.Fatalf("long: %d bytes %v", len(r.Reply), r.Err)
+	}
+	wantReply(t, do(t, p, "w"), "echo \"w\"\n")
+	wantReply(t, do(t, p, "long 4095"), strings.Repeat("x", 4095)+"\n")
+	// A stderr flood does not block the worker.
+	wantReply(t, do(t, p, "flood 2000000"), "flooded\n")
+}
+
+func TestDesync(t *testing.T) {
+	p := start(t, baseConfig())
+	// Two separate writes: the second line answers the next command (the
+	// reference's desynchronisation, kept).
+	wantReply(t, do(t, p, "twosep"), "one\n")
+	time.Sleep(200 * time.Millisecond)
+	wantReply(t, do(t, p, "y"), "two\n")
+	wantReply(t, do(t, p, "z"), "echo \"y\"\n")
+}
+
+func waitCount(t *testing.T, p *pool.Pool, st pool.State, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap, _ := p.Snapshot()
+		if snap.Count(st) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("states %s: never %d %s", states(t, p), n, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestQueue(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers = 1
+	cfg.QueueSize = 1
+	cfg.QueueTimeout = 300 * time.Millisecond
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	var wg sync.WaitGroup
+	results := make([]pool.Result, 2)
+	wg.Add(1)
+	go func() { defer wg.Done(); results[0] = do(t, p, "sleep 200") }()
+	waitStates(t, p, "B")
+	wg.Add(1)
+	go func() { defer wg.Done(); results[1] = do(t, p, "queued") }()
+	waitQueued(t, p, 1)
+	if r := do(t, p, "third"); !errors.Is(r.Err, pool.ErrNoFreeWorkers) {
+		t.Fatalf("queue full: %+v", r)
+	}
+	wg.Wait()
+	wantReply(t, results[0], "slept 200\n")
+	wantReply(t, results[1], "echo \"queued\"\n")
+
+	// A request that waits longer than the queue timeout.
+	wg.Add(1)
+	go func() { defer wg.Done(); results[0] = do(t, p, "sleep 1000") }()
+	waitStates(t, p, "B")
+	t0 := time.Now()
+	if r := do(t, p, "late"); !errors.Is(r.Err, pool.ErrQueueTimeout) {
+		t.Fatalf("queue timeout: %+v", r)
+	}
+	if d := time.Since(t0); d < 250*time.Millisecond {
+		t.Fatalf("queue timeout after %v", d)
+	}
+	// Not queueable: refused at once.
+	if r := p.Do(context.Background(), pool.Request{Line: "map a b"}); !errors.Is(r.Err, pool.ErrNoFreeWorkers) {
+		t.Fatalf("map while busy: %+v", r)
+	}
+	wg.Wait()
+}
+
+func waitQueued(t *testing.T, p *pool.Pool, n int) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if snap, _ := p.Snapshot(); snap.Queued == n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("queue never reached %d", n)
+}
+
+func TestDomainLimit(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers = 3
+	cfg.DomainLimit = 1
+	p := start(t, cfg)
+	done := make(chan pool.Result)
+	go func() { done <- do(t, p, "recipok <u@slow.example> <s@x>") }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap, _ := p.Snapshot()
+		if snap.BusyWith(pool.RecipOK) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("recipok never busy")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := do(t, p, "recipok <v@SLOW.example> <s@x>"); !errors.Is(r.Err, pool.ErrDomainLimit) {
+		t.Fatalf("same domain: %+v", r)
+	}
+	wantReply(t, do(t, p, "recipok <w@other.example> <s@x>"), "ok 1 ok 250 2.1.0 0\n")
+	wantReply(t, <-done, "ok 1 ok 250 2.1.0 0\n")
+}
+
+func TestActivationSpacing(t *testing.T) {
+	cfg := baseConfig()
+	cfg.ActivationSpacing = time.Hour
+	p := start(t, cfg)
+	waitStates(t, p, "IS")
+	done := make(chan pool.Result)
+	go func() { done <- do(t, p, "sleep 300") }()
+	waitStates(t, p, "BS")
+	if r := do(t, p, "x"); !errors.Is(r.Err, pool.ErrActivate) {
+		t.Fatalf("within -W: %+v", r)
+	}
+	wantReply(t, <-done, "slept 300\n")
+}
+
+func TestRereadAndIdleTimeout(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers = 3
+	cfg.IdleTime = 300 * time.Millisecond
+	p := start(t, cfg)
+	before := do(t, p, "pid")
+	p.Reread()
+	waitCount(t, p, pool.Idle, 1)
+	waitCount(t, p, pool.Stopped, 2)
+	after := do(t, p, "pid")
+	if bytes.Equal(before.Reply, after.Reply) {
+		t.Fatalf("reread kept the worker: %q", after.Reply)
+	}
+	// Three busy at once, then idle: the idle timer cuts back to min.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); do(t, p, "sleep 150") }()
+	}
+	wg.Wait()
+	waitCount(t, p, pool.Stopped, 2)
+	waitCount(t, p, pool.Idle, 1)
+}
+
+func TestMinWorkersSlowStart(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MinWorkers = 3
+	cfg.MaxWorkers = 4
+	cfg.SlewTime = 200 * time.Millisecond
+	p := start(t, cfg)
+	if got := states(t, p); got != "ISSS" {
+		t.Fatalf("at start: %s", got)
+	}
+	waitStates(t, p, "IISS")
+	waitStates(t, p, "IIIS")
+	// A worker that dies is replaced by the bring-up logic.
+	if r := do(t, p, "die"); !errors.Is(r.Err, pool.ErrNoResponse) {
+		t.Fatalf("die: %+v", r)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap, _ := p.Snapshot()
+		if snap.Count(pool.Idle) == 3 && snap.Activations == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not replaced: %s, %d activations", states(t, p), snap.Activations)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBadProgram(t *testing.T) {
+	if _, err := pool.New(pool.Config{Program: "relative"}); err == nil {
+		t.Fatal("relative program accepted")
+	}
+	cfg := baseConfig()
+	cfg.Program = "/nonexistent/worker"
+	p := start(t, cfg)
+	if r := do(t, p, "x"); !errors.Is(r.Err, pool.ErrActivate) {
+		t.Fatalf("missing program: %+v", r)
+	}
+}
+
+func TestPercentCoding(t *testing.T) {
+	for in, want := range map[string]string{"a%20b": "a b", "%41%4a%4A": "AJJ", "100%": "100%", "%zz%2": "%zz%2"} {
+		if got := pool.PercentDecode(in); got != want {
+			t.Errorf("decode %q = %q, want %q", in, got, want)
+		}
+	}
+	if got := pool.PercentEncode("a b%\\'\"\x7f~"); got != "a%20b%25%5C%27%22%7F~" {
+		t.Errorf("encode: %q", got)
+	}
+	for line, want := range map[string]string{"recipok <u@Slow.example> x": "Slow.example", "recipok a@b": "b", "recipok <x> y": ""} {
+		if got, _ := pool.RecipokDomain(line); got != want {
+			t.Errorf("domain of %q = %q, want %q", line, got, want)
+		}
+	}
+}
+
+func FuzzPercentDecode(f *testing.F) {
+	for _, s := range []string{"a%20b", "%", "%4", "%41", "%%41", "scan%20Q1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got := pool.PercentDecode(pool.PercentEncode(s)); got != s {
+			t.Fatalf("round trip of %q gave %q", s, got)
+		}
+		_ = pool.PercentDecode(s)
+	})
+}

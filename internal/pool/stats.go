@@ -1,0 +1,276 @@
+package pool
+
+import (
+	"strings"
+	"time"
+)
+
+// Per-second buckets for 600 s and hourly buckets for 24 h, as the
+// reference keeps them for its load commands.
+const (
+	histSecs  = 600
+	histHours = 24
+)
+
+type bucket struct {
+	sec                int64 // the second (or hour) the bucket holds; -1 empty
+	count, busy        int
+	ms                 int64
+	activated, reaped  int
+	firstSeen, lastSee int64 // hourly buckets: first and last sample second
+}
+
+type history struct {
+	secs  [histSecs]bucket
+	hours [histHours]bucket
+}
+
+func newHistory() *history {
+	h := &history{}
+	for i := range h.secs {
+		h.secs[i].sec = -1
+	}
+	for i := range h.hours {
+		h.hours[i].sec = -1
+	}
+	return h
+}
+
+func (h *history) add(now time.Time, f func(*bucket)) {
+	sec := now.Unix()
+	b := &h.secs[sec%histSecs]
+	if b.sec != sec {
+		*b = bucket{sec: sec}
+	}
+	f(b)
+	hour := sec / 3600
+	hb := &h.hours[hour%histHours]
+	if hb.sec != hour {
+		*hb = bucket{sec: hour, firstSeen: sec}
+	}
+	f(hb)
+	hb.lastSee = sec
+}
+
+// Window is what a history holds for one time window.
+type Window struct {
+	Count     int   // commands finished
+	BusySum   int   // sum of the busy-worker counts when each finished
+	MsSum     int64 // sum of their durations in milliseconds
+	Activated int   // workers started (scan history only)
+	Reaped    int   // workers reaped (scan history only)
+	Span      int64 // hourly windows: seconds from first to last sample
+}
+
+// AvgBusy is BusySum/Count, or ifNone when Count is 0.
+func (w Window) AvgBusy(ifNone float64) float64 {
+	if w.Count == 0 {
+		return ifNone
+	}
+	return float64(w.BusySum) / float64(w.Count)
+}
+
+// AvgMs is MsSum/Count, or 0 when Count is 0.
+func (w Window) AvgMs() float64 {
+	if w.Count == 0 {
+		return 0
+	}
+	return float64(w.MsSum) / float64(w.Count)
+}
+
+func (h *history) window(now time.Time, back int64) Window {
+	var w Window
+	sec := now.Unix()
+	for i := range h.secs {
+		b := &h.secs[i]
+		if b.sec >= 0 && b.sec > sec-back && b.sec <= sec {
+			w.Count += b.count
+			w.BusySum += b.busy
+			w.MsSum += b.ms
+			w.Activated += b.activated
+			w.Reaped += b.reaped
+		}
+	}
+	return w
+}
+
+func (h *history) hourWindow(now time.Time, hours int64) Window {
+	var w Window
+	hour := now.Unix() / 3600
+	var first, last int64 = -1, -1
+	for i := range h.hours {
+		b := &h.hours[i]
+		if b.sec >= 0 && b.sec > hour-hours && b.sec <= hour {
+			w.Count += b.count
+			w.BusySum += b.busy
+			w.MsSum += b.ms
+			if first < 0 || b.firstSeen < first {
+				first = b.firstSeen
+			}
+			if b.lastSee > last {
+				last = b.lastSee
+			}
+		}
+	}
+	if first >= 0 {
+		w.Span = last - first
+	}
+	return w
+}
+
+// SlotInfo is one slot as the status commands show it.
+type SlotInfo struct {
+	State       State
+	PID         int // 0 when stopped
+	Current     Kind
+	Last        Kind
+	NumRequests int
+	NumScans    int
+	Activated   time.Time // zero when stopped
+	FirstReq    time.Time // zero before the first request
+	LastChange  time.Time
+	Tag         string
+}
+
+// Snapshot is the pool's state at one moment, for the status commands.
+type Snapshot struct {
+	Now         time.Time
+	Start       time.Time
+	Slots       []SlotInfo
+	Msgs        int
+	Activations uint64
+	QueueSize   int
+	Queued      int
+	// Histo[i] counts how often a worker went busy while exactly i+1
+	// workers were busy.
+	Histo []int
+	hist  [nkinds]*history
+}
+
+// Snapshot copies the pool's state; ok is false once the pool has stopped.
+func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
+	ok = p.exec(func() {
+		snap = Snapshot{
+			Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
+			QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
+		}
+		for _, s := range p.slots {
+			si := SlotInfo{State: s.state, Current: s.cur, Last: s.last, NumRequests: s.numRequests,
+				NumScans: s.numScans, Activated: s.activated, FirstReq: s.firstReq, LastChange: s.lastChange, Tag: s.tag}
+			if s.proc != nil {
+				si.PID = s.proc.pid
+			}
+			snap.Slots = append(snap.Slots, si)
+		}
+		for k, h := range p.hist {
+			c := *h
+			snap.hist[k] = &c
+		}
+	})
+	return snap, ok
+}
+
+// Count is the number of slots in state st.
+func (s *Snapshot) Count(st State) int {
+	n := 0
+	for _, x := range s.Slots {
+		if x.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+// BusyWith is the number of workers busy right now with kind k.
+func (s *Snapshot) BusyWith(k Kind) int {
+	n := 0
+	for _, x := range s.Slots {
+		if x.State == Busy && x.Current == k {
+			n++
+		}
+	}
+	return n
+}
+
+// Window is kind k's history over the last back seconds.
+func (s *Snapshot) Window(k Kind, back int) Window {
+	return s.hist[k].window(s.Now, int64(back))
+}
+
+// HourWindow is kind k's history over the last hours hours.
+func (s *Snapshot) HourWindow(k Kind, hours int) Window {
+	return s.hist[k].hourWindow(s.Now, int64(hours))
+}
+
+// Uptime is the whole seconds since the pool started.
+func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }
+
+// commandTag is the status tag for a command (§4.6): its first two
+// space-separated words, percent-decoded, cut to 63 bytes, with bytes
+// outside 0x20..0x7E made spaces.
+func commandTag(line string) string {
+	words := strings.SplitN(line, " ", 3)
+	if len(words) > 2 {
+		words = words[:2]
+	}
+	t := []byte(PercentDecode(strings.Join(words, " ")))
+	if len(t) > 63 {
+		t = t[:63]
+	}
+	for i, c := range t {
+		if c < 0x20 || c > 0x7e {
+			t[i] = ' '
+		}
+	}
+	return string(t)
+}
+
+// PercentDecode turns %XX (either case) into its byte and leaves any other
+// '%' alone (§2.2).
+func PercentDecode(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// PercentEncode writes bytes <= 0x20, >= 0x7F and % \ ' " as %XX (§2.2).
+func PercentEncode(s string) string {
+	const hexdig = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || c == '%' || c == '\\' || c == '\'' || c == '"' {
+			b.WriteByte('%')
+			b.WriteByte(hexdig[c>>4])
+			b.WriteByte(hexdig[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}

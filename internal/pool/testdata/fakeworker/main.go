@@ -1,0 +1,88 @@
+// Command fakeworker is a scriptable mimedefang worker for the pool and
+// mux tests: it reads one command line at a time from stdin and acts on
+// its first word (see the switch below); it exits at EOF.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	in := bufio.NewReaderSize(os.Stdin, 1<<16)
+	out := os.Stdout
+	for {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			if os.Getenv("FAKEWORKER_LINGER") != "" {
+				time.Sleep(time.Hour)
+			}
+			return
+		}
+		line = strings.TrimSuffix(line, "\n")
+		word, arg, _ := strings.Cut(line, " ")
+		n, _ := strconv.Atoi(arg)
+		switch word {
+		case "hang": // never answer
+			time.Sleep(time.Hour)
+		case "hangterm": // never answer, ignore SIGTERM
+			signal.Ignore(syscall.SIGTERM)
+			time.Sleep(time.Hour)
+		case "die": // exit without a reply
+			os.Exit(3)
+		case "partial": // half a line, then exit
+			out.WriteString("part")
+			os.Exit(0)
+		case "two": // two lines in one write
+			out.WriteString("one\ntwo\n")
+		case "twosep": // two lines in two writes
+			out.WriteString("one\n")
+			time.Sleep(100 * time.Millisecond)
+			out.WriteString("two\n")
+		case "long": // a reply line of n bytes before its newline
+			out.WriteString(strings.Repeat("x", n) + "\n")
+		case "flood": // n bytes on stderr, then an answer
+			chunk := strings.Repeat("e", 1023) + "\n"
+			for i := 0; i < n; i += len(chunk) {
+				os.Stderr.WriteString(chunk)
+			}
+			out.WriteString("flooded\n")
+		case "sleep": // answer after n milliseconds
+			time.Sleep(time.Duration(n) * time.Millisecond)
+			fmt.Fprintf(out, "slept %d\n", n)
+		case "pid":
+			fmt.Fprintf(out, "pid %d\n", os.Getpid())
+		case "args":
+			fmt.Fprintf(out, "args %q\n", os.Args)
+		case "map": // socket map: OK with the key reversed; map "nf" is NOTFOUND
+			f := strings.SplitN(line, " ", 3)
+			if len(f) == 3 && f[1] == "nf" {
+				out.WriteString("NOTFOUND \n")
+				break
+			}
+			k := []rune(f[len(f)-1])
+			for i, j := 0, len(k)-1; i < j; i, j = i+1, j-1 {
+				k[i], k[j] = k[j], k[i]
+			}
+			fmt.Fprintf(out, "OK %s\n", string(k))
+		case "relayok", "senderok", "recipok", "helook":
+			if strings.Contains(line, "slow") {
+				time.Sleep(500 * time.Millisecond)
+			}
+			out.WriteString("ok 1 ok 250 2.1.0 0\n")
+		case "scan":
+			if strings.Contains(line, "slow") {
+				time.Sleep(500 * time.Millisecond)
+			}
+			out.WriteString("ok\n")
+		default:
+			fmt.Fprintf(out, "echo %q\n", line)
+		}
+	}
+}
