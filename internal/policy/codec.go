@@ -44,9 +44,10 @@ func (l *Limits) defaults() {
 
 // Decoder reads policy requests from a stream.
 type Decoder struct {
-	r   *bufio.Reader
-	lim Limits
-	buf []byte
+	r     *bufio.Reader
+	lim   Limits
+	buf   []byte // the request's attributes, back to back
+	marks []mark
 	// Unknown counts attributes ignored because sluice does not know them.
 	Unknown int
 }
@@ -66,7 +67,7 @@ func NewDecoder(r io.Reader, lim Limits) *Decoder {
 // of it: one allocation per request.
 func (d *Decoder) Decode(req *Request) error {
 	req.Reset()
-	d.buf = d.buf[:0]
+	d.buf, d.marks = d.buf[:0], d.marks[:0]
 	attrs := 0
 	for {
 		line, err := d.line()
@@ -95,17 +96,17 @@ func (d *Decoder) Decode(req *Request) error {
 			}
 			return fmt.Errorf("%w: attribute without \"=\": %q", ErrProtocol, printable(line))
 		}
-		if bytes.IndexByte(line, 0) >= 0 {
-			return fmt.Errorf("%w: NUL byte in attribute %q", ErrProtocol, printable(line[:i]))
-		}
+		start := len(d.buf)
 		d.buf = append(d.buf, line...)
-		d.buf = append(d.buf, '\n')
+		d.marks = append(d.marks, mark{start: start, eq: start + i, end: len(d.buf)})
 	}
+	if i := bytes.IndexByte(d.buf, 0); i >= 0 {
+		return fmt.Errorf("%w: NUL byte in a request", ErrProtocol)
+	}
+	// One string for the whole request; every value is a slice of it.
 	text := string(d.buf)
-	for len(text) > 0 {
-		line, rest, _ := strings.Cut(text, "\n")
-		text = rest
-		name, value, _ := strings.Cut(line, "=")
+	for _, m := range d.marks {
+		name, value := text[m.start:m.eq], text[m.eq+1:m.end]
 		if p := req.field(name); p != nil {
 			*p = value
 		} else if p := req.number(name); p != nil {
@@ -126,6 +127,9 @@ func (d *Decoder) Decode(req *Request) error {
 	}
 	return nil
 }
+
+// mark locates one attribute in Decoder.buf.
+type mark struct{ start, eq, end int }
 
 // parseNumber parses a decimal count; empty means 0, as Postfix leaves
 // unavailable numbers.
