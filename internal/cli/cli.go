@@ -140,8 +140,13 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 // printConfig shows the configuration as sluice understood it.
 func printConfig(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "state directory: %s\n", cfg.StateDir)
-	fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
-		cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
+	if r := cfg.Store.Redis; cfg.Store.Kind == "redis" {
+		fmt.Fprintf(w, "limiter: Redis store at %s (prefix %q), deadline %s, fail %s, leases expire %s after their host dies; peaks logged every %s\n",
+			strings.Join(r.Addrs, ", "), r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
+	} else {
+		fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
+			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
+	}
 	specs, _ := cfg.ClassTable()
 	classes := make([]limiter.Class, len(specs))
 	for i, s := range specs {
