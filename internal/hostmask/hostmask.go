@@ -75,6 +75,9 @@ func Parse(s string) (Mask, error) {
 	if err != nil {
 		return Mask{}, fmt.Errorf("invalid host name %q: %w", s, err)
 	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return Mask{}, fmt.Errorf("invalid host name %q: an address with a trailing dot; write %s", s, name)
+	}
 	return Mask{kind: Exact, name: name}, nil
 }
 

@@ -18,6 +18,7 @@ func TestParseErrors(t *testing.T) {
 		{"fe80::1%eth0", "zones are not allowed"},
 		{"host name", "not allowed in a host name"},
 		{"a/b", "invalid network"},
+		{"0.0.0.0.", "an address with a trailing dot; write 0.0.0.0"},
 		{strings.Repeat("a", 300), "longer than"},
 		{strings.Repeat("a", 64) + ".org", "label longer than 63"},
 	}
