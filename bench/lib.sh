@@ -95,3 +95,63 @@ field() {
 	done
 	return 1
 }
+
+# tcp_listening HOST PORT — true if a socket listens on TCP port PORT (any
+# local address, as that blocks HOST:PORT too; HOST is used only when ss(8)
+# is missing and the check has to connect).
+tcp_listening() {
+	if command -v ss >/dev/null 2>&1; then
+		[[ -n $(ss -Hltn "sport = :$2" 2>/dev/null) ]]
+	else
+		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+	fi
+}
+
+# free_tcp_port [PORT...] — print a TCP port in 20000-52767 that nothing
+# listens on and that is none of the PORTs (ports already chosen for
+# servers not yet started).
+free_tcp_port() {
+	local p i
+	for ((i = 0; i < 500; i++)); do
+		p=$((20000 + RANDOM % 32768))
+		[[ " $* " == *" $p "* ]] && continue
+		tcp_listening 127.0.0.1 "$p" && continue
+		printf '%s\n' "$p"
+		return 0
+	done
+	printf 'error: found no free TCP port\n' >&2
+	return 1
+}
+
+# wait_for_tcp HOST PORT TIMEOUT_SECS [PID] — wait until something listens
+# on TCP port PORT. Fails early if PID is given and that process has exited.
+wait_for_tcp() {
+	local host=$1 port=$2 timeout=$3 pid=${4:-} i
+	for ((i = 0; i < timeout * 10; i++)); do
+		tcp_listening "$host" "$port" && return 0
+		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+			printf 'error: process %s exited before listening on %s:%s\n' "$pid" "$host" "$port" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	printf 'error: nothing listened on %s:%s within %ss\n' "$host" "$port" "$timeout" >&2
+	return 1
+}
+
+# cpu_busy SECS — print how busy all CPUs together were over the next SECS
+# seconds, in percent of their capacity (from /proc/stat).
+cpu_busy() {
+	local a b
+	a=$(head -n 1 /proc/stat)
+	sleep "$1"
+	b=$(head -n 1 /proc/stat)
+	awk -v a="$a" -v b="$b" 'BEGIN {
+		n = split(a, x); split(b, y)
+		for (i = 2; i <= n; i++) {
+			d = y[i] - x[i]; total += d
+			if (i == 5 || i == 6) idle += d # idle, iowait
+		}
+		printf "%.0f\n", (total > 0 ? 100 * (total - idle) / total : 0)
+	}'
+}
