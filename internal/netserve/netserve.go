@@ -185,7 +185,8 @@ type Conn struct {
 func (c *Conn) Closing() bool { return c.s.closing.Load() }
 
 // Reader returns a reader that arms the idle deadline while waiting for a
-// request and the request deadline once its first bytes arrived.
+// request and the request deadline when a request takes more than one
+// read.
 func (c *Conn) Reader() *Reader { return &Reader{c: c} }
 
 // Done marks the end of a request: the next read waits as idle.
@@ -214,26 +215,44 @@ func (c *Conn) run() {
 	s.handle(c)
 }
 
-// Reader reads from a Conn with its deadlines.
-type Reader struct{ c *Conn }
+// Reader reads from a Conn with its deadlines. Deadlines cost a timer
+// update each, so they are set only when they matter: the idle deadline
+// when a wait for a new request begins (and at most once a second while
+// requests keep coming), the request deadline only when a request did not
+// arrive in one read.
+type Reader struct {
+	c        *Conn
+	idleSet  time.Time // when the idle deadline was last armed
+	deadline bool      // a request deadline is armed
+}
 
 func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o
 	if !c.busy.Load() {
-		if o.IdleTimeout > 0 {
-			c.SetReadDeadline(time.Now().Add(o.IdleTimeout))
-		} else {
-			c.SetReadDeadline(time.Time{})
-		}
 		if c.s.closing.Load() {
 			return 0, os.ErrDeadlineExceeded
 		}
+		now := time.Now()
+		if r.deadline || now.Sub(r.idleSet) >= time.Second {
+			if o.IdleTimeout > 0 {
+				c.SetReadDeadline(now.Add(o.IdleTimeout))
+			} else {
+				c.SetReadDeadline(time.Time{})
+			}
+			r.idleSet, r.deadline = now, false
+		}
+		if c.s.closing.Load() { // Shutdown may have raced the deadline above
+			return 0, os.ErrDeadlineExceeded
+		}
+	} else if !r.deadline {
+		// The request needs more than one read: bound the rest.
+		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
+		r.deadline = true
 	}
 	n, err := c.Conn.Read(p)
-	if n > 0 && !c.busy.Load() {
+	if n > 0 {
 		c.busy.Store(true)
-		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
 	}
 	return n, err
 }
