@@ -242,27 +242,6 @@ func TestReadReplyRejectsMalformed(t *testing.T) {
 	}
 }
 
-func TestHistQuantile(t *testing.T) {
-	var h hist
-	for i := 1; i <= 100; i++ {
-		h.record(time.Duration(i))
-	}
-	if got := h.quantile(0.5); got != 50 {
-		t.Errorf("p50 = %v, want 50ns", got)
-	}
-	if got := h.quantile(0.99); got != 99 {
-		t.Errorf("p99 = %v, want 99ns", got)
-	}
-	for _, v := range []time.Duration{255, 256, 1000, 12345, time.Millisecond, 3 * time.Second, time.Hour} {
-		var h hist
-		h.record(v)
-		got := h.quantile(0.5)
-		if got < v || float64(got-v) > float64(v)/histSub {
-			t.Errorf("record(%d): quantile = %d, want within 1/%d above", v, got, histSub)
-		}
-	}
-}
-
 // testLog sends the generator's error descriptions to the test log.
 type testLog struct{ t *testing.T }
 

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"sluice/bench/internal/hist"
 )
 
 func main() {
@@ -184,16 +186,16 @@ func run(cfg config, logw io.Writer) result {
 	}
 	wg.Wait()
 
-	var h hist
+	var h hist.Hist
 	res := result{Target: cfg.label, C: cfg.conns, Secs: cfg.duration.Seconds()}
 	for _, w := range workers {
-		h.merge(&w.hist)
+		h.Merge(&w.hist)
 		res.Errors += w.errors
 	}
-	res.Reqs = h.n
+	res.Reqs = h.Count()
 	res.RPS = float64(res.Reqs) / res.Secs
-	res.P50us = float64(h.quantile(0.50)) / 1e3
-	res.P99us = float64(h.quantile(0.99)) / 1e3
+	res.P50us = float64(h.Quantile(0.50)) / 1e3
+	res.P99us = float64(h.Quantile(0.99)) / 1e3
 	return res
 }
 
@@ -233,7 +235,7 @@ type worker struct {
 	conn *net.UnixConn
 	r    *bufio.Reader
 
-	hist   hist
+	hist   hist.Hist
 	errors uint64
 }
 
@@ -349,7 +351,7 @@ func (w *worker) do(kind, client int) error {
 	}
 	end := time.Now()
 	if !start.Before(w.mStart) && !end.After(w.mEnd) {
-		w.hist.record(end.Sub(start))
+		w.hist.Record(end.Sub(start))
 	}
 	return nil
 }

@@ -62,6 +62,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"sluice/bench/internal/hist"
 )
 
 func main() {
@@ -524,18 +526,18 @@ func run(cfg config, logw io.Writer) result {
 	win.Store(&window{start: start, end: start.Add(cfg.duration)})
 	wg.Wait()
 
-	var h hist
+	var h hist.Hist
 	res := result{Target: cfg.label, C: cfg.conns, Secs: cfg.duration.Seconds(), Actions: map[string]uint64{}}
 	for _, w := range workers {
-		h.merge(&w.hist)
+		h.Merge(&w.hist)
 		res.Errors += w.errors
 		w.actions.mergeInto(res.Actions)
 	}
-	res.Reqs = h.n
+	res.Reqs = h.Count()
 	res.RPS = float64(res.Reqs) / res.Secs
-	res.P50us = float64(h.quantile(0.50)) / 1e3
-	res.P99us = float64(h.quantile(0.99)) / 1e3
-	res.P999us = float64(h.quantile(0.999)) / 1e3
+	res.P50us = float64(h.Quantile(0.50)) / 1e3
+	res.P99us = float64(h.Quantile(0.99)) / 1e3
+	res.P999us = float64(h.Quantile(0.999)) / 1e3
 	return res
 }
 
@@ -568,7 +570,7 @@ type worker struct {
 	prefix []byte // instance prefix, unique to this worker and run
 	msg    message
 
-	hist    hist
+	hist    hist.Hist
 	actions tally
 	errors  uint64
 }
@@ -689,7 +691,7 @@ func (w *worker) do(eom bool, k int) (done bool, err error) {
 	if win.start.After(end) {
 		w.setReady() // setting up: the first reply unblocks the next dial
 	} else if !end.After(win.end) && !start.Before(win.start) {
-		w.hist.record(end.Sub(start))
+		w.hist.Record(end.Sub(start))
 		w.word = firstWord(w.word, act)
 		w.actions.add(w.word)
 	}

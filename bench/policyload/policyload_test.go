@@ -460,38 +460,6 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestQuantiles(t *testing.T) {
-	var h hist
-	for i := 1; i <= 1000; i++ {
-		h.record(time.Duration(i))
-	}
-	for _, tc := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 500}, {0.99, 990}, {0.999, 999}, {1, 1000}} {
-		got := h.quantile(tc.q)
-		if got < tc.want || float64(got-tc.want) > float64(tc.want)/histSub {
-			t.Errorf("quantile(%v) = %d, want %d (within 1/%d above)", tc.q, got, tc.want, histSub)
-		}
-	}
-	// A single slow outlier among 1,000 fast requests shows at p999 only.
-	h = hist{}
-	for range 999 {
-		h.record(100 * time.Microsecond)
-	}
-	h.record(50 * time.Millisecond)
-	if p99 := h.quantile(0.99); p99 > 101*time.Microsecond {
-		t.Errorf("p99 = %v, want about 100µs", p99)
-	}
-	if p999 := h.quantile(0.999); p999 > 101*time.Microsecond {
-		t.Errorf("p999 of 1000 = %v, want the 999th value (100µs)", p999)
-	}
-	h.record(50 * time.Millisecond)
-	if p999 := h.quantile(0.999); p999 < 50*time.Millisecond {
-		t.Errorf("p999 with 2 of 1001 slow = %v, want 50ms", p999)
-	}
-}
-
 // testLog sends the generator's error descriptions to the test log.
 type testLog struct{ t *testing.T }
 

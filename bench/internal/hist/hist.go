@@ -1,4 +1,5 @@
-package main
+// Package hist is the latency histogram the bench load generators share.
+package hist
 
 import (
 	"math"
@@ -6,11 +7,11 @@ import (
 	"time"
 )
 
-// hist is a fixed-size log-linear latency histogram in the spirit of
+// Hist is a fixed-size log-linear latency histogram in the spirit of
 // HdrHistogram: values below 2*histSub nanoseconds are exact, larger values
 // fall into one of histSub buckets per power of two, so every recorded value
 // is known to within 1/histSub (under 1%). Recording never allocates.
-type hist struct {
+type Hist struct {
 	counts [histBuckets]uint64
 	n      uint64
 }
@@ -43,7 +44,7 @@ func histUpper(i int) uint64 {
 	return (m+1)<<uint(e) - 1
 }
 
-func (h *hist) record(d time.Duration) {
+func (h *Hist) Record(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
@@ -51,17 +52,17 @@ func (h *hist) record(d time.Duration) {
 	h.n++
 }
 
-func (h *hist) merge(o *hist) {
+func (h *Hist) Merge(o *Hist) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
 	h.n += o.n
 }
 
-// quantile returns the value at quantile q (0 < q <= 1) as the highest value
+// Quantile returns the value at quantile q (0 < q <= 1) as the highest value
 // equivalent to the bucket holding the ceil(q*n)-th smallest sample; 0 if the
 // histogram is empty.
-func (h *hist) quantile(q float64) time.Duration {
+func (h *Hist) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
@@ -76,3 +77,6 @@ func (h *hist) quantile(q float64) time.Duration {
 	}
 	return time.Duration(math.MaxInt64)
 }
+
+// Count returns the number of values recorded.
+func (h *Hist) Count() uint64 { return h.n }
