@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -55,4 +56,22 @@ type Store interface {
 	Len() int
 	// Close releases the store's resources and stops its background work.
 	Close() error
+}
+
+// CheckRequest is the argument check every store applies to Hit, Peek and
+// Undo: n not negative, room for a decision per check, counters only on
+// anvil limits, and valid limits. Its errors wrap ErrBadRequest.
+func CheckRequest(n int64, checks []Check, out []Decision) error {
+	if n < 0 || len(out) < len(checks) {
+		return fmt.Errorf("%w: n=%d, %d checks, %d decisions", ErrBadRequest, n, len(checks), len(out))
+	}
+	for _, c := range checks {
+		if c.Counter >= MaxCounters || (c.Counter != 0 && c.Limit.Algorithm != Anvil) {
+			return fmt.Errorf("%w: counter %d for %s limit", ErrBadRequest, c.Counter, c.Limit.Algorithm)
+		}
+		if err := c.Limit.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+	}
+	return nil
 }

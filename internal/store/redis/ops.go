@@ -9,20 +9,7 @@ import (
 	"sluice/internal/limiter"
 )
 
-func checkArgs(n int64, checks []limiter.Check, out []limiter.Decision) error {
-	if n < 0 || len(out) < len(checks) {
-		return fmt.Errorf("%w: n=%d, %d checks, %d decisions", limiter.ErrBadRequest, n, len(checks), len(out))
-	}
-	for _, c := range checks {
-		if c.Counter >= limiter.MaxCounters || (c.Counter != 0 && c.Limit.Algorithm != limiter.Anvil) {
-			return fmt.Errorf("%w: counter %d for %s limit", limiter.ErrBadRequest, c.Counter, c.Limit.Algorithm)
-		}
-		if err := c.Limit.Validate(); err != nil {
-			return fmt.Errorf("%w: %v", limiter.ErrBadRequest, err)
-		}
-	}
-	return nil
-}
+var checkArgs = limiter.CheckRequest
 
 // checkKeys returns the Redis keys of checks, which in Cluster mode must
 // share a slot.
