@@ -1,4 +1,5 @@
-// Command sluice is the mail traffic governor; see README.md.
+// Command sluice is the mail traffic governor; see README.md. Invoked as
+// mimedefang-multiplexor it is `sluice mux`, a drop-in replacement.
 package main
 
 import (
@@ -9,5 +10,9 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	if sub := cli.Invoked(os.Args[0]); sub != "" {
+		args = append([]string{sub}, args...)
+	}
+	os.Exit(cli.Main(context.Background(), args, os.Stdout, os.Stderr))
 }

@@ -35,6 +35,7 @@ func commands() []command {
 		{"serve", "run the daemon (embedded defaults without -c)", serve},
 		{"check", "validate a configuration file and print it as understood", check},
 		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper)", throttleCmd},
+		{"mux", "mimedefang-multiplexor: run a pool of filter workers (also as that name)", muxCmd},
 		{"version", "print the version", version},
 	}
 }

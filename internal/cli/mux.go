@@ -1,0 +1,889 @@
+package cli
+
+// `sluice mux`: the mimedefang-multiplexor command line (spec §8.1, §8.4,
+// §8.5, §9). The flags, defaults, clamps, startup order and startup error
+// texts are the reference's; the program also answers to the name
+// mimedefang-multiplexor (see Invoked).
+//
+// Differences from the reference, on purpose:
+//   - Daemon mode (no -D) cannot fork in Go: the process re-executes itself
+//     detached (new session, stdio on /dev/null) with the pid file and a
+//     report pipe inherited, and exits 0 once the daemon reports it is
+//     serving, or 1 with "Error from child: <msg>", as the reference's
+//     parent does. The daemon is a session leader (the reference forks
+//     twice so that it is not); it never opens a terminal.
+//   - Errors the reference only sends to syslog (pid file, privilege drop)
+//     are printed too. Logs go to stderr (so, daemonized, nowhere) until
+//     syslog (-l, -S, -Y) is implemented.
+//   - Features not built yet are accepted and announced on stderr, one line
+//     per flag, never silently ignored.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/internal/mux"
+	"sluice/internal/pool"
+)
+
+// ReferenceName is mimedefang-multiplexor's program name: invoked under
+// it, sluice behaves as `sluice mux`.
+const ReferenceName = "mimedefang-multiplexor"
+
+// referenceVersion is the version the reference reports; `version` on the
+// sockets and -v keep it, since clients may compare it.
+const referenceVersion = "3.3"
+
+// Invoked returns the subcommand that a program name (argv[0], a path or
+// a basename) stands for, or "" for sluice's own name.
+func Invoked(argv0 string) string {
+	if filepath.Base(argv0) == ReferenceName {
+		return "mux"
+	}
+	return ""
+}
+
+// muxChildEnv marks the detached daemon started by daemonize: fd 3 is the
+// report pipe and, with -p, fd 4 the pid file opened by the parent.
+const muxChildEnv = "SLUICE_MUX_DAEMON"
+
+// Getopt option letters: with an argument, and without. -k (autoscaling)
+// is the upstream HEAD's; 3.3 rejects it.
+const (
+	muxArgOpts  = "tpoUmxyrViIbcwWzsafFRMLSNOqQXPY"
+	muxFlagOpts = "hvTuZdlDAGEk"
+)
+
+// muxOptions is the parsed and clamped command line.
+type muxOptions struct {
+	help, version bool
+	foreground    bool   // -D
+	user          string // -U
+	spool         string // -z
+	socket        string // -s
+	restricted    string // -a
+	program       string // -f
+	rules         string // -F
+	pidFile       string // -p
+	lockFile      string // -o (or <pidfile>.lock)
+	group         bool   // -G
+	verbose       bool   // -l
+
+	minWorkers, maxWorkers, maxRequests int // -m -x -r
+	lifetime                            int // -V seconds, <= 0 unlimited
+	idle, busy, cmd, slew, spacing      int // -i -b -c -w -W seconds
+	queue, queueTimeout                 int // -q, -Q seconds
+	domainLimit                         int // -y
+	backlog                             int // -I
+
+	// Accepted, not implemented yet.
+	facility, label       string // -S -Y
+	stats                 string // -t
+	statsSyslog, flush    bool   // -T -u
+	statusPipe            bool   // -Z
+	debugEvents, schedLog bool   // -d -A
+	embedded, autoscale   bool   // -E -k
+	rss, mem              int    // -R -M kB
+	logInterval           int    // -L
+	tick, ticks           int    // -X -P
+	mapSock, notifySock   string // -N -O
+	notices               []string
+	backlogSet, lockGiven bool
+}
+
+// muxNotImplemented is the notice for each accepted flag whose feature
+// sluice does not have yet.
+var muxNotImplemented = map[byte]string{
+	'N': "-N (socket map server)",
+	'O': "-O (notification socket)",
+	't': "-t (stats file)",
+	'T': "-T (stats to syslog)",
+	'u': "-u (stats file flushing)",
+	'X': "-X (tick requests)",
+	'P': "-P (parallel ticks)",
+	'R': "-R (worker RSS limit)",
+	'M': "-M (worker memory limit)",
+	'Z': "-Z (worker status updates)",
+	'L': "-L (periodic status log)",
+	'S': "-S (syslog facility)",
+	'Y': "-Y (syslog label)",
+	'd': "-d (event-loop debug log)",
+	'A': "-A (scheduling log)",
+	'k': "-k (autoscaling)",
+}
+
+// errUsage means: print the usage text and exit 1.
+var errUsage = errors.New("usage")
+
+// fatalText is a startup error worded as the reference words it.
+type fatalText string
+
+func (f fatalText) Error() string { return string(f) }
+
+func defaultMuxOptions() *muxOptions {
+	return &muxOptions{
+		spool:        "/var/spool/MIMEDefang",
+		program:      "/usr/bin/mimedefang.pl",
+		maxWorkers:   2,
+		maxRequests:  500,
+		idle:         300,
+		busy:         120,
+		cmd:          10,
+		slew:         3,
+		queueTimeout: 30,
+		ticks:        1,
+		facility:     "mail",
+		label:        ReferenceName,
+	}
+}
+
+// parseMuxArgs parses args as the reference's getopt does (clustered
+// flags, attached or separate arguments, GNU permutation, "--") and
+// applies its clamps. A returned error other than errUsage is a fatal
+// message to print after "prog: ".
+func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, error) {
+	o := defaultMuxOptions()
+	seen := map[byte]bool{}
+	var extra []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			extra = append(extra, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			extra = append(extra, a)
+			continue
+		}
+		for j := 1; j < len(a); j++ {
+			c := a[j]
+			var val string
+			switch {
+			case strings.IndexByte(muxArgOpts, c) >= 0:
+				if j+1 < len(a) {
+					val = a[j+1:]
+				} else if i+1 < len(args) {
+					i++
+					val = args[i]
+				} else {
+					fmt.Fprintf(stderr, "%s: option requires an argument -- '%c'\n\n", prog, c)
+					return nil, errUsage
+				}
+				j = len(a)
+			case strings.IndexByte(muxFlagOpts, c) >= 0:
+			default:
+				fmt.Fprintf(stderr, "%s: invalid option -- '%c'\n\n", prog, c)
+				return nil, errUsage
+			}
+			if err := o.set(c, val); err != nil {
+				return nil, err
+			}
+			if n, ok := muxNotImplemented[c]; ok && !seen[c] {
+				o.notices = append(o.notices, prog+": "+n+" is not implemented yet in sluice; ignored")
+			}
+			if c == 'E' && !seen[c] { // the reference's own words, unprefixed
+				o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
+			}
+			seen[c] = true
+		}
+	}
+	if len(extra) > 0 {
+		o.notices = append(o.notices, fmt.Sprintf("%s: extra arguments ignored: %s", prog, strings.Join(extra, " ")))
+	}
+	if o.help {
+		return o, errUsage
+	}
+	o.clamp()
+	return o, nil
+}
+
+// set applies one option; numbers are read as sscanf("%d") does.
+func (o *muxOptions) set(c byte, val string) error {
+	num := func(p *int) error {
+		n, ok := scanDecimal(val)
+		if !ok {
+			return errUsage
+		}
+		*p = n
+		return nil
+	}
+	switch c {
+	case 'h':
+		o.help = true
+	case 'v':
+		o.version = true
+	case 'D':
+		o.foreground = true
+	case 'G':
+		o.group = true
+	case 'l':
+		o.verbose = true
+	case 'T':
+		o.statsSyslog = true
+	case 'u':
+		o.flush = true
+	case 'Z':
+		o.statusPipe = true
+	case 'd':
+		o.debugEvents = true
+	case 'A':
+		o.schedLog = true
+	case 'E':
+		o.embedded = true
+	case 'k':
+		o.autoscale = true
+	case 'U':
+		o.user = val
+	case 'z':
+		o.spool = val
+	case 's':
+		o.socket = val
+	case 'a':
+		o.restricted = val
+	case 'f':
+		if !strings.HasPrefix(val, "/") {
+			return fatalText("-f: You must supply an absolute path for filter program")
+		}
+		o.program = val
+	case 'F':
+		o.rules = val
+	case 'p':
+		o.pidFile = val
+	case 'o':
+		o.lockFile, o.lockGiven = val, true
+	case 't':
+		o.stats = val
+	case 'Y':
+		o.label = val
+	case 'N':
+		o.mapSock = val
+	case 'O':
+		o.notifySock = val
+	case 'S':
+		if !syslogFacility(val) {
+			return fatalText("Unknown syslog facility " + val)
+		}
+		o.facility = val
+	case 'q':
+		if err := num(&o.queue); err != nil {
+			return err
+		}
+		if o.queue > 128 {
+			return fatalText(fmt.Sprintf("Request queue size %d too big (128 max)", o.queue))
+		}
+	case 'I':
+		o.backlogSet = true
+		return num(&o.backlog)
+	default:
+		p := map[byte]*int{
+			'm': &o.minWorkers, 'x': &o.maxWorkers, 'r': &o.maxRequests, 'V': &o.lifetime,
+			'i': &o.idle, 'b': &o.busy, 'c': &o.cmd, 'w': &o.slew, 'W': &o.spacing,
+			'Q': &o.queueTimeout, 'y': &o.domainLimit, 'R': &o.rss, 'M': &o.mem,
+			'L': &o.logInterval, 'X': &o.tick, 'P': &o.ticks,
+		}[c]
+		return num(p)
+	}
+	return nil
+}
+
+// clamp applies the reference's adjustments (§8.1 step 8, §9).
+func (o *muxOptions) clamp() {
+	o.maxWorkers = max(o.maxWorkers, 1)
+	o.minWorkers = min(max(o.minWorkers, 1), o.maxWorkers)
+	if o.domainLimit < 0 || o.domainLimit >= o.maxWorkers {
+		o.domainLimit = 0
+	}
+	o.maxRequests = max(o.maxRequests, 1)
+	o.lifetime = max(o.lifetime, 0)
+	o.idle = max(o.idle, 10)
+	o.busy = max(o.busy, 10)
+	o.cmd = max(o.cmd, 10)
+	o.slew = max(o.slew, 1)
+	o.spacing = max(o.spacing, 0)
+	o.queue = max(o.queue, 0)
+	o.queueTimeout = min(max(o.queueTimeout, 1), 600)
+	if !o.backlogSet {
+		o.backlog = o.maxWorkers / 4
+	}
+	o.backlog = min(max(o.backlog, 5), 200)
+	if o.logInterval < 0 {
+		o.logInterval = 0
+	} else if o.logInterval > 0 && o.logInterval < 5 {
+		o.logInterval = 5
+	}
+	o.tick = max(o.tick, 0)
+	o.ticks = min(max(o.ticks, 1), 30)
+	if o.socket == "" {
+		o.socket = o.spool + "/mimedefang-multiplexor.sock"
+	}
+	if !o.lockGiven && o.pidFile != "" {
+		o.lockFile = o.pidFile + ".lock"
+	}
+}
+
+// scanDecimal reads an int as sscanf("%d") does: leading white space, an
+// optional sign, at least one digit; what follows is ignored. Values are
+// capped at +-2^31.
+func scanDecimal(s string) (int, bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	n, i := 0, 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = min(n*10+int(s[i]-'0'), 1<<31)
+	}
+	if i == 0 {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// syslogFacility reports whether name is a facility openlog knows, as
+// "mail" or "LOG_MAIL", in any case.
+func syslogFacility(name string) bool {
+	n := strings.TrimPrefix(strings.ToLower(name), "log_")
+	switch n {
+	case "auth", "authpriv", "cron", "daemon", "ftp", "kern", "lpr", "mail", "news", "syslog", "user", "uucp",
+		"local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7":
+		return true
+	}
+	return false
+}
+
+const muxUsageOptions = `Options:
+  -h                -- Print usage info and exit
+  -v                -- Print version and exit
+  -t filename       -- Log statistics to filename
+  -p filename       -- Write process-ID in filename
+  -o file           -- Use specified file as a lock file
+  -T                -- Log statistics to syslog
+  -u                -- Flush stats file after each write
+  -Z                -- Accept and process status updates from busy workers
+  -U username       -- Run as username, not root
+  -m minWorkers      -- Minimum number of workers
+  -x maxWorkers      -- Maximum number of workers
+  -y recipokPerDom  -- Maximum concurrent recipoks per domain
+  -r maxRequests    -- Maximum number of requests per worker
+  -V maxLifetime    -- Maximum lifetime of a worker in seconds
+  -i idleTime       -- Idle time (seconds) for killing excess workers
+  -b busyTime       -- Busy time (seconds) for killing hung workers
+  -c cmdTime        -- Request/reply transmission timeout (seconds)
+  -w waitTime       -- How long to wait between worker activations (seconds)
+  -W waitTime       -- Absolute minimum to wait between worker activations
+  -z dir            -- Spool directory
+  -s sock           -- UNIX-domain socket for communication
+  -a u_sock         -- Socket for unprivileged communication
+  -f /dir/filter    -- Specify full path of filter program
+  -d                -- Debug events in /var/log/mdefang-event-debug.log
+  -l                -- Log events with syslog
+  -R size           -- Limit RSS to size kB (if supported on your OS)
+  -M size           -- Limit memory address space to size kB
+  -L interval       -- Log worker status every interval seconds
+  -S facility       -- Set syslog(3) facility
+  -N sock           -- Listen for Sendmail map requests on sock
+  -O sock           -- Listen for notification requests on sock
+  -q size           -- Size of request queue (default 0)
+  -Q timeout        -- Timeout for queued requests
+  -I backlog        -- 'backlog' argument for listen on multiplexor socket
+  -D                -- Do not become a daemon (stay in foreground)
+  -X interval       -- Run a 'tick' request every interval seconds
+  -P n              -- Run 'n' parallel tick requests
+  -Y label          -- Set syslog label to 'label'
+  -G                -- Make sockets group-writable
+  -E                -- Use embedded Perl interpreter
+`
+
+// muxUsage is the reference's usage text (on stderr), then what sluice
+// adds.
+func muxUsage(w io.Writer, prog string) {
+	fmt.Fprintf(w, "mimedefang-multiplexor version %s\nUsage: %s [options]\n%s", referenceVersion, prog, muxUsageOptions)
+	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
+  -A                -- Log scheduling decisions
+  -k                -- Autoscale workers (upstream HEAD)
+sluice does not implement -t -T -u -Z -d -A -l(syslog) -R -M -L -S -Y -N -O -X -P -k -E yet:
+they are accepted and ignored, with a notice.
+`)
+}
+
+// muxProg is the name errors are prefixed with.
+func muxProg() string {
+	if Invoked(os.Args[0]) == "mux" {
+		return ReferenceName
+	}
+	return "sluice mux"
+}
+
+func muxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	prog := muxProg()
+	o, err := parseMuxArgs(prog, args, stderr)
+	if errors.Is(err, errUsage) {
+		muxUsage(stderr, prog)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %s\n", prog, err)
+		return 1
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "mimedefang-multiplexor version %s (sluice %s)\n", referenceVersion, versionString())
+		return 0
+	}
+	for _, n := range o.notices {
+		fmt.Fprintln(stderr, n)
+	}
+	return runMux(ctx, o, prog, stderr)
+}
+
+// muxDaemon is one run's state.
+type muxDaemon struct {
+	o      *muxOptions
+	prog   string
+	stderr io.Writer
+	report *os.File // the daemonize pipe (detached child only)
+	pid    *os.File
+	lock   *os.File
+}
+
+// fail reports a startup error: to the waiting parent when detached, else
+// on stderr. It returns the exit status.
+func (d *muxDaemon) fail(msg string) int {
+	if d.report != nil {
+		_, _ = d.report.WriteString("E" + msg)
+		d.report.Close()
+		d.report = nil
+	} else {
+		fmt.Fprintln(d.stderr, msg)
+	}
+	d.cleanup()
+	return 1
+}
+
+func (d *muxDaemon) cleanup() {
+	if d.pid != nil {
+		d.pid.Close()
+	}
+	if d.lock != nil {
+		d.lock.Close()
+	}
+}
+
+// runMux is the reference's startup (§8.1 from step 1), serving and
+// shutdown.
+func runMux(ctx context.Context, o *muxOptions, prog string, stderr io.Writer) int {
+	d := &muxDaemon{o: o, prog: prog, stderr: stderr}
+	fileMask := 0o077
+	if o.group {
+		fileMask = 0o027
+	}
+	syscall.Umask(0o077)
+	if os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid() {
+		fmt.Fprintf(stderr, "%s: refusing to run setuid or setgid\n", prog)
+		return 1
+	}
+	child := os.Getenv(muxChildEnv) != ""
+	if child {
+		os.Unsetenv(muxChildEnv) // the workers inherit the environment
+		syscall.CloseOnExec(3)
+		d.report = os.NewFile(3, "report pipe")
+		if o.pidFile != "" {
+			syscall.CloseOnExec(4)
+			d.pid = os.NewFile(4, o.pidFile)
+		}
+	} else if o.pidFile != "" {
+		// Opened before the privilege drop, as the reference does.
+		f, err := os.OpenFile(o.pidFile, os.O_WRONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: cannot open pid file: %v\n", prog, err)
+			return 1
+		}
+		_ = f.Chmod(0o644)
+		d.pid = f
+	}
+	exe, exeErr := os.Executable()
+	if o.user != "" {
+		if msg := dropPrivileges(o.user); msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", prog, msg)
+			d.cleanup()
+			return 1
+		}
+	}
+	if os.Getuid() == 0 || os.Geteuid() == 0 {
+		fmt.Fprintln(stderr, "ERROR: You must not run mimedefang-multiplexor as root.\nUse the -U option to set a non-root user.")
+		d.cleanup()
+		return 1
+	}
+	if !child {
+		if err := os.Chdir(o.spool); err != nil {
+			fmt.Fprintf(stderr, "%s: Unable to chdir(%s): %s\n", prog, o.spool, errnoText(err))
+			d.cleanup()
+			return 1
+		}
+		if !o.foreground {
+			if exeErr != nil {
+				fmt.Fprintf(stderr, "%s: cannot find my own executable to daemonize (use -D): %v\n", prog, exeErr)
+				d.cleanup()
+				return 1
+			}
+			return d.daemonize(exe)
+		}
+	}
+	syscall.Umask(fileMask)
+	if o.lockFile != "" {
+		f, err := os.OpenFile(o.lockFile, os.O_RDWR|os.O_CREATE, 0o666)
+		if err == nil {
+			d.lock = f
+			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_WRLCK})
+		}
+		if err != nil {
+			return d.fail("Cannot lock lockfile: Is another copy running?")
+		}
+	}
+	if d.pid != nil {
+		_ = d.pid.Truncate(0)
+		_, _ = fmt.Fprintf(d.pid, "%d\n", os.Getpid())
+		d.pid.Close()
+		d.pid = nil
+	}
+	mainMask := 0o077
+	if o.group {
+		mainMask = 0o007
+	}
+	mainAddr, err := parseMuxSocket(o.socket, false)
+	if err != nil {
+		d.removeFiles()
+		return d.fail(err.Error())
+	}
+	mainLn, err := listenMux(mainAddr, o.backlog, mainMask, fileMask)
+	if err != nil {
+		d.removeFiles()
+		return d.fail("Unable to create listening socket.")
+	}
+	listeners := []muxListener{{mainLn, true, mainAddr.path}}
+	if o.restricted != "" {
+		a, err := parseMuxSocket(o.restricted, true)
+		var ln net.Listener
+		if err == nil {
+			ln, err = listenMux(a, o.backlog, 0, fileMask)
+		}
+		if err != nil {
+			mainLn.Close()
+			_ = os.Remove(mainAddr.path)
+			d.removeFiles()
+			return d.fail("Unable to create unprivileged listening socket")
+		}
+		unlink := ""
+		if strings.HasPrefix(a.path, "/") {
+			unlink = a.path
+		}
+		listeners = append(listeners, muxListener{ln, false, unlink})
+	}
+	return d.serve(ctx, listeners)
+}
+
+type muxListener struct {
+	ln         net.Listener
+	privileged bool
+	unlink     string // removed at exit
+}
+
+// serve runs the pool and the sockets until SIGTERM or ctx ends. SIGINT
+// rereads the filter rules (a new worker generation) as the reference
+// does; SIGHUP would reopen the stats file, which sluice has not.
+func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
+	o := d.o
+	level := slog.LevelWarn // the reference logs only errors without -l
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: level}))
+	args := []string{"-server"}
+	if o.rules != "" {
+		args = []string{"-f", o.rules, "-server"}
+	}
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	p, err := pool.New(pool.Config{
+		Program: o.program, Args: args,
+		MinWorkers: o.minWorkers, MaxWorkers: o.maxWorkers, MaxRequests: o.maxRequests,
+		MaxLifetime: sec(o.lifetime), IdleTime: sec(o.idle), BusyTimeout: sec(o.busy),
+		CmdTimeout: sec(o.cmd), SlewTime: sec(o.slew), ActivationSpacing: sec(o.spacing),
+		QueueSize: o.queue, QueueTimeout: sec(o.queueTimeout), DomainLimit: o.domainLimit,
+		LogStderr: o.verbose, Logger: log,
+	})
+	if err != nil {
+		for _, l := range listeners {
+			l.ln.Close()
+		}
+		d.removeAll(listeners)
+		return d.fail(err.Error())
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	signal.Ignore(syscall.SIGPIPE)
+
+	poolCtx, stopPool := context.WithCancel(context.Background())
+	defer stopPool()
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(poolCtx) }()
+	srv := mux.New(mux.Options{Pool: p, Timeout: sec(o.cmd), Logger: log})
+	serveDone := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() { serveDone <- srv.Serve(l.ln, l.privileged) }()
+	}
+	if d.report != nil {
+		_, _ = d.report.WriteString("X")
+		d.report.Close()
+		d.report = nil
+	}
+	for stop := false; !stop; {
+		select {
+		case <-ctx.Done():
+			stop = true
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGINT:
+				log.Info("SIGINT: forcing reread of filter rules")
+				p.Reread()
+			case syscall.SIGHUP:
+				log.Info("SIGHUP: no stats file to reopen (-t is not implemented yet in sluice)")
+			default:
+				stop = true
+			}
+		}
+	}
+	// §8.2: files and sockets first, then clients see EOF, then the
+	// workers: stdin closed, SIGTERM after 10 s, SIGKILL after 10 more.
+	log.Info("stopping", "workers", "closing stdin; SIGTERM and SIGKILL for those that linger")
+	d.removeAll(listeners)
+	srv.Close()
+	for range listeners {
+		<-serveDone
+	}
+	stopPool()
+	<-runDone
+	d.cleanup()
+	return 0
+}
+
+// removeFiles unlinks the pid file and the lock file.
+func (d *muxDaemon) removeFiles() {
+	if d.o.pidFile != "" {
+		_ = os.Remove(d.o.pidFile)
+	}
+	if d.o.lockFile != "" {
+		_ = os.Remove(d.o.lockFile)
+	}
+}
+
+func (d *muxDaemon) removeAll(listeners []muxListener) {
+	d.removeFiles()
+	for _, l := range listeners {
+		if l.unlink != "" {
+			_ = os.Remove(l.unlink)
+		}
+	}
+}
+
+// daemonize is §8.1 step 9 in Go's terms: start this program again,
+// detached, with the pid file and a report pipe, and exit 0 when it says
+// "X" (serving), or print "Error from child: <msg>" and exit 1.
+func (d *muxDaemon) daemonize(exe string) int {
+	defer d.cleanup()
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(d.stderr, "%s: %v\n", d.prog, err)
+		return 1
+	}
+	defer r.Close()
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		w.Close()
+		fmt.Fprintf(d.stderr, "%s: %v\n", d.prog, err)
+		return 1
+	}
+	defer devnull.Close()
+	cmd := &exec.Cmd{
+		Path:        exe,
+		Args:        os.Args,
+		Env:         append(os.Environ(), muxChildEnv+"=1"),
+		Stdin:       devnull,
+		Stdout:      devnull,
+		Stderr:      devnull,
+		ExtraFiles:  []*os.File{w},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if d.pid != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, d.pid)
+	}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		fmt.Fprintf(d.stderr, "%s: starting the daemon: %v\n", d.prog, err)
+		return 1
+	}
+	msg, _ := io.ReadAll(r)
+	if string(msg) == "X" {
+		_ = cmd.Process.Release()
+		return 0
+	}
+	_ = cmd.Wait()
+	text := strings.TrimPrefix(string(msg), "E")
+	if text == "" {
+		text = "exited before it was ready"
+	}
+	fmt.Fprintf(d.stderr, "Error from child: %s\n", text)
+	return 1
+}
+
+// dropPrivileges is initgroups, setgid, setuid to name (skipped when the
+// process already runs as that user and group). It returns an error text.
+func dropPrivileges(name string) string {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return fmt.Sprintf("Unknown user '%s'", name)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return fmt.Sprintf("Unknown user '%s'", name)
+	}
+	if os.Getuid() == uid && os.Geteuid() == uid && os.Getgid() == gid && os.Getegid() == gid {
+		return ""
+	}
+	groups := []int{gid}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, s := range ids {
+			if g, err := strconv.Atoi(s); err == nil && g != gid {
+				groups = append(groups, g)
+			}
+		}
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Sprintf("initgroups(%s): %s", name, errnoText(err))
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Sprintf("setgid(%d): %s", gid, errnoText(err))
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Sprintf("setuid(%d): %s", uid, errnoText(err))
+	}
+	return ""
+}
+
+// errnoText is strerror's text: the errno message with a capital.
+func errnoText(err error) string {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		s := en.Error()
+		if s != "" {
+			return strings.ToUpper(s[:1]) + s[1:]
+		}
+	}
+	return err.Error()
+}
+
+// muxAddr is a parsed socket argument (§2.1).
+type muxAddr struct {
+	network string // "unix", "tcp4" or "tcp6"
+	path    string
+	ip      net.IP
+	port    int
+}
+
+// parseMuxSocket reads a socket argument: a path, unix:PATH or
+// local:PATH, and (with inet) inet:PORT (127.0.0.1), inet_any:PORT,
+// inet6:PORT (::1) and inet6_any:PORT. Anything else is a path.
+func parseMuxSocket(s string, inet bool) (muxAddr, error) {
+	if !inet && strings.HasPrefix(s, "inet") {
+		return muxAddr{}, fatalText("Argument to -s option must be a UNIX-domain socket, not a TCP socket.")
+	}
+	for _, p := range []string{"unix:", "local:"} {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			return muxAddr{network: "unix", path: rest}, nil
+		}
+	}
+	for _, f := range []struct {
+		prefix, network string
+		ip              net.IP
+	}{
+		{"inet:", "tcp4", net.IPv4(127, 0, 0, 1)},
+		{"inet_any:", "tcp4", net.IPv4zero},
+		{"inet6:", "tcp6", net.IPv6loopback},
+		{"inet6_any:", "tcp6", net.IPv6unspecified},
+	} {
+		if rest, ok := strings.CutPrefix(s, f.prefix); ok {
+			port, err := strconv.Atoi(rest)
+			if err != nil || port < 1 || port > 65535 {
+				return muxAddr{}, fmt.Errorf("bad port in %q", s)
+			}
+			return muxAddr{network: f.network, ip: f.ip, port: port}, nil
+		}
+	}
+	return muxAddr{network: "unix", path: s}, nil
+}
+
+// listenMux creates a listening socket with the given backlog; a unix
+// socket replaces any file at its path and is created under sockMask
+// (the process umask is fileMask again afterwards).
+func listenMux(a muxAddr, backlog, sockMask, fileMask int) (net.Listener, error) {
+	var domain int
+	var sa syscall.Sockaddr
+	switch a.network {
+	case "unix":
+		domain = syscall.AF_UNIX
+		sa = &syscall.SockaddrUnix{Name: a.path}
+		if err := os.Remove(a.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	case "tcp4":
+		domain = syscall.AF_INET
+		s4 := &syscall.SockaddrInet4{Port: a.port}
+		copy(s4.Addr[:], a.ip.To4())
+		sa = s4
+	default:
+		domain = syscall.AF_INET6
+		s6 := &syscall.SockaddrInet6{Port: a.port}
+		copy(s6.Addr[:], a.ip.To16())
+		sa = s6
+	}
+	fd, err := syscall.Socket(domain, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	if domain != syscall.AF_UNIX {
+		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+			return nil, err
+		}
+	}
+	syscall.Umask(sockMask)
+	err = syscall.Bind(fd, sa)
+	syscall.Umask(fileMask)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Listen(fd, backlog); err != nil {
+		return nil, err
+	}
+	return net.FileListener(f)
+}
