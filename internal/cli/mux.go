@@ -17,6 +17,9 @@ package cli
 //     syslog (-l, -S, -Y) is implemented.
 //   - Features not built yet are accepted and announced on stderr, one line
 //     per flag, never silently ignored.
+//   - The -N socket map (§6) answers as the reference does; like the
+//     reference it is created after the pool starts, a failure to create
+//     it is only logged, and its socket file is left behind at exit.
 
 import (
 	"context"
@@ -37,6 +40,7 @@ import (
 
 	"sluice/internal/mux"
 	"sluice/internal/pool"
+	"sluice/internal/socketmap"
 )
 
 // ReferenceName is mimedefang-multiplexor's program name: invoked under
@@ -99,7 +103,8 @@ type muxOptions struct {
 	rss, mem              int    // -R -M kB
 	logInterval           int    // -L
 	tick, ticks           int    // -X -P
-	mapSock, notifySock   string // -N -O
+	notifySock            string // -O
+	mapSock               string // -N (socket map, §6)
 	notices               []string
 	backlogSet, lockGiven bool
 }
@@ -107,7 +112,6 @@ type muxOptions struct {
 // muxNotImplemented is the notice for each accepted flag whose feature
 // sluice does not have yet.
 var muxNotImplemented = map[byte]string{
-	'N': "-N (socket map server)",
 	'O': "-O (notification socket)",
 	't': "-t (stats file)",
 	'T': "-T (stats to syslog)",
@@ -419,7 +423,7 @@ func muxUsage(w io.Writer, prog string) {
 	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
   -A                -- Log scheduling decisions
   -k                -- Autoscale workers (upstream HEAD)
-sluice does not implement -t -T -u -Z -d -A -l(syslog) -R -M -L -S -Y -N -O -X -P -k -E yet:
+sluice does not implement -t -T -u -Z -d -A -l(syslog) -R -M -L -S -Y -O -X -P -k -E yet:
 they are accepted and ignored, with a notice.
 `)
 }
@@ -649,6 +653,16 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	for _, l := range listeners {
 		go func() { serveDone <- srv.Serve(l.ln, l.privileged) }()
 	}
+	var mapSrv *socketmap.Server
+	mapDone := make(chan error, 1)
+	if o.mapSock != "" {
+		if ln, err := d.listenMap(); err != nil {
+			log.Error("Unable to create socket map listening socket", "socket", o.mapSock, "err", err)
+		} else {
+			mapSrv = socketmap.NewServer(socketmap.PoolHandler{Pool: p}, socketmap.Options{WriteTimeout: sec(o.cmd), Logger: log})
+			go func() { mapDone <- mapSrv.Serve(ln) }()
+		}
+	}
 	if d.report != nil {
 		_, _ = d.report.WriteString("X")
 		d.report.Close()
@@ -678,10 +692,28 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	for range listeners {
 		<-serveDone
 	}
+	if mapSrv != nil {
+		mapSrv.Close()
+		<-mapDone
+	}
 	stopPool()
 	<-runDone
 	d.cleanup()
 	return 0
+}
+
+// listenMap creates the -N socket (§8.5: the main socket's umask and the
+// -I backlog; any address form -a takes).
+func (d *muxDaemon) listenMap() (net.Listener, error) {
+	a, err := parseMuxSocket(d.o.mapSock, true)
+	if err != nil {
+		return nil, err
+	}
+	sockMask, fileMask := 0o077, 0o077
+	if d.o.group {
+		sockMask, fileMask = 0o007, 0o027
+	}
+	return listenMux(a, d.o.backlog, sockMask, fileMask)
 }
 
 // removeFiles unlinks the pid file and the lock file.

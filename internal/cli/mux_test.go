@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"sluice/internal/pool/pooltest"
+	"sluice/internal/socketmap"
 )
 
 // binDir holds the sluice binary and the fake worker, built once by
@@ -162,7 +163,7 @@ func notices(flags ...string) []string {
 // Every accepted flag whose feature is missing says so, once, on stderr.
 func TestMuxNotImplementedNotices(t *testing.T) {
 	cases := map[string][]string{
-		"-N": {"-N", "/tmp/map.sock"}, "-O": {"-O", "inet:4001"}, "-t": {"-t", "/tmp/stats"},
+		"-O": {"-O", "inet:4001"}, "-t": {"-t", "/tmp/stats"},
 		"-T": {"-T"}, "-u": {"-u"}, "-X": {"-X", "60"}, "-P": {"-P", "2"}, "-R": {"-R", "1000"},
 		"-M": {"-M", "1000"}, "-Z": {"-Z"}, "-L": {"-L", "60"}, "-S": {"-S", "mail"}, "-Y": {"-Y", "x"},
 		"-d": {"-d"}, "-A": {"-A"}, "-k": {"-k"},
@@ -185,8 +186,8 @@ func TestMuxNotImplementedNotices(t *testing.T) {
 	// (which here stops at once: no such user). runMux sets the umask.
 	mask := syscall.Umask(0o022)
 	defer syscall.Umask(mask)
-	code, _, errs := run("mux", "-D", "-N", "/m", "-E", "-U", "no-such-user-here")
-	want := "sluice mux: -N (socket map server) is not implemented yet in sluice; ignored\n" +
+	code, _, errs := run("mux", "-D", "-N", "/m", "-O", "/o", "-E", "-U", "no-such-user-here")
+	want := "sluice mux: -O (notification socket) is not implemented yet in sluice; ignored\n" +
 		"mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.\n" +
 		"sluice mux: Unknown user 'no-such-user-here'\n"
 	if code != 1 || errs != want {
@@ -409,8 +410,8 @@ func TestMuxDaemonEndToEnd(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("sluice mux: %v\n%s", err, stderr.String())
 	}
-	if want := "sluice mux: -N (socket map server) is not implemented yet in sluice; ignored\n"; stderr.String() != want {
-		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	if stderr.String() != "" {
+		t.Errorf("stderr %q", stderr.String())
 	}
 	t.Logf("daemon ready after %v", time.Since(start))
 	b, err := os.ReadFile(pidFile)
@@ -428,7 +429,8 @@ func TestMuxDaemonEndToEnd(t *testing.T) {
 		}
 	})
 	mainSock := filepath.Join(spool, "mimedefang-multiplexor.sock")
-	for path, want := range map[string]os.FileMode{pidFile: 0o644, pidFile + ".lock": 0o600, mainSock: 0o700, filepath.Join(spool, "ro.sock"): 0o777} {
+	mapSock := filepath.Join(spool, "map.sock")
+	for path, want := range map[string]os.FileMode{pidFile: 0o644, pidFile + ".lock": 0o600, mainSock: 0o700, filepath.Join(spool, "ro.sock"): 0o777, mapSock: 0o700} {
 		if got := fileMode(t, path); got != want {
 			t.Errorf("%s: mode %o, want %o", path, got, want)
 		}
@@ -449,6 +451,9 @@ func TestMuxDaemonEndToEnd(t *testing.T) {
 	}
 	if got := procUID(t, workerPID); got != u.Uid {
 		t.Errorf("worker runs as uid %s, want %s", got, u.Uid)
+	}
+	if got := mapTalk(t, "unix", mapSock, []string{"15:rev hello world,", "10:nf somekey,"}); !reflect.DeepEqual(got, []string{"14:OK dlrow olleh,", "9:NOTFOUND ,"}) {
+		t.Errorf("socket map: %q", got)
 	}
 	if got := muxQuery(t, filepath.Join(spool, "ro.sock"), "pid\n"); got != "error: Attempt to use privileged command on unprivileged socket\n" {
 		t.Errorf("restricted socket: %q", got)
@@ -475,9 +480,13 @@ func TestMuxDaemonEndToEnd(t *testing.T) {
 			t.Errorf("%s left behind", gone)
 		}
 	}
-	// The -a socket is removed only when given as an absolute path (§8.2).
+	// The -a socket is removed only when given as an absolute path, and
+	// the -N socket never (§8.2).
 	if _, err := os.Stat(filepath.Join(spool, "ro.sock")); err != nil {
 		t.Errorf("relative -a socket: %v", err)
+	}
+	if _, err := os.Stat(mapSock); err != nil {
+		t.Errorf("-N socket: %v", err)
 	}
 }
 
@@ -623,4 +632,194 @@ func exitCode(t *testing.T, err error) int {
 		t.Fatal(err)
 	}
 	return ee.ExitCode()
+}
+
+// mapTalk plays one socket-map conversation: each step is written, then
+// one reply netstring is read (or EOF, shown as "<EOF>" after whatever
+// arrived). It stops at the first EOF.
+func mapTalk(t *testing.T, network, addr string, steps []string) []string {
+	t.Helper()
+	c, err := net.Dial(network, addr)
+	if err != nil {
+		t.Errorf("dial %s: %v", addr, err)
+		return nil
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	var out []string
+	for _, s := range steps {
+		if _, err := c.Write([]byte(s)); err != nil {
+			return append(out, "<write: "+err.Error()+">")
+		}
+		var got []byte
+		n := -1
+		for n < 0 || len(got) < n {
+			var b [1]byte
+			if _, err := c.Read(b[:]); err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+					return append(out, string(got)+"<EOF>")
+				}
+				return append(out, string(got)+"<"+err.Error()+">")
+			}
+			got = append(got, b[0])
+			if n < 0 && b[0] == ':' {
+				l, err := strconv.Atoi(string(got[:len(got)-1]))
+				if err != nil {
+					return append(out, string(got)+"<bad reply>")
+				}
+				n = len(got) + l + 1
+			}
+		}
+		out = append(out, string(got))
+	}
+	return out
+}
+
+// The socket map (-N) side by side with the reference, both with the fake
+// worker and one worker slot (-x 1): good lookups, NOTFOUND, replies the
+// worker chooses (percent-decoded), a dying and a hung worker, no free
+// worker, and malformed netstrings, compared byte for byte. sluice listens
+// on inet:PORT, the reference on a unix socket.
+func TestMuxSocketMapVsReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the busy timeout takes 10 s")
+	}
+	if _, err := os.Stat(referenceMux); err != nil {
+		t.Skip("!!!!!!!! SKIPPING: " + referenceMux + " is not installed (apt-get install mimedefang)")
+	}
+	bin, worker := muxBinaries(t)
+	uarg, u := asUser(t)
+	type daemon struct {
+		name, network, addr string
+	}
+	start := func(name string, argv []string, network, addr string) daemon {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("%s stderr:\n%s", name, stderr.String())
+			}
+		})
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if c, err := net.Dial(network, addr); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no map socket; stderr:\n%s", name, stderr.String())
+			}
+		}
+		return daemon{name, network, addr}
+	}
+	common := func(spool string) []string {
+		return append([]string{"-D", "-z", spool, "-s", spool + "/mx.sock", "-f", worker, "-m", "1", "-x", "1", "-b", "10"}, uarg...)
+	}
+	ours := spoolDir(t, u)
+	pl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := pl.Addr().(*net.TCPAddr).Port
+	pl.Close()
+	theirs := spoolDir(t, u)
+	daemons := []daemon{
+		start("sluice", append([]string{bin, "mux", "-N", "inet:" + strconv.Itoa(port)}, common(ours)...), "tcp4", "127.0.0.1:"+strconv.Itoa(port)),
+		start("reference", append([]string{referenceMux, "-N", theirs + "/map.sock"}, common(theirs)...), "unix", theirs+"/map.sock"),
+	}
+
+	// settle waits until the single worker slot answers again.
+	settle := func(d daemon) {
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if r := mapTalk(t, d.network, d.addr, []string{"6:rev ok,"}); len(r) == 1 && r[0] == "5:OK ko," {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: the worker never came back", d.name)
+				return
+			}
+		}
+	}
+	ns := func(s string) string { return string(socketmap.AppendNetstring(nil, s)) }
+	conversations := [][]string{
+		{"15:rev hello world,", "10:nf somekey,", ns("rev a b  c"), ns("rev " + strings.Repeat("k", 3000))},
+		{ns("raw OK a%41%2x%"), ns("raw TEMP try%20later"), ns("raw PERM no such user"), ns("raw TIMEOUT slow"), ns("raw "), ns("raw NOTFOUND ")},
+		{ns("rev t\x01ab\x7f\xc3\xa9%'\"\\")},
+		{ns("long 5000"), ns("long 4093"), ns("long 4092")},
+		{"7:nospace,", "0:,", "1: ,", ns(" key"), "3:abcX", "15:rev hello world,", "3:a bX", "3:a b,"},
+		{"x:abc,", "3:a b,"},
+		{":"},
+		{"-1:a,"},
+		{"65537:"},
+		{"0000000000000003:a b,"},
+		{"000000000000003:r b,"},
+		{"15:rev hello world,", "x:", "3:a b,"},
+		{"partial x5:rev y,"},
+		{"00000000000000003:a b,"},
+		{"000000000000003:a b,"},
+		{"+3:a b,"},
+		{" 3:a b,"},
+		{"3 :a b,"},
+		{"3x:a b,"},
+		{"0x3:a b,"},
+		{"0000000000000003xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:a b,", "1:a,"},
+		{"-0:,", "4294967299:a b,", "-4294967293:a b,"},
+		{"2147483651:a b,"},
+		{"- 3:a,"},
+		{"\t3:a b,"},
+		{"1234567890123456:"},
+		{ns("partial x")},
+		{ns("die x")},
+	}
+	type result struct {
+		replies [][]string
+		busy    [2]string // the hung lookup, and one made meanwhile
+	}
+	results := make([]result, len(daemons))
+	var wg sync.WaitGroup
+	for i, d := range daemons {
+		wg.Go(func() {
+			settle(d)
+			for _, conv := range conversations {
+				results[i].replies = append(results[i].replies, mapTalk(t, d.network, d.addr, conv))
+				settle(d)
+			}
+			hung := make(chan []string, 1)
+			go func() { hung <- mapTalk(t, d.network, d.addr, []string{ns("hang x")}) }()
+			time.Sleep(time.Second)
+			results[i].busy[1] = strings.Join(mapTalk(t, d.network, d.addr, []string{ns("rev x")}), "|")
+			results[i].busy[0] = strings.Join(<-hung, "|")
+			settle(d)
+		})
+	}
+	wg.Wait()
+	sl, ref := results[0], results[1]
+	for i, conv := range conversations {
+		var got, want []string
+		if i < len(sl.replies) {
+			got = sl.replies[i]
+		}
+		if i < len(ref.replies) {
+			want = ref.replies[i]
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%q:\nsluice    %q\nreference %q", conv, got, want)
+		}
+	}
+	if sl.busy != ref.busy {
+		t.Errorf("hung worker and no free worker:\nsluice    %q\nreference %q", sl.busy, ref.busy)
+	}
+	t.Logf("reference busy replies: %q", ref.busy)
 }
