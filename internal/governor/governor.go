@@ -17,6 +17,7 @@ type Governor struct {
 	anvil    AnvilRules
 	policy   PolicyRules
 	throttle ThrottleRules
+	milter   MilterRules
 	waiters  *limiter.Waiters
 	log      *slog.Logger
 }
@@ -28,6 +29,7 @@ type Options struct {
 	Anvil    AnvilRules
 	Policy   PolicyRules
 	Throttle ThrottleRules
+	Milter   MilterRules
 	// Waiters queues throttle senders; it must outlive reloads, so the
 	// caller makes one per limiter (nil: a new one).
 	Waiters *limiter.Waiters
@@ -46,7 +48,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, waiters: o.Waiters, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, waiters: o.Waiters, log: o.Logger}
 }
 
 // Classes returns the class table.
@@ -57,6 +59,9 @@ func (g *Governor) Limiter() *limiter.Limiter { return g.lim }
 
 // Policy returns the policy rules in force.
 func (g *Governor) Policy() PolicyRules { return g.policy }
+
+// Milter returns the milter door's rules.
+func (g *Governor) Milter() MilterRules { return g.milter }
 
 // Throttle returns the throttle policies in force.
 func (g *Governor) Throttle() ThrottleRules { return g.throttle }
