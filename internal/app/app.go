@@ -119,7 +119,8 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Logger: log}), nil
+		Throttle: trules, Waiters: waiters, Logger: log,
+		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
 func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {

@@ -27,6 +27,7 @@ type Config struct {
 	Anvil       Anvil    `toml:"anvil"`
 	Policy      Policy   `toml:"policy"`
 	Throttle    Throttle `toml:"throttle"`
+	Milter      Milter   `toml:"milter"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
@@ -289,6 +290,7 @@ func Default() *Config {
 			MaxConns:       4096,
 			RequestTimeout: Duration(10 * time.Second),
 		},
+		Milter: defaultMilter(),
 	}
 }
 

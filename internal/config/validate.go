@@ -49,6 +49,7 @@ func (c *Config) Validate() []error {
 	errs = append(errs, c.validateAnvil()...)
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.validateThrottle()...)
+	errs = append(errs, c.validateMilter()...)
 	return errs
 }
 

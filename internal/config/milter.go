@@ -1,0 +1,118 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Milter configures the milter service: Postfix smtpd_milters or Sendmail
+// INPUT_MAIL_FILTER point at it.
+type Milter struct {
+	Enabled bool     `toml:"enabled"`
+	Listen  []string `toml:"listen"`
+	Socket  Socket   `toml:"socket"`
+	// MaxSessions caps open milter connections (one per SMTP session).
+	MaxSessions int `toml:"max_sessions"`
+	// Workers run the rules for every session; Queue is how many events
+	// may wait for a worker. A full queue answers QueueFull at once.
+	Workers int `toml:"workers"`
+	Queue   int `toml:"queue"`
+	// QueueFull is the answer when the queue is full: "tempfail" (the
+	// default), "accept" or "reject".
+	QueueFull string `toml:"queue_full"`
+	// IdleTimeout ends a session whose MTA sends nothing for this long.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// MaxPacket caps one milter packet (bytes).
+	MaxPacket int `toml:"max_packet"`
+	// RefuseText is the reply when the client's class holds its refuse
+	// cap: a "421 4.7.0 ..." line with {class}, {refuse} and {sessions}.
+	RefuseText string `toml:"refuse_text"`
+	// PauseWhenFull stops accepting milter connections while every class
+	// with a refuse cap is full (XLA's listen(0)).
+	PauseWhenFull bool `toml:"pause_when_full"`
+	// PolicyRules applies [[policy.rule]] at the milter's stages, with
+	// policy_context "milter" (for Sendmail, which has no policy service).
+	PolicyRules bool `toml:"policy_rules"`
+}
+
+// DefaultMilterRefuse is the refusal of a session whose class is full.
+const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({sessions}/{refuse}); try again later"
+
+func defaultMilter() Milter {
+	return Milter{
+		Enabled:     true,
+		Listen:      []string{"unix:milter"},
+		Socket:      Socket{Mode: "0660"},
+		MaxSessions: 4096,
+		Workers:     16,
+		Queue:       1024,
+		QueueFull:   "tempfail",
+		IdleTimeout: Duration(10 * time.Minute),
+		MaxPacket:   1 << 20,
+		RefuseText:  DefaultMilterRefuse,
+	}
+}
+
+// smtpReply is "ddd x.y.z text" (4xx or 5xx) with matching classes.
+var smtpReply = regexp.MustCompile(`^([45])[0-9][0-9] ([45])\.[0-9]{1,3}\.[0-9]{1,3} \S`)
+
+var refusePlaceholders = []string{"{class}", "{refuse}", "{sessions}"}
+
+func (c *Config) validateMilter() []error {
+	m := c.Milter
+	var errs []error
+	add := func(path, format string, args ...any) { errs = append(errs, c.errAt("milter."+path, format, args...)) }
+	if !m.Enabled {
+		return nil
+	}
+	if len(m.Listen) == 0 {
+		add("listen", "the milter service is enabled but has no listen address")
+	}
+	for i, l := range m.Listen {
+		if _, _, err := ParseListen(l); err != nil {
+			add(fmt.Sprintf("listen[%d]", i+1), "%v", err)
+		}
+	}
+	if field, err := m.Socket.check(); err != nil {
+		add("socket."+field, "%v", err)
+	}
+	if m.MaxSessions < 1 {
+		add("max_sessions", "must be at least 1")
+	}
+	if m.Workers < 1 || m.Workers > 4096 {
+		add("workers", "must be between 1 and 4096")
+	}
+	if m.Queue < 0 {
+		add("queue", "must not be negative")
+	}
+	switch m.QueueFull {
+	case "tempfail", "accept", "reject":
+	default:
+		add("queue_full", "%q is not one of tempfail, accept, reject", m.QueueFull)
+	}
+	if m.IdleTimeout.D() < time.Second {
+		add("idle_timeout", "must be at least 1s (an MTA may keep a session open for minutes)")
+	}
+	if m.MaxPacket < 65536 || m.MaxPacket > 64<<20 {
+		add("max_packet", "must be between 65536 (a body chunk is up to 65535 bytes) and 67108864")
+	}
+	t := m.RefuseText
+	switch {
+	case strings.ContainsAny(t, "\r\n\x00"):
+		add("refuse_text", "must be one line")
+	case !smtpReply.MatchString(t):
+		add("refuse_text", "%q is not an SMTP reply such as \"421 4.7.0 text\"", t)
+	case t[0] != t[4]:
+		add("refuse_text", "%q: the reply code and the enhanced status code disagree", t)
+	default:
+		for _, p := range placeholder.FindAllString(t, -1) {
+			if !slices.Contains(refusePlaceholders, p) {
+				add("refuse_text", "unknown placeholder %s (known: %s)", p, strings.Join(refusePlaceholders, " "))
+			}
+		}
+	}
+	return errs
+}
