@@ -64,20 +64,32 @@ type Store struct {
 // Redis configures the shared store.
 type Redis struct {
 	// Addrs are host:port of the server, or of cluster nodes.
-	Addrs    []string `toml:"addrs"`
-	Username string   `toml:"username"`
+	Addrs []string `toml:"addrs"`
+	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
+	Username string `toml:"username"`
 	// Password, or PasswordFile naming a file that holds it (better: the
 	// config file stays free of secrets).
-	Password      string `toml:"password"`
-	PasswordFile  string `toml:"password_file"`
-	DB            int    `toml:"db"`
-	TLS           bool   `toml:"tls"`
-	TLSCAFile     string `toml:"tls_ca_file"`
+	Password string `toml:"password"`
+	// PasswordFile names a file holding the password (first line); relative to
+	// the config file.
+	PasswordFile string `toml:"password_file"`
+	// DB is the database number (0-15; Cluster has only 0).
+	DB int `toml:"db"`
+	// TLS connects with TLS.
+	TLS bool `toml:"tls"`
+	// TLSCAFile is a PEM file of CAs to trust instead of the system's.
+	TLSCAFile string `toml:"tls_ca_file"`
+	// TLSServerName is the name expected in the server's certificate (default:
+	// the host of the address).
 	TLSServerName string `toml:"tls_server_name"`
-	Cluster       bool   `toml:"cluster"`
-	KeyPrefix     string `toml:"key_prefix"`
+	// Cluster talks to a Redis Cluster (Addrs are seed nodes).
+	Cluster bool `toml:"cluster"`
+	// KeyPrefix starts every key sluice writes, so several uses can share one
+	// Redis.
+	KeyPrefix string `toml:"key_prefix"`
 	// Deadline bounds each decision; past it the fail mode applies.
-	Deadline    Duration `toml:"deadline"`
+	Deadline Duration `toml:"deadline"`
+	// DialTimeout bounds connecting to Redis.
 	DialTimeout Duration `toml:"dial_timeout"`
 	// LeaseTTL is how long a dead host's concurrency slots outlive it.
 	LeaseTTL Duration `toml:"lease_ttl"`
@@ -88,6 +100,8 @@ type Redis struct {
 
 // Class is one [[class]] table.
 type Class struct {
+	// Name names the class in logs, rules (class matchers) and the status
+	// page.
 	Name string `toml:"name"`
 	// Match lists host masks: "host.example.org", "*.example.org", "*",
 	// "192.0.2.0/24", "2001:db8::/32".
@@ -104,41 +118,71 @@ type Class struct {
 // "smtpd_"). In [anvil.smtpd] they must equal main.cf; in a class they
 // override it (absent: smtpd's value; 0: no cap).
 type SMTPDLimits struct {
+	// ConnectionCount is smtpd_client_connection_count_limit: concurrent
+	// sessions per client.
 	ConnectionCount *int64 `toml:"client_connection_count_limit"`
-	ConnectionRate  *int64 `toml:"client_connection_rate_limit"`
-	MessageRate     *int64 `toml:"client_message_rate_limit"`
-	RecipientRate   *int64 `toml:"client_recipient_rate_limit"`
-	NewTLSRate      *int64 `toml:"client_new_tls_session_rate_limit"`
-	AuthRate        *int64 `toml:"client_auth_rate_limit"`
+	// ConnectionRate is smtpd_client_connection_rate_limit: connections per
+	// client per rate_time_unit.
+	ConnectionRate *int64 `toml:"client_connection_rate_limit"`
+	// MessageRate is smtpd_client_message_rate_limit: MAIL FROM commands per
+	// client per unit.
+	MessageRate *int64 `toml:"client_message_rate_limit"`
+	// RecipientRate is smtpd_client_recipient_rate_limit: RCPT TO and VRFY per
+	// client per unit.
+	RecipientRate *int64 `toml:"client_recipient_rate_limit"`
+	// NewTLSRate is smtpd_client_new_tls_session_rate_limit: new TLS sessions
+	// per client per unit.
+	NewTLSRate *int64 `toml:"client_new_tls_session_rate_limit"`
+	// AuthRate is smtpd_client_auth_rate_limit: AUTH commands per client per
+	// unit.
+	AuthRate *int64 `toml:"client_auth_rate_limit"`
 }
 
 // Anvil configures the anvil(8) service.
 type Anvil struct {
-	Enabled bool     `toml:"enabled"`
-	Listen  []string `toml:"listen"`
-	Socket  Socket   `toml:"socket"`
+	// Enabled serves the anvil protocol.
+	Enabled bool `toml:"enabled"`
+	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
 	// Announce sends "protocol=anvil_protocol" first (Postfix >= 3.6).
-	Announce       bool     `toml:"announce"`
-	RateTimeUnit   Duration `toml:"rate_time_unit"`
-	MaxConns       int      `toml:"max_conns"`
-	IdleTimeout    Duration `toml:"idle_timeout"`
+	Announce bool `toml:"announce"`
+	// RateTimeUnit is Postfix's anvil_rate_time_unit: the window of every rate
+	// (whole seconds).
+	RateTimeUnit Duration `toml:"rate_time_unit"`
+	// MaxConns caps open client connections.
+	MaxConns int `toml:"max_conns"`
+	// IdleTimeout closes a connection idle this long (0: never).
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration `toml:"request_timeout"`
-	MaxLine        int      `toml:"max_line"`
+	// MaxLine caps one request line (bytes).
+	MaxLine int `toml:"max_line"`
 	// SMTPD holds smtpd's limits as set in main.cf.
 	SMTPD SMTPDLimits `toml:"smtpd"`
 }
 
 // Policy configures the Postfix policy delegation service.
 type Policy struct {
-	Enabled        bool     `toml:"enabled"`
-	Listen         []string `toml:"listen"`
-	Socket         Socket   `toml:"socket"`
-	MaxConns       int      `toml:"max_conns"`
-	IdleTimeout    Duration `toml:"idle_timeout"`
+	// Enabled serves Postfix policy delegation.
+	Enabled bool `toml:"enabled"`
+	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
+	// MaxConns caps open client connections.
+	MaxConns int `toml:"max_conns"`
+	// IdleTimeout closes a connection idle this long (0: never).
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration `toml:"request_timeout"`
-	MaxLine        int      `toml:"max_line"`
-	MaxAttrs       int      `toml:"max_attrs"`
-	MaxRequest     int      `toml:"max_request"`
+	// MaxLine caps one attribute line (bytes).
+	MaxLine int `toml:"max_line"`
+	// MaxAttrs caps the attributes of one request.
+	MaxAttrs int `toml:"max_attrs"`
+	// MaxRequest caps one request (bytes).
+	MaxRequest int `toml:"max_request"`
 	// DefaultAction answers requests no rule refuses (normally DUNNO).
 	DefaultAction string       `toml:"default_action"`
 	Rules         []PolicyRule `toml:"rule"`
@@ -147,20 +191,40 @@ type Policy struct {
 // PolicyRule is one [[policy.rule]]: which requests it applies to, what it
 // counts under which key, its limits and its answer when over.
 type PolicyRule struct {
+	// Name names the rule in logs, replies ({rule}) and keys; it must be
+	// unique.
 	Name string `toml:"name"`
 
-	ClientAddress     []string `toml:"client_address"`
-	ClientName        []string `toml:"client_name"`
+	// ClientAddress matches client_address against networks ("192.0.2.0/24",
+	// "2001:db8::/32").
+	ClientAddress []string `toml:"client_address"`
+	// ClientName matches client_name against host masks ("mx.example.org",
+	// "*.example.org").
+	ClientName []string `toml:"client_name"`
+	// ReverseClientName matches reverse_client_name against host masks.
 	ReverseClientName []string `toml:"reverse_client_name"`
-	HeloName          []string `toml:"helo_name"`
-	Sender            []string `toml:"sender"`
-	SenderDomain      []string `toml:"sender_domain"`
-	Recipient         []string `toml:"recipient"`
-	RecipientDomain   []string `toml:"recipient_domain"`
-	SASLUsername      []string `toml:"sasl_username"`
-	PolicyContext     []string `toml:"policy_context"`
-	ProtocolState     []string `toml:"protocol_state"`
-	Class             []string `toml:"class"`
+	// HeloName matches helo_name against host masks.
+	HeloName []string `toml:"helo_name"`
+	// Sender matches the envelope sender address (case-insensitive; "<>" is
+	// the null sender).
+	Sender []string `toml:"sender"`
+	// SenderDomain matches the sender's domain against host masks.
+	SenderDomain []string `toml:"sender_domain"`
+	// Recipient matches the recipient address (case-insensitive).
+	Recipient []string `toml:"recipient"`
+	// RecipientDomain matches the recipient's domain against host masks.
+	RecipientDomain []string `toml:"recipient_domain"`
+	// SASLUsername matches the SASL login name; "*" matches any authenticated
+	// client.
+	SASLUsername []string `toml:"sasl_username"`
+	// PolicyContext matches policy_context (Postfix's
+	// smtpd_policy_service_policy_context; "milter" for the milter door).
+	PolicyContext []string `toml:"policy_context"`
+	// ProtocolState matches protocol_state (CONNECT, EHLO, MAIL, RCPT, DATA,
+	// END-OF-MESSAGE, VRFY, ETRN).
+	ProtocolState []string `toml:"protocol_state"`
+	// Class matches the class the client falls in.
+	Class []string `toml:"class"`
 
 	// Key lists the attributes whose values make the key.
 	Key []string `toml:"key"`
@@ -172,33 +236,55 @@ type PolicyRule struct {
 	// Limit lists "N/PERIOD [algorithm] [burst=B]" limits, all applied.
 	Limit []string `toml:"limit"`
 	// Mode is leaky (default) or strict.
-	Mode     string `toml:"mode"`
-	Action   string `toml:"action"`
-	DryRun   bool   `toml:"dry_run"`
-	Rollback bool   `toml:"rollback"`
+	Mode string `toml:"mode"`
+	// Action is the reply when over a limit: an access(5) verb
+	// (DEFER_IF_PERMIT, DEFER, REJECT, WARN, ...) or "4xx/5xx text", with
+	// {rule} {key} {count} {limit} {period} {algorithm} {retry}.
+	Action string `toml:"action"`
+	// DryRun answers WARN instead of refusing, and lets the mail pass (it is
+	// still counted).
+	DryRun bool `toml:"dry_run"`
+	// Rollback takes back RCPT-stage counts of a transaction that never
+	// reached END-OF-MESSAGE (Postfix must also call the policy service at
+	// END-OF-MESSAGE).
+	Rollback bool `toml:"rollback"`
 }
 
 // Throttle configures the outbound throttle service.
 type Throttle struct {
-	Enabled        bool             `toml:"enabled"`
-	Listen         []string         `toml:"listen"`
-	Socket         Socket           `toml:"socket"`
-	MaxConns       int              `toml:"max_conns"`
+	// Enabled serves the throttle protocol (sluice throttle, the qmail-remote
+	// wrapper).
+	Enabled bool `toml:"enabled"`
+	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
+	// MaxConns caps open client connections.
+	MaxConns int `toml:"max_conns"`
+	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration         `toml:"request_timeout"`
 	Policies       []ThrottlePolicy `toml:"policy"`
 }
 
 // ThrottlePolicy is one [[throttle.policy]].
 type ThrottlePolicy struct {
+	// Name names the policy in logs and replies; it must be unique.
 	Name string `toml:"name"`
 	// Match lists host masks the key is matched against.
 	Match []string `toml:"match"`
 	// Limit is "N/PERIOD": at most N sends in any window of PERIOD.
-	Limit       string    `toml:"limit"`
-	Concurrency int64     `toml:"concurrency"`
-	MaxWait     Duration  `toml:"max_wait"`
-	Margin      *Duration `toml:"margin"`
-	Shared      bool      `toml:"shared"`
+	Limit string `toml:"limit"`
+	// Concurrency caps sends in flight at once for a key (0: no cap).
+	Concurrency int64 `toml:"concurrency"`
+	// MaxWait is the longest a sender is told to wait; beyond it the send is
+	// deferred (0: no bound).
+	MaxWait Duration `toml:"max_wait"`
+	// Margin is added to the period to absorb clock and network skew with the
+	// relay (default 250ms).
+	Margin *Duration `toml:"margin"`
+	// Shared counts the limit in the shared store (Redis) so several hosts
+	// share it.
+	Shared bool `toml:"shared"`
 }
 
 // DefaultPolicyAction is the reply of a rule without its own text.
@@ -206,7 +292,10 @@ const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {coun
 
 // Socket sets owner, group and mode of unix sockets sluice creates.
 type Socket struct {
+	// Owner is the user that owns the socket (e.g. "postfix"); empty keeps
+	// sluice's.
 	Owner string `toml:"owner"`
+	// Group is the socket's group; empty keeps sluice's.
 	Group string `toml:"group"`
 	Mode  string `toml:"mode"` // octal, e.g. "0660"
 }

@@ -11,15 +11,19 @@ import (
 // Milter configures the milter service: Postfix smtpd_milters or Sendmail
 // INPUT_MAIL_FILTER point at it.
 type Milter struct {
-	Enabled bool     `toml:"enabled"`
-	Listen  []string `toml:"listen"`
-	Socket  Socket   `toml:"socket"`
+	// Enabled serves the milter protocol.
+	Enabled bool `toml:"enabled"`
+	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
 	// MaxSessions caps open milter connections (one per SMTP session).
 	MaxSessions int `toml:"max_sessions"`
-	// Workers run the rules for every session; Queue is how many events
-	// may wait for a worker. A full queue answers QueueFull at once.
+	// Workers is how many goroutines run the rules for all sessions.
 	Workers int `toml:"workers"`
-	Queue   int `toml:"queue"`
+	// Queue is how many events may wait for a worker; when it is full the
+	// MTA gets the queue_full answer at once.
+	Queue int `toml:"queue"`
 	// QueueFull is the answer when the queue is full: "tempfail" (the
 	// default), "accept" or "reject".
 	QueueFull string `toml:"queue_full"`
