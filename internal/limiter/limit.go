@@ -70,9 +70,11 @@ type Limit struct {
 }
 
 // FormatPeriod renders a period the way people write it: "60s", "10m",
-// "1h", "1500ms".
+// "1h", "1d", "1500ms".
 func FormatPeriod(d time.Duration) string {
 	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
 	case d >= time.Hour && d%time.Hour == 0:
 		return fmt.Sprintf("%dh", d/time.Hour)
 	case d >= 10*time.Minute && d%time.Minute == 0:

@@ -189,6 +189,9 @@ func TestParseLimit(t *testing.T) {
 		"50/60s anvil":           "50/60s anvil",
 		"5/1500ms smooth":        "5/1.5s smooth",
 		"5/20m":                  "5/20m exact",
+		"500/1d smooth":          "500/1d smooth",
+		"500/48h":                "500/2d exact",
+		"9/1440m":                "9/1d exact",
 	}
 	for in, want := range good {
 		l, err := limiter.ParseLimit(in)
@@ -201,6 +204,8 @@ func TestParseLimit(t *testing.T) {
 		"10":                    "want N/PERIOD",
 		"x/60s":                 `"x" is not a number`,
 		"10/soon":               "is not a duration",
+		"10/d":                  "is not a duration",
+		"10/99999999999d":       "is not a duration",
 		"10/60s fast":           `unknown algorithm "fast"`,
 		"10/60s exact burst=3":  "burst applies to smooth limits only",
 		"0/60s":                 "count must be between 1",

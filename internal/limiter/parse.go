@@ -7,8 +7,24 @@ import (
 	"time"
 )
 
+// parsePeriod reads a Go duration, a bare number of seconds, or a whole
+// number of days ("1d").
+func parsePeriod(per string) (time.Duration, error) {
+	if per != "" && strings.Trim(per, "0123456789") == "" {
+		per += "s"
+	}
+	if days, ok := strings.CutSuffix(per, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		n, err := strconv.ParseInt(days, 10, 32)
+		if err != nil || n > 36500 {
+			return 0, fmt.Errorf("%q: too many days", per)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(per)
+}
+
 // ParseLimit parses "N/PERIOD [ALGORITHM] [burst=B]", for example
-// "10/60s exact", "100/1h smooth burst=20" or "30/1m". Without an
+// "10/60s exact", "100/1h smooth burst=20", "30/1m" or "500/1d". Without an
 // algorithm the limit is exact, the one that never lets more than N
 // through in any window. The result is validated.
 func ParseLimit(s string) (Limit, error) {
@@ -24,12 +40,9 @@ func ParseLimit(s string) (Limit, error) {
 	if err != nil {
 		return Limit{}, fmt.Errorf("limit %q: %q is not a number", s, n)
 	}
-	if per != "" && strings.Trim(per, "0123456789") == "" {
-		per += "s"
-	}
-	period, err := time.ParseDuration(per)
+	period, err := parsePeriod(per)
 	if err != nil {
-		return Limit{}, fmt.Errorf("limit %q: %q is not a duration (e.g. 60s, 10m, 1h)", s, per)
+		return Limit{}, fmt.Errorf("limit %q: %q is not a duration (e.g. 60s, 10m, 1h, 1d)", s, per)
 	}
 	l := Limit{Algorithm: Exact, N: count, Period: period}
 	for _, f := range fields[1:] {
