@@ -1,7 +1,9 @@
 package config
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -47,5 +49,43 @@ func TestDocsConfigBlocks(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("found only %d toml blocks in the docs", n)
+	}
+}
+
+// TestExampleConfigs: every examples/*.toml passes sluice check.
+func TestExampleConfigs(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.toml")
+	if len(files) < 2 {
+		t.Fatalf("found %d example configs", len(files))
+	}
+	for _, f := range files {
+		if _, errs := Load(f); len(errs) > 0 {
+			t.Errorf("%s: %v", f, errs)
+		}
+	}
+}
+
+// TestSystemdUnit has systemd-analyze check the example unit file, with
+// the binary's path pointed at one that exists here. Any complaint fails.
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("SKIP (loud): systemd-analyze is not installed; the unit file is not checked")
+	}
+	b, err := os.ReadFile("../../examples/systemd/sluice.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := filepath.Join(t.TempDir(), "sluice.service")
+	if err := os.WriteFile(unit, bytes.ReplaceAll(b, []byte("/usr/local/bin/sluice"), []byte(exe)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "verify", unit).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
