@@ -1,0 +1,454 @@
+// Package metrics holds sluice's Prometheus collectors: one Metrics value,
+// registered on an injected Registerer, with small typed methods that the
+// wiring calls and that cost nothing on a nil *Metrics.
+//
+// Label values are bounded: doors, rules, verdicts, classes, store
+// operations and reload results come from code or config, never from a
+// peer, and each label set is capped (see MaxSeries) so a misuse cannot
+// grow the registry without end. Client addresses and keys are never
+// labels.
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "sluice"
+
+// MaxSeries caps the distinct label sets of each labelled metric. Past
+// it, new label sets are counted under the value Overflow.
+const MaxSeries = 1000
+
+// Overflow replaces a label value once MaxSeries label sets exist, and a
+// kill reason outside the known ones.
+const Overflow = "_other"
+
+// maxLabelLen cuts label values, as config names could be long.
+const maxLabelLen = 64
+
+// Kill reasons for PoolKill; any other reason is counted as Overflow.
+const (
+	KillMaxRequests = "max_requests" // the worker served its request quota
+	KillLifetime    = "lifetime"     // the worker reached its maximum age
+	KillIdle        = "idle"         // an idle worker was reaped
+	KillBusyTimeout = "busy_timeout" // the worker did not answer in time
+	KillReread      = "reread"       // a new generation of filter rules
+	KillIOError     = "io_error"     // talking to the worker failed
+)
+
+// KillReasonOf maps the pool's kill message (the text it logs, or the
+// reason="..." of its KillWorker stats event) to a Kill constant, or
+// Overflow for a message it does not know.
+func KillReasonOf(msg string) string {
+	switch {
+	case strings.HasPrefix(msg, "Worker has processed"):
+		return KillMaxRequests
+	case strings.HasPrefix(msg, "Worker has exceeded maximum lifetime"):
+		return KillLifetime
+	case msg == "Idle timeout":
+		return KillIdle
+	case msg == "Busy timeout":
+		return KillBusyTimeout
+	case strings.Contains(msg, "reread of filter rules"):
+		return KillReread
+	case msg == "Error talking to worker process", msg == "EventTcp_ReadBuf failed":
+		return KillIOError
+	}
+	return Overflow
+}
+
+var killReasons = []string{KillMaxRequests, KillLifetime, KillIdle, KillBusyTimeout, KillReread, KillIOError}
+
+// Slot states for the pool's slot gauge, as mimedefang-multiplexor names
+// them.
+var slotStates = [...]string{"stopped", "idle", "busy", "killed"}
+
+// Reload results for Reload.
+const (
+	ReloadOK     = "success"
+	ReloadFailed = "failure"
+)
+
+// Metrics holds every sluice collector. Create it with New; the zero
+// value is not usable, but a nil *Metrics is: every method on it does
+// nothing.
+type Metrics struct {
+	decisions *counters // door, rule, verdict
+
+	classSessions *prometheus.GaugeVec // class, direction
+	classCap      *prometheus.GaugeVec // class, direction
+	classMu       sync.Mutex
+	classNames    map[string]struct{}
+
+	poolSlots       *prometheus.GaugeVec // state
+	poolQueued      prometheus.Gauge
+	poolQueueSize   prometheus.Gauge
+	poolActivations prometheus.Counter
+	poolKills       *prometheus.CounterVec // reason
+	poolBusyTimeout prometheus.Counter
+	actMu           sync.Mutex
+	actSeen         uint64
+
+	throttleWaiters prometheus.Gauge
+	throttleGrant   prometheus.Histogram
+
+	storeLatency *histograms // op
+	storeErrors  *counters   // op
+
+	reloads    *prometheus.CounterVec // result
+	lastReload prometheus.Gauge
+}
+
+// New creates the collectors and registers them on reg. It fails only if
+// reg already holds collectors of the same names.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		decisions: newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "decisions_total",
+			Help: "Decisions made, by door, rule and verdict.",
+		}, []string{"door", "rule", "verdict"})),
+		classSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "class_sessions",
+			Help: "Open sessions of a peer class: incoming ones, and the total of incoming and outgoing.",
+		}, []string{"class", "direction"}),
+		classCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "class_cap_sessions",
+			Help: "A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.",
+		}, []string{"class", "direction"}),
+		classNames: map[string]struct{}{},
+		poolSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "slots",
+			Help: "Worker slots by state (stopped, idle, busy, killed).",
+		}, []string{"state"}),
+		poolQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "queue_length",
+			Help: "Requests waiting in the pool's queue for a free worker.",
+		}),
+		poolQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "queue_size",
+			Help: "The pool queue's capacity.",
+		}),
+		poolActivations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "activations_total",
+			Help: "Worker processes started.",
+		}),
+		poolKills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "kills_total",
+			Help: "Worker processes told to exit, by reason.",
+		}, []string{"reason"}),
+		poolBusyTimeout: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "pool", Name: "busy_timeouts_total",
+			Help: "Requests whose worker did not answer within the busy timeout.",
+		}),
+		throttleWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "throttle", Name: "waiters",
+			Help: "Throttled senders holding a reservation and waiting for their slot.",
+		}),
+		throttleGrant: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "throttle", Name: "grant_wait_seconds",
+			Help:    "How long a throttled sender was told to wait for its slot.",
+			Buckets: []float64{0, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}),
+		storeLatency: newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "store", Name: "operation_seconds",
+			Help:    "Latency of limiter store operations, by operation.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"op"})),
+		storeErrors: newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "store", Name: "errors_total",
+			Help: "Limiter store operations that failed, by operation.",
+		}, []string{"op"})),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "config", Name: "reloads_total",
+			Help: "Configuration reloads, by result (success, failure).",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
+			Help: "When the configuration was last loaded successfully (Unix seconds).",
+		}),
+	}
+	for _, st := range slotStates {
+		m.poolSlots.WithLabelValues(st)
+	}
+	for _, r := range killReasons {
+		m.poolKills.WithLabelValues(r)
+	}
+	m.poolKills.WithLabelValues(Overflow)
+	m.reloads.WithLabelValues(ReloadOK)
+	m.reloads.WithLabelValues(ReloadFailed)
+	for _, c := range []prometheus.Collector{
+		m.decisions.vec, m.classSessions, m.classCap,
+		m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations, m.poolKills, m.poolBusyTimeout,
+		m.throttleWaiters, m.throttleGrant, m.storeLatency.vec, m.storeErrors.vec,
+		m.reloads, m.lastReload,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Decision counts one decision of door (policy, anvil, throttle, milter,
+// mux...) under rule with verdict. Rule and verdict are names from the
+// config and code, never a client's address or a limiter key.
+func (m *Metrics) Decision(door, rule, verdict string) {
+	if m == nil {
+		return
+	}
+	m.decisions.get3(door, rule, verdict).Inc()
+}
+
+// ClassState is one peer class's occupancy and caps. A cap of 0 means
+// none, as in limiter.Class.
+type ClassState struct {
+	Name        string
+	Incoming    int64 // open incoming sessions
+	Total       int64 // open sessions either way
+	IncomingCap int64 // refuse cap
+	TotalCap    int64 // queue cap
+}
+
+// Classes sets the occupancy and caps of every class, and drops the series
+// of classes no longer listed (after a reload).
+func (m *Metrics) Classes(list []ClassState) {
+	if m == nil {
+		return
+	}
+	m.classMu.Lock()
+	defer m.classMu.Unlock()
+	seen := make(map[string]struct{}, len(list))
+	for _, c := range list {
+		name := cut(c.Name)
+		if _, ok := seen[name]; ok {
+			continue
+		}
+		if len(seen) >= MaxSeries/2 {
+			break
+		}
+		seen[name] = struct{}{}
+		m.classSessions.WithLabelValues(name, "incoming").Set(float64(c.Incoming))
+		m.classSessions.WithLabelValues(name, "total").Set(float64(c.Total))
+		setCap(m.classCap, name, "incoming", c.IncomingCap)
+		setCap(m.classCap, name, "total", c.TotalCap)
+	}
+	for name := range m.classNames {
+		if _, ok := seen[name]; !ok {
+			m.classSessions.DeletePartialMatch(prometheus.Labels{"class": name})
+			m.classCap.DeletePartialMatch(prometheus.Labels{"class": name})
+		}
+	}
+	m.classNames = seen
+}
+
+func setCap(v *prometheus.GaugeVec, class, dir string, n int64) {
+	if n <= 0 {
+		v.DeleteLabelValues(class, dir)
+		return
+	}
+	v.WithLabelValues(class, dir).Set(float64(n))
+}
+
+// PoolState is the worker pool's shape at one moment.
+type PoolState struct {
+	Stopped, Idle, Busy, Killed int // slots in each state
+	Queued                      int // requests waiting
+	QueueSize                   int // the queue's capacity
+	// Activations is the pool's running count of workers started. The
+	// counter advances by its growth since the last call; a smaller value
+	// (a new pool after a restart) counts in full.
+	Activations uint64
+}
+
+// Pool sets the pool gauges from a snapshot and advances the activation
+// counter.
+func (m *Metrics) Pool(s PoolState) {
+	if m == nil {
+		return
+	}
+	for i, n := range [...]int{s.Stopped, s.Idle, s.Busy, s.Killed} {
+		m.poolSlots.WithLabelValues(slotStates[i]).Set(float64(n))
+	}
+	m.poolQueued.Set(float64(s.Queued))
+	m.poolQueueSize.Set(float64(s.QueueSize))
+	m.actMu.Lock()
+	delta := s.Activations
+	if s.Activations >= m.actSeen {
+		delta = s.Activations - m.actSeen
+	}
+	m.actSeen = s.Activations
+	m.actMu.Unlock()
+	if delta > 0 {
+		m.poolActivations.Add(float64(delta))
+	}
+}
+
+// PoolKill counts a worker told to exit; reason is one of the Kill
+// constants (others count as Overflow; see KillReasonOf).
+func (m *Metrics) PoolKill(reason string) {
+	if m == nil {
+		return
+	}
+	for _, r := range killReasons {
+		if r == reason {
+			m.poolKills.WithLabelValues(r).Inc()
+			return
+		}
+	}
+	m.poolKills.WithLabelValues(Overflow).Inc()
+}
+
+// PoolBusyTimeout counts a request whose worker hit the busy timeout.
+func (m *Metrics) PoolBusyTimeout() {
+	if m == nil {
+		return
+	}
+	m.poolBusyTimeout.Inc()
+}
+
+// ThrottleWaiters sets how many throttled senders are waiting.
+func (m *Metrics) ThrottleWaiters(n int) {
+	if m == nil {
+		return
+	}
+	m.throttleWaiters.Set(float64(n))
+}
+
+// ThrottleGrant records the wait a throttled sender was granted.
+func (m *Metrics) ThrottleGrant(wait time.Duration) {
+	if m == nil {
+		return
+	}
+	m.throttleGrant.Observe(max(wait, 0).Seconds())
+}
+
+// StoreOp records one store operation (hit, peek, undo, reserve, cancel,
+// acquire, release, held...) that took d; a non-nil err also counts an
+// error for op.
+func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.storeLatency.get(op).Observe(max(d, 0).Seconds())
+	if err != nil {
+		m.storeErrors.get(op).Inc()
+	}
+}
+
+// Reload counts a configuration reload; a success at time at also sets
+// the last-success timestamp. The initial load counts as a success too.
+func (m *Metrics) Reload(ok bool, at time.Time) {
+	if m == nil {
+		return
+	}
+	if !ok {
+		m.reloads.WithLabelValues(ReloadFailed).Inc()
+		return
+	}
+	m.reloads.WithLabelValues(ReloadOK).Inc()
+	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// cut makes s a valid label value: valid UTF-8 (client_golang panics on
+// anything else), at most maxLabelLen bytes, cut at a rune boundary.
+func cut(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	if len(s) <= maxLabelLen {
+		return s
+	}
+	n := maxLabelLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// counters is a CounterVec with a lock-free cache of its children and a
+// cap on their number.
+type counters struct {
+	vec   *prometheus.CounterVec
+	cache sync.Map // key -> prometheus.Counter
+	n     atomic.Int64
+	mu    sync.Mutex
+}
+
+type key3 struct{ a, b, c string }
+
+func newCounters(v *prometheus.CounterVec) *counters { return &counters{vec: v} }
+
+// get3 returns the child for three label values.
+func (c *counters) get3(a, b, d string) prometheus.Counter {
+	k := key3{a, b, d}
+	if v, ok := c.cache.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	return c.slow(k, []string{a, b, d})
+}
+
+// get returns the child for one label value.
+func (c *counters) get(a string) prometheus.Counter {
+	k := key3{a: a}
+	if v, ok := c.cache.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	return c.slow(k, []string{a})
+}
+
+func (c *counters) slow(k key3, vals []string) prometheus.Counter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.cache.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	if c.n.Load() >= MaxSeries {
+		for i := range vals {
+			vals[i] = Overflow
+		}
+		return c.vec.WithLabelValues(vals...) // not cached: k stays unknown
+	}
+	for i := range vals {
+		vals[i] = cut(vals[i])
+	}
+	ch := c.vec.WithLabelValues(vals...)
+	c.cache.Store(k, ch)
+	c.n.Add(1)
+	return ch
+}
+
+// histograms is a HistogramVec over one label, cached and capped as
+// counters are.
+type histograms struct {
+	vec   *prometheus.HistogramVec
+	cache sync.Map // string -> prometheus.Observer
+	n     int
+	mu    sync.Mutex
+}
+
+func newHistograms(v *prometheus.HistogramVec) *histograms { return &histograms{vec: v} }
+
+func (h *histograms) get(a string) prometheus.Observer {
+	if v, ok := h.cache.Load(a); ok {
+		return v.(prometheus.Observer)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.cache.Load(a); ok {
+		return v.(prometheus.Observer)
+	}
+	if h.n >= MaxSeries {
+		return h.vec.WithLabelValues(Overflow)
+	}
+	o := h.vec.WithLabelValues(cut(a))
+	h.cache.Store(a, o)
+	h.n++
+	return o
+}

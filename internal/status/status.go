@@ -1,0 +1,134 @@
+// Package status is the daemon's state at one moment as plain data: what
+// the web status page shows, what /status.json carries and what
+// `sluice status` reads back. It imports nothing of sluice, so the daemon
+// fills it (internal/app) and the front ends show it (internal/web)
+// without depending on each other's packages.
+//
+// Nothing secret belongs here: no passwords, no store addresses with
+// credentials, no config file contents. The web server also scrubs
+// credentials from URLs in free text before serving (see web), but the
+// filler is the first line of defence.
+package status
+
+import "time"
+
+// Status is everything the status page shows. Lists are already sorted
+// and short: the server trims them to its own caps.
+type Status struct {
+	Version string    `json:"version,omitempty"`
+	Now     time.Time `json:"now"`               // when the facts were taken
+	Started time.Time `json:"started,omitzero"`  // when the daemon started
+	Reload  Reload    `json:"reload,omitzero"`   // the configuration in force
+	Store   *Store    `json:"store,omitempty"`   // the limiter store
+	Doors   []Door    `json:"doors,omitempty"`   // the services listening
+	Pool    *Pool     `json:"pool,omitempty"`    // the worker pool, if there is one
+	Classes []Class   `json:"classes,omitempty"` // in class-table order
+	// Talkers are the busiest keys, highest rate first.
+	Talkers []Talker `json:"talkers,omitempty"`
+	// Deferrals are the most recent refusals, newest first.
+	Deferrals []Deferral `json:"deferrals,omitempty"`
+	// Totals are running counts since start; the web server turns their
+	// growth into per-second rates for History.
+	Totals Totals `json:"totals"`
+	// History is filled by the web server, oldest first; a Source leaves
+	// it nil.
+	History []Sample `json:"history,omitempty"`
+}
+
+// Reload describes the configuration in force.
+type Reload struct {
+	Generation int       `json:"generation"`      // 1 for the initial load, +1 per successful reload
+	At         time.Time `json:"at,omitzero"`     // when it was loaded
+	LastFailed time.Time `json:"failed,omitzero"` // the last failed reload, if after At
+}
+
+// Store describes the limiter store, never its address or credentials.
+type Store struct {
+	Backend string `json:"backend"`            // "memory" or "redis"
+	Keys    int64  `json:"keys"`               // keys held now
+	MaxKeys int64  `json:"max_keys,omitempty"` // the key cap (0: none or unknown)
+	Healthy bool   `json:"healthy"`            // the last operation succeeded
+}
+
+// Door is one service of the daemon.
+type Door struct {
+	Name   string   `json:"name"`             // policy, anvil, throttle, milter, mux, web...
+	Listen []string `json:"listen,omitempty"` // listen specs as configured
+	Conns  int      `json:"conns"`            // open connections
+}
+
+// Pool is the worker pool as md-mx-ctrl shows it.
+type Pool struct {
+	Slots       []Slot  `json:"slots"`
+	Queued      int     `json:"queued"`     // requests waiting for a worker
+	QueueSize   int     `json:"queue_size"` // the queue's capacity
+	Msgs        int64   `json:"msgs"`       // messages scanned since start
+	Activations uint64  `json:"activations"`
+	BusyTimeout float64 `json:"busy_timeout_s,omitempty"` // seconds; 0: none
+}
+
+// Slot states, as mimedefang-multiplexor's status letters.
+const (
+	SlotStopped = "S"
+	SlotIdle    = "I"
+	SlotBusy    = "B"
+	SlotKilled  = "K"
+)
+
+// Slot is one worker slot.
+type Slot struct {
+	State    string    `json:"state"`          // one of the Slot constants
+	PID      int       `json:"pid,omitempty"`  // 0 when stopped
+	Cmd      string    `json:"cmd,omitempty"`  // the command kind now (busy) or last
+	Tag      string    `json:"tag,omitempty"`  // the worker's status tag
+	Requests int       `json:"requests"`       // requests this process served
+	Since    time.Time `json:"since,omitzero"` // when the slot entered its state
+}
+
+// Class is one peer class's occupancy against its caps (0: no cap).
+type Class struct {
+	Name        string `json:"name"`
+	Incoming    int64  `json:"incoming"`
+	Total       int64  `json:"total"`
+	IncomingCap int64  `json:"incoming_cap,omitempty"` // refuse
+	TotalCap    int64  `json:"total_cap,omitempty"`    // queue
+}
+
+// Talker is one busy key under a rate rule.
+type Talker struct {
+	Rule   string  `json:"rule"`
+	Key    string  `json:"key"`
+	Count  int64   `json:"count"`            // events in the current window
+	Limit  int64   `json:"limit,omitempty"`  // the rule's limit per Period
+	Period string  `json:"period,omitempty"` // the window, as the config writes it ("1m")
+	Rate   float64 `json:"rate"`             // events per second
+}
+
+// Deferral is one refusal and why.
+type Deferral struct {
+	At        time.Time `json:"at"`
+	Door      string    `json:"door"`
+	Rule      string    `json:"rule"`
+	Key       string    `json:"key"`
+	Count     int64     `json:"count"`
+	Limit     int64     `json:"limit"`
+	Period    string    `json:"period,omitempty"`
+	Algorithm string    `json:"algorithm,omitempty"` // anvil, exact, smooth, concurrency...
+	Verdict   string    `json:"verdict"`             // what the peer was told (DEFER, 421...)
+	Reply     string    `json:"reply,omitempty"`     // the reply text, if any
+}
+
+// Totals are running counts since the daemon started.
+type Totals struct {
+	Decisions uint64 `json:"decisions"`
+	Deferrals uint64 `json:"deferrals"`
+}
+
+// Sample is one point of the short history.
+type Sample struct {
+	T         int64   `json:"t"`         // Unix milliseconds
+	Busy      int     `json:"busy"`      // busy workers
+	Slots     int     `json:"slots"`     // worker slots
+	Decisions float64 `json:"decisions"` // per second since the previous sample
+	Deferrals float64 `json:"deferrals"` // per second since the previous sample
+}
