@@ -7,7 +7,8 @@
 # on Debian, this script first installs the packages they need with apt-get;
 # without root it says loudly which suites will be skipped.
 #
-# Environment: FUZZTIME (default 10s) per fuzz target; SKIP_FUZZ=1 skips them.
+# Environment: FUZZTIME (default 10s) per fuzz target; SKIP_FUZZ=1 skips them;
+# SLUICE_ARTIFACTS (default ./artifacts) receives screenshots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,8 @@ step() { printf '\n== %s\n' "$*"; }
 
 # Debian packages the integration tests drive, as "package:binary".
 packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server
-	mimedefang:/usr/bin/mimedefang-multiplexor)
+	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
+	chromium:/usr/bin/chromium)
 missing=()
 for p in "${packages[@]}"; do
 	pkg=${p%%:*} bin=${p#*:}
@@ -40,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		done
 	else
 		echo "!!!!!!!! SKIPPING: ${missing[*]} not installed and this is not root on Debian;" >&2
-		echo "!!!!!!!! the suites that need them (Postfix, Redis, MIMEDefang) will be skipped. Run as root to install them." >&2
+		echo "!!!!!!!! the suites that need them (Postfix, Sendmail, Redis, MIMEDefang, miltertest, the browser test) will be skipped. Run as root to install them." >&2
 	fi
 fi
 
@@ -59,6 +61,9 @@ step staticcheck
 go tool staticcheck ./...
 
 step "go test -race -shuffle=on"
+# What tests leave for people to look at (the status page's screenshot).
+export SLUICE_ARTIFACTS="${SLUICE_ARTIFACTS:-$PWD/artifacts}"
+mkdir -p "$SLUICE_ARTIFACTS"
 go test -race -shuffle=on -count=1 -timeout 20m ./...
 
 # fuzz_target DIR NAME fuzzes one target for FUZZTIME. Go 1.26's fuzz
