@@ -46,6 +46,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 fi
 
+# The Sendmail tests fetch Debian's sendmail packages privately (apt-get
+# download; Postfix stays the system MTA): the package lists must exist.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	apt-get download --print-uris sendmail-bin >/dev/null 2>&1 || apt-get update -q >/dev/null || true
+fi
+
 step gofmt
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
 if [ -n "$unformatted" ]; then

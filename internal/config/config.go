@@ -277,7 +277,7 @@ type ThrottlePolicy struct {
 	// Concurrency caps sends in flight at once for a key (0: no cap).
 	Concurrency int64 `toml:"concurrency"`
 	// MaxWait is the longest a sender is told to wait; beyond it the send is
-	// deferred (0: no bound).
+	// deferred (absent or 0: one hour).
 	MaxWait Duration `toml:"max_wait"`
 	// Margin is added to the period to absorb clock and network skew with the
 	// relay (default 250ms).

@@ -62,6 +62,7 @@ type AnvilStream struct {
 	lease      limiter.Lease
 	classLease limiter.Lease
 	class      string
+	classQueue int64 // the class's queue cap, for handing the slot to a waiting send
 }
 
 func anvilCountKey(ident string) string { return "anvil\x00c\x00" + ident }
@@ -136,7 +137,7 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	if err != nil {
 		g.log.Warn("anvil: class count failed", "class", cls.Name, "err", err)
 	} else if ok {
-		st.classLease, st.class = cl, cls.Name
+		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
 	} else {
 		classFull = true
 	}
@@ -166,11 +167,7 @@ func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 			g.log.Warn("anvil: releasing a connection failed", "ident", st.ident, "err", err)
 		}
 	}
-	if st.classLease.ID != 0 {
-		if _, err := g.lim.Release(ctx, st.classLease); err != nil {
-			g.log.Warn("anvil: releasing a class session failed", "class", st.class, "err", err)
-		}
-	}
+	g.releaseClass(ctx, st.classLease, st.classQueue)
 	*st = AnvilStream{}
 }
 

@@ -34,6 +34,7 @@ const milterTrouble = "421 4.3.0 Session limiter temporarily unavailable; try ag
 type MilterSession struct {
 	lease   limiter.Lease
 	class   string
+	queue   int64 // the class's queue cap
 	req     PolicyRequest
 	ps      PolicySession
 	rcpts   int64
@@ -63,7 +64,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	}
 	peer := hostmask.PeerAddr(host, addr.Unmap())
 	cls := g.classes.Match(peer)
-	ms.class = cls.Name
+	ms.class, ms.queue = cls.Name, cls.Queue
 	lease, held, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
 	switch {
 	case err != nil:
@@ -174,12 +175,7 @@ func (g *Governor) MilterClose(ctx context.Context, ms *MilterSession) {
 }
 
 func (g *Governor) milterRelease(ctx context.Context, ms *MilterSession) {
-	if ms.lease.ID == 0 {
-		return
-	}
-	if _, err := g.lim.Release(ctx, ms.lease); err != nil {
-		g.log.Warn("milter: freeing a class slot failed", "class", ms.class, "err", err)
-	}
+	g.releaseClass(ctx, ms.lease, ms.queue)
 	ms.lease = limiter.Lease{}
 }
 

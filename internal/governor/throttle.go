@@ -54,13 +54,48 @@ type ThrottleGrant struct {
 	res    limiter.Reservation
 	lease  limiter.Lease
 	cap    int64
+	// classLease is a session slot of the destination's class, held
+	// against the class's queue cap (XLA's outgoing threshold).
+	classLease limiter.Lease
+	classCap   int64
+}
+
+// releaseClass ends a class session (incoming or outgoing). A send waiting
+// for the class's queue cap gets the slot first, if the class is within
+// that cap.
+func (g *Governor) releaseClass(ctx context.Context, l limiter.Lease, queueCap int64) {
+	g.waiters.Release(ctx, l, queueCap)
+}
+
+// throttleClass takes a session slot of key's class under its queue cap
+// (the sessions of the class in both directions), waiting up to wait in
+// line; with no cap it takes nothing.
+func (g *Governor) throttleClass(ctx context.Context, key string, wait time.Duration) (limiter.Lease, int64, error) {
+	cls := g.classes.Match(throttlePeer(key))
+	if cls.Queue <= 0 {
+		return limiter.Lease{}, 0, nil
+	}
+	timer := g.lim.Clock().NewTimer(wait)
+	defer timer.Stop()
+	lease, _, err := g.waiters.Acquire(ctx, cls.LeaseKey(), cls.Queue, "class sessions", timer.C())
+	if errors.Is(err, limiter.ErrWaitExpired) {
+		return lease, 0, fmt.Errorf("%w: class %s holds its queue cap of %d sessions (for %s)", ErrDefer, cls.Name, cls.Queue, wait)
+	}
+	if err != nil {
+		return lease, 0, fmt.Errorf("class %s session for %s: %w", cls.Name, key, err)
+	}
+	return lease, cls.Queue, nil
+}
+
+func throttlePeer(key string) hostmask.Peer {
+	if a, err := netip.ParseAddr(key); err == nil {
+		return hostmask.PeerAddr("", a)
+	}
+	return hostmask.Peer{Name: key}
 }
 
 func (g *Governor) throttlePolicy(key string) *ThrottlePolicy {
-	peer := hostmask.Peer{Name: key}
-	if a, err := netip.ParseAddr(key); err == nil {
-		peer = hostmask.PeerAddr("", a)
-	}
+	peer := throttlePeer(key)
 	for i := range g.throttle.Policies {
 		if anyMask(g.throttle.Policies[i].Match, peer) {
 			return &g.throttle.Policies[i]
@@ -78,7 +113,12 @@ func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGra
 	now := g.lim.Now()
 	p := g.throttlePolicy(key)
 	if p == nil {
-		return ThrottleGrant{Key: key, At: now}, nil
+		// No rate policy: only the class's queue cap applies, and a full
+		// class defers at once, as XLA queues the message.
+		gr := ThrottleGrant{Key: key, At: now}
+		var err error
+		gr.classLease, gr.classCap, err = g.throttleClass(ctx, key, 0)
+		return gr, err
 	}
 	gr := ThrottleGrant{Policy: p.Name, Key: key, cap: p.Concurrency}
 	bucket := key
@@ -98,12 +138,19 @@ func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGra
 		}
 		gr.lease = lease
 	}
+	cl, ccap, err := g.throttleClass(ctx, key, max(deadline.Sub(g.lim.Now()), 0))
+	if err != nil {
+		g.waiters.Release(context.WithoutCancel(ctx), gr.lease, gr.cap)
+		return gr, err
+	}
+	gr.classLease, gr.classCap = cl, ccap
 	lim := p.Limit
 	lim.Period += p.Margin
 	left := deadline.Sub(g.lim.Now())
 	res, err := g.lim.Reserve(ctx, "throttle\x00r\x00"+p.Name+"\x00"+bucket, lim, 1, max(left, 0))
 	if err != nil {
 		g.waiters.Release(context.WithoutCancel(ctx), gr.lease, gr.cap)
+		g.releaseClass(context.WithoutCancel(ctx), gr.classLease, gr.classCap)
 		if errors.Is(err, limiter.ErrTooLong) {
 			return gr, fmt.Errorf("%w: next send slot for %s is in %s, beyond the %s maximum wait (policy %s: %s)",
 				ErrDefer, key, res.At.Sub(g.lim.Now()).Round(time.Second), p.MaxWait, p.Name, p.Limit)
@@ -127,6 +174,7 @@ func (g *Governor) ThrottleDone(ctx context.Context, gr ThrottleGrant, used bool
 		}
 	}
 	g.waiters.Release(ctx, gr.lease, gr.cap)
+	g.releaseClass(ctx, gr.classLease, gr.classCap)
 }
 
 // Table renders the policies as understood.

@@ -160,3 +160,71 @@ func TestThrottleCancelWhileWaiting(t *testing.T) {
 	}
 	_ = limiter.Lease{}
 }
+
+// TestThrottleClassQueueCap: XLA's queue threshold. The class's sessions,
+// incoming (milter) and outgoing (throttle), share one count; outgoing
+// sends stop at the queue cap: without a policy they defer at once, with
+// one they wait in line and get the slot an incoming session frees.
+func TestThrottleClassQueueCap(t *testing.T) {
+	f := newFixture(t, []limiter.Class{
+		{Name: "slow", Masks: []hostmask.Mask{hostmask.MustParse("*.slow.example")}, Refuse: 3, Queue: 2},
+		{Name: "rest", Masks: []hostmask.Mask{hostmask.MustParse("*")}},
+	}, AnvilRules{})
+	f.g.throttle = ThrottleRules{Policies: []ThrottlePolicy{{Name: "paced", Match: []hostmask.Mask{hostmask.MustParse("paced.slow.example")},
+		Limit: lim("100/1s exact"), MaxWait: time.Hour}}}
+
+	var in MilterSession
+	if a := f.g.MilterConnect(f.ctx, &in, "client.slow.example", dialup, "1"); a != "" {
+		t.Fatal(a)
+	}
+	out1, err := f.g.ThrottleAcquire(f.ctx, "mx.slow.example")
+	if err != nil {
+		t.Fatalf("first outgoing session: %v", err)
+	}
+	// Two sessions (one each way) hold the queue cap: another send to the
+	// class defers at once when no policy lets it wait.
+	if _, err := f.g.ThrottleAcquire(f.ctx, "mx2.slow.example"); !errors.Is(err, ErrDefer) {
+		t.Fatalf("third session without a policy: %v, want ErrDefer", err)
+	}
+	// Incoming sessions still go up to refuse (3).
+	var in2 MilterSession
+	if a := f.g.MilterConnect(f.ctx, &in2, "other.slow.example", dialup, "2"); a != "" {
+		t.Fatalf("incoming within refuse: %q", a)
+	}
+	f.g.MilterClose(f.ctx, &in2)
+	// Other classes are not held back.
+	if _, err := f.g.ThrottleAcquire(f.ctx, "mx.example.org"); err != nil {
+		t.Fatal(err)
+	}
+	// With a policy the send waits for a slot of the class ...
+	got := make(chan error, 1)
+	go func() {
+		gr, err := f.g.ThrottleAcquire(f.ctx, "paced.slow.example")
+		if err == nil {
+			f.g.ThrottleDone(f.ctx, gr, true)
+		}
+		got <- err
+	}()
+	waitUntil(t, func() bool { return f.g.waiters.Waiting("class\x00slow") == 1 })
+	// ... and gets the one the incoming session frees.
+	f.g.MilterClose(f.ctx, &in)
+	if err := <-got; err != nil {
+		t.Fatalf("waiting send: %v", err)
+	}
+	f.g.ThrottleDone(f.ctx, out1, true)
+	if n := f.held(t, "slow"); n != 0 {
+		t.Fatalf("class holds %d sessions after all ended", n)
+	}
+}
+
+// waitUntil polls cond (a state another goroutine reaches) for up to a minute.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 6000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not reached")
+}
