@@ -147,6 +147,11 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	}
 	count = g.scaleCount(cls, held)
 	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
+	v := Verdict{Door: "anvil", Rule: "class", Key: cls.Name, Count: held2, Limit: sessionCap(cls.Refuse), Refused: classFull}
+	if classFull {
+		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
+	}
+	g.observe(v)
 	if classFull {
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)

@@ -18,6 +18,7 @@ type Governor struct {
 	policy   PolicyRules
 	throttle ThrottleRules
 	milter   MilterRules
+	obs      Observer
 	waiters  *limiter.Waiters
 	log      *slog.Logger
 }
@@ -30,6 +31,8 @@ type Options struct {
 	Policy   PolicyRules
 	Throttle ThrottleRules
 	Milter   MilterRules
+	// Observer, if set, receives every verdict (metrics, status page).
+	Observer Observer
 	// Waiters queues throttle senders; it must outlive reloads, so the
 	// caller makes one per limiter (nil: a new one).
 	Waiters *limiter.Waiters
@@ -48,7 +51,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, waiters: o.Waiters, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, log: o.Logger}
 }
 
 // Classes returns the class table.

@@ -79,9 +79,12 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		g.log.Info("milter: class full; refusing the session", "class", cls.Name, "refuse", cls.Refuse,
 			"sessions", held, "client", ms.req.ClientAddress, "name", host)
 		ms.refused = true
-		return MilterRefusal(g.milter.RefuseText, cls, held)
+		reply := MilterRefusal(g.milter.RefuseText, cls, held)
+		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply})
+		return reply
 	default:
 		ms.lease = lease
+		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("milter connect", "class", cls.Name, "sessions", held, "refuse", cls.Refuse, "client", ms.req.ClientAddress, "name", host)

@@ -244,6 +244,14 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 					"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
 			}
 		}
+		if g.obs != nil {
+			j := max(refused, 0)
+			v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+			if refused >= 0 {
+				v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
+			}
+			g.observe(v)
+		}
 		if refused < 0 || r.DryRun {
 			// Counted once: per SMTP session, or per transaction at RCPT.
 			switch {

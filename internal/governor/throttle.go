@@ -110,6 +110,21 @@ func (g *Governor) throttlePolicy(key string) *ThrottlePolicy {
 // send at once. ErrDefer (wrapped, with the reason) means: do not send,
 // try later. ctx ending gives up the place in line.
 func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGrant, error) {
+	gr, err := g.throttleAcquire(ctx, key)
+	if g.obs != nil && (err == nil || errors.Is(err, ErrDefer)) {
+		v := Verdict{Door: "throttle", Rule: gr.Policy, Key: key, Refused: err != nil}
+		if p := g.throttlePolicy(key); p != nil {
+			v.Limit = p.Limit
+		}
+		if err != nil {
+			v.Reply = err.Error()
+		}
+		g.observe(v)
+	}
+	return gr, err
+}
+
+func (g *Governor) throttleAcquire(ctx context.Context, key string) (ThrottleGrant, error) {
 	now := g.lim.Now()
 	p := g.throttlePolicy(key)
 	if p == nil {
