@@ -1,0 +1,5 @@
+//go:build race
+
+package milter
+
+const raceEnabled = true

@@ -1,0 +1,220 @@
+package milter
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sluice/internal/milter/wire"
+	"sluice/internal/netserve"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = netserve.ErrServerClosed
+
+// Options configure a Server. The zero value of each field is its
+// default.
+type Options struct {
+	// Handler receives the sessions' events. Required.
+	Handler Handler
+	Logger  *slog.Logger
+	// MaxData caps a packet's payload (default wire.DefaultMaxData); the
+	// length is checked before anything is allocated, and a larger packet
+	// ends the session.
+	MaxData int
+	// IdleTimeout ends a session when no packet arrived for this long
+	// (default 1h; negative: never). The SMTP client sets the pace: a
+	// slow client keeps its milter session idle for minutes. The deadline
+	// is re-armed at most every quarter of it, so a session may end
+	// after 3/4 of it.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one write to the MTA (default 30s; negative:
+	// never).
+	WriteTimeout time.Duration
+	// MaxSessions caps concurrent connections (default 4096); more are
+	// closed at once, and the MTA applies its default action
+	// (milter_default_action).
+	MaxSessions int
+	// Workers is the number of goroutines that run the callbacks
+	// (default 4 x GOMAXPROCS, at least 8).
+	Workers int
+	// QueueLen is how many callbacks may wait for a worker (default 256).
+	QueueLen int
+	// QueueFullResponse is the answer when a callback cannot be queued
+	// (default Tempfail). On a step negotiated no-reply, where nothing
+	// can be answered, it is given at the session's next reply, and the
+	// callbacks up to then are skipped: until the end of the message, or
+	// of the connection for CONNECT and HELO.
+	QueueFullResponse Response
+	// Actions are the modifications the handler may make; the MTA's
+	// offer limits them, and Modifier refuses the others.
+	Actions wire.Action
+	// Protocol are protocol flags to request beyond those the engine
+	// sets itself (NO* for every step the Handler does not implement,
+	// SKIP for a BodyHandler): NR_* for steps whose reply the handler
+	// does not need to send, HDR_LEADSPC, RCPT_REJ, more NO*. Only the
+	// flags the MTA offers are used.
+	Protocol wire.Protocol
+	// Macros asks the MTA for these macros per stage (protocol version 6,
+	// needs the MTA's SETSYMLIST action; requested automatically).
+	Macros []wire.MacroRequest
+}
+
+// Server serves the milter protocol. Serve, Shutdown and Close are shaped
+// as net/http's. Create it with NewServer.
+type Server struct {
+	o      Options
+	ns     *netserve.Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	steps  stepSet // what the Handler implements
+
+	tasks      chan *conn // the bounded queue
+	mu         sync.Mutex
+	started    bool // workers running
+	stopped    bool // tasks closed
+	workers    sync.WaitGroup
+	nextID     atomic.Uint64
+	queueFull  atomic.Int64
+	noQuickAck bool // tests: show the delayed-ACK stall
+}
+
+// stepSet records which optional handler interfaces are implemented.
+type stepSet struct {
+	helo    HeloHandler
+	mail    MailHandler
+	rcpt    RcptHandler
+	data    DataHandler
+	header  HeaderHandler
+	eoh     EOHHandler
+	body    BodyHandler
+	eom     EOMHandler
+	abort   AbortHandler
+	unknown UnknownHandler
+}
+
+// NewServer returns a Server with o's defaults filled in. It panics if
+// o.Handler is nil.
+func NewServer(o Options) *Server {
+	if o.Handler == nil {
+		panic("milter: NewServer without a Handler")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxData <= 0 {
+		o.MaxData = wire.DefaultMaxData
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = time.Hour
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.Workers <= 0 {
+		o.Workers = max(8, 4*runtime.GOMAXPROCS(0))
+	}
+	if o.QueueLen <= 0 {
+		o.QueueLen = 256
+	}
+	if o.QueueFullResponse.code == 0 {
+		o.QueueFullResponse = Tempfail
+	}
+	if len(o.Macros) > 0 {
+		o.Actions |= wire.ActSetSymList
+	}
+	s := &Server{o: o, tasks: make(chan *conn, o.QueueLen)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	h := o.Handler
+	s.steps.helo, _ = h.(HeloHandler)
+	s.steps.mail, _ = h.(MailHandler)
+	s.steps.rcpt, _ = h.(RcptHandler)
+	s.steps.data, _ = h.(DataHandler)
+	s.steps.header, _ = h.(HeaderHandler)
+	s.steps.eoh, _ = h.(EOHHandler)
+	s.steps.body, _ = h.(BodyHandler)
+	s.steps.eom, _ = h.(EOMHandler)
+	s.steps.abort, _ = h.(AbortHandler)
+	s.steps.unknown, _ = h.(UnknownHandler)
+	s.ns = netserve.New(netserve.Options{
+		Name: "milter", Logger: o.Logger, MaxConns: o.MaxSessions,
+		IdleTimeout: -1, // the engine arms its own deadlines
+	}, s.serveConn)
+	return s
+}
+
+// Sessions returns the number of open connections.
+func (s *Server) Sessions() int { return s.ns.Conns() }
+
+// QueueFull returns how many callbacks were refused for a full queue.
+func (s *Server) QueueFull() int64 { return s.queueFull.Load() }
+
+// Serve accepts connections on l until Shutdown or Close, then returns
+// ErrServerClosed. It may be called for several listeners. TCP
+// connections get TCP_NODELAY and, on Linux, TCP_QUICKACK after every
+// read (see the package's delayed-ACK notes in conn.go).
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.stopped || s.ctx.Err() != nil {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	if !s.started {
+		s.started = true
+		s.workers.Add(s.o.Workers)
+		for range s.o.Workers {
+			go s.work()
+		}
+	}
+	s.mu.Unlock()
+	return s.ns.Serve(l)
+}
+
+// Shutdown stops accepting and waits for the sessions to end by
+// themselves (QUIT or the MTA closing) until ctx ends; then it closes
+// the remaining connections (their Close callbacks still run), waits for
+// the callbacks in flight and stops the workers. A session's end is the
+// MTA's to decide: closing a session early makes the MTA apply its
+// default action to the rest of that SMTP session.
+func (s *Server) Shutdown(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	err := s.ns.Drain(ctx)
+	s.stopWorkers()
+	return err
+}
+
+// Close closes the listeners and every connection at once, waits for the
+// callbacks in flight (including each session's Close) and stops the
+// workers.
+func (s *Server) Close() error {
+	s.cancel()
+	err := s.ns.Close()
+	s.ns.Wait()
+	s.stopWorkers()
+	return err
+}
+
+func (s *Server) stopWorkers() {
+	s.cancel()
+	s.mu.Lock()
+	if !s.stopped {
+		s.stopped = true
+		close(s.tasks)
+	}
+	s.mu.Unlock()
+	s.workers.Wait()
+}
+
+// work runs queued callbacks until the queue is closed.
+func (s *Server) work() {
+	defer s.workers.Done()
+	for c := range s.tasks {
+		c.runCall()
+	}
+}

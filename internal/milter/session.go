@@ -1,0 +1,149 @@
+package milter
+
+import (
+	"context"
+	"net"
+
+	"sluice/internal/milter/wire"
+)
+
+// macro slots, in stage order; a MACRO packet for one stage clears the
+// later ones (as libmilter does), ABORT and EOM clear the message's.
+const (
+	slotConnect = iota
+	slotHelo
+	slotMail
+	slotRcpt
+	slotData
+	slotHeader
+	slotEOH
+	slotBody
+	slotEOM
+	slotUnknown // UNKNOWN can come between any two stages; kept apart
+	numSlots
+)
+
+func macroSlot(cmd wire.Code) int {
+	switch cmd {
+	case wire.CmdConnect:
+		return slotConnect
+	case wire.CmdHelo:
+		return slotHelo
+	case wire.CmdMail:
+		return slotMail
+	case wire.CmdRcpt:
+		return slotRcpt
+	case wire.CmdData:
+		return slotData
+	case wire.CmdHeader:
+		return slotHeader
+	case wire.CmdEOH:
+		return slotEOH
+	case wire.CmdBody:
+		return slotBody
+	case wire.CmdEOM:
+		return slotEOM
+	case wire.CmdUnknown:
+		return slotUnknown
+	}
+	return -1
+}
+
+// Session is one connection-level milter session: one SMTP session as
+// the MTA reports it, from the accepted connection (or the QUIT_NC that
+// ended the previous Session on the same connection) to QUIT, QUIT_NC or
+// the end of the connection. It holds several messages.
+//
+// A Session is data, not a goroutine. Its methods may be called from the
+// Handler's callbacks (and only from them, or after Close returned).
+type Session struct {
+	// Data is the handler's own per-session value. Callbacks of one
+	// Session never run concurrently, so it needs no lock.
+	Data any
+
+	id     uint64
+	c      *conn
+	macros [numSlots][]string
+}
+
+// ID returns a number unique to the session within its Server.
+func (s *Session) ID() uint64 { return s.id }
+
+// Context returns the server's context: it is cancelled when the server
+// is closed or a Shutdown's deadline passes.
+func (s *Session) Context() context.Context { return s.c.srv.ctx }
+
+// RemoteAddr returns the MTA's address (not the SMTP client's: that is
+// Connect's argument).
+func (s *Session) RemoteAddr() net.Addr { return s.c.nc.RemoteAddr() }
+
+// Version returns the negotiated protocol version.
+func (s *Session) Version() uint32 { return s.c.version }
+
+// Actions returns the negotiated actions: what Modifier may do.
+func (s *Session) Actions() wire.Action { return s.c.actions }
+
+// Protocol returns the negotiated protocol flags.
+func (s *Session) Protocol() wire.Protocol { return s.c.protocol }
+
+// Macro returns the value of a Sendmail macro ("i", "{auth_authen}"; the
+// braces may be left out) from the latest stage that defined it: a
+// stage's macros stay until the next MACRO packet for the same or an
+// earlier stage, and the message's go at its end (EOM or ABORT).
+// Connect-stage macros last the whole session.
+func (s *Session) Macro(name string) (string, bool) {
+	want := trimBraces(name)
+	for slot := slotEOM; slot >= slotConnect; slot-- {
+		if v, ok := lookup(s.macros[slot], want); ok {
+			return v, true
+		}
+	}
+	return lookup(s.macros[slotUnknown], want)
+}
+
+// Macros returns the names and values, alternating, of the last MACRO
+// packet for command cmd (wire.CmdConnect, wire.CmdMail...), as the MTA
+// sent them; nil if there is none. The slice must not be modified.
+func (s *Session) Macros(cmd wire.Code) []string {
+	if slot := macroSlot(cmd); slot >= 0 {
+		return s.macros[slot]
+	}
+	return nil
+}
+
+func lookup(nv []string, want string) (string, bool) {
+	for i := 0; i+1 < len(nv); i += 2 {
+		if trimBraces(nv[i]) == want {
+			return nv[i+1], true
+		}
+	}
+	return "", false
+}
+
+func trimBraces(name string) string {
+	if len(name) > 2 && name[0] == '{' && name[len(name)-1] == '}' {
+		return name[1 : len(name)-1]
+	}
+	return name
+}
+
+// setMacros stores a MACRO packet and clears the later stages.
+func (s *Session) setMacros(cmd wire.Code, nv []string) {
+	slot := macroSlot(cmd)
+	if slot < 0 {
+		return // a macro packet for an unknown command: tolerated, unused
+	}
+	s.macros[slot] = nv
+	if slot != slotUnknown {
+		for later := slot + 1; later < slotUnknown; later++ {
+			s.macros[later] = nil
+		}
+	}
+}
+
+// endMessage drops the message's macros.
+func (s *Session) endMessage() {
+	for slot := slotMail; slot < slotUnknown; slot++ {
+		s.macros[slot] = nil
+	}
+}

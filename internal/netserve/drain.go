@@ -1,0 +1,33 @@
+package netserve
+
+import "context"
+
+// Drain stops accepting and waits until every connection has ended on
+// its own or ctx ends; then it closes the rest, as Close does, and waits
+// for their handlers too. Unlike Shutdown it does not close connections
+// that are idle between requests: it is for protocols whose connection
+// carries a long session (milter: one per SMTP session), where an idle
+// connection is not a finished one and closing it fails the peer's
+// session.
+func (s *Server) Drain(ctx context.Context) error {
+	s.closing.Store(true)
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until every connection handler has returned. After Close,
+// it is how a caller knows that no handler is left running.
+func (s *Server) Wait() { s.wg.Wait() }
