@@ -13,10 +13,20 @@ package cli
 //     parent does. The daemon is a session leader (the reference forks
 //     twice so that it is not); it never opens a terminal.
 //   - Errors the reference only sends to syslog (pid file, privilege drop)
-//     are printed too. Logs go to stderr (so, daemonized, nowhere) until
-//     syslog (-l, -S, -Y) is implemented.
-//   - Features not built yet are accepted and announced on stderr, one line
-//     per flag, never silently ignored.
+//     are printed too. The log goes to the local syslog socket (/dev/log)
+//     with the -Y ident and -S facility, as openlog(3) with LOG_PID does;
+//     when that socket does not exist, to stderr, after one notice.
+//   - -R and -M are applied by an exec shim (this program, re-executed as
+//     /proc/self/exe) that calls setrlimit and then execs the worker,
+//     since Go cannot run code between fork and exec.
+//   - -d writes sluice's own event-loop trace (one timestamped line per
+//     event the pool's owner loop handles) to
+//     /var/log/mdefang-event-debug.log; the reference's lines (from its
+//     event library, and only in builds with DEBUG_EVENT) differ.
+//   - -k (upstream HEAD's autoscaling) is accepted, as HEAD accepts it;
+//     the 3.3 reference rejects it. See package mux for the details.
+//   - A flag whose feature is not built would be accepted and announced on
+//     stderr, one line per flag, never silently ignored (none is left).
 //   - The -N socket map (§6) answers as the reference does; like the
 //     reference it is created after the pool starts, a failure to create
 //     it is only logged, and its socket file is left behind at exit.
@@ -54,8 +64,11 @@ const referenceVersion = "3.3"
 // Invoked returns the subcommand that a program name (argv[0], a path or
 // a basename) stands for, or "" for sluice's own name.
 func Invoked(argv0 string) string {
-	if filepath.Base(argv0) == ReferenceName {
+	switch filepath.Base(argv0) {
+	case ReferenceName:
 		return "mux"
+	case "md-mx-ctrl":
+		return "ctl"
 	}
 	return ""
 }
@@ -93,7 +106,6 @@ type muxOptions struct {
 	domainLimit                         int // -y
 	backlog                             int // -I
 
-	// Accepted, not implemented yet.
 	facility, label       string // -S -Y
 	stats                 string // -t
 	statsSyslog, flush    bool   // -T -u
@@ -107,27 +119,19 @@ type muxOptions struct {
 	mapSock               string // -N (socket map, §6)
 	notices               []string
 	backlogSet, lockGiven bool
+	eventLog              string // -d's file (tests move it)
 }
 
+// muxSyslogEnv, when set, is the syslog socket to use instead of
+// /dev/log (for tests, and for systems whose socket is elsewhere).
+const muxSyslogEnv = "SLUICE_MUX_SYSLOG_SOCKET"
+
 // muxNotImplemented is the notice for each accepted flag whose feature
-// sluice does not have yet.
-var muxNotImplemented = map[byte]string{
-	'O': "-O (notification socket)",
-	't': "-t (stats file)",
-	'T': "-T (stats to syslog)",
-	'u': "-u (stats file flushing)",
-	'X': "-X (tick requests)",
-	'P': "-P (parallel ticks)",
-	'R': "-R (worker RSS limit)",
-	'M': "-M (worker memory limit)",
-	'Z': "-Z (worker status updates)",
-	'L': "-L (periodic status log)",
-	'S': "-S (syslog facility)",
-	'Y': "-Y (syslog label)",
-	'd': "-d (event-loop debug log)",
-	'A': "-A (scheduling log)",
-	'k': "-k (autoscaling)",
-}
+// sluice does not have yet (none at present: every flag is built).
+var muxNotImplemented = map[byte]string{}
+
+// muxEventLog is where -d writes the event-loop trace.
+const muxEventLog = "/var/log/mdefang-event-debug.log"
 
 // errUsage means: print the usage text and exit 1.
 var errUsage = errors.New("usage")
@@ -151,6 +155,7 @@ func defaultMuxOptions() *muxOptions {
 		ticks:        1,
 		facility:     "mail",
 		label:        ReferenceName,
+		eventLog:     muxEventLog,
 	}
 }
 
@@ -277,7 +282,7 @@ func (o *muxOptions) set(c byte, val string) error {
 	case 'O':
 		o.notifySock = val
 	case 'S':
-		if !syslogFacility(val) {
+		if _, ok := mux.FacilityCode(val); !ok {
 			return fatalText("Unknown syslog facility " + val)
 		}
 		o.facility = val
@@ -361,18 +366,6 @@ func scanDecimal(s string) (int, bool) {
 	return n, true
 }
 
-// syslogFacility reports whether name is a facility openlog knows, as
-// "mail" or "LOG_MAIL", in any case.
-func syslogFacility(name string) bool {
-	n := strings.TrimPrefix(strings.ToLower(name), "log_")
-	switch n {
-	case "auth", "authpriv", "cron", "daemon", "ftp", "kern", "lpr", "mail", "news", "syslog", "user", "uucp",
-		"local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7":
-		return true
-	}
-	return false
-}
-
 const muxUsageOptions = `Options:
   -h                -- Print usage info and exit
   -v                -- Print version and exit
@@ -423,8 +416,7 @@ func muxUsage(w io.Writer, prog string) {
 	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
   -A                -- Log scheduling decisions
   -k                -- Autoscale workers (upstream HEAD)
-sluice does not implement -t -T -u -Z -d -A -l(syslog) -R -M -L -S -Y -O -X -P -k -E yet:
-they are accepted and ignored, with a notice.
+-E (embedded Perl) is accepted and ignored, with the reference's notice.
 `)
 }
 
@@ -610,28 +602,66 @@ type muxListener struct {
 }
 
 // serve runs the pool and the sockets until SIGTERM or ctx ends. SIGINT
-// rereads the filter rules (a new worker generation) as the reference
-// does; SIGHUP would reopen the stats file, which sluice has not.
+// rereads the filter rules (a new worker generation) and SIGHUP reopens
+// the stats file, as the reference does.
 func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	o := d.o
-	level := slog.LevelWarn // the reference logs only errors without -l
+	facility, _ := mux.FacilityCode(o.facility)
+	sysl := mux.OpenSyslog(mux.SyslogOptions{Path: os.Getenv(muxSyslogEnv), Tag: o.label, Facility: facility, Fallback: d.stderr})
+	defer sysl.Close()
+	level := slog.LevelInfo // what the reference always logs; the pool gates the rest on -l
 	if o.verbose {
-		level = slog.LevelInfo
+		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(sysl.Handler(level))
 	args := []string{"-server"}
-	if o.rules != "" {
-		args = []string{"-f", o.rules, "-server"}
+	if o.statusPipe {
+		args = []string{"-serveru"}
 	}
+	if o.rules != "" {
+		args = append([]string{"-f", o.rules}, args...)
+	}
+	var stats *mux.StatsLog
+	if o.stats != "" || o.statsSyslog {
+		so := mux.StatsOptions{Path: o.stats, Flush: o.flush, Logger: log}
+		if o.statsSyslog {
+			so.Syslog = func(msg string) { log.Info(msg) }
+		}
+		stats = mux.OpenStats(so)
+		defer stats.Close()
+	}
+	var eventLog *slog.Logger
+	if o.debugEvents {
+		// fopen(..., "w") as the reference does; a failure is only logged.
+		f, err := os.OpenFile(o.eventLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+		if err != nil {
+			log.Error(fmt.Sprintf("Could not open event debug log %s: %s", o.eventLog, errnoText(err)))
+		} else {
+			defer f.Close()
+			eventLog = slog.New(mux.NewEventLogHandler(f))
+		}
+	}
+	notifier := mux.NewNotifier(log, time.Duration(o.cmd)*time.Second)
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	p, err := pool.New(pool.Config{
+	cfg := pool.Config{
 		Program: o.program, Args: args,
 		MinWorkers: o.minWorkers, MaxWorkers: o.maxWorkers, MaxRequests: o.maxRequests,
 		MaxLifetime: sec(o.lifetime), IdleTime: sec(o.idle), BusyTimeout: sec(o.busy),
 		CmdTimeout: sec(o.cmd), SlewTime: sec(o.slew), ActivationSpacing: sec(o.spacing),
 		QueueSize: o.queue, QueueTimeout: sec(o.queueTimeout), DomainLimit: o.domainLimit,
-		LogStderr: o.verbose, Logger: log,
-	})
+		LogStderr: o.verbose, Verbose: o.verbose, Logger: log,
+		StatusPipe: o.statusPipe, TickInterval: sec(o.tick), TickBands: o.ticks,
+		StatusLogInterval: sec(o.logInterval), LogScheduling: o.schedLog,
+		RLimitRSS: uint64(max(o.rss, 0)) * 1024, RLimitAS: uint64(max(o.mem, 0)) * 1024,
+		Autoscale: o.autoscale, EventLog: eventLog,
+	}
+	if o.notifySock != "" {
+		cfg.Notify = notifier.Notify
+	}
+	if stats != nil {
+		cfg.Stats = stats.Event
+	}
+	p, err := pool.New(cfg)
 	if err != nil {
 		for _, l := range listeners {
 			l.ln.Close()
@@ -653,11 +683,23 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	for _, l := range listeners {
 		go func() { serveDone <- srv.Serve(l.ln, l.privileged) }()
 	}
+	// §8.1 step 19: the -O and -N sockets come after the pool starts, and
+	// failing to create them is only logged.
+	notifyDone := make(chan error, 1)
+	notifying := false
+	if o.notifySock != "" {
+		if ln, err := d.listenAux(o.notifySock, 5); err != nil {
+			log.Error(fmt.Sprintf("Unable to create notification socket %s: %v", o.notifySock, err))
+		} else {
+			notifying = true
+			go func() { notifyDone <- notifier.Serve(ln) }()
+		}
+	}
 	var mapSrv *socketmap.Server
 	mapDone := make(chan error, 1)
 	if o.mapSock != "" {
-		if ln, err := d.listenMap(); err != nil {
-			log.Error("Unable to create socket map listening socket", "socket", o.mapSock, "err", err)
+		if ln, err := d.listenAux(o.mapSock, o.backlog); err != nil {
+			log.Error(fmt.Sprintf("Unable to create socket map listening socket %s: %v", o.mapSock, err))
 		} else {
 			mapSrv = socketmap.NewServer(socketmap.PoolHandler{Pool: p}, socketmap.Options{WriteTimeout: sec(o.cmd), Logger: log})
 			go func() { mapDone <- mapSrv.Serve(ln) }()
@@ -675,10 +717,11 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 		case s := <-sigs:
 			switch s {
 			case syscall.SIGINT:
-				log.Info("SIGINT: forcing reread of filter rules")
 				p.Reread()
 			case syscall.SIGHUP:
-				log.Info("SIGHUP: no stats file to reopen (-t is not implemented yet in sluice)")
+				if stats != nil {
+					stats.Reopen()
+				}
 			default:
 				stop = true
 			}
@@ -686,7 +729,9 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	}
 	// §8.2: files and sockets first, then clients see EOF, then the
 	// workers: stdin closed, SIGTERM after 10 s, SIGKILL after 10 more.
-	log.Info("stopping", "workers", "closing stdin; SIGTERM and SIGKILL for those that linger")
+	if o.verbose {
+		log.Info("Received SIGTERM: Stopping workers and terminating")
+	}
 	d.removeAll(listeners)
 	srv.Close()
 	for range listeners {
@@ -696,16 +741,20 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 		mapSrv.Close()
 		<-mapDone
 	}
+	notifier.Close()
+	if notifying {
+		<-notifyDone
+	}
 	stopPool()
 	<-runDone
 	d.cleanup()
 	return 0
 }
 
-// listenMap creates the -N socket (§8.5: the main socket's umask and the
-// -I backlog; any address form -a takes).
-func (d *muxDaemon) listenMap() (net.Listener, error) {
-	a, err := parseMuxSocket(d.o.mapSock, true)
+// listenAux creates the -N or -O socket (§8.5: the main socket's umask;
+// any address form -a takes).
+func (d *muxDaemon) listenAux(sock string, backlog int) (net.Listener, error) {
+	a, err := parseMuxSocket(sock, true)
 	if err != nil {
 		return nil, err
 	}
@@ -713,7 +762,7 @@ func (d *muxDaemon) listenMap() (net.Listener, error) {
 	if d.o.group {
 		sockMask, fileMask = 0o007, 0o027
 	}
-	return listenMux(a, d.o.backlog, sockMask, fileMask)
+	return listenMux(a, backlog, sockMask, fileMask)
 }
 
 // removeFiles unlinks the pid file and the lock file.

@@ -188,16 +188,21 @@ func normalize(req, reply string) string {
 		reply = uptimeRe.ReplaceAllString(reply, " UPTIME\n")
 	}
 	// Average milliseconds per command depend on scheduling.
+	// So do the uptime fields of load1 (21st) and load (29th).
 	var ms []int
 	switch {
 	case strings.HasPrefix(req, "load1 "):
-		ms = []int{2, 5, 8, 11}
-	case strings.HasPrefix(req, "load"), strings.HasPrefix(req, "hload"):
+		ms = []int{2, 5, 8, 11, 20}
+	case strings.HasPrefix(req, "load"):
+		ms = []int{8, 9, 10, 11, 28}
+	case strings.HasPrefix(req, "hload"):
 		ms = []int{8, 9, 10, 11}
 	}
 	if f := strings.Fields(reply); len(ms) > 0 && len(f) > 12 {
 		for _, i := range ms {
-			f[i] = "MS"
+			if i < len(f) {
+				f[i] = "MS"
+			}
 		}
 		reply = strings.Join(f, " ") + "\n"
 	}

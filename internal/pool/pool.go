@@ -9,12 +9,14 @@
 package pool
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +59,41 @@ type Config struct {
 	KillGrace time.Duration
 	// LogStderr logs workers' stderr lines (-l); otherwise it is discarded.
 	LogStderr bool
+	// Verbose is -l: the reference's optional log messages (worker starts,
+	// kills, reaps, queueing...) are logged. Without it only what the
+	// reference always logs is (errors, -L status lines, -A decisions).
+	Verbose bool
+
+	// StatusPipe is -Z: each worker gets the write end of a pipe as fd 3
+	// and the tags it writes there while busy become its status tag (§4.6).
+	// The caller passes the matching "-serveru" argument in Args.
+	StatusPipe bool
+	// TickInterval is -X: every TickInterval each of TickBands bands
+	// sends "tick <band>" to a free worker (§4.10); 0 disables ticks.
+	TickInterval time.Duration
+	TickBands    int // -P, clamped to [1, 30]
+	// StatusLogInterval is -L: the "Worker status: ..." line is logged
+	// at Info this often; 0 disables it.
+	StatusLogInterval time.Duration
+	// LogScheduling is -A: every choice of a worker is logged at Info.
+	LogScheduling bool
+	// RLimitRSS and RLimitAS are -R and -M in bytes (0: no limit): a
+	// worker runs with RLIMIT_RSS, and RLIMIT_AS and RLIMIT_DATA, set to
+	// them (soft and hard), through the exec shim of shim.go.
+	RLimitRSS, RLimitAS uint64
+	// Autoscale is -k (upstream HEAD, §8.9): every 15 s an average of the
+	// busy share of running workers starts or stops one worker.
+	Autoscale bool
+
+	// Notify receives each notification of §7 (without its newline) on
+	// the owner goroutine; it must not block. nil: none.
+	Notify func(msg string)
+	// Stats receives each stats-file event of §8.8 on the owner
+	// goroutine; it must not block. nil: none.
+	Stats func(StatsEvent)
+	// EventLog, when set, gets a debug line for each event the owner
+	// loop handles (-d).
+	EventLog *slog.Logger
 
 	Clock  clock.Clock  // nil: the real clock
 	Logger *slog.Logger // nil: slog.Default()
@@ -69,6 +106,9 @@ type Request struct {
 	// Queue lets the request wait in the FIFO queue when no worker is free
 	// (main-socket requests); map requests never queue.
 	Queue bool
+	// Map marks a socket-map lookup (§6): a worker that dies or times out
+	// on it is killed with "Busy timeout" and the lookup is not counted.
+	Map bool
 }
 
 // Result is how a request ended: a worker's reply, or one of the Err*
@@ -88,9 +128,20 @@ type call struct {
 	done  chan Result
 	timer *timerEntry // queue timeout while queued
 	start time.Time   // clock time of dispatch
+	// tick is the band of an internal tick request (§4.10), -1 otherwise.
+	tick int
+	// onDone, when set, is called on the owner goroutine instead of
+	// sending on done (ticks).
+	onDone func(Result)
 }
 
-func (c *call) finish(r Result) { c.done <- r }
+func (c *call) finish(r Result) {
+	if c.onDone != nil {
+		c.onDone(r)
+		return
+	}
+	c.done <- r
+}
 
 type slot struct {
 	n            int
@@ -113,6 +164,12 @@ type slot struct {
 	deadTimer    *timerEntry
 	dead         bool // stdout ended: never chosen again
 	reapPending  bool // reaped while busy: finish once the I/O reports
+	// idleSeq orders idle slots as the reference's idle list does (the
+	// most recently idle first), which its worker choice depends on.
+	idleSeq uint64
+	// workdir is the scan directory of the last scan (cleared by other
+	// client commands): EndFilter is logged only when it is set.
+	workdir string
 }
 
 // Pool is a running worker pool. Create it with New and run it with Run.
@@ -122,8 +179,10 @@ type Pool struct {
 	log   *slog.Logger
 	calls chan *call
 	ctl   chan func()
-	// events carries worker I/O results to the owner loop.
+	// events carries worker I/O results to the owner loop; tags the
+	// status updates read from -Z pipes.
 	events chan ioEvent
+	tags   chan tagEvent
 	done   chan struct{} // closed when the owner loop has exited
 	wg     sync.WaitGroup
 
@@ -140,6 +199,10 @@ type Pool struct {
 	histo          []int
 	hist           [nkinds]*history
 	start          time.Time
+	oldFree        int    // free slots after the last state change (-1: none yet)
+	idleSeq        uint64 // source of slot.idleSeq
+	ema            float64
+	lastScaleIn    time.Time
 }
 
 // New checks cfg and returns a pool; no process starts before Run.
@@ -161,6 +224,10 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = 10 * time.Second
 	}
+	cfg.TickBands = min(max(cfg.TickBands, 1), 30)
+	if cfg.TickInterval < 0 {
+		cfg.TickInterval = 0
+	}
 	for _, d := range []*time.Duration{&cfg.IdleTime, &cfg.BusyTimeout, &cfg.CmdTimeout, &cfg.SlewTime, &cfg.QueueTimeout} {
 		if *d <= 0 {
 			return nil, fmt.Errorf("pool: every timeout must be positive")
@@ -173,14 +240,16 @@ func New(cfg Config) (*Pool, error) {
 		cfg.Logger = slog.Default()
 	}
 	p := &Pool{
-		cfg:    cfg,
-		clk:    cfg.Clock,
-		log:    cfg.Logger,
-		calls:  make(chan *call),
-		ctl:    make(chan func()),
-		events: make(chan ioEvent),
-		done:   make(chan struct{}),
-		histo:  make([]int, cfg.MaxWorkers),
+		cfg:     cfg,
+		clk:     cfg.Clock,
+		log:     cfg.Logger,
+		calls:   make(chan *call),
+		ctl:     make(chan func()),
+		events:  make(chan ioEvent),
+		tags:    make(chan tagEvent),
+		done:    make(chan struct{}),
+		histo:   make([]int, cfg.MaxWorkers),
+		oldFree: -1,
 	}
 	for i := range cfg.MaxWorkers {
 		p.slots = append(p.slots, &slot{n: i})
@@ -198,7 +267,7 @@ func (p *Pool) Config() Config { return p.cfg }
 // Do sends req to a worker, or queues it, and waits for the outcome. It
 // returns ErrClosed when ctx ends or the pool stops first.
 func (p *Pool) Do(ctx context.Context, req Request) Result {
-	c := &call{req: req, kind: KindOf(req.Line), done: make(chan Result, 1)}
+	c := &call{req: req, kind: KindOf(req.Line), done: make(chan Result, 1), tick: -1}
 	select {
 	case p.calls <- c:
 	case <-p.done:
@@ -253,11 +322,20 @@ func (p *Pool) Run(ctx context.Context) error {
 	for _, s := range p.slots {
 		s.lastChange = p.start
 	}
-	p.log.Info("started", "minWorkers", p.cfg.MinWorkers, "maxWorkers", p.cfg.MaxWorkers,
-		"maxRequests", p.cfg.MaxRequests, "maxLifetime", p.cfg.MaxLifetime, "maxIdleTime", p.cfg.IdleTime,
-		"busyTimeout", p.cfg.BusyTimeout, "clientTimeout", p.cfg.CmdTimeout)
+	p.vlog(slog.LevelInfo, "started; minWorkers=%d, maxWorkers=%d, maxRequests=%d, maxLifetime=%d, maxIdleTime=%d, busyTimeout=%d, clientTimeout=%d",
+		p.cfg.MinWorkers, p.cfg.MaxWorkers, p.cfg.MaxRequests, int(p.cfg.MaxLifetime/time.Second),
+		int(p.cfg.IdleTime/time.Second), int(p.cfg.BusyTimeout/time.Second), int(p.cfg.CmdTimeout/time.Second))
 	p.bringUpCheck()
 	p.after(p.cfg.IdleTime, p.idleTimer)
+	if p.cfg.StatusLogInterval > 0 {
+		p.after(p.cfg.StatusLogInterval, p.statusLog)
+	}
+	if p.cfg.Autoscale {
+		p.after(autoscaleInterval, p.autoscaleTick)
+	}
+	for band := range p.cfg.TickBands {
+		p.scheduleTick(band)
+	}
 
 	var timer clock.Timer
 	var armed time.Time
@@ -290,6 +368,8 @@ func (p *Pool) Run(ctx context.Context) error {
 			f()
 		case ev := <-p.events:
 			p.handleIO(ev)
+		case ev := <-p.tags:
+			p.handleTag(ev)
 		case <-sigchld:
 			p.reap()
 		case <-tc:
@@ -310,6 +390,7 @@ func (p *Pool) submit(c *call) {
 				}
 			}
 			if n >= p.cfg.DomainLimit {
+				p.vlog(slog.LevelWarn, "Hit per-domain recipok limit (%d) for domain %s", p.cfg.DomainLimit, d)
 				c.finish(Result{Err: ErrDomainLimit})
 				return
 			}
@@ -317,17 +398,24 @@ func (p *Pool) submit(c *call) {
 	}
 	s := p.findFree(c.kind)
 	if s == nil {
-		if c.req.Queue && len(p.queue) < p.cfg.QueueSize {
-			p.queue = append(p.queue, c)
-			c.timer = p.after(p.cfg.QueueTimeout, func() { p.queueTimeout(c) })
-			p.log.Debug("All workers are busy: Queueing request", "queued", len(p.queue))
-			return
+		if c.req.Queue && p.cfg.QueueSize > 0 {
+			if len(p.queue) < p.cfg.QueueSize {
+				p.queue = append(p.queue, c)
+				c.timer = p.after(p.cfg.QueueTimeout, func() { p.queueTimeout(c) })
+				p.vlog(slog.LevelInfo, "All workers are busy: Queueing request (%d queued)", len(p.queue))
+				return
+			}
+			p.vlog(slog.LevelInfo, "Cannot queue request: request queue is full")
 		}
-		p.log.Debug("No free workers")
+		if c.req.Map {
+			p.alog(slog.LevelWarn, "map command failed: No free workers")
+		} else {
+			p.vlog(slog.LevelWarn, "No free workers")
+		}
 		c.finish(Result{Err: ErrNoFreeWorkers})
 		return
 	}
-	p.dispatch(s, c, "")
+	p.dispatch(s, c)
 }
 
 func (p *Pool) queueTimeout(c *call) {
@@ -340,51 +428,86 @@ func (p *Pool) queueTimeout(c *call) {
 	}
 }
 
-// findFree is §4.3: an idle worker whose last command kind matches (or
-// which has run nothing), oldest first; else the oldest idle worker; else
-// the first stopped slot.
+// findFree is §4.3, the reference's findFreeWorker: among the idle
+// workers, taken in the order of its idle list (the most recently idle
+// first), one whose last command kind is k or which has run nothing since
+// it started, preferring a real match and then the oldest process; else
+// the oldest idle worker; else the first stopped slot. With -A the choice
+// is logged.
 func (p *Pool) findFree(k Kind) *slot {
-	var best, oldest *slot
+	var idle []*slot
 	for _, s := range p.slots {
-		if s.state != Idle || s.dead || s.reapPending {
-			continue
+		if s.state == Idle && !s.dead && !s.reapPending {
+			idle = append(idle, s)
 		}
-		if oldest == nil || s.activationNo < oldest.activationNo {
-			oldest = s
-		}
-		if (s.last == k || s.last == Other) && (best == nil || s.activationNo < best.activationNo) {
+	}
+	slices.SortFunc(idle, func(a, b *slot) int { return cmp.Compare(b.idleSeq, a.idleSeq) })
+	matches := func(s *slot) bool { return k != Other && s.last == k }
+	var best, same *slot
+	for _, s := range idle {
+		if best == nil || s.activationNo < best.activationNo {
 			best = s
 		}
+		if matches(s) || s.last == Other {
+			if same == nil || !matches(same) || s.activationNo < same.activationNo {
+				same = s
+			}
+		}
 	}
-	if best != nil {
-		return best
+	if same != nil {
+		best = same
 	}
-	if oldest != nil {
-		return oldest
+	if best == nil && len(p.stopped) > 0 {
+		best = p.slots[p.stopped[0]]
 	}
-	if len(p.stopped) > 0 {
-		return p.slots[p.stopped[0]]
+	if best != nil && p.cfg.LogScheduling {
+		act := uint64(0)
+		if best.activationNo > 0 {
+			act = best.activationNo - 1
+		}
+		p.alog(slog.LevelInfo, "Scheduling %s worker %d for cmdno %d (activated=%d, last=%d)",
+			best.state, best.n, int(k)-1, act, lastCmdNo(best.last))
 	}
-	return nil
+	return best
+}
+
+// lastCmdNo is the reference's number for a slot's last command: -2 for
+// none, 0-3 for scan, relayok, senderok, recipok.
+func lastCmdNo(k Kind) int {
+	if k == Other {
+		return -2
+	}
+	return int(k) - 1
 }
 
 // dispatch starts s if needed and sends c's command to it.
-func (p *Pool) dispatch(s *slot, c *call, _ string) {
+func (p *Pool) dispatch(s *slot, c *call) {
 	if s.state == Stopped {
-		reason := "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
-		if c.kind == Scan {
+		var reason string
+		switch {
+		case c.tick >= 0:
+			reason = "About to run tick"
+		case c.req.Map:
+			reason = "About to handle map request"
+		case c.kind == Scan:
 			reason = "About to perform scan"
+		default:
+			reason = "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
 		}
 		if err := p.activate(s, reason); err != nil {
+			switch {
+			case c.tick >= 0:
+				p.vlog(slog.LevelWarn, "Tick %d skipped -- unable to activate worker %d", c.tick, s.n)
+			case c.req.Map:
+				p.alog(slog.LevelWarn, "map command failed: No free workers")
+			default:
+				p.vlog(slog.LevelError, "Unable to activate worker %d", s.n)
+			}
 			c.finish(Result{Err: ErrActivate})
 			return
 		}
 	}
 	now := p.clk.Now()
-	s.numRequests++
-	if s.firstReq.IsZero() {
-		s.firstReq = now
-	}
 	p.setState(s, Busy)
 	s.cur = c.kind
 	if c.kind != Other {
@@ -394,13 +517,60 @@ func (p *Pool) dispatch(s *slot, c *call, _ string) {
 	if c.kind == RecipOK {
 		s.domain, _ = RecipokDomain(c.req.Line)
 	}
-	s.tag = commandTag(c.req.Line)
 	s.call = c
 	c.start = now
-	p.histo[p.busy()-1]++
 	proc := s.proc
+	if c.tick >= 0 {
+		s.tag = fmt.Sprintf("tick %d", c.tick)
+	} else {
+		s.tag = commandTag(c.req.Line)
+		p.notifyTag(s)
+		p.noteCommand(s, c)
+	}
+	p.elog("dispatch worker=%d pid=%d cmd=%q", s.n, proc.pid, truncate(c.req.Line, 100))
 	s.busyTimer = p.after(p.cfg.BusyTimeout, func() { p.busyTimeout(s, proc) })
 	proc.jobs <- c.req.Line + "\n"
+	if c.kind == Scan && c.tick < 0 && !c.req.Map {
+		p.stat(s, "StartFilter", "")
+	}
+}
+
+// noteCommand records what the reference keeps about a client command for
+// its logs: the queue id that prefixes the worker's stderr lines, and a
+// scan's directory (EndFilter is logged only while it is set).
+func (p *Pool) noteCommand(s *slot, c *call) {
+	f := strings.Fields(c.req.Line)
+	field := func(i, n int) (string, bool) {
+		if i < len(f) {
+			return truncate(f[i], n), true
+		}
+		return "", false
+	}
+	if c.req.Map {
+		s.workdir = ""
+		return
+	}
+	qid := ""
+	switch c.kind {
+	case Scan:
+		q, ok := field(1, 31)
+		if !ok {
+			return // the reference's sscanf keeps both
+		}
+		qid = q
+		if d, ok := field(2, 511); ok {
+			s.workdir = d
+		}
+	case SenderOK:
+		s.workdir = ""
+		qid, _ = field(6, 31)
+	case RecipOK:
+		s.workdir = ""
+		qid, _ = field(8, 31)
+	default:
+		s.workdir = ""
+	}
+	s.proc.qid.Store(&qid)
 }
 
 func truncate(s string, n int) string {
@@ -414,12 +584,12 @@ func truncate(s string, n int) string {
 func (p *Pool) activate(s *slot, reason string) error {
 	now := p.clk.Now()
 	if p.cfg.ActivationSpacing > 0 && !p.lastActivation.IsZero() && now.Sub(p.lastActivation) < p.cfg.ActivationSpacing {
-		p.log.Debug("not starting a worker: too soon after the previous start", "worker", s.n)
+		p.vlog(slog.LevelDebug, "Did not start worker %d: Not enough time elapsed since last worker activation", s.n)
 		return fmt.Errorf("pool: activation spacing")
 	}
 	proc, err := spawn(&p.cfg)
 	if err != nil {
-		p.log.Error("cannot start worker", "worker", s.n, "err", err)
+		p.alog(slog.LevelError, "Could not start worker %d: %v", s.n, err)
 		return err
 	}
 	p.lastActivation = now
@@ -440,70 +610,142 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.setState(s, Idle)
 	s.idleSince = now
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
-	p.log.Info(fmt.Sprintf("Starting worker %d (pid %d) (%d running): %s", s.n, proc.pid, p.running(), reason))
-	p.wg.Add(2)
+	p.vlog(slog.LevelInfo, "Starting worker %d (pid %d) (%d running): %s", s.n, proc.pid, p.running(), reason)
+	p.stat(s, "StartWorker", `reason="`+reason+`"`)
+	n := 2
+	if proc.status != nil {
+		n++
+	}
+	p.wg.Add(n)
 	go p.serveIO(s.n, proc)
-	go p.drainStderr(s.n, proc.stderr)
+	go p.drainStderr(s.n, proc)
+	if proc.status != nil {
+		go p.readStatus(s.n, proc)
+	}
 	return nil
 }
 
+// setState is the reference's putOnList: the tag is always cleared; a
+// real change is notified (§7: the StateChange line, then F when the free
+// count changed, then Z or Y), timed, and counted in the busy histogram.
 func (p *Pool) setState(s *slot, st State) {
-	if s.state != st {
-		p.log.Debug(fmt.Sprintf("S %d StateChange %s -> %s", s.n, s.state, st))
-	}
-	s.state = st
-	s.lastChange = p.clk.Now()
 	s.tag = ""
+	if s.state == st {
+		return
+	}
+	p.notify(fmt.Sprintf("S %d StateChange %s -> %s", s.n, s.state, st))
+	p.elog("worker=%d %s -> %s", s.n, s.state, st)
+	s.state = st
+	now := p.clk.Now()
+	s.lastChange = now
+	switch st {
+	case Busy:
+		p.histo[p.busy()-1]++
+		if s.firstReq.IsZero() {
+			s.firstReq = now
+		}
+	case Idle:
+		p.idleSeq++
+		s.idleSeq = p.idleSeq
+	}
+	free := p.count(Idle) + p.count(Stopped)
+	if free != p.oldFree {
+		p.notify(fmt.Sprintf("F %d", free))
+	}
+	if free == 0 {
+		p.notify("Z")
+	}
+	if p.oldFree == 0 && free != 0 {
+		p.notify("Y")
+	}
+	p.oldFree = free
 }
 
 // handleIO is the end of a command on a worker (§2.4, §4.4).
 func (p *Pool) handleIO(ev ioEvent) {
 	s := p.slots[ev.slot]
-	if s.proc != ev.proc || s.state != Busy || s.call == nil {
-		return // a killed worker's late answer
+	if s.proc != ev.proc {
+		return
+	}
+	if s.state != Busy || s.call == nil {
+		// A killed worker's late answer.
+		if s.reapPending {
+			p.finishReap(s)
+		}
+		return
 	}
 	c := s.call
 	s.call = nil
 	s.busyTimer.cancel(p)
 	s.busyTimer = nil
-	var r Result
-	switch {
-	case ev.writeErr != nil:
-		r.Err = ErrTalk
-	case ev.eof && len(ev.reply) == 0:
-		r.Err = ErrNoResponse
-		s.dead = true
-	default:
-		r.Reply = ev.reply
-		if ev.eof {
-			s.dead = true
-		}
-	}
-	p.finishCommand(s, c)
-	c.finish(r)
+	p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
 	if ev.writeErr != nil {
+		p.vlog(slog.LevelError, "handleWorkerReceivedCommand(%d): Timeout or error: %v", s.n, ev.writeErr)
+		c.finish(Result{Err: ErrTalk})
 		p.kill(s, "Error talking to worker process")
+		if s.reapPending {
+			p.finishReap(s)
+		}
 		return
 	}
+	noData := ev.eof && len(ev.reply) == 0
+	if ev.eof {
+		// Its stdout is gone: it is never chosen again, and if it does not
+		// exit by itself it is killed.
+		s.dead = true
+	}
+	if c.req.Map && noData {
+		c.finish(Result{Err: ErrNoResponse})
+		p.kill(s, "Busy timeout")
+		if s.reapPending {
+			p.finishReap(s)
+		}
+		return
+	}
+	var r Result
+	if noData {
+		if c.tick < 0 {
+			p.logDied(s)
+		}
+		r.Err = ErrNoResponse
+	} else {
+		r.Reply = ev.reply
+	}
+	s.numRequests++
+	p.finishCommand(s, c)
+	c.finish(r)
 	p.setState(s, Idle)
 	s.idleSince = p.clk.Now()
 	s.cur = Other
+	p.checkExpiry(s)
+	if c.tick < 0 && !c.req.Map && s.workdir != "" {
+		p.stat(s, "EndFilter", fmt.Sprintf("numRequests=%d", s.numRequests))
+	}
 	if s.reapPending {
 		p.finishReap(s)
 		return
 	}
-	if s.dead {
-		// Its stdout is gone: it is never chosen again, and if it does not
-		// exit by itself it is killed.
+	if s.dead && s.state == Idle {
 		proc := s.proc
 		s.deadTimer = p.after(p.cfg.KillGrace, func() {
 			if s.proc == proc && s.state == Idle {
 				p.kill(s, "EventTcp_ReadBuf failed")
 			}
 		})
-		return
 	}
-	p.checkExpiry(s)
+}
+
+// logDied is the reference's error for a worker that closed its stdout
+// without answering; it is logged even without -l.
+func (p *Pool) logDied(s *slot) {
+	switch {
+	case s.proc.oom.Load():
+		p.alog(slog.LevelError, "Worker %d ran out of memory -- possible DoS attack due to complex MIME?", s.n)
+	case p.cfg.Verbose:
+		p.alog(slog.LevelError, "Worker %d died prematurely -- check your filter rules", s.n)
+	default:
+		p.alog(slog.LevelError, "Worker %d died prematurely -- check your filter rules and use the '-l' flag on mimedefang-multiplexor to see Perl error messages", s.n)
+	}
 }
 
 // finishCommand counts a command that ended (answered, timed out or died).
@@ -532,8 +774,9 @@ func (p *Pool) checkExpiry(s *slot) {
 		p.queue = p.queue[1:]
 		c.timer.cancel(p)
 		if t := p.findFree(c.kind); t != nil {
-			p.dispatch(t, c, "")
+			p.dispatch(t, c)
 		} else {
+			p.vlog(slog.LevelWarn, "No free workers")
 			c.finish(Result{Err: ErrNoFreeWorkers})
 		}
 		return
@@ -557,10 +800,23 @@ func (p *Pool) busyTimeout(s *slot, proc *process) {
 	}
 	c := s.call
 	s.call = nil
+	p.elog("busy timeout worker=%d", s.n)
+	if c.req.Map {
+		c.finish(Result{Err: ErrBusyTimeout})
+		p.kill(s, "Busy timeout")
+		return
+	}
 	busy := p.busy()
+	s.numRequests++
 	p.finishCommand(s, c)
 	c.finish(Result{Err: ErrBusyTimeout, BusyWorkers: busy})
+	if c.tick < 0 {
+		p.notify("B")
+	}
 	p.kill(s, "Busy timeout")
+	if c.tick < 0 && s.workdir != "" {
+		p.stat(s, "EndFilter", fmt.Sprintf("numRequests=%d", s.numRequests))
+	}
 }
 
 // kill is §4.5: SIGCONT (and SIGTERM at once if busy), close stdin, then
@@ -572,8 +828,9 @@ func (p *Pool) kill(s *slot, reason string) {
 	}
 	wasBusy := s.state == Busy
 	now := p.clk.Now()
-	p.log.Info(fmt.Sprintf("Killing %s worker %d (pid %d) req=%d age=%d req_age=%d: %s",
-		strings.ToLower(s.state.String()), s.n, proc.pid, s.numRequests, secs(now, s.activated), secs(now, s.firstReq), reason))
+	age := secs(now, s.activated)
+	p.vlog(slog.LevelInfo, "Killing %s worker %d (pid %d) req=%d age=%d req_age=%d: %s",
+		strings.ToLower(s.state.String()), s.n, proc.pid, s.numRequests, age, secs(now, s.firstReq), reason)
 	signalProc(proc, syscall.SIGCONT)
 	if wasBusy {
 		signalProc(proc, syscall.SIGTERM)
@@ -595,18 +852,21 @@ func (p *Pool) kill(s *slot, reason string) {
 		}
 		signalProc(proc, syscall.SIGCONT)
 		if wasBusy {
+			p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking way too long to exit; sending SIGKILL", s.n, proc.pid)
 			signalProc(proc, syscall.SIGKILL)
 			return
 		}
-		p.log.Info(fmt.Sprintf("Worker %d (pid %d) taking too long to exit; sending SIGTERM", s.n, proc.pid))
+		p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking too long to exit; sending SIGTERM", s.n, proc.pid)
 		signalProc(proc, syscall.SIGTERM)
 		s.killTimer = p.after(p.cfg.KillGrace, func() {
 			if s.proc == proc && !proc.reaped {
+				p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking way too long to exit; sending SIGKILL", s.n, proc.pid)
 				signalProc(proc, syscall.SIGCONT)
 				signalProc(proc, syscall.SIGKILL)
 			}
 		})
 	})
+	p.stat(s, "KillWorker", fmt.Sprintf(`req=%d age=%d reason="%s"`, s.numRequests, age, reason))
 }
 
 func secs(now, t time.Time) int64 {
@@ -639,24 +899,18 @@ func (p *Pool) reap() {
 			continue
 		}
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, nil)
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
 		if err != nil && err != syscall.EINTR && err != syscall.ECHILD {
-			p.log.Error("wait4", "pid", proc.pid, "err", err)
+			p.alog(slog.LevelError, "wait4(%d): %v", proc.pid, err)
 			continue
 		}
 		if pid != proc.pid && err != syscall.ECHILD {
 			continue
 		}
 		proc.reaped = true
-		unexpected := ""
-		if s.state != Killed {
-			unexpected = " (WORKER DIED UNEXPECTEDLY)"
-		}
-		if ws.Signaled() {
-			p.log.Info(fmt.Sprintf("Reap: worker %d (pid %d) exited due to signal %d%s", s.n, proc.pid, ws.Signal(), unexpected))
-		} else {
-			p.log.Info(fmt.Sprintf("Reap: worker %d (pid %d) exited normally with status %d%s", s.n, proc.pid, ws.ExitStatus(), unexpected))
-		}
+		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
+		p.logReaped(s, ws, &ru, s.state == Killed)
 		if s.state == Busy && s.call != nil {
 			// Let the I/O goroutine report what the worker wrote before it
 			// died; its stdout has hit or is about to hit EOF.
@@ -668,26 +922,63 @@ func (p *Pool) reap() {
 	}
 }
 
+// logReaped is the reference's logWorkerReaped and
+// log_worker_resource_usage (with -l only); killed is true for a worker
+// that was told to exit (and for every worker at shutdown).
+func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, killed bool) {
+	defer p.vlog(slog.LevelInfo, "Worker %d resource usage: req=%d, scans=%d, user=%d.%03d, sys=%d.%03d, nswap=%d, majflt=%d, minflt=%d, maxrss=%d, bi=%d, bo=%d",
+		s.n, s.numRequests, s.numScans, ru.Utime.Sec, ru.Utime.Usec/1000, ru.Stime.Sec, ru.Stime.Usec/1000,
+		ru.Nswap, ru.Majflt, ru.Minflt, ru.Maxrss, ru.Inblock, ru.Oublock)
+	level, extra := slog.LevelDebug, ""
+	if !killed {
+		level, extra = slog.LevelError, " (WORKER DIED UNEXPECTEDLY)"
+	}
+	pid := s.proc.pid
+	switch {
+	case ws.Exited():
+		p.vlog(level, "Reap: worker %d (pid %d) exited normally with status %d%s", s.n, pid, ws.ExitStatus(), extra)
+	case ws.Signaled() && killed && (ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGKILL):
+		p.vlog(level, "Reap: worker %d (pid %d) exited due to SIGTERM/SIGKILL as expected.", s.n, pid)
+	case ws.Signaled():
+		p.vlog(level, "Reap: worker %d (pid %d) exited due to signal %d%s", s.n, pid, ws.Signal(), extra)
+	default:
+		p.vlog(level, "Reap: worker %d (pid %d) exited for unknown reason%s", s.n, pid, extra)
+	}
+}
+
 func (p *Pool) finishReap(s *slot) {
 	proc := s.proc
-	closeStdin(proc)
-	proc.stdout.Close()
-	proc.stderr.Close()
-	close(proc.jobs)
+	closeProc(proc)
 	s.killTimer.cancel(p)
 	s.deadTimer.cancel(p)
 	s.busyTimer.cancel(p)
 	s.killTimer, s.deadTimer, s.busyTimer = nil, nil, nil
-	p.setState(s, Stopped)
+	if s.state != Killed {
+		p.notify("U")
+	}
 	s.proc = nil
 	s.activated, s.firstReq = time.Time{}, time.Time{}
+	p.setState(s, Stopped)
 	s.dead, s.reapPending = false, false
 	s.cur, s.last = Other, Other
 	p.stopped = append([]int{s.n}, p.stopped...)
+	p.stat(s, "ReapWorker", "")
 	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
 	if p.running() < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
+}
+
+// closeProc closes the parent's ends of a reaped worker's pipes, which
+// ends its I/O goroutines.
+func closeProc(proc *process) {
+	closeStdin(proc)
+	proc.stdout.Close()
+	proc.stderr.Close()
+	if proc.status != nil {
+		proc.status.Close()
+	}
+	close(proc.jobs)
 }
 
 // bringUpCheck is §4.2: start one worker if fewer than min run, and check
@@ -713,17 +1004,17 @@ func (p *Pool) scheduleBringUp() {
 func (p *Pool) idleTimer() {
 	now := p.clk.Now()
 	if p.cfg.MaxLifetime > 0 {
-		for _, s := range p.slots {
-			if s.state == Idle && !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime {
+		for _, s := range p.idleList() {
+			if !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime {
 				p.kill(s, fmt.Sprintf("Worker has exceeded maximum lifetime of %d seconds", int(p.cfg.MaxLifetime/time.Second)))
 			}
 		}
 	}
-	for _, s := range p.slots {
+	for _, s := range p.idleList() {
 		if p.running() <= p.cfg.MinWorkers {
 			break
 		}
-		if s.state == Idle && now.Sub(s.idleSince) >= p.cfg.IdleTime {
+		if now.Sub(s.idleSince) >= p.cfg.IdleTime {
 			p.kill(s, "Idle timeout")
 		}
 	}
@@ -733,14 +1024,26 @@ func (p *Pool) idleTimer() {
 	p.after(p.cfg.IdleTime, p.idleTimer)
 }
 
-// reread is §4.11.
-func (p *Pool) reread() {
-	p.generation++
+// idleList is the idle slots in the reference's list order: the most
+// recently idle first.
+func (p *Pool) idleList() []*slot {
+	var idle []*slot
 	for _, s := range p.slots {
 		if s.state == Idle {
-			p.kill(s, "Forcing reread of filter rules")
+			idle = append(idle, s)
 		}
 	}
+	slices.SortFunc(idle, func(a, b *slot) int { return cmp.Compare(b.idleSeq, a.idleSeq) })
+	return idle
+}
+
+// reread is §4.11: a new generation, idle workers killed, then R.
+func (p *Pool) reread() {
+	p.generation++
+	for _, s := range p.idleList() {
+		p.kill(s, "Forcing reread of filter rules")
+	}
+	p.notify("R")
 }
 
 func (p *Pool) count(st State) int {
@@ -798,7 +1101,10 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 			for _, s := range p.slots {
 				if s.proc != nil && !s.proc.reaped {
 					var ws syscall.WaitStatus
-					_, _ = syscall.Wait4(s.proc.pid, &ws, 0, nil)
+					var ru syscall.Rusage
+					if pid, _ := syscall.Wait4(s.proc.pid, &ws, 0, &ru); pid == s.proc.pid {
+						p.logReaped(s, ws, &ru, true)
+					}
 					s.proc.reaped = true
 				}
 			}
@@ -819,21 +1125,23 @@ func (p *Pool) reapAllNow() int {
 		}
 		if !proc.reaped {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, nil)
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
 			if pid == proc.pid || err == syscall.ECHILD {
 				proc.reaped = true
+				if pid == proc.pid {
+					p.logReaped(s, ws, &ru, true)
+				}
 			}
 		}
 		if !proc.reaped {
 			left++
 			continue
 		}
-		closeStdin(proc)
-		proc.stdout.Close()
-		proc.stderr.Close()
-		close(proc.jobs)
+		closeProc(proc)
 		s.proc = nil
-		s.state = Stopped
+		p.setState(s, Stopped)
+		p.stat(s, "ReapWorker", "")
 	}
 	return left
 }

@@ -216,7 +216,9 @@ func TestReplyFraming(t *testing.T) {
 }
 
 func TestDesync(t *testing.T) {
-	p := start(t, baseConfig())
+	cfg := baseConfig()
+	cfg.MaxWorkers = 1 // every command goes to the same worker
+	p := start(t, cfg)
 	// Two separate writes: the second line answers the next command (the
 	// reference's desynchronisation, kept).
 	wantReply(t, do(t, p, "twosep"), "one\n")

@@ -2,10 +2,11 @@ package pool
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -27,6 +28,14 @@ type process struct {
 	// Buffered: the owner never blocks, since a slot has at most one
 	// command outstanding.
 	jobs chan string
+	// status is the read end of the -Z status pipe (nil without -Z).
+	status *os.File
+	// qid is the queue id of the worker's last scan, senderok or recipok
+	// ("" after another client command): its stderr lines are prefixed
+	// with it, as the reference does.
+	qid atomic.Pointer[string]
+	// oom is set when the worker wrote "Out of memory!" on stderr.
+	oom atomic.Bool
 
 	stdinClosed bool
 	reaped      bool
@@ -36,7 +45,7 @@ type process struct {
 // cfg.Dir with cfg.Env. argv[0] is the program's basename, as the reference
 // does. No shell is involved.
 func spawn(cfg *Config) (*process, error) {
-	var files [6]*os.File // inR, inW, outR, outW, errR, errW
+	var files [8]*os.File // inR, inW, outR, outW, errR, errW, statusR, statusW
 	closeAll := func() {
 		for _, f := range files {
 			if f != nil {
@@ -44,7 +53,11 @@ func spawn(cfg *Config) (*process, error) {
 			}
 		}
 	}
-	for i := 0; i < 6; i += 2 {
+	npipes := 6
+	if cfg.StatusPipe {
+		npipes = 8
+	}
+	for i := 0; i < npipes; i += 2 {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll()
@@ -57,31 +70,50 @@ func spawn(cfg *Config) (*process, error) {
 		env = os.Environ()
 	}
 	argv := append([]string{filepath.Base(cfg.Program)}, cfg.Args...)
+	path := cfg.Program
+	if cfg.RLimitRSS > 0 || cfg.RLimitAS > 0 {
+		// Go cannot run code between fork and exec: this program starts
+		// again as a shim that sets the limits and execs the worker.
+		path = "/proc/self/exe"
+		env = append(env[:len(env):len(env)], shimEnvValue(cfg))
+	}
 	// Fd puts the child's ends in blocking mode, which is what the child
 	// expects; the parent's ends stay non-blocking.
+	fds := []uintptr{files[0].Fd(), files[3].Fd(), files[5].Fd()}
+	if cfg.StatusPipe {
+		fds = append(fds, files[7].Fd())
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   env,
-		Files: []uintptr{files[0].Fd(), files[3].Fd(), files[5].Fd()},
+		Files: fds,
 		Sys:   &syscall.SysProcAttr{},
 	}
-	pid, err := syscall.ForkExec(cfg.Program, argv, attr)
-	files[0].Close()
-	files[3].Close()
-	files[5].Close()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	for _, i := range []int{0, 3, 5, 7} {
+		if files[i] != nil {
+			files[i].Close()
+		}
+	}
 	if err != nil {
-		files[1].Close()
-		files[2].Close()
-		files[4].Close()
+		for _, i := range []int{1, 2, 4, 6} {
+			if files[i] != nil {
+				files[i].Close()
+			}
+		}
 		return nil, fmt.Errorf("starting %s: %w", cfg.Program, err)
 	}
-	return &process{
+	pr := &process{
 		pid:    pid,
 		stdin:  files[1],
 		stdout: files[2],
 		stderr: files[4],
+		status: files[6],
 		jobs:   make(chan string, 1),
-	}, nil
+	}
+	empty := ""
+	pr.qid.Store(&empty)
+	return pr, nil
 }
 
 // ioEvent reports the end of one command on a worker.
@@ -148,34 +180,101 @@ func (p *Pool) serveIO(n int, pr *process) {
 	}
 }
 
+// chunk is the reference's read size for a worker's stderr and status
+// pipe (a 64-byte buffer and its NUL): it handles what it reads in pieces
+// of this size, and so does sluice, so that long lines are split alike.
+const chunk = 63
+
 // drainStderr reads the worker's stderr so that a flood never blocks it.
-// The text is logged at debug level, line by line.
-func (p *Pool) drainStderr(n int, f *os.File) {
+// With LogStderr each line is logged as the reference logs it,
+// "[<qid>: ]Worker <n> stderr: <line>"; "Out of memory!" marks the
+// worker as out of memory.
+func (p *Pool) drainStderr(n int, pr *process) {
 	defer p.wg.Done()
 	buf := make([]byte, 4096)
-	var partial []byte
 	for {
-		m, err := f.Read(buf)
-		if m > 0 && p.cfg.LogStderr {
-			partial = append(partial, buf[:m]...)
-			for {
-				i := bytes.IndexByte(partial, '\n')
-				if i < 0 {
-					break
-				}
-				p.log.Info("worker stderr", "worker", n, "line", string(partial[:i]))
-				partial = partial[i+1:]
+		m, err := pr.stderr.Read(buf)
+		for off := 0; off < m; off += chunk {
+			p.stderrChunk(n, pr, buf[off:min(off+chunk, m)])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	b = bytes.TrimSuffix(b, []byte{'\n'})
+	if bytes.Contains(b, []byte("Out of memory!")) {
+		pr.oom.Store(true)
+	}
+	if !p.cfg.LogStderr {
+		return
+	}
+	prefix := ""
+	if q := *pr.qid.Load(); q != "" {
+		prefix = q + ": "
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if len(line) > 0 {
+			p.log.Info(fmt.Sprintf("%sWorker %d stderr: %s", prefix, n, line))
+		}
+	}
+}
+
+// readStatus reads a worker's -Z status pipe (§4.6). Each chunk, less
+// one trailing newline, yields the tag the reference would set: the text
+// after its last newline (or, when that is empty, the piece before it),
+// cut to 63 bytes and percent-decoded. One event per read reaches the
+// owner, which applies the tag only while the worker is busy.
+func (p *Pool) readStatus(n int, pr *process) {
+	defer p.wg.Done()
+	buf := make([]byte, 4096)
+	for {
+		m, err := pr.status.Read(buf)
+		changed, tag := false, ""
+		for off := 0; off < m; off += chunk {
+			if t, ok := statusChunkTag(buf[off:min(off+chunk, m)]); ok {
+				changed, tag = true, t
 			}
-			if len(partial) > maxReply {
-				partial = partial[:0]
+		}
+		if changed {
+			select {
+			case p.tags <- tagEvent{slot: n, proc: pr, tag: tag}:
+			case <-p.done:
+				return
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) && len(partial) > 0 {
-				p.log.Info("worker stderr", "worker", n, "line", string(partial))
-			}
 			return
 		}
+	}
+}
+
+// statusChunkTag is the reference's update_worker_status for one chunk:
+// ok is false when the chunk (less a trailing newline) is empty.
+func statusChunkTag(b []byte) (tag string, ok bool) {
+	b = bytes.TrimSuffix(b, []byte{'\n'})
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if len(b) == 0 {
+		return "", false
+	}
+	rest := b
+	for {
+		tag = PercentDecode(string(rest[:min(len(rest), chunk)]))
+		if i := strings.IndexByte(tag, 0); i >= 0 {
+			tag = tag[:i]
+		}
+		j := bytes.IndexByte(rest, '\n')
+		if j < 0 || j+1 == len(rest) {
+			return tag, true
+		}
+		rest = rest[j+1:]
 	}
 }
 

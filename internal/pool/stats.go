@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"strings"
 	"time"
 )
@@ -144,7 +145,11 @@ type Snapshot struct {
 	// Histo[i] counts how often a worker went busy while exactly i+1
 	// workers were busy.
 	Histo []int
-	hist  [nkinds]*history
+	// Autoscale is -k; EMABusy the moving average of the busy share of
+	// running workers it acts on (§8.9).
+	Autoscale bool
+	EMABusy   float64
+	hist      [nkinds]*history
 }
 
 // Snapshot copies the pool's state; ok is false once the pool has stopped.
@@ -153,6 +158,7 @@ func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
 		snap = Snapshot{
 			Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
 			QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
+			Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
 		}
 		for _, s := range p.slots {
 			si := SlotInfo{State: s.state, Current: s.cur, Last: s.last, NumRequests: s.numRequests,
@@ -205,17 +211,23 @@ func (s *Snapshot) HourWindow(k Kind, hours int) Window {
 // Uptime is the whole seconds since the pool started.
 func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }
 
-// commandTag is the status tag for a command (§4.6): its first two
-// space-separated words, percent-decoded, cut to 63 bytes, with bytes
-// outside 0x20..0x7E made spaces.
+// commandTag is the status tag for a command (§4.6), as the reference
+// makes it: the command up to its second space, cut to 63 bytes,
+// percent-decoded (up to a decoded NUL), with bytes outside 0x20..0x7E
+// made spaces.
 func commandTag(line string) string {
-	words := strings.SplitN(line, " ", 3)
-	if len(words) > 2 {
-		words = words[:2]
+	raw := line
+	if i := strings.IndexByte(raw, ' '); i >= 0 {
+		if j := strings.IndexByte(raw[i+1:], ' '); j >= 0 {
+			raw = raw[:i+1+j]
+		}
 	}
-	t := []byte(PercentDecode(strings.Join(words, " ")))
-	if len(t) > 63 {
-		t = t[:63]
+	if len(raw) > 63 {
+		raw = raw[:63]
+	}
+	t := []byte(PercentDecode(raw))
+	if i := bytes.IndexByte(t, 0); i >= 0 {
+		t = t[:i]
 	}
 	for i, c := range t {
 		if c < 0x20 || c > 0x7e {

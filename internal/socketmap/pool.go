@@ -31,7 +31,7 @@ func Command(mapName, key string) string {
 
 // Lookup implements Handler. It fails only with pool.ErrClosed.
 func (h PoolHandler) Lookup(ctx context.Context, mapName, key string) (string, error) {
-	r := h.Pool.Do(ctx, pool.Request{Line: Command(mapName, key), Queue: false})
+	r := h.Pool.Do(ctx, pool.Request{Line: Command(mapName, key), Map: true})
 	return PoolReply(r)
 }
 

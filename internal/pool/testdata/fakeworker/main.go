@@ -56,6 +56,37 @@ func main() {
 		case "sleep": // answer after n milliseconds
 			time.Sleep(time.Duration(n) * time.Millisecond)
 			fmt.Fprintf(out, "slept %d\n", n)
+		case "tag": // write the rest of the line (with %0A made newlines) on the -Z status pipe (fd 3), then answer after 400 ms
+			if st := os.NewFile(3, "status"); st != nil {
+				_, _ = st.WriteString(strings.ReplaceAll(arg, "%0A", "\n") + "\n")
+			}
+			time.Sleep(400 * time.Millisecond)
+			fmt.Fprintf(out, "tagged\n")
+		case "tick": // record the tick in ticks.log (in the working directory), answer "tock n"
+			if f, err := os.OpenFile("ticks.log", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666); err == nil {
+				fmt.Fprintf(f, "%s\n", line)
+				f.Close()
+			}
+			fmt.Fprintf(out, "tock %s\n", arg)
+		case "alloc": // allocate and touch n MB, then answer
+			b := make([]byte, n<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			fmt.Fprintf(out, "allocated %d\n", len(b)>>20)
+		case "limits": // this process's address-space, data and RSS limits
+			lim, _ := os.ReadFile("/proc/self/limits")
+			var got []string
+			for _, l := range strings.Split(string(lim), "\n") {
+				if strings.HasPrefix(l, "Max address space") || strings.HasPrefix(l, "Max data size") || strings.HasPrefix(l, "Max resident set") {
+					got = append(got, strings.Join(strings.Fields(l), " "))
+				}
+			}
+			fmt.Fprintf(out, "%s\n", strings.Join(got, "|"))
+		case "stderr": // the rest of the line on stderr (%0A made newlines), then an answer
+			os.Stderr.WriteString(strings.ReplaceAll(arg, "%0A", "\n"))
+			time.Sleep(100 * time.Millisecond)
+			out.WriteString("said\n")
 		case "pid":
 			fmt.Fprintf(out, "pid %d\n", os.Getpid())
 		case "args":

@@ -1,0 +1,220 @@
+package mux
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultSyslogPath is the local syslog socket.
+const DefaultSyslogPath = "/dev/log"
+
+// syslogQueue bounds the messages waiting for the syslog writer; beyond it
+// messages are dropped rather than holding up the pool.
+const syslogQueue = 1024
+
+// Facilities is the syslog facility code for each name -S takes (without
+// "LOG_", lower-case).
+var Facilities = map[string]int{
+	"kern": 0, "user": 1, "mail": 2, "daemon": 3, "auth": 4, "syslog": 5, "lpr": 6, "news": 7,
+	"uucp": 8, "cron": 9, "authpriv": 10, "ftp": 11,
+	"local0": 16, "local1": 17, "local2": 18, "local3": 19, "local4": 20, "local5": 21, "local6": 22, "local7": 23,
+}
+
+// FacilityCode is the code of a -S name ("mail", "LOG_MAIL", any case).
+func FacilityCode(name string) (int, bool) {
+	c, ok := Facilities[strings.TrimPrefix(strings.ToLower(name), "log_")]
+	return c, ok
+}
+
+// SyslogOptions configure a Syslog.
+type SyslogOptions struct {
+	// Path is the datagram socket (default /dev/log; tests use their own).
+	Path string
+	// Tag is the ident (-Y; default mimedefang-multiplexor) and Facility
+	// the facility code (-S; default mail).
+	Tag      string
+	Facility int
+	// Fallback gets the messages, one line each, when Path cannot be
+	// reached at start (default os.Stderr).
+	Fallback io.Writer
+	// PID is shown after the tag, as LOG_PID does (default os.Getpid()).
+	PID int
+}
+
+// Syslog sends log messages to the local syslog daemon as openlog(3) with
+// LOG_PID does: "<PRI>Mmm dd hh:mm:ss tag[pid]: message". A writer
+// goroutine does the sending, so logging never blocks; a send that fails
+// is retried once on a fresh connection. When the socket cannot be
+// reached at start (no /dev/log, as in many containers), messages go to
+// Fallback and one notice says so.
+type Syslog struct {
+	o        SyslogOptions
+	ch       chan string
+	done     chan struct{}
+	mu       sync.Mutex
+	closed   bool
+	dropped  int
+	conn     net.Conn // writer goroutine only
+	fallback bool
+}
+
+// OpenSyslog connects to o.Path, or falls back as described on Syslog.
+func OpenSyslog(o SyslogOptions) *Syslog {
+	if o.Path == "" {
+		o.Path = DefaultSyslogPath
+	}
+	if o.Tag == "" {
+		o.Tag = "mimedefang-multiplexor"
+	}
+	if o.Fallback == nil {
+		o.Fallback = os.Stderr
+	}
+	if o.PID == 0 {
+		o.PID = os.Getpid()
+	}
+	s := &Syslog{o: o, ch: make(chan string, syslogQueue), done: make(chan struct{})}
+	c, err := net.Dial("unixgram", o.Path)
+	if err != nil {
+		s.fallback = true
+		fmt.Fprintf(o.Fallback, "%s: cannot reach syslog at %s (%v); logging to stderr\n", o.Tag, o.Path, err)
+	} else {
+		s.conn = c
+	}
+	go s.run()
+	return s
+}
+
+// Fallback reports whether messages go to the fallback writer.
+func (s *Syslog) Fallback() bool { return s.fallback }
+
+// Log sends msg at severity sev (0 emerg ... 7 debug); it never blocks.
+func (s *Syslog) Log(sev int, msg string) {
+	now := time.Now()
+	var line string
+	if s.fallback {
+		line = fmt.Sprintf("%s %s[%d]: %s\n", now.Format(time.Stamp), s.o.Tag, s.o.PID, msg)
+	} else {
+		line = fmt.Sprintf("<%d>%s %s[%d]: %s", s.o.Facility<<3|sev, now.Format(time.Stamp), s.o.Tag, s.o.PID, msg)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	select {
+	case s.ch <- line:
+	default:
+		s.dropped++
+	}
+}
+
+func (s *Syslog) run() {
+	defer close(s.done)
+	for line := range s.ch {
+		if s.fallback {
+			_, _ = io.WriteString(s.o.Fallback, line)
+			continue
+		}
+		if s.send(line) != nil {
+			// The daemon may have restarted: once more on a new socket.
+			if s.conn != nil {
+				s.conn.Close()
+				s.conn = nil
+			}
+			if c, err := net.Dial("unixgram", s.o.Path); err == nil {
+				s.conn = c
+				_ = s.send(line)
+			}
+		}
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+}
+
+func (s *Syslog) send(line string) error {
+	if s.conn == nil {
+		return net.ErrClosed
+	}
+	_ = s.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, err := s.conn.Write([]byte(line))
+	return err
+}
+
+// Close sends what is queued and closes the socket.
+func (s *Syslog) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.ch)
+	s.mu.Unlock()
+	<-s.done
+	return nil
+}
+
+// Handler is a slog.Handler that logs through s: the message, then each
+// attribute as " key=value"; Debug, Info, Warn and Error map to the
+// severities debug, info, warning and err. Records below level are
+// dropped.
+func (s *Syslog) Handler(level slog.Leveler) slog.Handler {
+	return &syslogHandler{s: s, level: level}
+}
+
+type syslogHandler struct {
+	s      *Syslog
+	level  slog.Leveler
+	attrs  []slog.Attr
+	groups string
+}
+
+func (h *syslogHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= h.level.Level()
+}
+
+func (h *syslogHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	add := func(a slog.Attr) bool {
+		if !a.Equal(slog.Attr{}) {
+			fmt.Fprintf(&b, " %s%s=%v", h.groups, a.Key, a.Value.Resolve())
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	sev := 6
+	switch {
+	case r.Level >= slog.LevelError:
+		sev = 3
+	case r.Level >= slog.LevelWarn:
+		sev = 4
+	case r.Level < slog.LevelInfo:
+		sev = 7
+	}
+	h.s.Log(sev, b.String())
+	return nil
+}
+
+func (h *syslogHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(c.attrs[:len(c.attrs):len(c.attrs)], as...)
+	return &c
+}
+
+func (h *syslogHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.groups += name + "."
+	return &c
+}

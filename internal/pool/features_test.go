@@ -1,0 +1,144 @@
+package pool_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/clock"
+	"sluice/internal/pool"
+)
+
+// recorder collects notifications and stats events from the owner
+// goroutine.
+type recorder struct {
+	mu    sync.Mutex
+	notes []string
+	stats []pool.StatsEvent
+}
+
+func (r *recorder) notify(m string) { r.mu.Lock(); r.notes = append(r.notes, m); r.mu.Unlock() }
+func (r *recorder) stat(e pool.StatsEvent) {
+	r.mu.Lock()
+	r.stats = append(r.stats, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) has(event, extra string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.stats, func(e pool.StatsEvent) bool { return e.Event == event && e.Extra == extra })
+}
+
+// §4.10: each band ticks a worker with "tick <band>"; the reply is not a
+// client's, and a tick never takes a busy worker or queues.
+func TestTicks(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers = 1
+	cfg.Dir = t.TempDir()
+	cfg.TickInterval = 100 * time.Millisecond
+	cfg.TickBands = 2
+	p := start(t, cfg)
+	wantReply(t, do(t, p, "sleep 600"), "slept 600\n")
+	log := filepath.Join(cfg.Dir, "ticks.log")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "tick 0\n") && strings.Contains(string(b), "tick 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ticks.log: %q", b)
+		}
+	}
+	snap, _ := p.Snapshot()
+	if snap.Msgs != 0 || snap.Slots[0].NumRequests < 3 {
+		t.Errorf("msgs %d, requests %d", snap.Msgs, snap.Slots[0].NumRequests)
+	}
+}
+
+// -k (§8.9) on a fake clock: a busy single worker raises the average
+// above 0.80 after six 15 s periods and a second worker starts; idle
+// again, it falls below 0.30 four periods later and one is stopped.
+func TestAutoscale(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.BusyTimeout = time.Hour
+	cfg.Autoscale = true
+	cfg.Stats = rec.stat
+	p := start(t, cfg)
+	step := func() float64 {
+		t.Helper()
+		before, _ := p.Snapshot()
+		for fake.Timers() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fake.Advance(15 * time.Second)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			sn, _ := p.Snapshot()
+			if sn.EMABusy != before.EMABusy {
+				return sn.EMABusy
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the autoscale timer did not run")
+			}
+		}
+	}
+	done := make(chan pool.Result, 1)
+	go func() { done <- p.Do(context.Background(), pool.Request{Line: "sleep 3000"}) }()
+	waitCount(t, p, pool.Busy, 1)
+	for range 5 {
+		step()
+	}
+	if sn, _ := p.Snapshot(); sn.Activations != 1 {
+		t.Fatalf("scaled out too early: ema %f", sn.EMABusy)
+	}
+	if ema := step(); ema <= 0.80 {
+		t.Fatalf("ema %f after six busy periods", ema)
+	}
+	if !rec.has("StartWorker", `reason="Autoscale: scale-out (ema_busy=0.82)"`) {
+		t.Errorf("no scale-out: %+v", rec.stats)
+	}
+	wantReply(t, <-done, "slept 3000\n")
+	for range 4 {
+		step()
+	}
+	if !rec.has("KillWorker", `req=0 age=60 reason="Autoscale: scale-in (ema_busy=0.26)"`) &&
+		!rec.has("KillWorker", `req=1 age=150 reason="Autoscale: scale-in (ema_busy=0.26)"`) {
+		t.Errorf("no scale-in: %+v", rec.stats)
+	}
+}
+
+// §7's order for a busy timeout (client answered, then B, then the kill)
+// and for a worker that dies (its EOF first, then U at the reap).
+func TestNotificationOrder(t *testing.T) {
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
+	cfg.Notify = rec.notify
+	p := start(t, cfg)
+	waitCount(t, p, pool.Idle, 1)
+	if r := do(t, p, "hang"); r.Err != pool.ErrBusyTimeout {
+		t.Fatalf("hang: %v", r.Err)
+	}
+	waitCount(t, p, pool.Idle, 1)
+	if r := do(t, p, "die"); r.Err != pool.ErrNoResponse {
+		t.Fatalf("die: %v", r.Err)
+	}
+	waitCount(t, p, pool.Stopped, 1)
+	rec.mu.Lock()
+	got := strings.Join(rec.notes, "|")
+	rec.mu.Unlock()
+	want := "S 0 StateChange Idle -> Busy|F 0|Z|S 0 hang|B|S 0 StateChange Busy -> Killed|Z|" +
+		"S 0 StateChange Killed -> Stopped|F 1|Y|S 0 StateChange Stopped -> Idle|" +
+		"S 0 StateChange Idle -> Busy|F 0|Z|S 0 die|S 0 StateChange Busy -> Idle|F 1|Y|U|S 0 StateChange Idle -> Stopped"
+	if !strings.HasSuffix(got, want) {
+		t.Errorf("notifications:\n got %s\nwant ...%s", got, want)
+	}
+}
