@@ -1,5 +1,6 @@
 // Command sluice is the mail traffic governor; see README.md. Invoked as
-// mimedefang-multiplexor it is `sluice mux`, a drop-in replacement.
+// mimedefang-multiplexor it is `sluice mux`, and as md-mx-ctrl `sluice
+// ctl`: drop-in replacements for MIMEDefang's programs.
 package main
 
 import (

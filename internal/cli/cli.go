@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -19,6 +20,7 @@ import (
 	"sluice/internal/app"
 	"sluice/internal/config"
 	"sluice/internal/limiter"
+	"sluice/internal/sdnotify"
 )
 
 // Version is set at build time with -ldflags "-X sluice/internal/cli.Version=...".
@@ -36,6 +38,7 @@ func commands() []command {
 		{"check", "validate a configuration file and print it as understood", check},
 		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper)", throttleCmd},
 		{"mux", "mimedefang-multiplexor: run a pool of filter workers (also as that name)", muxCmd},
+		{"ctl", "md-mx-ctrl: query and command a mimedefang multiplexor", ctlCmd},
 		{"version", "print the version", version},
 	}
 }
@@ -240,6 +243,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	d.SetVersion(versionString())
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -258,21 +262,47 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		src = *path
 	}
 	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir)
+	sd := notifySystemd(log)
+	_ = sd.Ready("serving")
+	wdCtx, stopWatchdog := context.WithCancel(context.Background())
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		sd.Watchdog(wdCtx, func() bool { return d.Alive(sd.WatchdogInterval() / 2) })
+	}()
+	defer func() { stopWatchdog(); <-wdDone }()
 	for {
 		select {
 		case <-ctx.Done():
+			_ = sd.Stopping()
 			return shutdown(d, log, *grace, sigs)
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
+				_ = sd.Reloading()
+				status := "serving"
 				if err := d.Reload(); err != nil {
 					log.Error("reload failed", "err", err)
+					status = "serving; the last reload failed, see the log"
 				}
+				_ = sd.Ready(status)
 				continue
 			}
 			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", *grace)
+			_ = sd.Stopping()
 			return shutdown(d, log, *grace, sigs)
 		}
 	}
+}
+
+// notifySystemd returns the systemd notifier ($NOTIFY_SOCKET), or nil
+// (which does nothing) when there is none or it is malformed.
+func notifySystemd(log *slog.Logger) *sdnotify.Notifier {
+	sd, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("not notifying systemd", "err", err)
+		return nil
+	}
+	return sd
 }
 
 // shutdown runs the two stages: drain for up to grace (a second signal

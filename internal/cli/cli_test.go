@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,19 +83,25 @@ func TestServeSignals(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	notify := systemdSocket(t)
 	var errb syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- Main(context.Background(), []string{"serve", "-c", cfg}, &bytes.Buffer{}, &errb) }()
 	waitFor(t, "start", func() bool { return strings.Contains(errb.String(), "sluice started") })
+	notify.expect(t, "READY=1\nSTATUS=serving")
 	os.WriteFile(cfg, []byte(good+"[anvil]\nlisten = 5\n"), 0o644)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "reload failure", func() bool { return strings.Contains(errb.String(), "reload failed") })
 	if !strings.Contains(errb.String(), "keeping the running configuration") {
 		t.Fatalf("log:\n%s", errb.String())
 	}
+	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
+	notify.expect(t, "READY=1\nSTATUS=serving; the last reload failed, see the log")
 	os.WriteFile(cfg, []byte(good+"[log]\nlevel = \"debug\"\n"), 0o644)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "reload", func() bool { return strings.Contains(errb.String(), "configuration reloaded") })
+	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
+	notify.expect(t, "READY=1\nSTATUS=serving")
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {
 	case code := <-done:
@@ -103,6 +110,37 @@ func TestServeSignals(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit on SIGTERM")
+	}
+	notify.expect(t, "STOPPING=1")
+}
+
+// notifySocket is a stand-in for systemd's notify socket.
+type notifySocket struct{ c *net.UnixConn }
+
+func systemdSocket(t *testing.T) notifySocket {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	t.Setenv("WATCHDOG_USEC", "")
+	return notifySocket{c}
+}
+
+// expect reads the next notification, which must start with prefix.
+func (n notifySocket) expect(t *testing.T, prefix string) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	_ = n.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	k, err := n.c.Read(buf)
+	if err != nil {
+		t.Fatalf("waiting for %q from sluice: %v", prefix, err)
+	}
+	if got := string(buf[:k]); !strings.HasPrefix(got, prefix) {
+		t.Fatalf("systemd was told %q, want %q", got, prefix)
 	}
 }
 
