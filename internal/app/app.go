@@ -11,18 +11,25 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"sluice/internal/anvil"
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/metrics"
+	"sluice/internal/milter"
 	"sluice/internal/policy"
 	"sluice/internal/throttle"
+	"sluice/internal/web"
 )
 
 // Daemon is a running sluice. Create it with New, then Start it.
@@ -40,7 +47,21 @@ type Daemon struct {
 	anvil     *anvil.Server
 	policy    *policy.Server
 	throttle  *throttle.Server
+	milter    *milter.Server
+	web       *web.Server
 	listeners []boundListener
+
+	// What the status page and the metrics show.
+	version      string
+	started      time.Time
+	generation   atomic.Int64              // 1 for the first configuration, +1 per reload
+	reloadedAt   atomic.Pointer[time.Time] // when the configuration in force was loaded
+	reloadFailed atomic.Pointer[time.Time] // the last failed reload
+	obs          *observer                 // nil without a web listener
+	metrics      *metrics.Metrics          // nil without /metrics
+	registry     *prometheus.Registry
+	milterGate   *gate
+	muxWarned    atomic.Bool
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
@@ -58,14 +79,32 @@ type boundListener struct {
 // its listeners. path is the config file, reread by Reload ("" means the
 // embedded defaults). level is the log level to adjust on reload.
 func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar) (*Daemon, error) {
-	d := &Daemon{path: path, log: log, level: level}
+	d := &Daemon{path: path, log: log, level: level, started: time.Now(), milterGate: &gate{}}
 	d.cfg.Store(cfg)
+	d.generation.Store(1)
+	now := d.started
+	d.reloadedAt.Store(&now)
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	if len(cfg.Web.Listen) > 0 {
+		if cfg.Web.Metrics {
+			d.registry = prometheus.NewRegistry()
+			d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m, err := metrics.New(d.registry)
+			if err != nil {
+				return nil, fmt.Errorf("metrics: %w", err)
+			}
+			d.metrics = m
+		}
+		d.obs = newObserver(d.metrics)
 	}
 	store, failOpen, err := openStore(context.Background(), cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if d.metrics != nil {
+		store = instrumentedStore{Store: store, m: d.metrics}
 	}
 	d.store = store
 	d.lim = limiter.New(limiter.Options{Store: store, FailOpen: failOpen, Logger: log})
@@ -74,7 +113,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		// Slots freed by other hosts are not announced: recheck.
 		d.waiters.Retry = time.Second
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -89,7 +128,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 }
 
 // buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, log *slog.Logger) (*governor.Governor, error) {
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
 	specs, errs := cfg.ClassTable()
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -119,7 +158,7 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Logger: log,
+		Throttle: trules, Waiters: waiters, Logger: log, Observer: obs,
 		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
@@ -190,8 +229,55 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			return err
 		}
 	}
+	if m := cfg.Milter; m.Enabled {
+		d.milter = milter.NewServer(milter.Options{
+			Handler:           d.milterHandler(cfg),
+			Logger:            d.log,
+			MaxData:           m.MaxPacket,
+			IdleTimeout:       m.IdleTimeout.D(),
+			MaxSessions:       m.MaxSessions,
+			Workers:           m.Workers,
+			QueueLen:          m.Queue,
+			QueueFullResponse: map[string]milter.Response{"accept": milter.Accept, "reject": milter.Reject}[m.QueueFull],
+		})
+		serve := d.milter.Serve
+		if m.PauseWhenFull {
+			serve = func(l net.Listener) error {
+				full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
+				return d.milter.Serve(newGatedListener(l, full, d.milterGate, d.log))
+			}
+		}
+		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, serve); err != nil {
+			return err
+		}
+	}
+	if w := cfg.Web; len(w.Listen) > 0 {
+		o := web.Options{Source: web.SourceFunc(d.Status), Logger: d.log, MaxStreams: w.MaxStreams}
+		if w.MaxStreams == 0 {
+			o.MaxStreams = -1 // none: pages poll
+		}
+		if d.registry != nil {
+			o.Gatherer = d.registry
+		}
+		d.web = web.New(o)
+		if err := d.listenAll(cfg, "web", w.Listen, w.Socket, d.web.Serve); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// observer returns the verdict observer, or nil (not a nil *observer,
+// which would be a non-nil interface) when nothing shows verdicts.
+func (d *Daemon) observer() governor.Observer {
+	if d.obs == nil {
+		return nil
+	}
+	return d.obs
+}
+
+// SetVersion sets the version the status page shows.
+func (d *Daemon) SetVersion(v string) { d.version = v }
 
 func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock config.Socket, serve func(net.Listener) error) error {
 	mode, err := sock.FileMode()
@@ -229,7 +315,7 @@ func (d *Daemon) Start() {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			if err := bl.serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) {
+			if err := bl.serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				d.log.Error(bl.door+": listener failed", "listen", bl.spec, "err", err)
 			}
 		}()
@@ -255,6 +341,19 @@ func (d *Daemon) Governor() *governor.Governor { return d.gov.Load() }
 func (d *Daemon) Reload() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	err := d.reload()
+	now := time.Now()
+	if err != nil {
+		d.reloadFailed.Store(&now)
+	} else {
+		d.generation.Add(1)
+		d.reloadedAt.Store(&now)
+	}
+	d.metrics.Reload(err == nil, now)
+	return err
+}
+
+func (d *Daemon) reload() error {
 	var cfg *config.Config
 	if d.path == "" {
 		cfg = config.Default()
@@ -266,7 +365,7 @@ func (d *Daemon) Reload() error {
 			return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, errors.Join(errs...))
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -319,6 +418,19 @@ func restartNeeded(old, cur *config.Config) []string {
 		ot.MaxConns != ct.MaxConns || ot.RequestTimeout != ct.RequestTimeout {
 		out = append(out, "throttle listeners and connection settings")
 	}
+	om, cm := old.Milter, cur.Milter
+	if om.Enabled != cm.Enabled || !slices.Equal(om.Listen, cm.Listen) || om.Socket != cm.Socket ||
+		om.MaxSessions != cm.MaxSessions || om.Workers != cm.Workers || om.Queue != cm.Queue || om.QueueFull != cm.QueueFull ||
+		om.IdleTimeout != cm.IdleTimeout || om.MaxPacket != cm.MaxPacket || om.PauseWhenFull != cm.PauseWhenFull {
+		out = append(out, "milter listeners and session settings")
+	}
+	if om.PolicyRules != cm.PolicyRules {
+		out = append(out, "milter.policy_rules (the steps the MTA is asked for are negotiated per session; new sessions get the new rules, but the steps change only after a restart)")
+	}
+	ow, cw := old.Web, cur.Web
+	if !slices.Equal(ow.Listen, cw.Listen) || ow.Socket != cw.Socket || ow.Metrics != cw.Metrics || ow.MaxStreams != cw.MaxStreams {
+		out = append(out, "web listeners and settings")
+	}
 	return out
 }
 
@@ -336,6 +448,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	if d.throttle != nil {
 		errs = append(errs, d.throttle.Shutdown(ctx))
+	}
+	if d.milter != nil {
+		errs = append(errs, d.milter.Shutdown(ctx))
+	}
+	if d.web != nil {
+		errs = append(errs, d.web.Shutdown(ctx))
 	}
 	d.closeListeners()
 	if d.stopStatus != nil {

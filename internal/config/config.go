@@ -28,6 +28,7 @@ type Config struct {
 	Policy      Policy   `toml:"policy"`
 	Throttle    Throttle `toml:"throttle"`
 	Milter      Milter   `toml:"milter"`
+	Web         Web      `toml:"web"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
@@ -380,6 +381,7 @@ func Default() *Config {
 			RequestTimeout: Duration(10 * time.Second),
 		},
 		Milter: defaultMilter(),
+		Web:    defaultWeb(),
 	}
 }
 

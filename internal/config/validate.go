@@ -50,6 +50,7 @@ func (c *Config) Validate() []error {
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.validateThrottle()...)
 	errs = append(errs, c.validateMilter()...)
+	errs = append(errs, c.validateWeb()...)
 	return errs
 }
 

@@ -211,3 +211,19 @@ func milterPasses(act string) bool {
 	}
 	return false
 }
+
+// ClassesFull reports whether every class holds its refuse cap of
+// sessions, XLA's condition for not accepting at all. A class without a
+// cap is never full; a store error counts as not full.
+func (g *Governor) ClassesFull(ctx context.Context) bool {
+	for _, c := range g.classes.All() {
+		if c.Refuse <= 0 {
+			return false
+		}
+		n, err := g.lim.Held(ctx, c.LeaseKey())
+		if err != nil || n < c.Refuse {
+			return false
+		}
+	}
+	return true
+}

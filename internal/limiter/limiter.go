@@ -131,6 +131,9 @@ func (l *Limiter) Held(ctx context.Context, key string) (int64, error) {
 // FailOpen reports whether decisions the store cannot make are admitted.
 func (l *Limiter) FailOpen() bool { return l.failOpen }
 
+// Healthy reports whether the store's last decision succeeded.
+func (l *Limiter) Healthy() bool { return l.failing.Load() == 0 }
+
 // storeOK notes a decision the store made; the first after failures is
 // logged.
 func (l *Limiter) storeOK() {

@@ -1,0 +1,51 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Web configures the read-only HTTP server: the live status page,
+// /status.json and Prometheus's /metrics.
+type Web struct {
+	// Listen lists "inet:HOST:PORT" or "unix:PATH" addresses; empty turns
+	// the server off. Bind to loopback unless a proxy in front of it
+	// controls access: the page shows clients' addresses and senders.
+	Listen []string `toml:"listen"`
+	// Socket sets the owner, group and mode of unix sockets.
+	Socket Socket `toml:"socket"`
+	// Metrics serves /metrics for Prometheus.
+	Metrics bool `toml:"metrics"`
+	// MaxStreams caps live-update streams (open status pages); beyond it
+	// pages poll instead.
+	MaxStreams int `toml:"max_streams"`
+	// MuxSocket is the socket of a multiplexor (sluice mux or
+	// mimedefang-multiplexor) whose worker pool the page shows; empty
+	// shows none.
+	MuxSocket string `toml:"mux_socket"`
+}
+
+func defaultWeb() Web {
+	return Web{Socket: Socket{Mode: "0660"}, Metrics: true, MaxStreams: 16}
+}
+
+func (c *Config) validateWeb() []error {
+	w := c.Web
+	var errs []error
+	add := func(path, format string, args ...any) { errs = append(errs, c.errAt("web."+path, format, args...)) }
+	for i, l := range w.Listen {
+		if _, _, err := ParseListen(l); err != nil {
+			add(fmt.Sprintf("listen[%d]", i+1), "%v", err)
+		}
+	}
+	if field, err := w.Socket.check(); err != nil {
+		add("socket."+field, "%v", err)
+	}
+	if w.MaxStreams < 0 || w.MaxStreams > 1024 {
+		add("max_streams", "must be between 0 and 1024")
+	}
+	if w.MuxSocket != "" && strings.HasPrefix(w.MuxSocket, "inet") {
+		add("mux_socket", "%q: the multiplexor's main socket is a unix socket path", w.MuxSocket)
+	}
+	return errs
+}
