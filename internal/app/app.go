@@ -62,6 +62,8 @@ type Daemon struct {
 	registry     *prometheus.Registry
 	milterGate   *gate
 	muxWarned    atomic.Bool
+	// throttleWaiting counts throttle requests waiting for their grant.
+	throttleWaiting atomic.Int64
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup

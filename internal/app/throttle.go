@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/governor"
@@ -16,7 +17,14 @@ type throttleHandler struct{ d *Daemon }
 
 func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Grant, error) {
 	g := h.d.gov.Load()
+	h.d.metrics.ThrottleWaiters(int(h.d.throttleWaiting.Add(1)))
+	start := time.Now()
 	gr, err := g.ThrottleAcquire(ctx, key)
+	h.d.metrics.ThrottleWaiters(int(h.d.throttleWaiting.Add(-1)))
+	if err == nil {
+		// The wait a sender is given: until its slot, from its request.
+		h.d.metrics.ThrottleGrant(gr.At.Sub(start))
+	}
 	if err != nil {
 		if errors.Is(err, governor.ErrDefer) {
 			return throttle.Grant{}, &throttle.DeferError{Reason: strings.TrimPrefix(err.Error(), governor.ErrDefer.Error()+": ")}
