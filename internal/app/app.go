@@ -98,6 +98,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 				return nil, fmt.Errorf("metrics: %w", err)
 			}
 			d.metrics = m
+			m.Reload(true, now) // the initial load counts as a success
 		}
 		d.obs = newObserver(d.metrics)
 	}
@@ -278,7 +279,7 @@ func (d *Daemon) observer() governor.Observer {
 	return d.obs
 }
 
-// SetVersion sets the version the status page shows.
+// SetVersion sets the version the status page shows. Call it before Start.
 func (d *Daemon) SetVersion(v string) { d.version = v }
 
 func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock config.Socket, serve func(net.Listener) error) error {

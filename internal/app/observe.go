@@ -59,21 +59,26 @@ func (o *observer) Observe(v *governor.Verdict) {
 	if v.Refused && !v.DryRun {
 		o.deferrals.Add(1)
 	}
-	if v.Limit.N <= 0 && !v.Refused {
-		return // nothing counted against a limit: not a talker
+	// Talkers are keys under a rate; session caps (Period 0) are shown
+	// with the classes.
+	rate := v.Limit.N > 0 && v.Limit.Period > 0
+	if !rate && !v.Refused {
+		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := talkerKey{v.Door, v.Rule, v.Key}
-	t := o.talkers[k]
-	if t == nil {
-		if len(o.talkers) >= maxTalkers {
-			o.evict(v.At)
+	if rate {
+		k := talkerKey{v.Door, v.Rule, v.Key}
+		t := o.talkers[k]
+		if t == nil {
+			if len(o.talkers) >= maxTalkers {
+				o.evict(v.At)
+			}
+			t = &talker{}
+			o.talkers[k] = t
 		}
-		t = &talker{}
-		o.talkers[k] = t
+		t.count, t.limit, t.last = v.Count, v.Limit, v.At
 	}
-	t.count, t.limit, t.last = v.Count, v.Limit, v.At
 	if v.Refused {
 		d := status.Deferral{At: v.At, Door: v.Door, Rule: v.Rule, Key: v.Key, Count: v.Count, Limit: v.Limit.N,
 			Verdict: verdictWord(v.Reply), Reply: v.Reply}

@@ -36,6 +36,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the daemon (embedded defaults without -c)", serve},
 		{"check", "validate a configuration file and print it as understood", check},
+		{"status", "show a running daemon's state (from its [web] listener)", statusCmd},
 		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper)", throttleCmd},
 		{"mux", "mimedefang-multiplexor: run a pool of filter workers (also as that name)", muxCmd},
 		{"ctl", "md-mx-ctrl: query and command a mimedefang multiplexor", ctlCmd},
@@ -161,6 +162,8 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	}
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
+	printMilter(w, cfg)
+	printWeb(w, cfg)
 	a := cfg.Anvil
 	if !a.Enabled {
 		fmt.Fprintln(w, "\nanvil service: off")

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"sluice/internal/config"
+)
+
+// printMilter shows the [milter] section as `sluice check` understood it.
+func printMilter(w io.Writer, cfg *config.Config) {
+	m := cfg.Milter
+	if !m.Enabled {
+		fmt.Fprintln(w, "\nmilter service: off")
+		return
+	}
+	fmt.Fprintf(w, "\nmilter service: %s%s\n", strings.Join(m.Listen, ", "), socketText(m.Listen, m.Socket))
+	fmt.Fprintf(w, "  at most %d sessions; %d workers run the rules, %d events may wait (then: %s); idle sessions end after %s; packets up to %d bytes\n",
+		m.MaxSessions, m.Workers, m.Queue, m.QueueFull, m.IdleTimeout.D(), m.MaxPacket)
+	fmt.Fprintf(w, "  a full class (refuse cap) is told at CONNECT: %s\n", m.RefuseText)
+	if m.PauseWhenFull {
+		fmt.Fprintln(w, "  while every class with a refuse cap is full, new milter connections wait (pause_when_full)")
+	}
+	if m.PolicyRules {
+		fmt.Fprintln(w, "  the [[policy.rule]] tables also apply at the milter's stages (policy_context \"milter\")")
+	} else {
+		fmt.Fprintln(w, "  class caps only (policy_rules = false): the MTA is asked for CONNECT alone")
+	}
+}
+
+// printWeb shows the [web] section as `sluice check` understood it.
+func printWeb(w io.Writer, cfg *config.Config) {
+	wb := cfg.Web
+	if len(wb.Listen) == 0 {
+		fmt.Fprintln(w, "\nweb status page: off (no [web] listen; `sluice status` needs one)")
+		return
+	}
+	fmt.Fprintf(w, "\nweb status page: %s%s\n", strings.Join(wb.Listen, ", "), socketText(wb.Listen, wb.Socket))
+	var open []string
+	for _, l := range wb.Listen {
+		if network, addr, err := config.ParseListen(l); err == nil && network == "tcp" {
+			host, _, _ := net.SplitHostPort(addr)
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				open = append(open, l)
+			}
+		}
+	}
+	if len(open) > 0 {
+		fmt.Fprintf(w, "  !! %s is not loopback: the page shows client addresses and senders to whoever reaches it\n", strings.Join(open, ", "))
+	}
+	if wb.Metrics {
+		fmt.Fprintln(w, "  serves /, /status.json and /metrics (Prometheus)")
+	} else {
+		fmt.Fprintln(w, "  serves / and /status.json; /metrics off")
+	}
+	if wb.MaxStreams == 0 {
+		fmt.Fprintln(w, "  live streams off: pages poll /status.json")
+	} else {
+		fmt.Fprintf(w, "  at most %d live streams; more pages poll /status.json\n", wb.MaxStreams)
+	}
+	if wb.MuxSocket != "" {
+		fmt.Fprintf(w, "  worker pool: asks the multiplexor at %s\n", wb.MuxSocket)
+	} else {
+		fmt.Fprintln(w, "  worker pool: none shown (no mux_socket)")
+	}
+}
+
+// socketText is the unix socket settings, when a listener is a unix
+// socket.
+func socketText(listen []string, s config.Socket) string {
+	unix := false
+	for _, l := range listen {
+		unix = unix || strings.HasPrefix(l, "unix:")
+	}
+	if !unix {
+		return ""
+	}
+	t := " (sockets mode " + s.Mode
+	if s.Owner != "" {
+		t += ", owner " + s.Owner
+	}
+	if s.Group != "" {
+		t += ", group " + s.Group
+	}
+	return t + ")"
+}

@@ -1,0 +1,433 @@
+package cli
+
+// `sluice status`: the status page of a running daemon as text. It reads
+// /status.json from the daemon's [web] listener (found in the config, or
+// named with -u) and prints the same facts the page shows, compactly.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"sluice/internal/config"
+	"sluice/internal/status"
+)
+
+// maxStatusBody caps the /status.json read (the server trims its lists,
+// so a real answer is far smaller).
+const maxStatusBody = 8 << 20
+
+// Rows of the text view; the JSON has the full lists.
+const (
+	statusTalkers   = 10
+	statusDeferrals = 10
+	statusSlots     = 64 // slot letters shown before "+N"
+)
+
+// statusCmd is `sluice status`: it finds the daemon's web listener (-u,
+// or [web] listen in the config; each listener is tried in turn), reads
+// /status.json and prints it as text, or as it came with -json. It exits
+// 1 when no listener is configured or none answers with a status.
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("status", stderr)
+	path := fs.String("c", "", "configuration `file` whose [web] listen finds the daemon (default: the embedded defaults)")
+	rawURL := fs.String("u", "", "the daemon's web `address`: http://HOST:PORT, unix:PATH or inet:HOST:PORT (overrides -c)")
+	asJSON := fs.Bool("json", false, "print the raw /status.json")
+	timeout := fs.Duration("t", 5*time.Second, "give up after this `duration`")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice status: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return 2
+	}
+	var targets []string
+	if *rawURL != "" {
+		targets = []string{*rawURL}
+	} else {
+		cfg, errs := loadConfig(*path)
+		if len(errs) > 0 {
+			for _, e := range errs {
+				fmt.Fprintln(stderr, e)
+			}
+			fmt.Fprintln(stderr, "sluice status: the configuration has errors")
+			return 1
+		}
+		if len(cfg.Web.Listen) == 0 {
+			src := "the embedded defaults have none"
+			if *path != "" {
+				src = *path + " has none"
+			}
+			fmt.Fprintf(stderr, "sluice status needs [web] listen in the config (%s); or name the address with -u\n", src)
+			return 1
+		}
+		for _, l := range cfg.Web.Listen {
+			targets = append(targets, listenTarget(cfg, l))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var body []byte
+	var from string // the target that answered
+	var errs []error
+	for _, target := range targets {
+		b, err := fetchStatus(ctx, target)
+		if err == nil {
+			body, from = b, target
+			break
+		}
+		errs = append(errs, err)
+	}
+	if body == nil {
+		for _, err := range errs {
+			fmt.Fprintf(stderr, "sluice status: %v\n", err)
+		}
+		fmt.Fprintln(stderr, "sluice status: cannot reach the daemon; is `sluice serve` running with this configuration?")
+		return 1
+	}
+	var st status.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		fmt.Fprintf(stderr, "sluice status: %s did not answer with a status: %v\n", from, err)
+		return 1
+	}
+	if *asJSON {
+		_, _ = stdout.Write(body)
+		return 0
+	}
+	writeStatus(stdout, &st)
+	return 0
+}
+
+// listenTarget turns a [web] listen spec into an address for fetchStatus:
+// a unix socket under the state directory, or the HTTP address with a
+// wildcard host replaced by loopback.
+func listenTarget(cfg *config.Config, spec string) string {
+	network, addr, err := config.ParseListen(spec)
+	if err != nil {
+		return spec
+	}
+	if network == "unix" {
+		return "unix:" + cfg.Path(addr)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// fetchStatus GETs /status.json from target: "unix:PATH",
+// "inet:HOST:PORT", "http://HOST:PORT[/prefix]" or "HOST:PORT".
+func fetchStatus(ctx context.Context, target string) ([]byte, error) {
+	// No keep-alive (one request), and no proxy from the environment (a
+	// zero Transport's Proxy is nil): the daemon is local.
+	tr := &http.Transport{DisableKeepAlives: true}
+	base := target
+	switch {
+	case strings.HasPrefix(target, "unix:"):
+		sock := strings.TrimPrefix(target, "unix:")
+		if sock == "" {
+			return nil, fmt.Errorf("%q: empty socket path", target)
+		}
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+		base = "http://sluice"
+	case strings.HasPrefix(target, "inet:"):
+		base = "http://" + strings.TrimPrefix(target, "inet:")
+	case !strings.Contains(target, "://"):
+		base = "http://" + target
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q: want http://HOST:PORT, unix:PATH or inet:HOST:PORT", target)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/status.json"
+	u.RawQuery, u.Fragment = "", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%s: %w", target, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: GET %s: %s", target, u.Path, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStatusBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the status: %w", target, err)
+	}
+	if len(b) > maxStatusBody {
+		return nil, fmt.Errorf("%s: the status is larger than %d bytes", target, maxStatusBody)
+	}
+	return b, nil
+}
+
+// writeStatus prints st as text: a header, then one block per part of
+// the status page. Everything a peer could have chosen (keys, replies,
+// tags) is made safe for a terminal.
+func writeStatus(w io.Writer, st *status.Status) {
+	now := st.Now
+	ago := func(t time.Time) string { return fmtDur(now.Sub(t)) }
+
+	head := "sluice"
+	if st.Version != "" {
+		head += " " + safe(st.Version)
+	}
+	if !st.Started.IsZero() {
+		head += " · up " + ago(st.Started)
+	}
+	if r := st.Reload; r.Generation > 0 {
+		head += " · config generation " + strconv.Itoa(r.Generation)
+		if !r.At.IsZero() {
+			head += ", loaded " + ago(r.At) + " ago"
+		}
+	}
+	fmt.Fprintln(w, head)
+	if r := st.Reload; !r.LastFailed.IsZero() && r.LastFailed.After(r.At) {
+		fmt.Fprintf(w, "!! the last reload FAILED %s ago: the configuration in force is older (see the log)\n", ago(r.LastFailed))
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if s := st.Store; s != nil {
+		keys := count(s.Keys)
+		if s.MaxKeys > 0 {
+			keys += " / " + count(s.MaxKeys)
+		}
+		health := "healthy"
+		if !s.Healthy {
+			health = "FAILING"
+		}
+		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", safe(s.Backend), keys, health)
+	}
+	fmt.Fprintf(tw, "traffic\t%s decisions · %s deferred since start\n", count(int64(st.Totals.Decisions)), count(int64(st.Totals.Deferrals)))
+	for i, d := range st.Doors {
+		label := ""
+		if i == 0 {
+			label = "doors"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", label, safe(d.Name), safe(strings.Join(d.Listen, ", ")), plural(d.Conns, "conn"))
+	}
+	if p := st.Pool; p != nil {
+		writePool(tw, p, now)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	if len(st.Classes) == 0 {
+		fmt.Fprintln(w, "classes: none")
+	} else {
+		fmt.Fprintln(w, "classes (sessions / cap; - = no cap)")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  class\tincoming/refuse\ttotal/queue")
+		for _, c := range st.Classes {
+			fmt.Fprintf(tw, "  %s\t%s\t%s%s\n", safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	if len(st.Talkers) == 0 {
+		fmt.Fprintln(w, "top talkers: nobody is talking")
+	} else {
+		fmt.Fprintln(w, "top talkers (busiest against their limits)")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  key\trule\tcount/limit\trate")
+		for i, t := range st.Talkers {
+			if i == statusTalkers {
+				fmt.Fprintf(tw, "  … %d more (sluice status -json)\t\t\t\n", len(st.Talkers)-i)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", safe(t.Key), safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	if len(st.Deferrals) == 0 {
+		fmt.Fprintln(w, "recent deferrals: none")
+		return
+	}
+	fmt.Fprintln(w, "recent deferrals (newest first)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply")
+	for i, d := range st.Deferrals {
+		if i == statusDeferrals {
+			fmt.Fprintf(tw, "  … %d more (sluice status -json)\t\t\t\t\t\t\t\n", len(st.Deferrals)-i)
+			break
+		}
+		fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
+			perPeriod(d.Count, d.Limit, d.Period), safe(d.Algorithm), safe(d.Verdict), safe(d.Reply))
+	}
+	tw.Flush()
+}
+
+// writePool prints the pool as md-mx-ctrl barstatus would summarise it,
+// with the slot letters, then one line per busy or killed slot, into the
+// header's table (its first column is the label).
+func writePool(tw io.Writer, p *status.Pool, now time.Time) {
+	n := map[string]int{}
+	var letters strings.Builder
+	for i, s := range p.Slots {
+		n[s.State]++
+		if i < statusSlots {
+			letters.WriteString(safe(s.State))
+		}
+	}
+	if len(p.Slots) > statusSlots {
+		fmt.Fprintf(&letters, "+%d", len(p.Slots)-statusSlots)
+	}
+	line := fmt.Sprintf("pool\t%d/%d busy  [%s]  %d busy · %d idle · %d stopped", n[status.SlotBusy], len(p.Slots),
+		letters.String(), n[status.SlotBusy], n[status.SlotIdle], n[status.SlotStopped])
+	if k := n[status.SlotKilled]; k > 0 {
+		line += fmt.Sprintf(" · %d killed", k)
+	}
+	line += fmt.Sprintf(" · queue %d/%d · %s msgs · %s activations", p.Queued, p.QueueSize, count(p.Msgs), count(int64(p.Activations)))
+	fmt.Fprintln(tw, line)
+	for i, s := range p.Slots {
+		if s.State != status.SlotBusy && s.State != status.SlotKilled {
+			continue
+		}
+		f := []string{fmt.Sprintf("slot %d", i), safe(s.State)}
+		if s.PID > 0 {
+			f = append(f, "pid "+strconv.Itoa(s.PID))
+		}
+		if s.Cmd != "" {
+			f = append(f, safe(s.Cmd))
+		}
+		if !s.Since.IsZero() {
+			f = append(f, fmtDur(now.Sub(s.Since)))
+		}
+		if s.Tag != "" {
+			f = append(f, safe(s.Tag))
+		}
+		fmt.Fprintf(tw, "\t  %s\n", strings.Join(f, "  "))
+	}
+}
+
+func capText(n, limit int64) string {
+	if limit <= 0 {
+		return count(n) + "/-"
+	}
+	return count(n) + "/" + count(limit)
+}
+
+// fullMark flags a class at one of its caps (a last cell, or nothing).
+func fullMark(c status.Class) string {
+	if (c.IncomingCap > 0 && c.Incoming >= c.IncomingCap) || (c.TotalCap > 0 && c.Total >= c.TotalCap) {
+		return "\tFULL"
+	}
+	return ""
+}
+
+func perPeriod(n, limit int64, period string) string {
+	s := count(n)
+	if limit > 0 {
+		s += "/" + count(limit)
+	}
+	if period != "" {
+		s += " per " + safe(period)
+	}
+	return s
+}
+
+// rateText is a rate per second in the unit that reads best.
+func rateText(perSec float64) string {
+	switch {
+	case perSec <= 0:
+		return "0/s"
+	case perSec >= 1:
+		return strconv.FormatFloat(perSec, 'f', 1, 64) + "/s"
+	case perSec*60 >= 1:
+		return strconv.FormatFloat(perSec*60, 'f', 1, 64) + "/min"
+	}
+	return strconv.FormatFloat(perSec*3600, 'f', 1, 64) + "/h"
+}
+
+// fmtDur is "4s", "3m12s", "2h05m" or "3d4h", as the status page writes
+// durations.
+func fmtDur(d time.Duration) string {
+	s := int64(max(d, 0) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		if s%60 == 0 {
+			return fmt.Sprintf("%dm", s/60)
+		}
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s/60%60)
+	}
+	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
+}
+
+// count writes n with thousands separators.
+func count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return count(int64(n)) + " " + word + "s"
+}
+
+// safe makes text from the daemon (keys and replies come from peers) fit
+// for a terminal and a table: control characters, tabs and invalid
+// UTF-8 become '?'.
+func safe(s string) string {
+	ok := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
