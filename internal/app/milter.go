@@ -99,7 +99,7 @@ func (h milterRules) EOM(s *milter.Session, _ *milter.Modifier) milter.Response 
 
 func (h milterRules) Abort(s *milter.Session) {
 	if ss := session(s); ss.gov != nil {
-		ss.gov.MilterAbort(s.Context(), &ss.ms)
+		ss.gov.MilterAbort(context.WithoutCancel(s.Context()), &ss.ms)
 	}
 }
 
