@@ -59,8 +59,8 @@ const (
 var errProtocol = errors.New("milter: protocol error")
 
 // conn is the state of one connection: the session's protocol state as
-// data. Its goroutine reads and writes packets; callbacks run on the
-// workers, which see the pending call's fields through the queue.
+// data. Its goroutine reads and writes packets and, holding a worker
+// token, runs the callbacks (see tryDispatch).
 type conn struct {
 	srv  *Server
 	nc   net.Conn
@@ -81,8 +81,7 @@ type conn struct {
 	readArmed  time.Time
 	writeArmed time.Time
 
-	// The pending call: set by the connection goroutine before it queues
-	// c; the worker sets result and signals done.
+	// The pending call and its result.
 	call     callKind
 	callSess *Session
 	s1, s2   string
@@ -92,12 +91,10 @@ type conn struct {
 	chunk    []byte
 	mod      *Modifier
 	result   Response
-	done     chan struct{}
-	progress chan struct{}
 }
 
 func (s *Server) serveConn(nc *netserve.Conn) {
-	c := &conn{srv: s, nc: nc.Conn, done: make(chan struct{}, 1), progress: make(chan struct{}, 1)}
+	c := &conn{srv: s, nc: nc.Conn}
 	if tc, ok := nc.Conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		if quickAckSupported && !s.noQuickAck {
@@ -406,51 +403,73 @@ func (c *conn) eom(data []byte) error {
 	return err
 }
 
-// tryDispatch queues the call kind for the current session, or reports
-// that the queue is full.
+// tryDispatch runs the call kind for the current session, or reports
+// that the queue is full. A call runs on the connection's goroutine once
+// it holds one of the Workers tokens: at most Workers callbacks run at
+// once, at most QueueLen calls wait for a token, and beyond that the MTA
+// is answered at once. Running the callback where the packet was read
+// spares two goroutine hand-offs per event; the bound on work is the
+// same as a pool of Workers goroutines behind a queue of QueueLen.
 func (c *conn) tryDispatch(kind callKind) bool {
 	c.call, c.callSess = kind, c.sess
+	srv := c.srv
 	select {
-	case c.srv.tasks <- c:
-		return true
+	case srv.tokens <- struct{}{}:
 	default:
-		c.call, c.callSess = callNone, nil
-		return false
+		if srv.waiting.Add(1) > int64(srv.o.QueueLen) {
+			srv.waiting.Add(-1)
+			c.call, c.callSess = callNone, nil
+			return false
+		}
+		select {
+		case srv.tokens <- struct{}{}:
+			srv.waiting.Add(-1)
+		case <-srv.ctx.Done():
+			srv.waiting.Add(-1)
+			c.call, c.callSess = callNone, nil
+			return false
+		}
 	}
+	c.runCall()
+	<-srv.tokens
+	return true
 }
 
 // dispatchWait runs a call that must not be dropped (Abort, Close): it
-// waits for room in the queue.
+// waits for a token however many wait, and runs without one once the
+// server is closing (the callbacks in flight are few and bounded then).
 func (c *conn) dispatchWait(kind callKind, s *Session) {
 	c.call, c.callSess = kind, s
-	c.srv.tasks <- c
-	c.wait()
-}
-
-// wait waits for the queued call to return, sending PROGRESS packets the
-// handler asks for meanwhile.
-func (c *conn) wait() Response {
-	for {
-		select {
-		case <-c.done:
-			select {
-			case <-c.progress: // superseded by the answer
-			default:
-			}
-			c.call, c.callSess = callNone, nil
-			return c.result
-		case <-c.progress:
-			b := getBuf()
-			out := wire.AppendPacket((*b)[:0], wire.RespProgress, nil)
-			if err := c.write(out); err != nil {
-				c.srv.o.Logger.Debug("milter: writing PROGRESS failed", "err", err)
-			}
-			putBuf(b, out)
-		}
+	srv := c.srv
+	select {
+	case srv.tokens <- struct{}{}:
+		c.runCall()
+		<-srv.tokens
+	case <-srv.ctx.Done():
+		c.runCall()
 	}
+	c.call, c.callSess = callNone, nil
 }
 
-// runCall runs the pending call; it is called on a worker.
+// wait returns the result of the call tryDispatch ran.
+func (c *conn) wait() Response {
+	c.call, c.callSess = callNone, nil
+	return c.result
+}
+
+// sendProgress writes a PROGRESS packet; a callback's Modifier calls it
+// on the connection's goroutine.
+func (c *conn) sendProgress() {
+	b := getBuf()
+	out := wire.AppendPacket((*b)[:0], wire.RespProgress, nil)
+	if err := c.write(out); err != nil {
+		c.srv.o.Logger.Debug("milter: writing PROGRESS failed", "err", err)
+	}
+	putBuf(b, out)
+}
+
+// runCall runs the pending call on the connection's goroutine; a panic in
+// the handler answers tempfail.
 func (c *conn) runCall() {
 	defer func() {
 		if r := recover(); r != nil {
@@ -460,7 +479,6 @@ func (c *conn) runCall() {
 				c.mod.finish(true)
 			}
 		}
-		c.done <- struct{}{}
 	}()
 	h, st, s := c.srv.o.Handler, &c.srv.steps, c.callSess
 	c.result = Continue

@@ -154,18 +154,15 @@ func (m *Modifier) Quarantine(reason string) error {
 }
 
 // Progress tells the MTA that the milter is still working, which resets
-// its timeout. It is sent at once, from the connection's goroutine; calls
-// made while one is still pending are merged.
+// its timeout. It is sent at once. Call it from the EOM callback itself,
+// not from another goroutine.
 func (m *Modifier) Progress() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.done {
 		return ErrModifierDone
 	}
-	select {
-	case m.c.progress <- struct{}{}:
-	default:
-	}
+	m.c.sendProgress()
 	return nil
 }
 

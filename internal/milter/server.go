@@ -39,10 +39,11 @@ type Options struct {
 	// closed at once, and the MTA applies its default action
 	// (milter_default_action).
 	MaxSessions int
-	// Workers is the number of goroutines that run the callbacks
-	// (default 4 x GOMAXPROCS, at least 8).
+	// Workers is how many callbacks may run at once (default 4 x
+	// GOMAXPROCS, at least 8).
 	Workers int
-	// QueueLen is how many callbacks may wait for a worker (default 256).
+	// QueueLen is how many callbacks may wait for one of the Workers
+	// (default 256).
 	QueueLen int
 	// QueueFullResponse is the answer when a callback cannot be queued
 	// (default Tempfail). On a step negotiated no-reply, where nothing
@@ -73,11 +74,10 @@ type Server struct {
 	cancel context.CancelFunc
 	steps  stepSet // what the Handler implements
 
-	tasks      chan *conn // the bounded queue
+	tokens     chan struct{} // one per callback allowed to run at once
+	waiting    atomic.Int64  // calls waiting for a token
 	mu         sync.Mutex
-	started    bool // workers running
-	stopped    bool // tasks closed
-	workers    sync.WaitGroup
+	stopped    bool
 	nextID     atomic.Uint64
 	queueFull  atomic.Int64
 	noQuickAck bool // tests: show the delayed-ACK stall
@@ -127,7 +127,7 @@ func NewServer(o Options) *Server {
 	if len(o.Macros) > 0 {
 		o.Actions |= wire.ActSetSymList
 	}
-	s := &Server{o: o, tasks: make(chan *conn, o.QueueLen)}
+	s := &Server{o: o, tokens: make(chan struct{}, o.Workers)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	h := o.Handler
 	s.steps.helo, _ = h.(HeloHandler)
@@ -164,13 +164,6 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return ErrServerClosed
 	}
-	if !s.started {
-		s.started = true
-		s.workers.Add(s.o.Workers)
-		for range s.o.Workers {
-			go s.work()
-		}
-	}
 	s.mu.Unlock()
 	return s.ns.Serve(l)
 }
@@ -203,18 +196,6 @@ func (s *Server) Close() error {
 func (s *Server) stopWorkers() {
 	s.cancel()
 	s.mu.Lock()
-	if !s.stopped {
-		s.stopped = true
-		close(s.tasks)
-	}
+	s.stopped = true
 	s.mu.Unlock()
-	s.workers.Wait()
-}
-
-// work runs queued callbacks until the queue is closed.
-func (s *Server) work() {
-	defer s.workers.Done()
-	for c := range s.tasks {
-		c.runCall()
-	}
 }
