@@ -19,7 +19,7 @@ type Milter struct {
 	Socket Socket   `toml:"socket"`
 	// MaxSessions caps open milter connections (one per SMTP session).
 	MaxSessions int `toml:"max_sessions"`
-	// Workers is how many goroutines run the rules for all sessions.
+	// Workers is how many sessions' rules may run at once.
 	Workers int `toml:"workers"`
 	// Queue is how many events may wait for a worker; when it is full the
 	// MTA gets the queue_full answer at once.
