@@ -97,12 +97,42 @@ func secs(sn *pool.Snapshot, t interface{ Unix() int64 }) int64 {
 
 var loadWindows = [4]int{10, 60, 300, 600}
 
-// formatLoad: the 29 fields of `load` and `load-<cmd>`.
-func formatLoad(sn *pool.Snapshot, k pool.Kind) string {
-	var w [4]pool.Window
+// loadQueries are the windows formatLoad shows for kind k.
+func loadQueries(k pool.Kind) []pool.LoadQuery {
+	qs := make([]pool.LoadQuery, len(loadWindows))
 	for i, back := range loadWindows {
-		w[i] = sn.Window(k, back)
+		qs[i] = pool.LoadQuery{Kind: k, Back: back}
 	}
+	return qs
+}
+
+// load1Kinds are the kinds formatLoad1 shows, in its order.
+var load1Kinds = []pool.Kind{pool.Scan, pool.RelayOK, pool.SenderOK, pool.RecipOK}
+
+// load1Queries are the windows formatLoad1 shows.
+func load1Queries(back int) []pool.LoadQuery {
+	qs := make([]pool.LoadQuery, len(load1Kinds))
+	for i, k := range load1Kinds {
+		qs[i] = pool.LoadQuery{Kind: k, Back: back}
+	}
+	return qs
+}
+
+var hloadWindows = [4]int{1, 4, 12, 24}
+
+// hloadQueries are the windows formatHLoad shows for kind k.
+func hloadQueries(k pool.Kind) []pool.LoadQuery {
+	qs := make([]pool.LoadQuery, len(hloadWindows))
+	for i, h := range hloadWindows {
+		qs[i] = pool.LoadQuery{Kind: k, Back: h, Hours: true}
+	}
+	return qs
+}
+
+// formatLoad: the 29 fields of `load` and `load-<cmd>`; sn.Loads holds
+// loadQueries(k).
+func formatLoad(sn *pool.Snapshot) string {
+	w := sn.Loads
 	var f []string
 	for i := range w {
 		f = append(f, fmt.Sprint(w[i].Count))
@@ -133,28 +163,25 @@ func counts(sn *pool.Snapshot) []string {
 	}
 }
 
-// formatLoad1: the 26 fields of `load1 N`.
+// formatLoad1: the 26 fields of `load1 N`; sn.Loads holds
+// load1Queries(back).
 func formatLoad1(sn *pool.Snapshot, back int) string {
-	kinds := []pool.Kind{pool.Scan, pool.RelayOK, pool.SenderOK, pool.RecipOK}
 	var f []string
-	for _, k := range kinds {
-		w := sn.Window(k, back)
+	for _, w := range sn.Loads {
 		f = append(f, fmt.Sprint(w.Count), fmt.Sprintf("%f", w.AvgBusy(0)), fmt.Sprintf("%f", w.AvgMs()))
 	}
 	f = append(f, counts(sn)...)
 	f = append(f, fmt.Sprint(back))
-	for _, k := range kinds {
+	for _, k := range load1Kinds {
 		f = append(f, fmt.Sprint(sn.BusyWith(k)))
 	}
 	return strings.Join(f, " ") + "\n"
 }
 
-// formatHLoad: the 16 fields of `hload` and `hload-<cmd>`.
-func formatHLoad(sn *pool.Snapshot, k pool.Kind) string {
-	var w [4]pool.Window
-	for i, h := range [4]int{1, 4, 12, 24} {
-		w[i] = sn.HourWindow(k, h)
-	}
+// formatHLoad: the 16 fields of `hload` and `hload-<cmd>`; sn.Loads
+// holds hloadQueries(k).
+func formatHLoad(sn *pool.Snapshot) string {
+	w := sn.Loads
 	var f []string
 	for i := range w {
 		f = append(f, fmt.Sprint(w[i].Count))

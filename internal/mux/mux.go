@@ -60,8 +60,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"sluice/internal/pool"
@@ -106,8 +108,9 @@ type Options struct {
 type Server struct {
 	o          Options
 	mu         sync.Mutex
-	listeners  map[net.Listener]struct{}
-	conns      map[net.Conn]struct{}
+	listeners  map[net.Listener]*acceptor
+	conns      map[net.Conn]struct{} // connections of listeners without a descriptor
+	files      map[*os.File]struct{} // fdConns registered with the poller
 	restricted int
 	closed     bool
 	ctx        context.Context // cancelled by Close: ends waits on the pool
@@ -130,11 +133,14 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{},
+		conns: map[net.Conn]struct{}{}, files: map[*os.File]struct{}{}}
 }
 
 // Serve accepts connections on l until Close; privileged is false for the
-// restricted (-a) socket.
+// restricted (-a) socket. A listener with a descriptor is served through
+// a duplicate of it (conn.go), so it is Close, not l.Close, that stops
+// Serve.
 func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.mu.Lock()
 	if s.closed {
@@ -142,13 +148,21 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 		l.Close()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
+	acc := newAcceptor(l)
+	s.listeners[l] = acc
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
 	var delay time.Duration
 	for {
-		c, err := l.Accept()
+		var c net.Conn
+		fd := -1
+		var err error
+		if acc != nil {
+			fd, err = acc.accept()
+		} else {
+			c, err = l.Accept()
+		}
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
@@ -156,7 +170,7 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 			if closed {
 				return ErrServerClosed
 			}
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return err
 			}
 			// EMFILE and the like: back off and go on.
@@ -166,23 +180,32 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 		}
 		delay = 0
 		s.mu.Lock()
-		if s.closed {
+		if s.closed || !privileged && s.restricted >= maxRestrictedActive {
+			closed := s.closed
 			s.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
+			if c != nil {
+				c.Close()
+			} else {
+				syscall.Close(fd)
+			}
+			if closed {
+				return ErrServerClosed
+			}
+			continue
 		}
 		if !privileged {
-			if s.restricted >= maxRestrictedActive {
-				s.mu.Unlock()
-				c.Close()
-				continue
-			}
 			s.restricted++
 		}
-		s.conns[c] = struct{}{}
+		if c != nil {
+			s.conns[c] = struct{}{}
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c, privileged)
+		if c != nil {
+			go s.serveConn(c, privileged)
+		} else {
+			go s.serveFD(fd, privileged)
+		}
 	}
 }
 
@@ -193,11 +216,15 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.cancel()
-	for l := range s.listeners {
+	for l, acc := range s.listeners {
 		l.Close()
+		acc.close()
 	}
 	for c := range s.conns {
 		c.Close()
+	}
+	for f := range s.files {
+		f.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -209,13 +236,42 @@ func (s *Server) serveConn(c net.Conn, privileged bool) {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
-		if !privileged {
-			s.restricted--
-		}
 		s.mu.Unlock()
-		s.wg.Done()
+		s.connDone(privileged)
 	}()
-	line, ok := ReadRequest(c, s.o.Timeout)
+	s.serve(c, privileged)
+}
+
+func (s *Server) serveFD(fd int, privileged bool) {
+	c := &fdConn{fd: fd, s: s}
+	defer func() {
+		c.Close()
+		s.connDone(privileged)
+	}()
+	s.serve(c, privileged)
+}
+
+func (s *Server) connDone(privileged bool) {
+	if !privileged {
+		s.mu.Lock()
+		s.restricted--
+		s.mu.Unlock()
+	}
+	s.wg.Done()
+}
+
+// clientConn is what serving a request needs of a connection.
+type clientConn interface {
+	Read(b []byte) (int, error)
+	Write(b []byte) (int, error)
+	SetReadDeadline(t time.Time) error
+	SetWriteDeadline(t time.Time) error
+}
+
+func (s *Server) serve(c clientConn, privileged bool) {
+	buf := bufPool.Get().(*[maxLine]byte)
+	line, ok := readRequest(c, s.o.Timeout, buf)
+	bufPool.Put(buf)
 	if !ok {
 		return
 	}
@@ -235,8 +291,11 @@ func (s *Server) serveConn(c net.Conn, privileged bool) {
 // nothing in time (the connection is closed without a reply); a client
 // that half-closes at once delivers the empty command.
 func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
+	return readRequest(c, timeout, new([maxLine]byte))
+}
+
+func readRequest(c clientConn, timeout time.Duration, buf *[maxLine]byte) (line string, ok bool) {
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	buf := make([]byte, maxLine)
 	got := 0
 	var scratch [512]byte
 	for {
@@ -258,7 +317,7 @@ func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errConnClosed) {
 				return "", false
 			}
 			break // EOF: whatever arrived is the command
@@ -367,28 +426,20 @@ func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	case "busyslaves", "busyworkers":
 		return s.withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, true) })
 	case "load":
-		return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad(sn, pool.Scan) })
+		return s.withLoad(formatLoad, loadQueries(pool.Scan)...)
 	}
 	if rest, ok := strings.CutPrefix(line, "load1 "); ok {
 		back, ok := scanInt(rest)
 		if !ok || back < 10 || back > 600 {
 			return ReplyBadBack, true
 		}
-		return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad1(sn, back) })
+		return s.withLoad(func(sn *pool.Snapshot) string { return formatLoad1(sn, back) }, load1Queries(back)...)
 	}
-	for _, k := range []pool.Kind{pool.RelayOK, pool.SenderOK, pool.RecipOK} {
-		if line == "load-"+k.Name() {
-			return s.withSnap(func(sn *pool.Snapshot) string { return formatLoad(sn, k) })
-		}
+	if k, ok := loadCommands[line]; ok {
+		return s.withLoad(formatLoad, loadQueries(k)...)
 	}
-	for _, k := range []pool.Kind{pool.Scan, pool.RelayOK, pool.SenderOK, pool.RecipOK} {
-		name := "hload"
-		if k != pool.Scan {
-			name += "-" + k.Name()
-		}
-		if line == name {
-			return s.withSnap(func(sn *pool.Snapshot) string { return formatHLoad(sn, k) })
-		}
+	if k, ok := hloadCommands[line]; ok {
+		return s.withLoad(formatHLoad, hloadQueries(k)...)
 	}
 	switch line {
 	case "histo":
@@ -413,8 +464,25 @@ func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	return "", false
 }
 
+// loadCommands and hloadCommands are the load-<cmd> and hload[-<cmd>]
+// commands and the kinds they show.
+var loadCommands, hloadCommands = func() (load, hload map[string]pool.Kind) {
+	load, hload = map[string]pool.Kind{}, map[string]pool.Kind{"hload": pool.Scan}
+	for _, k := range []pool.Kind{pool.RelayOK, pool.SenderOK, pool.RecipOK} {
+		load["load-"+k.Name()] = k
+		hload["hload-"+k.Name()] = k
+	}
+	return load, hload
+}()
+
 func (s *Server) withSnap(f func(*pool.Snapshot) string) (string, bool) {
-	snap, ok := s.o.Pool.Snapshot()
+	return s.withLoad(f)
+}
+
+// withLoad is withSnap for the load commands: the windows qs are computed
+// by the pool into the snapshot's Loads.
+func (s *Server) withLoad(f func(*pool.Snapshot) string, qs ...pool.LoadQuery) (string, bool) {
+	snap, ok := s.o.Pool.SnapshotLoad(qs...)
 	if !ok {
 		return "", true
 	}

@@ -1,6 +1,7 @@
 package mux_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -56,6 +57,9 @@ type target struct {
 type settings struct {
 	min, max, queue int
 	busy, queueTime int // seconds
+	// slew is sluice's -w when not 0 (benchmarks only: flags() gives
+	// both sides -w 1).
+	slew time.Duration
 }
 
 func (s settings) flags() []string {
@@ -63,14 +67,14 @@ func (s settings) flags() []string {
 		"-q", fmt.Sprint(s.queue), "-Q", fmt.Sprint(s.queueTime)}
 }
 
-func startSluice(t *testing.T, st settings) target {
+func startSluice(t testing.TB, st settings) target {
 	t.Helper()
 	dir := t.TempDir()
 	p, err := pool.New(pool.Config{
 		Program: fakeWorker, Args: []string{"-server"}, Dir: dir,
 		MinWorkers: st.min, MaxWorkers: st.max, MaxRequests: 500,
 		IdleTime: 300 * time.Second, BusyTimeout: time.Duration(st.busy) * time.Second,
-		CmdTimeout: 10 * time.Second, SlewTime: time.Second,
+		CmdTimeout: 10 * time.Second, SlewTime: cmp.Or(st.slew, time.Second),
 		QueueSize: st.queue, QueueTimeout: time.Duration(st.queueTime) * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -145,7 +149,7 @@ func startReference(t *testing.T, st settings) (target, bool) {
 
 // query sends raw bytes on one connection, optionally half-closes, and
 // returns everything the server sends before it closes.
-func query(t *testing.T, sock, req string, halfClose bool) string {
+func query(t testing.TB, sock, req string, halfClose bool) string {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
 	if err != nil {

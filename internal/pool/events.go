@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 )
 
@@ -38,8 +39,8 @@ func (p *Pool) notify(msg string) {
 // notifyTag sends "S <n> <tag>" (the tag cut to 200 bytes); an empty tag
 // is not sent.
 func (p *Pool) notifyTag(s *slot) {
-	if s.tag != "" {
-		p.notify(fmt.Sprintf("S %d %s", s.n, truncate(s.tag, 200)))
+	if s.tag != "" && p.cfg.Notify != nil {
+		p.notify("S " + strconv.Itoa(s.n) + " " + truncate(s.tag, 200))
 	}
 }
 

@@ -3,9 +3,20 @@
 // Killed), one line-protocol command per busy worker over its stdin and
 // stdout, a FIFO queue, busy and idle timeouts, recycling and reaping.
 //
-// One owner goroutine holds every slot, the queue and the timers; worker
-// I/O goroutines and clients talk to it over channels. Timers come from an
-// injected clock.Clock. Children are reaped with wait4(WNOHANG) on SIGCHLD.
+// One owner goroutine holds every slot, the queue and the timers; clients
+// talk to it over channels. Timers come from an injected clock.Clock.
+// Children are reaped with wait4(WNOHANG) on SIGCHLD.
+//
+// A request's worker I/O is done by the client's own goroutine: the owner
+// grants it a Busy worker (and keeps the slot, its busy timer and all
+// bookkeeping), the client writes the command and reads the reply on the
+// worker's pipes, then claims the call with an atomic state change and
+// reports the outcome to the owner in one message, before it returns. The
+// owner can still end the call first (busy timeout, kill, shutdown): it
+// claims the call, answers the client itself and interrupts the client's
+// read; every such claim kills the worker. A client whose context ends
+// hands its unfinished read to a helper goroutine. io.go has the whole
+// protocol.
 package pool
 
 import (
@@ -17,8 +28,10 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -125,22 +138,22 @@ type Result struct {
 type call struct {
 	req   Request
 	kind  Kind
-	done  chan Result
-	timer *timerEntry // queue timeout while queued
-	start time.Time   // clock time of dispatch
+	ch    chan callMsg // to the client: its grant, and its result
+	timer *timerEntry  // queue timeout while queued
+	start time.Time    // clock time of dispatch
 	// tick is the band of an internal tick request (§4.10), -1 otherwise.
 	tick int
 	// onDone, when set, is called on the owner goroutine instead of
-	// sending on done (ticks).
+	// sending the result on ch (ticks).
 	onDone func(Result)
-}
 
-func (c *call) finish(r Result) {
-	if c.onDone != nil {
-		c.onDone(r)
-		return
-	}
-	c.done <- r
+	// Set by the owner when it grants a worker (see io.go).
+	slot int
+	proc *process
+	// io is the state of a granted call (ioRunning...), shared by the
+	// owner and the grant's holder; ior is the holder's progress.
+	io  atomic.Int32
+	ior ioProgress
 }
 
 type slot struct {
@@ -267,7 +280,7 @@ func (p *Pool) Config() Config { return p.cfg }
 // Do sends req to a worker, or queues it, and waits for the outcome. It
 // returns ErrClosed when ctx ends or the pool stops first.
 func (p *Pool) Do(ctx context.Context, req Request) Result {
-	c := &call{req: req, kind: KindOf(req.Line), done: make(chan Result, 1), tick: -1}
+	c := &call{req: req, kind: KindOf(req.Line), ch: make(chan callMsg, 2), tick: -1}
 	select {
 	case p.calls <- c:
 	case <-p.done:
@@ -275,14 +288,31 @@ func (p *Pool) Do(ctx context.Context, req Request) Result {
 	case <-ctx.Done():
 		return Result{Err: ErrClosed}
 	}
+	var m callMsg
 	select {
-	case r := <-c.done:
-		return r
+	case m = <-c.ch:
 	case <-p.done:
 		return Result{Err: ErrClosed}
 	case <-ctx.Done():
+		// The call goes on without its client: a grant still needs
+		// its I/O done.
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			select {
+			case m := <-c.ch:
+				if m.proc != nil {
+					p.clientIO(context.Background(), c, m.proc)
+				}
+			case <-p.done:
+			}
+		}()
 		return Result{Err: ErrClosed}
 	}
+	if m.proc == nil {
+		return m.res
+	}
+	return p.clientIO(ctx, c, m.proc)
 }
 
 // Reread starts a new generation, as the `reread` command and SIGINT do:
@@ -342,8 +372,12 @@ func (p *Pool) Run(ctx context.Context) error {
 	for {
 		var tc <-chan time.Time
 		if len(p.timers) > 0 {
+			// A timer armed for a deadline that has since gone (a busy
+			// timer cancelled) is left to fire early: fireTimers then
+			// finds nothing due and the loop arms the next one. Re-arming
+			// for every request would cost a timer each.
 			when := p.timers[0].when
-			if timer == nil || !when.Equal(armed) {
+			if timer == nil || when.Before(armed) {
 				if timer != nil {
 					timer.Stop()
 				}
@@ -529,7 +563,8 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	}
 	p.elog("dispatch worker=%d pid=%d cmd=%q", s.n, proc.pid, truncate(c.req.Line, 100))
 	s.busyTimer = p.after(p.cfg.BusyTimeout, func() { p.busyTimeout(s, proc) })
-	proc.jobs <- c.req.Line + "\n"
+	c.slot = s.n
+	p.grant(c, proc)
 	if c.kind == Scan && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
@@ -539,10 +574,12 @@ func (p *Pool) dispatch(s *slot, c *call) {
 // its logs: the queue id that prefixes the worker's stderr lines, and a
 // scan's directory (EndFilter is logged only while it is set).
 func (p *Pool) noteCommand(s *slot, c *call) {
-	f := strings.Fields(c.req.Line)
 	field := func(i, n int) (string, bool) {
-		if i < len(f) {
-			return truncate(f[i], n), true
+		for f := range strings.FieldsSeq(c.req.Line) {
+			if i == 0 {
+				return truncate(f, n), true
+			}
+			i--
 		}
 		return "", false
 	}
@@ -570,7 +607,9 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 	default:
 		s.workdir = ""
 	}
-	s.proc.qid.Store(&qid)
+	if *s.proc.qid.Load() != qid {
+		s.proc.qid.Store(&qid)
+	}
 }
 
 func truncate(s string, n int) string {
@@ -612,12 +651,11 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
 	p.vlog(slog.LevelInfo, "Starting worker %d (pid %d) (%d running): %s", s.n, proc.pid, p.running(), reason)
 	p.stat(s, "StartWorker", `reason="`+reason+`"`)
-	n := 2
+	n := 1
 	if proc.status != nil {
 		n++
 	}
 	p.wg.Add(n)
-	go p.serveIO(s.n, proc)
 	go p.drainStderr(s.n, proc)
 	if proc.status != nil {
 		go p.readStatus(s.n, proc)
@@ -633,7 +671,9 @@ func (p *Pool) setState(s *slot, st State) {
 	if s.state == st {
 		return
 	}
-	p.notify(fmt.Sprintf("S %d StateChange %s -> %s", s.n, s.state, st))
+	if p.cfg.Notify != nil {
+		p.notify(fmt.Sprintf("S %d StateChange %s -> %s", s.n, s.state, st))
+	}
 	p.elog("worker=%d %s -> %s", s.n, s.state, st)
 	s.state = st
 	now := p.clk.Now()
@@ -649,8 +689,8 @@ func (p *Pool) setState(s *slot, st State) {
 		s.idleSeq = p.idleSeq
 	}
 	free := p.count(Idle) + p.count(Stopped)
-	if free != p.oldFree {
-		p.notify(fmt.Sprintf("F %d", free))
+	if free != p.oldFree && p.cfg.Notify != nil {
+		p.notify("F " + strconv.Itoa(free))
 	}
 	if free == 0 {
 		p.notify("Z")
@@ -718,8 +758,8 @@ func (p *Pool) handleIO(ev ioEvent) {
 	s.idleSince = p.clk.Now()
 	s.cur = Other
 	p.checkExpiry(s)
-	if c.tick < 0 && !c.req.Map && s.workdir != "" {
-		p.stat(s, "EndFilter", fmt.Sprintf("numRequests=%d", s.numRequests))
+	if c.tick < 0 && !c.req.Map && s.workdir != "" && p.cfg.Stats != nil {
+		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.numRequests))
 	}
 	if s.reapPending {
 		p.finishReap(s)
@@ -814,8 +854,8 @@ func (p *Pool) busyTimeout(s *slot, proc *process) {
 		p.notify("B")
 	}
 	p.kill(s, "Busy timeout")
-	if c.tick < 0 && s.workdir != "" {
-		p.stat(s, "EndFilter", fmt.Sprintf("numRequests=%d", s.numRequests))
+	if c.tick < 0 && s.workdir != "" && p.cfg.Stats != nil {
+		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.numRequests))
 	}
 }
 
@@ -978,7 +1018,6 @@ func closeProc(proc *process) {
 	if proc.status != nil {
 		proc.status.Close()
 	}
-	close(proc.jobs)
 }
 
 // bringUpCheck is §4.2: start one worker if fewer than min run, and check

@@ -60,7 +60,7 @@ func baseConfig() pool.Config {
 
 // start runs a pool for the test and stops it (reaping every child) at
 // cleanup, checking that no worker process survives.
-func start(t *testing.T, cfg pool.Config) *pool.Pool {
+func start(t testing.TB, cfg pool.Config) *pool.Pool {
 	t.Helper()
 	p, err := pool.New(cfg)
 	if err != nil {
@@ -142,12 +142,12 @@ func TestBasic(t *testing.T) {
 	wantReply(t, do(t, p, "hello world"), "echo \"hello world\"\n")
 	wantReply(t, do(t, p, "args"), `args ["fakeworker" "-f" "/x/filter" "-server"]`+"\n")
 	wantReply(t, do(t, p, "scan Q1 /tmp"), "ok\n")
-	snap, _ := p.Snapshot()
+	snap, _ := p.SnapshotLoad(pool.LoadQuery{Kind: pool.Scan, Back: 10})
 	s := snap.Slots[0]
 	if s.NumRequests != 3 || s.NumScans != 1 || snap.Msgs != 1 || s.Last != pool.Scan || snap.Activations != 1 {
 		t.Fatalf("slot %+v msgs %d activations %d", s, snap.Msgs, snap.Activations)
 	}
-	if w := snap.Window(pool.Scan, 10); w.Count != 1 || w.AvgBusy(1) != 1 {
+	if w := snap.Loads[0]; w.Count != 1 || w.AvgBusy(1) != 1 {
 		t.Fatalf("scan window %+v", w)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // maxReply is the reference's reply buffer: a longer reply is cut to its
@@ -24,10 +23,9 @@ type process struct {
 	stdin  *os.File
 	stdout *os.File
 	stderr *os.File
-	// jobs carries command lines (newline included) to the I/O goroutine.
-	// Buffered: the owner never blocks, since a slot has at most one
-	// command outstanding.
-	jobs chan string
+	// buf and wbuf are the reply and command buffers of the request in
+	// flight, used only by the holder of its grant (io.go).
+	buf, wbuf []byte
 	// status is the read end of the -Z status pipe (nil without -Z).
 	status *os.File
 	// qid is the queue id of the worker's last scan, senderok or recipok
@@ -109,7 +107,7 @@ func spawn(cfg *Config) (*process, error) {
 		stdout: files[2],
 		stderr: files[4],
 		status: files[6],
-		jobs:   make(chan string, 1),
+		buf:    make([]byte, maxReply+512),
 	}
 	empty := ""
 	pr.qid.Store(&empty)
@@ -123,61 +121,6 @@ type ioEvent struct {
 	reply    []byte
 	eof      bool // stdout ended (or failed) before a newline
 	writeErr error
-}
-
-// serveIO runs the commands sent on pr.jobs: write the line under the
-// command timeout, then read one reply line as the reference does (up to
-// maxReply bytes; bytes after the newline in the same read are dropped; a
-// longer line is cut and its rest discarded). It returns when pr.jobs is
-// closed.
-func (p *Pool) serveIO(n int, pr *process) {
-	defer p.wg.Done()
-	buf := make([]byte, maxReply)
-	for line := range pr.jobs {
-		ev := ioEvent{slot: n, proc: pr}
-		_ = pr.stdin.SetWriteDeadline(time.Now().Add(p.cfg.CmdTimeout))
-		if _, err := pr.stdin.Write([]byte(line)); err != nil {
-			ev.writeErr = err
-			if !p.send(ev) {
-				return
-			}
-			continue
-		}
-		got := 0
-		discard := false // the line was cut: throw away its rest
-		for {
-			m, err := pr.stdout.Read(buf[got:])
-			if m > 0 && discard {
-				if bytes.IndexByte(buf[got:got+m], '\n') >= 0 {
-					ev.reply = bytes.Clone(buf[:got])
-					break
-				}
-				m = 0
-			}
-			if m > 0 {
-				if i := bytes.IndexByte(buf[got:got+m], '\n'); i >= 0 {
-					ev.reply = bytes.Clone(buf[:got+i+1])
-					break
-				}
-				got += m
-				if got == len(buf) {
-					// Keep the first maxReply bytes; read the rest into a
-					// scratch area at the end of the line.
-					discard = true
-					buf = append(buf[:got:got], make([]byte, 512)...)
-				}
-			}
-			if err != nil {
-				ev.reply = bytes.Clone(buf[:got])
-				ev.eof = true
-				break
-			}
-		}
-		buf = buf[:maxReply]
-		if !p.send(ev) {
-			return
-		}
-	}
 }
 
 // chunk is the reference's read size for a worker's stderr and status

@@ -149,17 +149,38 @@ type Snapshot struct {
 	// running workers it acts on (§8.9).
 	Autoscale bool
 	EMABusy   float64
-	hist      [nkinds]*history
+	// Loads holds the windows asked of SnapshotLoad, in the order asked.
+	Loads []Window
 }
 
-// Snapshot copies the pool's state; ok is false once the pool has stopped.
+// LoadQuery asks SnapshotLoad for one window of kind Kind's history: the
+// last Back seconds (10..600 are meaningful), or with Hours the last Back
+// hours (1..24).
+type LoadQuery struct {
+	Kind  Kind
+	Back  int
+	Hours bool
+}
+
+// Snapshot copies the pool's slots and counters (not its load
+// histories: see SnapshotLoad); ok is false once the pool has stopped.
+// It is what every status command but the load ones needs, and the
+// milter asks for `free` on every SMTP connection, so it stays small.
 func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
+	return p.SnapshotLoad()
+}
+
+// SnapshotLoad is Snapshot plus the windows qs of the load histories,
+// computed on the owner goroutine (the histories themselves, about 200 KB,
+// are never copied).
+func (p *Pool) SnapshotLoad(qs ...LoadQuery) (snap Snapshot, ok bool) {
 	ok = p.exec(func() {
 		snap = Snapshot{
 			Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
 			QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
 			Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
 		}
+		snap.Slots = make([]SlotInfo, 0, len(p.slots))
 		for _, s := range p.slots {
 			si := SlotInfo{State: s.state, Current: s.cur, Last: s.last, NumRequests: s.numRequests,
 				NumScans: s.numScans, Activated: s.activated, FirstReq: s.firstReq, LastChange: s.lastChange, Tag: s.tag}
@@ -168,9 +189,15 @@ func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
 			}
 			snap.Slots = append(snap.Slots, si)
 		}
-		for k, h := range p.hist {
-			c := *h
-			snap.hist[k] = &c
+		if len(qs) > 0 {
+			snap.Loads = make([]Window, len(qs))
+			for i, q := range qs {
+				if q.Hours {
+					snap.Loads[i] = p.hist[q.Kind].hourWindow(snap.Now, int64(q.Back))
+				} else {
+					snap.Loads[i] = p.hist[q.Kind].window(snap.Now, int64(q.Back))
+				}
+			}
 		}
 	})
 	return snap, ok
@@ -196,16 +223,6 @@ func (s *Snapshot) BusyWith(k Kind) int {
 		}
 	}
 	return n
-}
-
-// Window is kind k's history over the last back seconds.
-func (s *Snapshot) Window(k Kind, back int) Window {
-	return s.hist[k].window(s.Now, int64(back))
-}
-
-// HourWindow is kind k's history over the last hours hours.
-func (s *Snapshot) HourWindow(k Kind, hours int) Window {
-	return s.hist[k].hourWindow(s.Now, int64(hours))
 }
 
 // Uptime is the whole seconds since the pool started.

@@ -1,0 +1,71 @@
+package pool_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"sluice/internal/pool"
+)
+
+// startBench runs a pool of n fake workers for a benchmark and waits for
+// all of them.
+func startBench(b *testing.B, n int) *pool.Pool {
+	b.Helper()
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers, cfg.MaxRequests = n, n, 1<<30
+	cfg.QueueSize = 128
+	cfg.SlewTime = 1
+	p := start(b, cfg)
+	for {
+		if snap, ok := p.Snapshot(); ok && snap.Count(pool.Idle) == n {
+			return p
+		}
+	}
+}
+
+const benchRelayok = "relayok 192.0.2.1 host.example 25 127.0.0.1 25 NOQUEUE"
+
+// BenchmarkDo is one command's round trip through the owner and a worker.
+func BenchmarkDo(b *testing.B) {
+	p := startBench(b, 1)
+	req := pool.Request{Line: benchRelayok, Queue: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := p.Do(context.Background(), req); r.Err != nil || !strings.HasPrefix(string(r.Reply), "ok 1 ") {
+			b.Fatalf("reply %q err %v", r.Reply, r.Err)
+		}
+	}
+}
+
+// BenchmarkDoParallel: many clients sharing 8 workers (some queue).
+func BenchmarkDoParallel(b *testing.B) {
+	p := startBench(b, 8)
+	req := pool.Request{Line: benchRelayok, Queue: true}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	var failed atomic.Bool
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r := p.Do(context.Background(), req); r.Err != nil {
+				failed.Store(true)
+			}
+		}
+	})
+	if failed.Load() {
+		b.Fatal("a request failed")
+	}
+}
+
+// BenchmarkSnapshot is what every status command (and `free`) costs on the
+// owner goroutine.
+func BenchmarkSnapshot(b *testing.B) {
+	p := startBench(b, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := p.Snapshot(); !ok {
+			b.Fatal("pool stopped")
+		}
+	}
+}

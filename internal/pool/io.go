@@ -1,0 +1,231 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"time"
+)
+
+// The worker I/O of a request is done by the requester's own goroutine
+// (Do), not by the owner: the owner grants it a worker, the client
+// writes the command and reads the reply, and reports the outcome to the
+// owner in one message. Who does what with a granted call:
+//
+//   - The owner dispatches the call: the slot goes Busy, the busy timer
+//     starts, call.proc is set, and the grant (the process) is sent on
+//     call.ch. From then until the call's io state leaves ioRunning, the
+//     process's pipes' data (stdin writes, stdout reads, process.buf and
+//     process.wbuf) belong to whoever holds the grant; the slot itself
+//     stays the owner's and is touched by nobody else.
+//   - The holder writes the line and reads one reply line, then claims
+//     the call (io: ioRunning -> ioClient). If that succeeds, its result
+//     is final; it is computed from the I/O alone (ioResult), exactly as
+//     the owner's handleIO computes it. Either way the holder then sends
+//     the ioEvent to the owner, which does the bookkeeping (counters,
+//     state change, notifications, next queued request) as before. The
+//     event is sent before the client returns, so anything the client
+//     asks the pool afterwards sees the worker's new state.
+//   - The owner may end a call first (busy timeout, kill, shutdown); it
+//     claims it (ioRunning or ioAbandoned -> ioOwner), sends the result on
+//     call.ch and interrupts the holder's read (a read deadline in the
+//     past; stdin is closed by the kill that always follows). The holder's
+//     claim then fails: it reports its (late) event and returns the
+//     owner's result. Since every owner claim kills the worker, the
+//     interrupted pipes are never used again.
+//   - A client whose ctx ends (the server closing) must not wait for the
+//     worker: the ctx callback marks the call ioAbandoned and interrupts
+//     the read; the client hands what it has read so far to a new
+//     goroutine, which resumes the read and reports the event as a client
+//     would (the result is dropped), and Do returns ErrClosed. The helper
+//     clears the deadline and then re-checks the state, and the owner
+//     claims before it interrupts, so an owner's interruption is never
+//     lost.
+//
+// Ticks, which have no client, are served by a goroutine per tick.
+
+// I/O states of a granted call (call.io).
+const (
+	ioRunning   int32 = iota // the grant's holder does the worker I/O
+	ioClient                 // the holder finished and its result stands
+	ioOwner                  // the owner ended the call and sent its result
+	ioAbandoned              // the client left; a helper finishes the I/O
+)
+
+// callMsg is what the owner sends on call.ch: a grant (proc) or a result.
+type callMsg struct {
+	proc *process
+	res  Result
+}
+
+// ioProgress is how far a call's worker I/O has got, so that it can be
+// resumed by another goroutine.
+type ioProgress struct {
+	written bool
+	got     int  // reply bytes in process.buf
+	discard bool // the line was cut at maxReply: throw away its rest
+}
+
+// aLongTimeAgo is a deadline that has passed: it interrupts a read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// interrupt makes the holder of c's grant stop reading (owner only,
+// after it claimed c).
+func interrupt(pr *process) {
+	_ = pr.stdout.SetReadDeadline(aLongTimeAgo)
+}
+
+// finish ends c with r on the owner goroutine: unless the grant's holder
+// has claimed it already, r is sent to the client (or given to onDone).
+func (c *call) finish(r Result) {
+	if c.proc != nil {
+		if !c.io.CompareAndSwap(ioRunning, ioOwner) && !c.io.CompareAndSwap(ioAbandoned, ioOwner) {
+			// The holder's own result stands.
+			if c.onDone != nil {
+				c.onDone(r)
+			}
+			return
+		}
+		interrupt(c.proc)
+	}
+	if c.onDone != nil {
+		c.onDone(r)
+		return
+	}
+	c.ch <- callMsg{res: r}
+}
+
+// grant hands c's worker I/O on pr to its client, or for a tick to a
+// goroutine of its own (owner only).
+func (p *Pool) grant(c *call, pr *process) {
+	c.proc = pr
+	if c.onDone != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			ev, _ := p.workerIO(c, pr, false)
+			c.io.CompareAndSwap(ioRunning, ioClient)
+			p.send(ev)
+		}()
+		return
+	}
+	c.ch <- callMsg{proc: pr}
+}
+
+// clientIO does c's worker I/O on pr for Do and returns its result.
+func (p *Pool) clientIO(ctx context.Context, c *call, pr *process) Result {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if c.io.CompareAndSwap(ioRunning, ioAbandoned) {
+				_ = pr.stdout.SetReadDeadline(aLongTimeAgo)
+			}
+		})
+		defer stop()
+	}
+	ev, cut := p.workerIO(c, pr, true)
+	if cut {
+		p.wg.Add(1)
+		go p.finishAbandoned(c, pr)
+		return Result{Err: ErrClosed}
+	}
+	if c.io.CompareAndSwap(ioRunning, ioClient) || c.io.CompareAndSwap(ioAbandoned, ioClient) {
+		r := ioResult(&ev)
+		if !p.send(ev) {
+			return Result{Err: ErrClosed}
+		}
+		return r
+	}
+	p.send(ev)
+	select {
+	case m := <-c.ch:
+		return m.res
+	case <-p.done:
+		return Result{Err: ErrClosed}
+	}
+}
+
+// finishAbandoned resumes the worker I/O of a call whose client left and
+// reports it; its result is dropped.
+func (p *Pool) finishAbandoned(c *call, pr *process) {
+	defer p.wg.Done()
+	_ = pr.stdout.SetReadDeadline(time.Time{})
+	var ev ioEvent
+	if c.io.Load() == ioAbandoned {
+		// An owner's claim from now on interrupts this read.
+		ev, _ = p.workerIO(c, pr, false)
+	} else {
+		// The owner claimed it (its interruption may just have been
+		// cleared): report what there is.
+		ev = ioEvent{slot: c.slot, proc: pr, reply: bytes.Clone(pr.buf[:c.ior.got]), eof: true}
+	}
+	c.io.CompareAndSwap(ioAbandoned, ioClient)
+	p.send(ev)
+}
+
+// ioResult is a call's result from its worker I/O alone, as handleIO
+// decides it: a failed write is ErrTalk, EOF before any byte
+// ErrNoResponse (for a map request too, whose worker is then killed),
+// anything else the reply.
+func ioResult(ev *ioEvent) Result {
+	switch {
+	case ev.writeErr != nil:
+		return Result{Err: ErrTalk}
+	case ev.eof && len(ev.reply) == 0:
+		return Result{Err: ErrNoResponse}
+	}
+	return Result{Reply: ev.reply}
+}
+
+// workerIO does, or resumes, c's worker I/O on pr: write the line under
+// the command timeout, then read one reply line as the reference does (up
+// to maxReply bytes; bytes after the newline in the same read are
+// dropped; a longer line is cut and its rest discarded). cut is true when
+// the read was interrupted for an abandoned call (only when resumable):
+// c.ior keeps the progress for finishAbandoned. Any other read error is
+// the end of the worker's output.
+func (p *Pool) workerIO(c *call, pr *process, resumable bool) (ev ioEvent, cut bool) {
+	ev = ioEvent{slot: c.slot, proc: pr}
+	st := &c.ior
+	if !st.written {
+		pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
+		_ = pr.stdin.SetWriteDeadline(time.Now().Add(p.cfg.CmdTimeout))
+		if _, err := pr.stdin.Write(pr.wbuf); err != nil {
+			ev.writeErr = err
+			return ev, false
+		}
+		st.written = true
+	}
+	for {
+		buf := pr.buf[:maxReply]
+		if st.discard {
+			buf = pr.buf // maxReply bytes of line, then a scratch area
+		}
+		m, err := pr.stdout.Read(buf[st.got:])
+		if m > 0 && st.discard {
+			if bytes.IndexByte(buf[st.got:st.got+m], '\n') >= 0 {
+				ev.reply = bytes.Clone(buf[:st.got])
+				return ev, false
+			}
+			m = 0
+		}
+		if m > 0 {
+			if i := bytes.IndexByte(buf[st.got:st.got+m], '\n'); i >= 0 {
+				ev.reply = bytes.Clone(buf[:st.got+i+1])
+				return ev, false
+			}
+			st.got += m
+			if st.got == maxReply {
+				st.discard = true
+			}
+		}
+		if err != nil {
+			if resumable && errors.Is(err, os.ErrDeadlineExceeded) && c.io.Load() == ioAbandoned {
+				return ev, true
+			}
+			ev.reply = bytes.Clone(buf[:st.got])
+			ev.eof = true
+			return ev, false
+		}
+	}
+}
