@@ -668,8 +668,22 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	if o.notifySock != "" {
 		cfg.Notify = notifier.Notify
 	}
-	if stats != nil {
+	// sluice's own addition: a status page and /metrics, when asked for
+	// in the environment (the command line stays the reference's).
+	var mweb *muxWeb
+	if spec := os.Getenv(muxWebEnv); spec != "" {
+		var err error
+		if mweb, err = newMuxWeb(spec); err != nil {
+			log.Error(err.Error())
+		}
+	}
+	switch {
+	case stats != nil && mweb != nil:
+		cfg.Stats = func(ev pool.StatsEvent) { stats.Event(ev); mweb.statsEvent(ev) }
+	case stats != nil:
 		cfg.Stats = stats.Event
+	case mweb != nil:
+		cfg.Stats = mweb.statsEvent
 	}
 	p, err := pool.New(cfg)
 	if err != nil {
@@ -677,7 +691,14 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 			l.ln.Close()
 		}
 		d.removeAll(listeners)
+		if mweb != nil {
+			mweb.close()
+		}
 		return d.fail(err.Error())
+	}
+	if mweb != nil {
+		mweb.serve(p)
+		defer mweb.close()
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
