@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func writeConfig(t *testing.T, dir, body string) string {
+func writeConfig(t testing.TB, dir, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, "sluice.toml")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -27,14 +27,14 @@ func writeConfig(t *testing.T, dir, body string) string {
 	return p
 }
 
-func startDaemon(t *testing.T, path string) *Daemon {
+func startDaemon(t testing.TB, path string) *Daemon {
 	t.Helper()
 	return startDaemonLog(t, path, slog.New(slog.DiscardHandler))
 }
 
 // startDaemonLog loads path, starts a daemon logging to log, and stops it
 // when the test ends.
-func startDaemonLog(t *testing.T, path string, log *slog.Logger) *Daemon {
+func startDaemonLog(t testing.TB, path string, log *slog.Logger) *Daemon {
 	t.Helper()
 	cfg, errs := config.Load(path)
 	if len(errs) > 0 {
