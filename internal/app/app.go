@@ -238,6 +238,7 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			Logger:            d.log,
 			MaxData:           m.MaxPacket,
 			IdleTimeout:       m.IdleTimeout.D(),
+			RequestTimeout:    m.RequestTimeout.D(),
 			MaxSessions:       m.MaxSessions,
 			Workers:           m.Workers,
 			QueueLen:          m.Queue,
@@ -424,7 +425,7 @@ func restartNeeded(old, cur *config.Config) []string {
 	om, cm := old.Milter, cur.Milter
 	if om.Enabled != cm.Enabled || !slices.Equal(om.Listen, cm.Listen) || om.Socket != cm.Socket ||
 		om.MaxSessions != cm.MaxSessions || om.Workers != cm.Workers || om.Queue != cm.Queue || om.QueueFull != cm.QueueFull ||
-		om.IdleTimeout != cm.IdleTimeout || om.MaxPacket != cm.MaxPacket || om.PauseWhenFull != cm.PauseWhenFull {
+		om.IdleTimeout != cm.IdleTimeout || om.RequestTimeout != cm.RequestTimeout || om.MaxPacket != cm.MaxPacket || om.PauseWhenFull != cm.PauseWhenFull {
 		out = append(out, "milter listeners and session settings")
 	}
 	if om.PolicyRules != cm.PolicyRules {

@@ -29,6 +29,9 @@ type Milter struct {
 	QueueFull string `toml:"queue_full"`
 	// IdleTimeout ends a session whose MTA sends nothing for this long.
 	IdleTimeout Duration `toml:"idle_timeout"`
+	// RequestTimeout bounds reading one packet once its first byte has
+	// arrived: an MTA that trickles a packet is cut off.
+	RequestTimeout Duration `toml:"request_timeout"`
 	// MaxPacket caps one milter packet (bytes).
 	MaxPacket int `toml:"max_packet"`
 	// RefuseText is the reply when the client's class holds its refuse
@@ -47,16 +50,17 @@ const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({se
 
 func defaultMilter() Milter {
 	return Milter{
-		Enabled:     true,
-		Listen:      []string{"unix:milter"},
-		Socket:      Socket{Mode: "0660"},
-		MaxSessions: 4096,
-		Workers:     16,
-		Queue:       1024,
-		QueueFull:   "tempfail",
-		IdleTimeout: Duration(10 * time.Minute),
-		MaxPacket:   1 << 20,
-		RefuseText:  DefaultMilterRefuse,
+		Enabled:        true,
+		Listen:         []string{"unix:milter"},
+		Socket:         Socket{Mode: "0660"},
+		MaxSessions:    4096,
+		Workers:        16,
+		Queue:          1024,
+		QueueFull:      "tempfail",
+		IdleTimeout:    Duration(10 * time.Minute),
+		RequestTimeout: Duration(30 * time.Second),
+		MaxPacket:      1 << 20,
+		RefuseText:     DefaultMilterRefuse,
 	}
 }
 
@@ -99,6 +103,9 @@ func (c *Config) validateMilter() []error {
 	}
 	if m.IdleTimeout.D() < time.Second {
 		add("idle_timeout", "must be at least 1s (an MTA may keep a session open for minutes)")
+	}
+	if m.RequestTimeout.D() <= 0 {
+		add("request_timeout", "must be positive")
 	}
 	if m.MaxPacket < 65536 || m.MaxPacket > 64<<20 {
 		add("max_packet", "must be between 65536 (a body chunk is up to 65535 bytes) and 67108864")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -79,6 +80,7 @@ type conn struct {
 	rpos, rend int
 	big        *[]byte // pooled payload of the last packet
 	readArmed  time.Time
+	inPacket   bool // a packet's request deadline is armed
 	writeArmed time.Time
 
 	// The pending call and its result.
@@ -536,9 +538,10 @@ func (c *conn) write(b []byte) error {
 }
 
 // read reads from the connection with the idle deadline, then re-arms
-// TCP_QUICKACK.
+// TCP_QUICKACK. Inside a packet (see partial) the request deadline
+// stays in force instead.
 func (c *conn) read(p []byte) (int, error) {
-	if t := c.srv.o.IdleTimeout; t > 0 {
+	if t := c.srv.o.IdleTimeout; t > 0 && !c.inPacket {
 		if now := time.Now(); now.Sub(c.readArmed) >= t/4 {
 			c.nc.SetReadDeadline(now.Add(t))
 			c.readArmed = now
@@ -549,6 +552,35 @@ func (c *conn) read(p []byte) (int, error) {
 		quickAck(c.raw)
 	}
 	return n, err
+}
+
+// partial is called before a read inside a packet. The first time in a
+// packet it replaces the idle deadline with the request deadline, fixed
+// until the packet is complete, so a peer that trickles a packet byte by
+// byte is cut off. A packet that arrives in one read, the usual case,
+// costs no deadline change.
+func (c *conn) partial() {
+	if c.inPacket {
+		return
+	}
+	c.inPacket = true
+	if t := c.srv.o.RequestTimeout; t > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(t))
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// packetDone ends the request deadline of a packet that needed several
+// reads; the next read arms the idle deadline again.
+func (c *conn) packetDone() {
+	if c.inPacket {
+		c.inPacket = false
+		c.readArmed = time.Time{}
+		if c.srv.o.IdleTimeout <= 0 {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+	}
 }
 
 // readPacket returns the next packet. Its payload is valid until the
@@ -569,20 +601,44 @@ func (c *conn) readPacket() (wire.Packet, error) {
 		}
 		data := c.rbuf[c.rpos+wire.HeaderSize : c.rpos+total]
 		c.rpos += total
+		c.packetDone()
 		return wire.Packet{Code: code, Data: data}, nil
 	}
-	c.big = getPayload(n)
-	data := (*c.big)[:n]
-	k := copy(data, c.rbuf[c.rpos+wire.HeaderSize:c.rend])
+	data, err := c.readPayload(n)
+	if err != nil {
+		return wire.Packet{}, err
+	}
+	c.packetDone()
+	return wire.Packet{Code: code, Data: data}, nil
+}
+
+// readPayload reads a payload of n bytes, larger than rbuf, whose first
+// bytes may already be in rbuf. Up to a body chunk's size it uses a
+// pooled buffer; beyond that the buffer grows with the bytes that
+// arrive, so a peer that announces a large packet and stalls holds no
+// more memory than it sent (and the request deadline bounds the stall).
+func (c *conn) readPayload(n int) ([]byte, error) {
+	var data []byte
+	if n <= wire.MaxChunk+1 {
+		c.big = payloadPool.Get().(*[]byte)
+		data = (*c.big)[:0:n]
+	} else {
+		data = make([]byte, 0, 4096)
+	}
+	data = append(data, c.rbuf[c.rpos+wire.HeaderSize:c.rend]...)
 	c.rpos, c.rend = 0, 0
-	for k < n {
-		m, err := c.read(data[k:])
-		k += m
-		if err != nil && k < n {
-			return wire.Packet{}, truncated(err)
+	for len(data) < n {
+		c.partial()
+		if len(data) == cap(data) {
+			data = slices.Grow(data, min(n-len(data), cap(data)))
+		}
+		m, err := c.read(data[len(data):min(cap(data), n)])
+		data = data[:len(data)+m]
+		if err != nil && len(data) < n {
+			return nil, truncated(err)
 		}
 	}
-	return wire.Packet{Code: code, Data: data}, nil
+	return data, nil
 }
 
 // fill makes at least n <= rbufSize bytes available in rbuf[rpos:rend].
@@ -596,6 +652,9 @@ func (c *conn) fill(n int) error {
 		c.rpos = 0
 	}
 	for c.rend < n {
+		if c.rend > 0 {
+			c.partial() // the packet has begun
+		}
 		m, err := c.read(c.rbuf[c.rend:])
 		c.rend += m
 		if err != nil && c.rend < n {
@@ -639,12 +698,4 @@ func putBuf(b *[]byte, used []byte) {
 		*b = used[:0]
 		bufPool.Put(b)
 	}
-}
-
-func getPayload(n int) *[]byte {
-	if n <= wire.MaxChunk+1 {
-		return payloadPool.Get().(*[]byte)
-	}
-	b := make([]byte, n)
-	return &b
 }

@@ -32,6 +32,10 @@ type Options struct {
 	// is re-armed at most every quarter of it, so a session may end
 	// after 3/4 of it.
 	IdleTimeout time.Duration
+	// RequestTimeout bounds the time from a packet's first byte to its
+	// last (default 30s; negative: never): a peer that trickles a packet
+	// is cut off however steadily it sends.
+	RequestTimeout time.Duration
 	// WriteTimeout bounds one write to the MTA (default 30s; negative:
 	// never).
 	WriteTimeout time.Duration
@@ -111,6 +115,9 @@ func NewServer(o Options) *Server {
 	}
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = time.Hour
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = 30 * time.Second

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMuxNeverRunsWorkersAsRoot: run as root, `sluice mux` refuses to
+// start without -U, and with -U root, before it binds a socket or starts
+// a worker. (TestMuxForegroundPrivileges and TestMuxDaemonEndToEnd check
+// that with -U the daemon and its workers run as that user.)
+func TestMuxNeverRunsWorkersAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP (loud): the root refusal needs root")
+	}
+	bin, worker := muxBinaries(t)
+	for _, uarg := range [][]string{nil, {"-U", "root"}} {
+		t.Run(fmt.Sprint(uarg), func(t *testing.T) {
+			spool := t.TempDir()
+			sock := filepath.Join(spool, "mx.sock")
+			marker := filepath.Join(spool, "worker-ran")
+			script := filepath.Join(spool, "worker")
+			if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+marker+"\nexec "+worker+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, append([]string{"mux", "-D", "-z", spool, "-s", "unix:" + sock, "-f", script, "-m", "2"}, uarg...)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			done := make(chan error, 1)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				t.Fatal("sluice mux kept running as root")
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "You must not run mimedefang-multiplexor as root") {
+				t.Errorf("as root with %v: %v\n%s", uarg, err, stderr.String())
+			}
+			for _, p := range []string{sock, marker} {
+				if _, err := os.Stat(p); err == nil {
+					t.Errorf("%s exists: the refusal came too late", p)
+				}
+			}
+		})
+	}
+}
+
+// TestMuxInetBindsLoopback: an inet restricted socket (`-a inet:PORT`;
+// the main socket must be a unix one) listens on 127.0.0.1 only, as the
+// reference does (inet_any: is the explicit way to listen on every
+// interface).
+func TestMuxInetBindsLoopback(t *testing.T) {
+	bin, worker := muxBinaries(t)
+	uarg, u := asUser(t)
+	spool := spoolDir(t, u)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	sock := filepath.Join(spool, "mx.sock")
+	args := append([]string{"mux", "-D", "-z", spool, "-s", "unix:" + sock, "-a", fmt.Sprintf("inet:%d", port), "-f", worker, "-m", "1"}, uarg...)
+	p := relStart(t, bin, args, sock)
+	if got := muxQuery(t, sock, "free\n"); !freeRe.MatchString(got) {
+		t.Fatalf("free: %q", got)
+	}
+	// /proc/net/tcp lists the listening socket with its local address.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", p.pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var local []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[3] == "0A" && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) {
+			local = append(local, f[1])
+		}
+	}
+	if want := fmt.Sprintf("0100007F:%04X", port); len(local) != 1 || local[0] != want {
+		t.Errorf("listening on %v, want only %s (127.0.0.1)", local, want)
+	}
+	if b6, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp6", p.pid())); err == nil && strings.Contains(string(b6), fmt.Sprintf(":%04X 00000000000000000000000000000000:0000 0A", port)) {
+		t.Errorf("also listening on IPv6 port %d", port)
+	}
+}
