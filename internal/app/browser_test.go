@@ -23,6 +23,7 @@ import (
 	"sluice/internal/milter/wire"
 	"sluice/internal/pool/pooltest"
 	"sluice/internal/status"
+	"sluice/internal/testutil/chromiumtest"
 )
 
 // The browser test loads the status page of a running daemon in headless
@@ -34,47 +35,6 @@ import (
 
 // referenceMux is MIMEDefang's multiplexor (the Debian package mimedefang).
 const referenceMux = "/usr/bin/mimedefang-multiplexor"
-
-func chromiumBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SLUICE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("!!!!!!!! SKIPPING the browser test: no chromium found (apt-get install chromium, or set SLUICE_CHROMIUM)")
-	return ""
-}
-
-// runChromium runs the headless browser on url with extra flags and
-// returns its standard output. The virtual time budget lets the page's
-// timers run (it polls every 2 s) without the test waiting on the wall
-// clock; the context only guards against a hung browser.
-func runChromium(t *testing.T, bin, url string, extra ...string) []byte {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-crash-reporter", "--hide-scrollbars",
-		"--user-data-dir=" + filepath.Join(dir, "profile"),
-		"--virtual-time-budget=3000",
-	}
-	args = append(append(args, extra...), url)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes()
-}
 
 // startMultiplexor runs mimedefang-multiplexor in the foreground with 4
 // slots (2 started at once) of the fake worker, as the user defang when
@@ -200,7 +160,7 @@ func TestBrowserDaemonStatus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	bin := chromiumBinary(t)
+	bin := chromiumtest.Binary(t)
 	muxSock := startMultiplexor(t)
 
 	dir := t.TempDir()
@@ -265,7 +225,7 @@ func TestBrowserDaemonStatus(t *testing.T) {
 		return ok, fmt.Sprintf("pool %+v classes %+v deferrals %d", st.Pool, st.Classes, len(st.Deferrals))
 	})
 
-	dom := string(runChromium(t, bin, base+"/", "--dump-dom"))
+	dom := string(chromiumtest.Run(t, bin, base+"/", 3*time.Second, "--dump-dom"))
 	checks := []struct{ what, re string }{
 		{"the daemon's version", `<dt>version</dt><dd>browser-test-7f3a</dd>`},
 		{"the configuration generation", `<dt>config</dt><dd>gen 1, `},
@@ -299,7 +259,7 @@ func TestBrowserDaemonStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(out, "daemon-status.png")
-	runChromium(t, bin, base+"/", "--window-size=1280,1000", "--screenshot="+shot)
+	chromiumtest.Run(t, bin, base+"/", 3*time.Second, "--window-size=1280,1000", "--screenshot="+shot)
 	b, err := os.ReadFile(shot)
 	if err != nil {
 		t.Fatalf("no screenshot: %v", err)

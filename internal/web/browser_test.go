@@ -6,33 +6,20 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/chromiumtest"
 )
 
 // The end-to-end tests load the status page in headless Chromium (the
 // Debian package chromium; scripts/test.sh installs it) and read the DOM
 // the page's script built from the live feed. SLUICE_CHROMIUM names
 // another binary; SLUICE_ARTIFACTS is where the screenshot is kept.
-
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SLUICE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("SKIPPING the browser test: no chromium found (apt-get install chromium, or set SLUICE_CHROMIUM)")
-	return ""
-}
 
 // serveFake starts a web server over a fake, changing source on a
 // loopback port and returns the page's URL.
@@ -59,33 +46,6 @@ func serveFake(t *testing.T, o Options) string {
 		}
 	})
 	return "http://" + l.Addr().String() + "/"
-}
-
-// chromium runs the headless browser on url with extra flags and returns
-// its standard output. The virtual time budget lets the page's timers and
-// reconnects run without the test waiting on the wall clock; the context
-// only guards against a hung browser.
-func chromium(t *testing.T, bin, url string, extra ...string) []byte {
-	t.Helper()
-	dir := t.TempDir()
-	args := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-crash-reporter", "--hide-scrollbars",
-		"--user-data-dir=" + filepath.Join(dir, "profile"),
-		"--virtual-time-budget=4000",
-	}
-	args = append(append(args, extra...), url)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes()
 }
 
 // checkRendered asserts that dom shows the fake's figures, which only the
@@ -138,12 +98,12 @@ func TestBrowserRendersLiveStatus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	bin := chromiumPath(t)
+	bin := chromiumtest.Binary(t)
 	// Streams end every 1.5 s so that the browser's virtual time can run
 	// between them: a stream that never ends holds the page loading.
 	url := serveFake(t, Options{StreamMaxAge: 1500 * time.Millisecond})
 
-	dom := string(chromium(t, bin, url, "--dump-dom"))
+	dom := string(chromiumtest.Run(t, bin, url, 4*time.Second, "--dump-dom"))
 	checkRendered(t, dom)
 	if !regexp.MustCompile(`data-mode="(live|wait)"`).MatchString(dom) {
 		t.Errorf("the page did not use the event stream: %s", regexp.MustCompile(`<div class="live"[^>]*>`).FindString(dom))
@@ -156,7 +116,7 @@ func TestBrowserRendersLiveStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(out, "web-status.png")
-	chromium(t, bin, url, "--window-size=1280,900", "--screenshot="+shot)
+	chromiumtest.Run(t, bin, url, 4*time.Second, "--window-size=1280,900", "--screenshot="+shot)
 	b, err := os.ReadFile(shot)
 	if err != nil {
 		t.Fatalf("no screenshot: %v", err)
@@ -171,9 +131,9 @@ func TestBrowserFallsBackToPolling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	bin := chromiumPath(t)
+	bin := chromiumtest.Binary(t)
 	url := serveFake(t, Options{MaxStreams: -1})
-	dom := string(chromium(t, bin, url, "--dump-dom"))
+	dom := string(chromiumtest.Run(t, bin, url, 4*time.Second, "--dump-dom"))
 	checkRendered(t, dom)
 	if !strings.Contains(dom, `data-mode="polling"`) {
 		t.Errorf("the page is not polling: %s", regexp.MustCompile(`<div class="live"[^>]*>`).FindString(dom))
