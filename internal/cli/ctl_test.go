@@ -290,9 +290,10 @@ func TestCtlTimeout(t *testing.T) {
 	}
 }
 
-// startCtlMux runs a multiplexor in the foreground until the test ends
-// and waits for its socket.
-func startCtlMux(t *testing.T, name string, argv []string, sock string) {
+// startForeground runs a daemon in the foreground until the test ends
+// (SIGTERM, then SIGKILL after 30 s; its stderr is logged if the test
+// failed) and waits until addr on network accepts a connection.
+func startForeground(t *testing.T, name string, argv []string, network, addr string) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr := &syncBuffer{}
@@ -315,12 +316,12 @@ func startCtlMux(t *testing.T, name string, argv []string, sock string) {
 		}
 	})
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("unix", sock); err == nil {
+		if c, err := net.Dial(network, addr); err == nil {
 			c.Close()
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: no socket; stderr:\n%s", name, stderr.String())
+			t.Fatalf("%s: nothing listens on %s; stderr:\n%s", name, addr, stderr.String())
 		}
 	}
 }
@@ -399,7 +400,7 @@ func TestCtlVsReferenceMux(t *testing.T) {
 	uarg, u := asUser(t)
 	spool := spoolDir(t, u)
 	sock := spool + "/mx.sock"
-	startCtlMux(t, "reference", append([]string{referenceMux, "-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-q", "3"}, uarg...), sock)
+	startForeground(t, "reference", append([]string{referenceMux, "-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-q", "3"}, uarg...), "unix", sock)
 	ctlSession(t, sock)
 }
 
@@ -411,7 +412,7 @@ func TestCtlVsSluiceMux(t *testing.T) {
 	uarg, u := asUser(t)
 	spool := spoolDir(t, u)
 	sock := spool + "/mx.sock"
-	startCtlMux(t, "sluice", append([]string{bin, "mux", "-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-q", "3"}, uarg...), sock)
+	startForeground(t, "sluice", append([]string{bin, "mux", "-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-q", "3"}, uarg...), "unix", sock)
 	r := ourCtl(false, "", "-s", sock, "status")
 	if r.code != 0 || !strings.HasPrefix(r.out, "Max workers: 4\nWorker 0: ") || strings.Count(r.out, "\n") != 5 {
 		t.Errorf("status: %v", r)

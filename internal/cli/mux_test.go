@@ -673,35 +673,7 @@ func TestMuxSocketMapVsReference(t *testing.T) {
 		name, network, addr string
 	}
 	start := func(name string, argv []string, network, addr string) daemon {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		stderr := &syncBuffer{}
-		cmd.Stderr = stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-			if t.Failed() {
-				t.Logf("%s stderr:\n%s", name, stderr.String())
-			}
-		})
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if c, err := net.Dial(network, addr); err == nil {
-				c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no map socket; stderr:\n%s", name, stderr.String())
-			}
-		}
+		startForeground(t, name, argv, network, addr)
 		return daemon{name, network, addr}
 	}
 	common := func(spool string) []string {
