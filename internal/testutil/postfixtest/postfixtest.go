@@ -31,7 +31,6 @@
 package postfixtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +46,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"sluice/internal/testutil/smtptest"
 )
 
 // Paths of the Debian postfix package (Postfix 3.7 on Debian 12).
@@ -123,7 +124,7 @@ type Instance struct {
 	logf     func(format string, args ...any)
 
 	pid     int
-	stderr  *syncBuffer
+	stderr  *smtptest.Buffer
 	done    chan struct{} // closed when master has exited and been reaped
 	waitErr error         // master's exit status; valid after done is closed
 
@@ -300,7 +301,7 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 		logPath:  filepath.Join(dir, "maillog"),
 		logf:     o.Logf,
 		done:     make(chan struct{}),
-		stderr:   &syncBuffer{limit: 64 << 10},
+		stderr:   &smtptest.Buffer{Limit: 64 << 10},
 	}
 	if i.logf == nil {
 		i.logf = func(format string, args ...any) {
@@ -693,27 +694,4 @@ func (i *Instance) WaitLog(ctx context.Context, substr string) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// syncBuffer is a size-limited, mutex-protected buffer for master's output,
-// which os/exec writes from its own goroutine.
-type syncBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	limit int
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.limit - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

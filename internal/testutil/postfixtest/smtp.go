@@ -9,23 +9,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sluice/internal/testutil/smtptest"
 )
 
 // defaultSMTPTimeout bounds each SMTP exchange when the dial context has no
 // deadline.
 const defaultSMTPTimeout = 30 * time.Second
 
-// Reply is one SMTP server reply.
-type Reply struct {
-	// Code is the three-digit reply code, e.g. 220 or 421.
-	Code int
-	// Text is the text of all reply lines, without codes and separators,
-	// joined with "\n".
-	Text string
-}
-
-// String returns the reply as "<code> <text>" (multi-line text is kept).
-func (r Reply) String() string { return strconv.Itoa(r.Code) + " " + r.Text }
+// Reply is one SMTP reply, possibly multi-line.
+type Reply = smtptest.Reply
 
 // SMTPConn is a minimal SMTP client connection for tests: one command at a
 // time, no pipelining, no TLS. It is not safe for concurrent use.
@@ -52,7 +45,7 @@ func DialSMTP(ctx context.Context, port int) (*SMTPConn, Reply, error) {
 		c.deadline = dl
 	}
 	c.setDeadline()
-	greeting, err := c.readReply()
+	greeting, err := smtptest.ReadReply(c.r)
 	if err != nil {
 		_ = conn.Close()
 		return nil, Reply{}, fmt.Errorf("read smtp greeting from %s: %w", addr, err)
@@ -77,7 +70,7 @@ func (c *SMTPConn) Cmd(line string) (Reply, error) {
 	if _, err := c.conn.Write([]byte(line + "\r\n")); err != nil {
 		return Reply{}, fmt.Errorf("send smtp %q: %w", verb(line), err)
 	}
-	r, err := c.readReply()
+	r, err := smtptest.ReadReply(c.r)
 	if err != nil {
 		return Reply{}, fmt.Errorf("read reply to smtp %q: %w", verb(line), err)
 	}
@@ -90,46 +83,6 @@ func verb(line string) string {
 		return v
 	}
 	return line
-}
-
-// readReply reads one reply: lines "ddd-text" up to a final "ddd text".
-func (c *SMTPConn) readReply() (Reply, error) {
-	var (
-		code  int
-		texts []string
-	)
-	for {
-		line, err := c.r.ReadString('\n')
-		if err != nil {
-			if line != "" {
-				return Reply{}, fmt.Errorf("partial reply line %q: %w", line, err)
-			}
-			return Reply{}, err
-		}
-		line = strings.TrimRight(line, "\r\n")
-		if len(line) < 3 {
-			return Reply{}, fmt.Errorf("malformed reply line %q", line)
-		}
-		n, err := strconv.Atoi(line[:3])
-		if err != nil || n < 100 || n > 599 {
-			return Reply{}, fmt.Errorf("malformed reply code in %q", line)
-		}
-		if code != 0 && n != code {
-			return Reply{}, fmt.Errorf("reply code changed from %d to %d in %q", code, n, line)
-		}
-		code = n
-		sep, text := byte(' '), ""
-		if len(line) > 3 {
-			sep, text = line[3], line[4:]
-		}
-		if sep != ' ' && sep != '-' {
-			return Reply{}, fmt.Errorf("malformed reply line %q", line)
-		}
-		texts = append(texts, text)
-		if sep == ' ' {
-			return Reply{Code: code, Text: strings.Join(texts, "\n")}, nil
-		}
-	}
 }
 
 // SendMessage sends one small message in the current session: MAIL FROM,
@@ -169,7 +122,7 @@ func (c *SMTPConn) SendMessage(from, to string) error {
 	if _, err := c.conn.Write([]byte(body)); err != nil {
 		return fmt.Errorf("send smtp message body: %w", err)
 	}
-	r, err := c.readReply()
+	r, err := smtptest.ReadReply(c.r)
 	if err != nil {
 		return fmt.Errorf("read reply to end of data: %w", err)
 	}
@@ -191,7 +144,7 @@ func checkReply(what string, r Reply, class int) error {
 func (c *SMTPConn) Close() error {
 	_ = c.conn.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := c.conn.Write([]byte("QUIT\r\n")); err == nil {
-		_, _ = c.readReply()
+		_, _ = smtptest.ReadReply(c.r)
 	}
 	if err := c.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("close smtp connection: %w", err)

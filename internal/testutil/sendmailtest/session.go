@@ -2,7 +2,6 @@ package sendmailtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"sluice/internal/testutil/smtptest"
 )
 
 // Session timeouts.
@@ -25,17 +26,8 @@ const (
 	closeExitWait      = 5 * time.Second
 )
 
-// Reply is one SMTP reply.
-type Reply struct {
-	// Code is the three-digit reply code, e.g. 220 or 421.
-	Code int
-	// Text is the text of all reply lines, without codes and separators,
-	// joined with "\n".
-	Text string
-}
-
-// String returns the reply as "<code> <text>" (multi-line text is kept).
-func (r Reply) String() string { return strconv.Itoa(r.Code) + " " + r.Text }
+// Reply is one SMTP reply, possibly multi-line.
+type Reply = smtptest.Reply
 
 // Session is one SMTP session with its own "sendmail -bs" process: the
 // test side of a TCP connection whose other end is sendmail's stdin and
@@ -50,7 +42,7 @@ type Session struct {
 
 	pid     int
 	netns   string
-	stderr  *syncBuffer
+	stderr  *smtptest.Buffer
 	done    chan struct{} // closed when sendmail has exited and been reaped
 	waitErr error         // valid after done is closed
 
@@ -123,7 +115,7 @@ func (i *Instance) SMTPSession(ctx context.Context, clientAddr string) (*Session
 		r:      bufio.NewReader(conn),
 		client: conn.LocalAddr().(*net.TCPAddr).AddrPort(),
 		server: conn.RemoteAddr().(*net.TCPAddr).AddrPort(),
-		stderr: &syncBuffer{limit: 64 << 10},
+		stderr: &smtptest.Buffer{Limit: 64 << 10},
 		done:   make(chan struct{}),
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -213,7 +205,7 @@ func (s *Session) Greeting() (Reply, error) {
 // exited if it has.
 func (s *Session) ReadReply() (Reply, error) {
 	s.setDeadline()
-	r, err := readReply(s.r)
+	r, err := smtptest.ReadReply(s.r)
 	if err != nil {
 		return Reply{}, fmt.Errorf("read smtp reply: %w%s", err, s.exitInfo())
 	}
@@ -399,67 +391,4 @@ func verb(line string) string {
 		return v
 	}
 	return line
-}
-
-// readReply reads one reply: lines "ddd-text" up to a final "ddd text".
-func readReply(r *bufio.Reader) (Reply, error) {
-	var (
-		code  int
-		texts []string
-	)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			if line != "" {
-				return Reply{}, fmt.Errorf("partial reply line %q: %w", line, err)
-			}
-			return Reply{}, err
-		}
-		line = strings.TrimRight(line, "\r\n")
-		if len(line) < 3 {
-			return Reply{}, fmt.Errorf("malformed reply line %q", line)
-		}
-		n, err := strconv.Atoi(line[:3])
-		if err != nil || n < 100 || n > 599 {
-			return Reply{}, fmt.Errorf("malformed reply code in %q", line)
-		}
-		if code != 0 && n != code {
-			return Reply{}, fmt.Errorf("reply code changed from %d to %d in %q", code, n, line)
-		}
-		code = n
-		sep, text := byte(' '), ""
-		if len(line) > 3 {
-			sep, text = line[3], line[4:]
-		}
-		if sep != ' ' && sep != '-' {
-			return Reply{}, fmt.Errorf("malformed reply line %q", line)
-		}
-		texts = append(texts, text)
-		if sep == ' ' {
-			return Reply{Code: code, Text: strings.Join(texts, "\n")}, nil
-		}
-	}
-}
-
-// syncBuffer is a size-limited, mutex-protected buffer for sendmail's
-// stderr, which os/exec writes from its own goroutine.
-type syncBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	limit int
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.limit - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
