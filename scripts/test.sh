@@ -17,7 +17,7 @@ step() { printf '\n== %s\n' "$*"; }
 # Debian packages the integration tests drive, as "package:binary".
 packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server
 	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
-	chromium:/usr/bin/chromium)
+	chromium:/usr/bin/chromium systemd:/usr/bin/systemd-socket-activate systemd:/usr/bin/systemd-analyze)
 missing=()
 for p in "${packages[@]}"; do
 	pkg=${p%%:*} bin=${p#*:}

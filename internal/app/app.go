@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"sluice/internal/metrics"
 	"sluice/internal/milter"
 	"sluice/internal/policy"
+	"sluice/internal/sdlisten"
 	"sluice/internal/throttle"
 	"sluice/internal/web"
 )
@@ -65,23 +67,29 @@ type Daemon struct {
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
 
+	sockets *sdlisten.Sockets // passed by systemd, claimed while binding
+
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
 	mu         sync.Mutex // serialises Reload and Shutdown
 }
 
 type boundListener struct {
-	door  string // "anvil", "policy"
-	spec  string // as configured
-	l     net.Listener
-	serve func(net.Listener) error
+	door      string // "anvil", "policy"
+	spec      string // as configured
+	l         net.Listener
+	serve     func(net.Listener) error
+	inherited bool // passed by systemd
 }
 
 // New builds a daemon from cfg, which must have passed Validate, and binds
 // its listeners. path is the config file, reread by Reload ("" means the
 // embedded defaults). level is the log level to adjust on reload.
-func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar) (*Daemon, error) {
+func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar, opts ...Option) (*Daemon, error) {
 	d := &Daemon{path: path, log: log, level: level, started: time.Now(), milterGate: &gate{}}
+	for _, o := range opts {
+		o(d)
+	}
 	d.cfg.Store(cfg)
 	d.generation.Store(1)
 	now := d.started
@@ -124,10 +132,22 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	d.gov.Store(gov)
 	if err := d.bind(cfg); err != nil {
 		d.closeListeners()
+		d.sockets.Close()
 		d.store.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// Option adjusts how New builds a daemon.
+type Option func(*Daemon)
+
+// WithSockets gives New the listening sockets systemd passed (socket
+// activation). A listen address bound by one of them is served on it
+// instead of a new socket; a passed socket that no listen address names
+// is an error, since its clients would wait on it for ever.
+func WithSockets(s *sdlisten.Sockets) Option {
+	return func(d *Daemon) { d.sockets = s }
 }
 
 // buildGovernor turns the configuration into rules.
@@ -268,6 +288,9 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			return err
 		}
 	}
+	if left := d.sockets.Unclaimed(); len(left) > 0 {
+		return fmt.Errorf("systemd passed sockets that no listen address in the configuration names: %s (name them in a listen list, or remove them from the socket unit)", strings.Join(left, ", "))
+	}
 	return nil
 }
 
@@ -289,11 +312,11 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 		return err
 	}
 	for _, spec := range specs {
-		l, err := listen(cfg, spec, sock, mode)
+		l, inherited, err := listen(cfg, d.sockets, spec, sock, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", door, err)
 		}
-		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve})
+		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, inherited: inherited})
 	}
 	return nil
 }
@@ -323,7 +346,7 @@ func (d *Daemon) Start() {
 				d.log.Error(bl.door+": listener failed", "listen", bl.spec, "err", err)
 			}
 		}()
-		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String())
+		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String(), "from_systemd", bl.inherited)
 	}
 }
 

@@ -12,16 +12,30 @@ import (
 	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/sdlisten"
 )
 
-// listen binds one configured address. A unix socket gets the configured
-// mode and owner; a stale socket file left by a dead process is replaced,
-// one that a live server answers on is an error.
-func listen(cfg *config.Config, spec string, sock config.Socket, mode uint32) (net.Listener, error) {
+// listen binds one configured address, or claims the socket systemd
+// passed for it (inherited true; its owner and mode are the socket
+// unit's). A unix socket sluice binds gets the configured mode and owner;
+// a stale socket file left by a dead process is replaced, one that a live
+// server answers on is an error.
+func listen(cfg *config.Config, sockets *sdlisten.Sockets, spec string, sock config.Socket, mode uint32) (l net.Listener, inherited bool, err error) {
 	network, addr, err := config.ParseListen(spec)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if network == "unix" {
+		addr = cfg.Path(addr)
+	}
+	if l, ok := sockets.Claim(network, addr); ok {
+		return l, true, nil
+	}
+	l, err = bindNew(cfg, spec, network, addr, sock, mode)
+	return l, false, err
+}
+
+func bindNew(cfg *config.Config, spec, network, addr string, sock config.Socket, mode uint32) (net.Listener, error) {
 	if network != "unix" {
 		l, err := net.Listen(network, addr)
 		if err != nil {
@@ -29,7 +43,7 @@ func listen(cfg *config.Config, spec string, sock config.Socket, mode uint32) (n
 		}
 		return l, nil
 	}
-	path := cfg.Path(addr)
+	path := addr
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", spec, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sluice/internal/app"
 	"sluice/internal/config"
 	"sluice/internal/limiter"
+	"sluice/internal/sdlisten"
 	"sluice/internal/sdnotify"
 )
 
@@ -241,7 +242,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log, level := app.NewLogger(cfg, stderr)
-	d, err := app.New(cfg, *path, log, level)
+	// Socket activation: listening sockets a systemd socket unit passed.
+	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	d, err := app.New(cfg, *path, log, level, app.WithSockets(sockets))
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,27 +66,70 @@ func TestExampleConfigs(t *testing.T) {
 	}
 }
 
-// TestSystemdUnit has systemd-analyze check the example unit file, with
-// the binary's path pointed at one that exists here. Any complaint fails.
+// TestSystemdUnit has systemd-analyze check the example units (the
+// service and its socket unit, together), with the binary's path pointed
+// at one that exists here. Any complaint fails.
 func TestSystemdUnit(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Skip("SKIP (loud): systemd-analyze is not installed; the unit file is not checked")
-	}
-	b, err := os.ReadFile("../../examples/systemd/sluice.service")
-	if err != nil {
-		t.Fatal(err)
+		t.Skip("!!!!!!!! SKIPPING: systemd-analyze is not installed; the unit files are not checked")
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit := filepath.Join(t.TempDir(), "sluice.service")
-	if err := os.WriteFile(unit, bytes.ReplaceAll(b, []byte("/usr/local/bin/sluice"), []byte(exe)), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	var units []string
+	for _, name := range []string{"sluice.service", "sluice.socket"} {
+		b, err := os.ReadFile("../../examples/systemd/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit := filepath.Join(dir, name)
+		if err := os.WriteFile(unit, bytes.ReplaceAll(b, []byte("/usr/local/bin/sluice"), []byte(exe)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		units = append(units, unit)
 	}
-	out, err := exec.Command(sa, "verify", unit).CombinedOutput()
+	out, err := exec.Command(sa, append([]string{"verify"}, units...)...).CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestSystemdSocketMatchesConfig: every ListenStream= of the example
+// socket unit is a listen address of the example config; sluice refuses
+// a passed socket that no listen address names.
+func TestSystemdSocketMatchesConfig(t *testing.T) {
+	cfg, errs := Load("../../examples/sluice.toml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	listens := map[string]bool{}
+	for _, l := range slices.Concat(cfg.Anvil.Listen, cfg.Policy.Listen, cfg.Throttle.Listen, cfg.Milter.Listen, cfg.Web.Listen) {
+		network, addr, err := ParseListen(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if network == "unix" {
+			addr = cfg.Path(addr)
+		}
+		listens[addr] = true
+	}
+	b, err := os.ReadFile("../../examples/systemd/sluice.socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if addr, ok := strings.CutPrefix(line, "ListenStream="); ok {
+			n++
+			if !listens[addr] {
+				t.Errorf("sluice.socket listens on %s, which examples/sluice.toml does not name", addr)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no ListenStream= in sluice.socket")
 	}
 }
