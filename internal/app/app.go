@@ -30,6 +30,7 @@ import (
 	"sluice/internal/milter"
 	"sluice/internal/policy"
 	"sluice/internal/sdlisten"
+	"sluice/internal/syslog"
 	"sluice/internal/throttle"
 	"sluice/internal/web"
 )
@@ -425,8 +426,8 @@ func restartNeeded(old, cur *config.Config) []string {
 	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
 		out = append(out, "limiter.status_interval")
 	}
-	if old.Log.Format != cur.Log.Format {
-		out = append(out, "log.format")
+	if ol, cl := old.Log, cur.Log; ol.Format != cl.Format || ol.Output != cl.Output || ol.Facility != cl.Facility || ol.Tag != cl.Tag || ol.SyslogSocket != cl.SyslogSocket {
+		out = append(out, "log.format, output and syslog settings")
 	}
 	oa, ca := old.Anvil, cur.Anvil
 	if oa.Enabled != ca.Enabled || !slices.Equal(oa.Listen, ca.Listen) || oa.Socket != ca.Socket ||
@@ -506,14 +507,22 @@ func logLevel(s string) slog.Level {
 	return l
 }
 
-// NewLogger returns the logger the configuration asks for, writing to w,
-// and the level variable Reload adjusts.
-func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+// NewLogger returns the logger the configuration asks for, the level
+// variable Reload adjusts, and a function that flushes and closes the
+// log's connection (call it last). The log goes to w (stderr) or, with
+// [log] output = "syslog", to the local syslog daemon; without a syslog
+// socket it falls back to w after one notice.
+func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar, func()) {
 	lv := new(slog.LevelVar)
 	lv.Set(logLevel(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: lv}
-	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), lv
+	switch {
+	case cfg.Log.Output == "syslog":
+		facility, _ := syslog.FacilityCode(cfg.Log.Facility)
+		c := syslog.Open(syslog.Options{Path: cfg.Log.SyslogSocket, Tag: cfg.Log.Tag, Facility: facility, Fallback: w})
+		return slog.New(c.Handler(lv)), lv, func() { c.Close() }
+	case cfg.Log.Format == "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), lv, func() {}
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), lv
+	return slog.New(slog.NewTextHandler(w, opts)), lv, func() {}
 }

@@ -241,7 +241,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice serve: configuration has errors; not starting")
 		return 1
 	}
-	log, level := app.NewLogger(cfg, stderr)
+	log, level, closeLog := app.NewLogger(cfg, stderr)
+	defer closeLog()
 	// Socket activation: listening sockets a systemd socket unit passed.
 	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
 	if err != nil {

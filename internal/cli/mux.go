@@ -52,6 +52,7 @@ import (
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 	"sluice/internal/socketmap"
+	"sluice/internal/syslog"
 )
 
 // ReferenceName is mimedefang-multiplexor's program name: invoked under
@@ -283,7 +284,7 @@ func (o *muxOptions) set(c byte, val string) error {
 	case 'O':
 		o.notifySock = val
 	case 'S':
-		if _, ok := mux.FacilityCode(val); !ok {
+		if _, ok := syslog.FacilityCode(val); !ok {
 			return fatalText("Unknown syslog facility " + val)
 		}
 		o.facility = val
@@ -616,8 +617,8 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
-	facility, _ := mux.FacilityCode(o.facility)
-	sysl := mux.OpenSyslog(mux.SyslogOptions{Path: os.Getenv(muxSyslogEnv), Tag: o.label, Facility: facility, Fallback: d.stderr})
+	facility, _ := syslog.FacilityCode(o.facility)
+	sysl := syslog.Open(syslog.Options{Path: os.Getenv(muxSyslogEnv), Tag: o.label, Facility: facility, Fallback: d.stderr})
 	defer sysl.Close()
 	level := slog.LevelInfo // what the reference always logs; the pool gates the rest on -l
 	if o.verbose {

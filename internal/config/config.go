@@ -39,7 +39,16 @@ type Config struct {
 // Log configures logging.
 type Log struct {
 	Level  string `toml:"level"`  // debug, info, warn, error
-	Format string `toml:"format"` // text or json
+	Format string `toml:"format"` // text or json (stderr only)
+	// Output is where the log goes: "stderr" (the journal under systemd)
+	// or "syslog" (the local syslog socket, lines "message key=value").
+	Output string `toml:"output"`
+	// Facility is the syslog facility: mail, daemon, local0 ... local7, ...
+	Facility string `toml:"facility"`
+	// Tag is the syslog ident, shown with the pid.
+	Tag string `toml:"tag"`
+	// SyslogSocket is the local syslog daemon's datagram socket.
+	SyslogSocket string `toml:"syslog_socket"`
 }
 
 // Limiter configures the limiter core and its in-memory store.
@@ -332,7 +341,7 @@ func ptr(v int64) *int64 { return &v }
 func Default() *Config {
 	return &Config{
 		StateDir: DefaultStateDir(),
-		Log:      Log{Level: "info", Format: "text"},
+		Log:      Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log"},
 		Limiter: Limiter{
 			MaxKeys:        1_000_000,
 			WhenFull:       "evict",

@@ -5,12 +5,14 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"sluice/internal/classfile"
 	"sluice/internal/hostmask"
+	"sluice/internal/syslog"
 )
 
 // Validate checks the configuration and returns every problem found, each
@@ -31,6 +33,24 @@ func (c *Config) Validate() []error {
 	case "text", "json":
 	default:
 		add("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	switch c.Log.Output {
+	case "stderr":
+	case "syslog":
+		if c.Log.Format == "json" {
+			add("log.format", "json is for output = \"stderr\"; syslog lines are \"message key=value\"")
+		}
+		if _, ok := syslog.FacilityCode(c.Log.Facility); !ok {
+			add("log.facility", "%q is not a syslog facility (mail, daemon, local0 ... local7, ...)", c.Log.Facility)
+		}
+		if c.Log.Tag == "" || strings.ContainsAny(c.Log.Tag, " :[]\n\r\x00") {
+			add("log.tag", "%q: want a word without spaces, colons or brackets", c.Log.Tag)
+		}
+		if !filepath.IsAbs(c.Log.SyslogSocket) {
+			add("log.syslog_socket", "%q: want an absolute path such as /dev/log", c.Log.SyslogSocket)
+		}
+	default:
+		add("log.output", "%q is not one of stderr, syslog", c.Log.Output)
 	}
 	if c.Limiter.MaxKeys < 1 {
 		add("limiter.max_keys", "must be at least 1")

@@ -1,4 +1,12 @@
-package mux
+// Package syslog sends log records to the local syslog daemon, as
+// openlog(3) with LOG_PID does, without ever blocking the caller: the
+// daemons' log (sluice serve with [log] output = "syslog") and the mux's
+// (-l, -S, -Y, -T, as the reference multiplexor logs).
+//
+// Go's log/syslog is frozen and blocks on a stuck daemon; this client
+// queues, drops beyond a bound, and falls back to stderr where there is no
+// syslog socket (as in many containers).
+package syslog
 
 import (
 	"context"
@@ -12,33 +20,34 @@ import (
 	"time"
 )
 
-// DefaultSyslogPath is the local syslog socket.
-const DefaultSyslogPath = "/dev/log"
+// DefaultPath is the local syslog socket.
+const DefaultPath = "/dev/log"
 
 // syslogQueue bounds the messages waiting for the syslog writer; beyond it
 // messages are dropped rather than holding up the pool.
 const syslogQueue = 1024
 
-// Facilities is the syslog facility code for each name -S takes (without
-// "LOG_", lower-case).
+// Facilities is the syslog facility code for each name (without "LOG_",
+// lower-case).
 var Facilities = map[string]int{
 	"kern": 0, "user": 1, "mail": 2, "daemon": 3, "auth": 4, "syslog": 5, "lpr": 6, "news": 7,
 	"uucp": 8, "cron": 9, "authpriv": 10, "ftp": 11,
 	"local0": 16, "local1": 17, "local2": 18, "local3": 19, "local4": 20, "local5": 21, "local6": 22, "local7": 23,
 }
 
-// FacilityCode is the code of a -S name ("mail", "LOG_MAIL", any case).
+// FacilityCode is the code of a facility name ("mail", "LOG_MAIL", any
+// case).
 func FacilityCode(name string) (int, bool) {
 	c, ok := Facilities[strings.TrimPrefix(strings.ToLower(name), "log_")]
 	return c, ok
 }
 
-// SyslogOptions configure a Syslog.
-type SyslogOptions struct {
+// Options configure a Client.
+type Options struct {
 	// Path is the datagram socket (default /dev/log; tests use their own).
 	Path string
-	// Tag is the ident (-Y; default mimedefang-multiplexor) and Facility
-	// the facility code (-S; default mail).
+	// Tag is the ident (default "sluice") and Facility the facility code
+	// (0 is kern; callers pass Facilities["mail"] or their own).
 	Tag      string
 	Facility int
 	// Fallback gets the messages, one line each, when Path cannot be
@@ -48,14 +57,14 @@ type SyslogOptions struct {
 	PID int
 }
 
-// Syslog sends log messages to the local syslog daemon as openlog(3) with
+// Client sends log messages to the local syslog daemon as openlog(3) with
 // LOG_PID does: "<PRI>Mmm dd hh:mm:ss tag[pid]: message". A writer
 // goroutine does the sending, so logging never blocks; a send that fails
 // is retried once on a fresh connection. When the socket cannot be
 // reached at start (no /dev/log, as in many containers), messages go to
 // Fallback and one notice says so.
-type Syslog struct {
-	o        SyslogOptions
+type Client struct {
+	o        Options
 	ch       chan string
 	done     chan struct{}
 	mu       sync.Mutex
@@ -65,13 +74,13 @@ type Syslog struct {
 	fallback bool
 }
 
-// OpenSyslog connects to o.Path, or falls back as described on Syslog.
-func OpenSyslog(o SyslogOptions) *Syslog {
+// Open connects to o.Path, or falls back as described on Client.
+func Open(o Options) *Client {
 	if o.Path == "" {
-		o.Path = DefaultSyslogPath
+		o.Path = DefaultPath
 	}
 	if o.Tag == "" {
-		o.Tag = "mimedefang-multiplexor"
+		o.Tag = "sluice"
 	}
 	if o.Fallback == nil {
 		o.Fallback = os.Stderr
@@ -79,7 +88,7 @@ func OpenSyslog(o SyslogOptions) *Syslog {
 	if o.PID == 0 {
 		o.PID = os.Getpid()
 	}
-	s := &Syslog{o: o, ch: make(chan string, syslogQueue), done: make(chan struct{})}
+	s := &Client{o: o, ch: make(chan string, syslogQueue), done: make(chan struct{})}
 	c, err := net.Dial("unixgram", o.Path)
 	if err != nil {
 		s.fallback = true
@@ -92,10 +101,10 @@ func OpenSyslog(o SyslogOptions) *Syslog {
 }
 
 // Fallback reports whether messages go to the fallback writer.
-func (s *Syslog) Fallback() bool { return s.fallback }
+func (s *Client) Fallback() bool { return s.fallback }
 
 // Log sends msg at severity sev (0 emerg ... 7 debug); it never blocks.
-func (s *Syslog) Log(sev int, msg string) {
+func (s *Client) Log(sev int, msg string) {
 	now := time.Now()
 	var line string
 	if s.fallback {
@@ -115,7 +124,7 @@ func (s *Syslog) Log(sev int, msg string) {
 	}
 }
 
-func (s *Syslog) run() {
+func (s *Client) run() {
 	defer close(s.done)
 	for line := range s.ch {
 		if s.fallback {
@@ -139,7 +148,7 @@ func (s *Syslog) run() {
 	}
 }
 
-func (s *Syslog) send(line string) error {
+func (s *Client) send(line string) error {
 	if s.conn == nil {
 		return net.ErrClosed
 	}
@@ -149,7 +158,7 @@ func (s *Syslog) send(line string) error {
 }
 
 // Close sends what is queued and closes the socket.
-func (s *Syslog) Close() error {
+func (s *Client) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -166,12 +175,12 @@ func (s *Syslog) Close() error {
 // attribute as " key=value"; Debug, Info, Warn and Error map to the
 // severities debug, info, warning and err. Records below level are
 // dropped.
-func (s *Syslog) Handler(level slog.Leveler) slog.Handler {
+func (s *Client) Handler(level slog.Leveler) slog.Handler {
 	return &syslogHandler{s: s, level: level}
 }
 
 type syslogHandler struct {
-	s      *Syslog
+	s      *Client
 	level  slog.Leveler
 	attrs  []slog.Attr
 	groups string
