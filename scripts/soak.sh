@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Soak test: runs `sluice serve` under high load on the policy, anvil and
-# throttle doors for DURATION (default 10m), samples the daemon's goroutine
-# count (Prometheus go_goroutines from [web] /metrics), RSS, threads and
-# open descriptors every INTERVAL (default 10s), prints the table, and
-# asserts a plateau: the maximum over the last third of the samples may
-# exceed the maximum over the first third by at most 20 % plus a slack
-# (goroutines 50, RSS 16 MiB, descriptors 50). It also fails if a load
-# driver reports errors or the daemon dies. Last line: PASS or FAIL.
+# Soak test: runs `sluice serve` under high load on the policy, anvil,
+# throttle and milter doors for DURATION (default 10m), samples the
+# daemon's goroutine count (Prometheus go_goroutines from [web] /metrics),
+# RSS, threads and open descriptors every INTERVAL (default 10s), prints
+# the table, and asserts a plateau: the maximum over the last third of the
+# samples may exceed the maximum over the first third by at most 20 % plus
+# a slack (goroutines 50, RSS 16 MiB, descriptors 50). It also fails if a
+# load driver reports errors or the daemon dies. Last line: PASS or FAIL.
 #
 # The load: bench/policyload (C_POLICY persistent connections, default 16,
 # realistic END-OF-MESSAGE requests over 1,000 clients and senders),
 # bench/anvilload (C_ANVIL, default 8, 1,000 clients) and
-# bench/throttleload (C_THROTTLE, default 8 senders, 1,000 keys), each in
-# rounds of ROUND (default 30s) so connections also churn between rounds.
+# bench/throttleload (C_THROTTLE, default 8 senders, 1,000 keys) and
+# bench/milterload sessions (C_MILTER, default 8 whole milter sessions of 2
+# messages at a time, 1,000 clients in the class "soak" capped at 6
+# sessions, so some are refused with 421), each in rounds of ROUND
+# (default 30s) so connections also churn between rounds.
 #
 # The machine is shared: check `uptime` first and do not run a long soak
 # while others measure benchmarks.
 #
 # Environment: DURATION (10m), INTERVAL (10s), ROUND (30s), C_POLICY,
-# C_ANVIL, C_THROTTLE, KEEP=1 keeps the temp directory.
+# C_ANVIL, C_THROTTLE, C_MILTER, KEEP=1 keeps the temp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -30,6 +33,7 @@ ROUND=${ROUND:-30s}
 C_POLICY=${C_POLICY:-16}
 C_ANVIL=${C_ANVIL:-8}
 C_THROTTLE=${C_THROTTLE:-8}
+C_MILTER=${C_MILTER:-8}
 
 secs() { # secs 10m -> 600
 	local v=$1
@@ -63,12 +67,20 @@ go build -o "$tmp/sluice" ./cmd/sluice
 go build -o "$tmp/policyload" ./bench/policyload
 go build -o "$tmp/anvilload" ./bench/anvilload
 go build -o "$tmp/throttleload" ./bench/throttleload
+go build -o "$tmp/milterload" ./bench/milterload
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$tmp/sluice.toml" <<TOML
 state_dir = "$tmp"
 [log]
 level = "warn"
+[[class]]
+name = "soak"
+match = ["10.0.0.0/8"]
+refuse = 6
+[[class]]
+name = "rest"
+match = ["*"]
 [anvil]
 listen = ["unix:anvil"]
 [anvil.smtpd]
@@ -95,13 +107,15 @@ match = ["*"]
 limit = "50/1s"
 margin = "0s"
 max_wait = "24h"
+[milter]
+listen = ["unix:milter"]
 [web]
 listen = ["unix:web"]
 TOML
 "$tmp/sluice" serve -c "$tmp/sluice.toml" </dev/null >"$tmp/sluice.log" 2>&1 &
 sluice_pid=$!
 pids+=("$sluice_pid")
-for s in anvil throttle web; do wait_for_socket "$tmp/$s" 20 "$sluice_pid" || { cat "$tmp/sluice.log" >&2; exit 1; }; done
+for s in anvil throttle milter web; do wait_for_socket "$tmp/$s" 20 "$sluice_pid" || { cat "$tmp/sluice.log" >&2; exit 1; }; done
 
 end=$(($(date +%s) + dur_s))
 # driver NAME CMD... runs CMD -duration ROUND until the end time, one
@@ -124,13 +138,15 @@ driver anvil "$tmp/anvilload" -socket "$tmp/anvil" -c "$C_ANVIL" -warmup 0s &
 pids+=($!)
 driver throttle "$tmp/throttleload" -socket "$tmp/throttle" -c "$C_THROTTLE" -limit 50 &
 pids+=($!)
+driver milter "$tmp/milterload" sessions -socket "$tmp/milter" -c "$C_MILTER" &
+pids+=($!)
 
 metric() { # metric NAME: a sample from /metrics
 	curl -s --max-time 5 --unix-socket "$tmp/web" http://sluice/metrics | awk -v m="$1" '$1 == m { print $2; exit }'
 }
 status() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$sluice_pid/status"; }
 
-log "soak: $DURATION of load, a sample every $INTERVAL (policy c=$C_POLICY, anvil c=$C_ANVIL, throttle c=$C_THROTTLE)"
+log "soak: $DURATION of load, a sample every $INTERVAL (policy c=$C_POLICY, anvil c=$C_ANVIL, throttle c=$C_THROTTLE, milter c=$C_MILTER)"
 printf '%8s %11s %10s %8s %8s %8s\n' elapsed goroutines rss_kib threads fds cpu_s | tee "$tmp/samples"
 start=$(date +%s)
 died=0
@@ -151,7 +167,7 @@ wait "${pids[@]:1}" 2>/dev/null || true
 
 fail=()
 [ "$died" = 1 ] && fail+=("sluice died: $(tail -5 "$tmp/sluice.log")")
-for d in policy anvil throttle; do
+for d in policy anvil throttle milter; do
 	rounds=0 nfail=0
 	[ -f "$tmp/$d.out" ] && rounds=$(wc -l <"$tmp/$d.out")
 	[ -f "$tmp/$d.fail" ] && nfail=$(wc -l <"$tmp/$d.fail")
@@ -159,8 +175,8 @@ for d in policy anvil throttle; do
 	[ "$nfail" -gt 0 ] && fail+=("$d driver: $nfail failed rounds: $(tail -3 "$tmp/$d.err" 2>/dev/null)")
 done
 # Totals across rounds: requests and errors.
-awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "reqs" || kv[1] == "grants") r += kv[2]; if (kv[1] == "errors") e += kv[2] } }
-	END { printf "load total: %d requests/grants, %d errors\n", r, e }' "$tmp"/policy.out "$tmp"/anvil.out "$tmp"/throttle.out >&2 || true
+awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "reqs" || kv[1] == "grants") r += kv[2]; if (kv[1] == "sessions" || kv[1] == "tempfail") m += kv[2]; if (kv[1] == "errors") e += kv[2] } }
+	END { printf "load total: %d requests/grants, %d milter sessions, %d errors\n", r, m, e }' "$tmp"/policy.out "$tmp"/anvil.out "$tmp"/throttle.out "$tmp"/milter.out >&2 || true
 
 # Plateau: max of the last third vs max of the first third.
 plateau=$(awk 'NR > 1 { n++; g[n] = $2; r[n] = $3; f[n] = $5 }

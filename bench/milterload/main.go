@@ -1,5 +1,5 @@
-// Command milterload is the Go side of bench/milter.sh. It has two
-// subcommands.
+// Command milterload is the Go side of bench/milter.sh, and the milter
+// load of scripts/soak.sh.
 //
 // "milterload postfix" runs a private Postfix instance (built on
 // internal/testutil/postfixtest) with an SMTP listener on 127.0.0.1:-port
@@ -31,6 +31,9 @@
 // where per_session_bytes is (after - before) / n and rss_closed_kib the
 // RSS once all the sessions are closed again. Each connection needs a file
 // descriptor on both sides: raise "ulimit -n" of both processes.
+//
+// "milterload sessions" drives whole milter sessions for a while (see
+// runSessions).
 package main
 
 import (
@@ -59,7 +62,7 @@ func main() {
 
 func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: milterload postfix|steps|idle [flags]")
+		fmt.Fprintln(stderr, "usage: milterload postfix|steps|idle|sessions [flags]")
 		return 2
 	}
 	switch args[0] {
@@ -69,8 +72,10 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		return runIdle(args[1:], stdout, stderr)
 	case "steps":
 		return runSteps(args[1:], stdout, stderr)
+	case "sessions":
+		return runSessions(args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "milterload: unknown subcommand %q (want postfix, steps or idle)\n", args[0])
+		fmt.Fprintf(stderr, "milterload: unknown subcommand %q (want postfix, steps, idle or sessions)\n", args[0])
 		return 2
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,5 +79,59 @@ func TestUsage(t *testing.T) {
 		if rc := realMain(args, os.Stdin, &out, &errOut); rc != 2 {
 			t.Errorf("%q: exit %d, want 2", args, rc)
 		}
+	}
+}
+
+// eomHandler refuses the client 10.0.0.1 at CONNECT and counts the
+// messages that reach end of message.
+type eomHandler struct {
+	countHandler
+	eoms atomic.Int64
+}
+
+func (h *eomHandler) Connect(s *milter.Session, host string, f milter.Family, port uint16, addr string) milter.Response {
+	if addr == "10.0.0.1" {
+		return milter.Tempfail
+	}
+	return h.countHandler.Connect(s, host, f, port, addr)
+}
+
+func (h *eomHandler) EOM(*milter.Session, *milter.Modifier) milter.Response {
+	h.eoms.Add(1)
+	return milter.Accept
+}
+
+// TestSessions: the load counts sessions, messages and refusals as the
+// milter saw them.
+func TestSessions(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "milter")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &eomHandler{}
+	srv := milter.NewServer(milter.Options{Handler: h})
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	var out, errOut strings.Builder
+	if code := runSessions([]string{"-socket", sock, "-c", "4", "-clients", "4", "-duration", "300ms"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var c, sessions, messages, tempfail, reject, errs int
+	var rate float64
+	if _, err := fmt.Sscanf(out.String(), "c=%d sessions=%d messages=%d sessions_per_s=%f tempfail=%d reject=%d errors=%d",
+		&c, &sessions, &messages, &rate, &tempfail, &reject, &errs); err != nil {
+		t.Fatalf("line %q: %v", out.String(), err)
+	}
+	// Client 1 of 0..3 is 10.0.0.1: a quarter of the sessions.
+	if sessions == 0 || tempfail == 0 || errs != 0 || reject != 0 || messages != 2*sessions {
+		t.Fatalf("line %q", out.String())
+	}
+	if got := h.eoms.Load(); got != int64(messages) {
+		t.Fatalf("the milter saw %d messages, the load counted %d", got, messages)
 	}
 }
