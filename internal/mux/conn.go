@@ -5,9 +5,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // The milter opens a new connection for every request, so the per
@@ -20,17 +20,25 @@ import (
 // writes that complete at once are single system calls, and only one that
 // would block registers the descriptor with the runtime's poller (as an
 // *os.File), from where deadlines and Server.Close work as for any file.
+// The system calls on bare descriptors are raw (rawRW), and connection
+// goroutines outlive their connections and accept from the backlog
+// themselves (Serve).
 
 // fdConn is one accepted connection, used by its connection goroutine
-// only, except for f, which Server.Close may close (under Server.mu).
+// only, except for f, which Server.Close may close (under Server.mu). A
+// connection goroutine reuses its fdConn for every connection it serves.
 type fdConn struct {
 	fd int
 	// f is the descriptor registered with the poller, once an operation
 	// would have blocked; from then on every operation goes through it.
 	f *os.File
-	// rd and wd are the deadlines to apply when f is made.
-	rd, wd time.Time
-	s      *Server
+	// rto and wto are the read and write timeouts. A deadline costs a
+	// time.Now and, once registered, a runtime timer, and most connections
+	// never wait: the deadline is set only when an operation would block
+	// (in poll, or on f directly once registered), so a client still has
+	// the timeout from its first wait on.
+	rto, wto time.Duration
+	s        *Server
 }
 
 // errConnClosed: Server.Close came before the connection needed the
@@ -54,38 +62,39 @@ func (c *fdConn) poll() bool {
 	}
 	c.f = os.NewFile(uintptr(c.fd), "mux-client")
 	s.files[c.f] = struct{}{}
-	if !c.rd.IsZero() {
-		_ = c.f.SetReadDeadline(c.rd)
+	now := time.Now()
+	if c.rto > 0 {
+		_ = c.f.SetReadDeadline(now.Add(c.rto))
 	}
-	if !c.wd.IsZero() {
-		_ = c.f.SetWriteDeadline(c.wd)
+	if c.wto > 0 {
+		_ = c.f.SetWriteDeadline(now.Add(c.wto))
 	}
 	return true
 }
 
-func (c *fdConn) SetReadDeadline(t time.Time) error {
+func (c *fdConn) setReadTimeout(d time.Duration) {
 	if c.f != nil {
-		return c.f.SetReadDeadline(t)
+		_ = c.f.SetReadDeadline(time.Now().Add(d))
+		return
 	}
-	c.rd = t
-	return nil
+	c.rto = d
 }
 
-func (c *fdConn) SetWriteDeadline(t time.Time) error {
+func (c *fdConn) setWriteTimeout(d time.Duration) {
 	if c.f != nil {
-		return c.f.SetWriteDeadline(t)
+		_ = c.f.SetWriteDeadline(time.Now().Add(d))
+		return
 	}
-	c.wd = t
-	return nil
+	c.wto = d
 }
 
 func (c *fdConn) Read(b []byte) (int, error) {
 	if c.f == nil {
-		n, err := ignoringEINTR(func() (int, error) { return syscall.Read(c.fd, b) })
+		n, err := rawRW(syscall.SYS_READ, c.fd, b)
 		switch {
-		case err == nil && n == 0 && len(b) > 0:
+		case err == 0 && n == 0 && len(b) > 0:
 			return 0, io.EOF
-		case err == nil:
+		case err == 0:
 			return n, nil
 		case err != syscall.EAGAIN:
 			return 0, err
@@ -101,11 +110,11 @@ func (c *fdConn) Write(b []byte) (int, error) {
 	done := 0
 	if c.f == nil {
 		for done < len(b) {
-			n, err := ignoringEINTR(func() (int, error) { return syscall.Write(c.fd, b[done:]) })
+			n, err := rawRW(syscall.SYS_WRITE, c.fd, b[done:])
 			if err == syscall.EAGAIN {
 				break
 			}
-			if err != nil {
+			if err != 0 {
 				return done, err
 			}
 			done += n
@@ -122,28 +131,44 @@ func (c *fdConn) Write(b []byte) (int, error) {
 }
 
 // Close closes the connection (after Server.Close, f may be closed
-// already; closing it twice is harmless).
+// already; closing it twice is harmless) and makes c ready for the next.
 func (c *fdConn) Close() {
 	if c.f == nil {
 		if c.fd >= 0 {
-			syscall.Close(c.fd)
+			_, _, _ = syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(c.fd), 0, 0)
 		}
-		return
+	} else {
+		c.s.mu.Lock()
+		delete(c.s.files, c.f)
+		c.s.mu.Unlock()
+		c.f.Close()
 	}
-	c.s.mu.Lock()
-	delete(c.s.files, c.f)
-	c.s.mu.Unlock()
-	c.f.Close()
+	*c = fdConn{fd: -1, s: c.s}
 }
 
-func ignoringEINTR(f func() (int, error)) (int, error) {
+// netConn is a net.Conn as a clientConn (listeners without a descriptor).
+type netConn struct{ net.Conn }
+
+func (c netConn) setReadTimeout(d time.Duration) {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+}
+
+func (c netConn) setWriteTimeout(d time.Duration) {
+	_ = c.SetWriteDeadline(time.Now().Add(d))
+}
+
+// rawRW is read(2) or write(2) (trap) on a non-blocking descriptor,
+// retried on EINTR. Calls that cannot block go through RawSyscall: the
+// runtime's entersyscall/exitsyscall around a plain Syscall, made for
+// calls that may block, cost more than these calls take.
+func rawRW(trap uintptr, fd int, b []byte) (int, syscall.Errno) {
 	for {
-		n, err := f()
-		if err != syscall.EINTR {
-			if n < 0 {
-				n = 0
+		n, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e != syscall.EINTR {
+			if e != 0 {
+				return 0, e
 			}
-			return n, err
+			return int(n), 0
 		}
 	}
 }
@@ -155,6 +180,10 @@ func ignoringEINTR(f func() (int, error)) (int, error) {
 type acceptor struct {
 	f  *os.File
 	rc syscall.RawConn
+	// The result of the last accept4 (accept), and the function doing it.
+	fd  int
+	err error
+	try func(uintptr) bool
 }
 
 func newAcceptor(l net.Listener) *acceptor {
@@ -194,31 +223,78 @@ func (a *acceptor) close() {
 }
 
 // accept returns a new non-blocking, close-on-exec descriptor. Errors
-// are the poller's (os.ErrClosed once closed) or accept4's.
+// are the poller's (os.ErrClosed once closed) or accept4's. Only the
+// goroutine of Serve calls it: the function given to the poller is bound
+// once (a.try), so an accept allocates nothing.
 func (a *acceptor) accept() (int, error) {
-	fd, aerr := -1, error(nil)
-	err := a.rc.Read(func(lfd uintptr) bool {
-		for {
-			r, _, e := syscall.Syscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
-			switch e {
-			case 0:
-				fd = int(r)
-				return true
-			case syscall.EINTR, syscall.ECONNABORTED:
-				continue
-			case syscall.EAGAIN:
-				return false
-			default:
-				aerr = e
-				return true
-			}
-		}
-	})
-	if err != nil {
+	a.fd, a.err = -1, nil
+	if a.try == nil {
+		a.try = a.accept4
+	}
+	if err := a.rc.Read(a.try); err != nil {
 		return -1, err
 	}
-	return fd, aerr
+	return a.fd, a.err
 }
 
-// bufPool holds request buffers (maxLine bytes).
-var bufPool = sync.Pool{New: func() any { return new([maxLine]byte) }}
+func (a *acceptor) accept4(lfd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
+		switch e {
+		case 0:
+			a.fd = int(r)
+			return true
+		case syscall.EINTR, syscall.ECONNABORTED:
+			continue
+		case syscall.EAGAIN:
+			return false
+		default:
+			a.err = e
+			return true
+		}
+	}
+}
+
+// acceptTry takes a connection from a listener's backlog without
+// waiting, for a connection goroutine (conn.go's Serve comment); its
+// function is bound once, so a try allocates nothing.
+type acceptTry struct {
+	fd int
+	fn func(uintptr)
+}
+
+// accept returns a descriptor as acceptor.accept does, or false when the
+// backlog is empty, the listener closed, or accept4 failed (Serve, which
+// waits on the listener, sees the error again and handles it).
+func (t *acceptTry) accept(a *acceptor) (int, bool) {
+	if t.fn == nil {
+		t.fn = t.accept4
+	}
+	t.fd = -1
+	// Control holds a reference to the descriptor: Close cannot make
+	// its number another file's meanwhile.
+	if err := a.rc.Control(t.fn); err != nil || t.fd < 0 {
+		return -1, false
+	}
+	return t.fd, true
+}
+
+func (t *acceptTry) accept4(lfd uintptr) {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
+		if e == syscall.EINTR || e == syscall.ECONNABORTED {
+			continue
+		}
+		if e == 0 {
+			t.fd = int(r)
+		}
+		return
+	}
+}
+
+// reqBuf is a connection goroutine's request buffer: maxLine bytes for
+// the line and a scratch area for the rest of a longer one.
+type reqBuf struct {
+	line    [maxLine]byte
+	scratch [512]byte
+}

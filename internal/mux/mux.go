@@ -3,7 +3,8 @@
 // and load commands) or forwarded to a worker of a pool.Pool, with the
 // reference's reply strings byte for byte. It also holds the
 // multiplexor's other outputs: the -O notification socket (Notifier), the
-// -t/-T stats file (StatsLog), syslog (Syslog) and the -d trace.
+// -t/-T stats file (StatsLog) and the -d trace; its syslog client is
+// package syslog's.
 //
 // # DIFFERENCES
 //
@@ -21,6 +22,8 @@
 //     ("error: Unable to activate worker").
 //   - A worker whose stdout hit EOF is never chosen again; the reference
 //     may still hand it the next request before it is reaped.
+//   - The queue is also served when a slot comes free by a reap or a
+//     bring-up (the reference waits for a worker to finish a command).
 //   - Syslog: without /dev/log the log goes to stderr (after one notice);
 //     a log message that cannot be queued (the syslog daemon stuck) is
 //     dropped rather than blocking the pool. Messages with structured
@@ -63,8 +66,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"sluice/internal/pool"
 )
@@ -141,6 +146,16 @@ func New(o Options) *Server {
 // restricted (-a) socket. A listener with a descriptor is served through
 // a duplicate of it (conn.go), so it is Close, not l.Close, that stops
 // Serve.
+//
+// Connections are served by connection goroutines that outlive them: a
+// goroutine done with one takes the next from the listener's backlog
+// itself while other connections are in flight (connWorker), and
+// otherwise waits for Serve to hand it one (up to maxIdleConnWorkers
+// wait); a new one starts only when none waits. A goroutine per
+// connection would cost its creation and, on every connection, the
+// growth of its stack to what serving needs; taking the next connection
+// at once saves the poller's report of the listener, a hand-off and a
+// wake-up.
 func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.mu.Lock()
 	if s.closed {
@@ -153,6 +168,7 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	ls := &listenerState{acc: acc, hand: make(chan int), privileged: privileged}
 	var delay time.Duration
 	for {
 		var c net.Conn
@@ -179,32 +195,117 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 			continue
 		}
 		delay = 0
-		s.mu.Lock()
-		if s.closed || !privileged && s.restricted >= maxRestrictedActive {
-			closed := s.closed
-			s.mu.Unlock()
+		if !s.admit(privileged) {
 			if c != nil {
 				c.Close()
 			} else {
 				syscall.Close(fd)
 			}
-			if closed {
+			if s.isClosed() {
 				return ErrServerClosed
 			}
 			continue
 		}
-		if !privileged {
-			s.restricted++
-		}
 		if c != nil {
+			s.mu.Lock()
+			if s.closed { // since admit: Close has closed s.conns already
+				s.mu.Unlock()
+				c.Close()
+				s.connDone(privileged)
+				return ErrServerClosed
+			}
 			s.conns[c] = struct{}{}
-		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		if c != nil {
+			s.wg.Add(1)
+			s.mu.Unlock()
 			go s.serveConn(c, privileged)
-		} else {
-			go s.serveFD(fd, privileged)
+			continue
+		}
+		s.handOff(ls, fd)
+	}
+}
+
+// handOff gives fd, an admitted connection, to a waiting connection
+// goroutine, or to a new one.
+func (s *Server) handOff(ls *listenerState, fd int) {
+	ls.active.Add(1)
+	select {
+	case ls.hand <- fd:
+	default:
+		s.wg.Add(1)
+		go s.connWorker(ls, fd)
+	}
+}
+
+// listenerState is what the connection goroutines of one listener share.
+type listenerState struct {
+	acc        *acceptor
+	hand       chan int     // accepted descriptors to waiting connection goroutines
+	idle       atomic.Int32 // connection goroutines waiting on hand
+	active     atomic.Int32 // connections being served
+	privileged bool
+}
+
+// maxIdleConnWorkers is how many connection goroutines of a listener may
+// wait for a connection; the others end.
+const maxIdleConnWorkers = 128
+
+// admit counts a new connection; false (the caller closes it) when the
+// server is closing or the restricted socket has its maximum of clients.
+func (s *Server) admit(privileged bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !privileged && s.restricted >= maxRestrictedActive {
+		return false
+	}
+	if !privileged {
+		s.restricted++
+	}
+	return true
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// connWorker serves fd, then the next connections, until the server
+// closes or enough others wait.
+func (s *Server) connWorker(ls *listenerState, fd int) {
+	defer s.wg.Done()
+	buf := new(reqBuf)
+	c := &fdConn{fd: fd, s: s}
+	var try acceptTry
+	for {
+		s.serve(c, ls.privileged, buf)
+		c.Close()
+		s.connDone(ls.privileged)
+		if ls.active.Add(-1) > 0 && s.o.Pool.PollWaiters() == 0 {
+			// One connection from the backlog, if there is one (more
+			// would cost a failing accept4 per request; Serve takes the
+			// rest when the poller reports them). Not while a client
+			// waits on the poller for its worker's reply: the runtime
+			// polls only when no goroutine is runnable, and a chain of
+			// connections taken at once would keep that worker busy.
+			if fd, ok := try.accept(ls.acc); ok {
+				if s.admit(ls.privileged) {
+					ls.active.Add(1)
+					c.fd = fd
+					continue
+				}
+				syscall.Close(fd)
+			}
+		}
+		if ls.idle.Add(1) > maxIdleConnWorkers {
+			ls.idle.Add(-1)
+			return
+		}
+		select {
+		case c.fd = <-ls.hand:
+			ls.idle.Add(-1)
+		case <-s.ctx.Done():
+			ls.idle.Add(-1)
+			return
 		}
 	}
 }
@@ -238,17 +339,9 @@ func (s *Server) serveConn(c net.Conn, privileged bool) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 		s.connDone(privileged)
+		s.wg.Done()
 	}()
-	s.serve(c, privileged)
-}
-
-func (s *Server) serveFD(fd int, privileged bool) {
-	c := &fdConn{fd: fd, s: s}
-	defer func() {
-		c.Close()
-		s.connDone(privileged)
-	}()
-	s.serve(c, privileged)
+	s.serve(netConn{c}, privileged, new(reqBuf))
 }
 
 func (s *Server) connDone(privileged bool) {
@@ -257,30 +350,34 @@ func (s *Server) connDone(privileged bool) {
 		s.restricted--
 		s.mu.Unlock()
 	}
-	s.wg.Done()
 }
 
 // clientConn is what serving a request needs of a connection.
 type clientConn interface {
 	Read(b []byte) (int, error)
 	Write(b []byte) (int, error)
-	SetReadDeadline(t time.Time) error
-	SetWriteDeadline(t time.Time) error
+	// setReadTimeout and setWriteTimeout bound the reads and writes from
+	// now on.
+	setReadTimeout(d time.Duration)
+	setWriteTimeout(d time.Duration)
 }
 
-func (s *Server) serve(c clientConn, privileged bool) {
-	buf := bufPool.Get().(*[maxLine]byte)
+func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf) {
 	line, ok := readRequest(c, s.o.Timeout, buf)
-	bufPool.Put(buf)
 	if !ok {
 		return
 	}
-	reply := s.Handle(s.ctx, line, privileged)
-	if reply == "" {
+	reply, raw := s.handle(s.ctx, line, privileged)
+	if reply == "" && len(raw) == 0 {
 		return
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(s.o.Timeout))
-	_, _ = c.Write([]byte(reply))
+	c.setWriteTimeout(s.o.Timeout)
+	if raw != nil {
+		_, _ = c.Write(raw)
+		return
+	}
+	// Write only reads the bytes: no copy of the reply.
+	_, _ = c.Write(unsafe.Slice(unsafe.StringData(reply), len(reply)))
 }
 
 // ReadRequest reads one request as the reference does (§2.1): up to a
@@ -291,13 +388,13 @@ func (s *Server) serve(c clientConn, privileged bool) {
 // nothing in time (the connection is closed without a reply); a client
 // that half-closes at once delivers the empty command.
 func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
-	return readRequest(c, timeout, new([maxLine]byte))
+	return readRequest(netConn{c}, timeout, new(reqBuf))
 }
 
-func readRequest(c clientConn, timeout time.Duration, buf *[maxLine]byte) (line string, ok bool) {
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
+func readRequest(c clientConn, timeout time.Duration, rb *reqBuf) (line string, ok bool) {
+	c.setReadTimeout(timeout)
 	got := 0
-	var scratch [512]byte
+	buf, scratch := &rb.line, &rb.scratch
 	for {
 		var m int
 		var err error
@@ -351,26 +448,39 @@ func indexNL(b []byte) int {
 // Handle answers one request line (without its newline). An empty reply
 // means the connection is closed without a byte.
 func (s *Server) Handle(ctx context.Context, line string, privileged bool) string {
+	reply, raw := s.handle(ctx, line, privileged)
+	if raw != nil {
+		return string(raw)
+	}
+	return reply
+}
+
+// handle is Handle with a worker's reply as it came (raw, not nil then),
+// which the connection writes without a copy.
+func (s *Server) handle(ctx context.Context, line string, privileged bool) (reply string, raw []byte) {
 	if r, ok := s.builtin(line, privileged); ok {
-		return r
+		return r, nil
 	}
 	if !privileged {
-		return ReplyPrivileged
+		return ReplyPrivileged, nil
 	}
 	if line == "reread" {
 		s.o.Pool.Reread()
-		return ReplyReread
+		return ReplyReread, nil
 	}
 	if line == "autoscale" {
 		if snap, ok := s.o.Pool.Snapshot(); ok && snap.Autoscale {
-			return formatAutoscale(&snap)
+			return formatAutoscale(&snap), nil
 		}
 	}
 	if len(line) > maxCommand {
-		return ReplyTooLong
+		return ReplyTooLong, nil
 	}
 	r := s.o.Pool.Do(ctx, pool.Request{Line: line, Queue: true})
-	return ErrorReply(r)
+	if r.Err == nil && len(r.Reply) > 0 {
+		return "", r.Reply
+	}
+	return ErrorReply(r), nil
 }
 
 // ErrorReply is the main socket's reply for a pool result.

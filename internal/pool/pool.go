@@ -136,11 +136,18 @@ type Result struct {
 }
 
 type call struct {
-	req   Request
-	kind  Kind
-	ch    chan callMsg // to the client: its grant, and its result
-	timer *timerEntry  // queue timeout while queued
-	start time.Time    // clock time of dispatch
+	req  Request
+	kind Kind
+	// ch signals the client: first its grant (proc set) if it gets one,
+	// then its result (res) unless the grant's holder claimed the call.
+	// Messages carry no data, so that making ch is one allocation.
+	ch    chan struct{}
+	res   Result
+	timer *timerEntry // queue timeout while queued (qtimer)
+	// qtimer is the queue timeout's timer entry, kept in the call so that
+	// queueing allocates no entry.
+	qtimer timerEntry
+	start  time.Time // clock time of dispatch
 	// tick is the band of an internal tick request (§4.10), -1 otherwise.
 	tick int
 	// onDone, when set, is called on the owner goroutine instead of
@@ -152,8 +159,9 @@ type call struct {
 	proc *process
 	// io is the state of a granted call (ioRunning...), shared by the
 	// owner and the grant's holder; ior is the holder's progress.
-	io  atomic.Int32
-	ior ioProgress
+	io    atomic.Int32
+	ior   ioProgress
+	watch ctxWatch // the client's (clientIO)
 }
 
 type slot struct {
@@ -173,10 +181,14 @@ type slot struct {
 	domain       string
 	call         *call
 	busyTimer    *timerEntry
-	killTimer    *timerEntry
-	deadTimer    *timerEntry
-	dead         bool // stdout ended: never chosen again
-	reapPending  bool // reaped while busy: finish once the I/O reports
+	// busyT is the entry busyTimer points to while set, and busyProc the
+	// process it was set for (no allocation per request).
+	busyT       timerEntry
+	busyProc    *process
+	killTimer   *timerEntry
+	deadTimer   *timerEntry
+	dead        bool // stdout ended: never chosen again
+	reapPending bool // reaped while busy: finish once the I/O reports
 	// idleSeq orders idle slots as the reference's idle list does (the
 	// most recently idle first), which its worker choice depends on.
 	idleSeq uint64
@@ -187,17 +199,19 @@ type slot struct {
 
 // Pool is a running worker pool. Create it with New and run it with Run.
 type Pool struct {
-	cfg   Config
-	clk   clock.Clock
-	log   *slog.Logger
-	calls chan *call
-	ctl   chan func()
-	// events carries worker I/O results to the owner loop; tags the
-	// status updates read from -Z pipes.
-	events chan ioEvent
-	tags   chan tagEvent
-	done   chan struct{} // closed when the owner loop has exited
-	wg     sync.WaitGroup
+	cfg Config
+	clk clock.Clock
+	log *slog.Logger
+	// in carries calls, worker I/O results and functions to run to the
+	// owner loop, in the order they were sent (so a client that reported
+	// its worker's reply and then asks for a snapshot sees the worker
+	// idle). It is buffered: a sender rarely waits, and the owner takes
+	// what has come in a batch (Run). tags carries the status updates
+	// read from -Z pipes.
+	in   chan ownerMsg
+	tags chan tagEvent
+	done chan struct{} // closed when the owner loop has exited
+	wg   sync.WaitGroup
 
 	// Owned by the loop goroutine.
 	slots          []*slot
@@ -212,10 +226,24 @@ type Pool struct {
 	histo          []int
 	hist           [nkinds]*history
 	start          time.Time
-	oldFree        int    // free slots after the last state change (-1: none yet)
-	idleSeq        uint64 // source of slot.idleSeq
-	ema            float64
-	lastScaleIn    time.Time
+	oldFree        int     // free slots after the last state change (-1: none yet)
+	idleSeq        uint64  // source of slot.idleSeq
+	idleBuf        []*slot // findFree's scratch
+	// nowT is the clock's time for the message being handled (nowSet):
+	// one reading of the clock serves all of its bookkeeping.
+	nowT   time.Time
+	nowSet bool
+
+	ema         float64
+	lastScaleIn time.Time
+
+	// pollWaiters counts the clients waiting on the poller for a
+	// worker's reply (PollWaiters).
+	pollWaiters atomic.Int32
+
+	// wmu guards groups, the watch groups of clients' contexts (io.go).
+	wmu    sync.Mutex
+	groups map[<-chan struct{}]*watchGroup
 }
 
 // New checks cfg and returns a pool; no process starts before Run.
@@ -256,16 +284,16 @@ func New(cfg Config) (*Pool, error) {
 		cfg:     cfg,
 		clk:     cfg.Clock,
 		log:     cfg.Logger,
-		calls:   make(chan *call),
-		ctl:     make(chan func()),
-		events:  make(chan ioEvent),
+		in:      make(chan ownerMsg, inBuffer),
 		tags:    make(chan tagEvent),
 		done:    make(chan struct{}),
 		histo:   make([]int, cfg.MaxWorkers),
 		oldFree: -1,
 	}
 	for i := range cfg.MaxWorkers {
-		p.slots = append(p.slots, &slot{n: i})
+		s := &slot{n: i}
+		s.busyT = timerEntry{index: -1, fn: func() { p.busyTimeout(s, s.busyProc) }}
+		p.slots = append(p.slots, s)
 		p.stopped = append(p.stopped, i)
 	}
 	for k := range p.hist {
@@ -280,17 +308,20 @@ func (p *Pool) Config() Config { return p.cfg }
 // Do sends req to a worker, or queues it, and waits for the outcome. It
 // returns ErrClosed when ctx ends or the pool stops first.
 func (p *Pool) Do(ctx context.Context, req Request) Result {
-	c := &call{req: req, kind: KindOf(req.Line), ch: make(chan callMsg, 2), tick: -1}
+	c := &call{req: req, kind: KindOf(req.Line), ch: make(chan struct{}, 2), tick: -1}
 	select {
-	case p.calls <- c:
-	case <-p.done:
-		return Result{Err: ErrClosed}
-	case <-ctx.Done():
-		return Result{Err: ErrClosed}
+	case p.in <- ownerMsg{c: c}: // the usual case, cheaper than the select below
+	default:
+		select {
+		case p.in <- ownerMsg{c: c}:
+		case <-p.done:
+			return Result{Err: ErrClosed}
+		case <-ctx.Done():
+			return Result{Err: ErrClosed}
+		}
 	}
-	var m callMsg
 	select {
-	case m = <-c.ch:
+	case <-c.ch:
 	case <-p.done:
 		return Result{Err: ErrClosed}
 	case <-ctx.Done():
@@ -300,20 +331,28 @@ func (p *Pool) Do(ctx context.Context, req Request) Result {
 		go func() {
 			defer p.wg.Done()
 			select {
-			case m := <-c.ch:
-				if m.proc != nil {
-					p.clientIO(context.Background(), c, m.proc)
+			case <-c.ch:
+				if c.proc != nil {
+					p.clientIO(context.Background(), c, c.proc)
 				}
 			case <-p.done:
 			}
 		}()
 		return Result{Err: ErrClosed}
 	}
-	if m.proc == nil {
-		return m.res
+	if c.proc == nil {
+		return c.res
 	}
-	return p.clientIO(ctx, c, m.proc)
+	return p.clientIO(ctx, c, c.proc)
 }
+
+// PollWaiters is the number of clients waiting on the runtime's poller
+// for a worker's reply. The poller is consulted only when no goroutine
+// is runnable, so a caller that could go on with more work (mux's
+// connection goroutines taking the next connection at once) should rather
+// wait while it is not zero: replies that have come are then read, and
+// their workers freed, without delay.
+func (p *Pool) PollWaiters() int { return int(p.pollWaiters.Load()) }
 
 // Reread starts a new generation, as the `reread` command and SIGINT do:
 // idle workers are killed now, busy ones when they finish.
@@ -324,7 +363,7 @@ func (p *Pool) Reread() { p.exec(p.reread) }
 func (p *Pool) exec(f func()) bool {
 	fin := make(chan struct{})
 	select {
-	case p.ctl <- func() { f(); close(fin) }:
+	case p.in <- ownerMsg{f: func() { f(); close(fin) }}:
 	case <-p.done:
 		return false
 	}
@@ -347,6 +386,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	defer func() {
 		close(p.done)
 		p.wg.Wait()
+		p.stopWatches()
 	}()
 	p.start = p.clk.Now()
 	for _, s := range p.slots {
@@ -389,6 +429,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			timer.Stop()
 			timer = nil
 		}
+		p.nowSet = false
 		select {
 		case <-ctx.Done():
 			if timer != nil {
@@ -396,12 +437,20 @@ func (p *Pool) Run(ctx context.Context) error {
 			}
 			p.shutdown(sigchld)
 			return nil
-		case c := <-p.calls:
-			p.submit(c)
-		case f := <-p.ctl:
-			f()
-		case ev := <-p.events:
-			p.handleIO(ev)
+		case m := <-p.in:
+			p.handle(m)
+			// Take what else has come without a full select (whose cost
+			// grows with its cases); a bounded batch, so that timers,
+			// signals and ctx are not starved.
+		batch:
+			for range inBatch {
+				select {
+				case m := <-p.in:
+					p.handle(m)
+				default:
+					break batch
+				}
+			}
 		case ev := <-p.tags:
 			p.handleTag(ev)
 		case <-sigchld:
@@ -410,6 +459,31 @@ func (p *Pool) Run(ctx context.Context) error {
 			timer = nil
 			p.fireTimers()
 		}
+	}
+}
+
+// ownerMsg is one message on Pool.in: a call (c), a function to run (f)
+// or a worker I/O event (ev).
+type ownerMsg struct {
+	c  *call
+	f  func()
+	ev ioEvent
+}
+
+const (
+	inBuffer = 256 // capacity of Pool.in
+	inBatch  = 32  // messages taken after one select, at most
+)
+
+func (p *Pool) handle(m ownerMsg) {
+	p.nowSet = false
+	switch {
+	case m.c != nil:
+		p.submit(m.c)
+	case m.f != nil:
+		m.f()
+	default:
+		p.handleIO(m.ev)
 	}
 }
 
@@ -435,8 +509,11 @@ func (p *Pool) submit(c *call) {
 		if c.req.Queue && p.cfg.QueueSize > 0 {
 			if len(p.queue) < p.cfg.QueueSize {
 				p.queue = append(p.queue, c)
-				c.timer = p.after(p.cfg.QueueTimeout, func() { p.queueTimeout(c) })
-				p.vlog(slog.LevelInfo, "All workers are busy: Queueing request (%d queued)", len(p.queue))
+				c.qtimer = timerEntry{index: -1, c: c}
+				c.timer = p.schedule(&c.qtimer, p.cfg.QueueTimeout)
+				if p.cfg.Verbose {
+					p.vlog(slog.LevelInfo, "All workers are busy: Queueing request (%d queued)", len(p.queue))
+				}
 				return
 			}
 			p.vlog(slog.LevelInfo, "Cannot queue request: request queue is full")
@@ -469,12 +546,13 @@ func (p *Pool) queueTimeout(c *call) {
 // the oldest idle worker; else the first stopped slot. With -A the choice
 // is logged.
 func (p *Pool) findFree(k Kind) *slot {
-	var idle []*slot
+	idle := p.idleBuf[:0]
 	for _, s := range p.slots {
 		if s.state == Idle && !s.dead && !s.reapPending {
 			idle = append(idle, s)
 		}
 	}
+	p.idleBuf = idle[:0]
 	slices.SortFunc(idle, func(a, b *slot) int { return cmp.Compare(b.idleSeq, a.idleSeq) })
 	matches := func(s *slot) bool { return k != Other && s.last == k }
 	var best, same *slot
@@ -541,7 +619,7 @@ func (p *Pool) dispatch(s *slot, c *call) {
 			return
 		}
 	}
-	now := p.clk.Now()
+	now := p.now()
 	p.setState(s, Busy)
 	s.cur = c.kind
 	if c.kind != Other {
@@ -561,8 +639,11 @@ func (p *Pool) dispatch(s *slot, c *call) {
 		p.notifyTag(s)
 		p.noteCommand(s, c)
 	}
-	p.elog("dispatch worker=%d pid=%d cmd=%q", s.n, proc.pid, truncate(c.req.Line, 100))
-	s.busyTimer = p.after(p.cfg.BusyTimeout, func() { p.busyTimeout(s, proc) })
+	if p.cfg.EventLog != nil {
+		p.elog("dispatch worker=%d pid=%d cmd=%q", s.n, proc.pid, truncate(c.req.Line, 100))
+	}
+	s.busyProc = proc
+	s.busyTimer = p.schedule(&s.busyT, p.cfg.BusyTimeout)
 	c.slot = s.n
 	p.grant(c, proc)
 	if c.kind == Scan && c.tick < 0 && !c.req.Map {
@@ -608,7 +689,8 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		s.workdir = ""
 	}
 	if *s.proc.qid.Load() != qid {
-		s.proc.qid.Store(&qid)
+		q := qid // only a changed id is allocated
+		s.proc.qid.Store(&q)
 	}
 }
 
@@ -621,12 +703,13 @@ func truncate(s string, n int) string {
 
 // activate starts a process in the stopped slot s.
 func (p *Pool) activate(s *slot, reason string) error {
-	now := p.clk.Now()
-	if p.cfg.ActivationSpacing > 0 && !p.lastActivation.IsZero() && now.Sub(p.lastActivation) < p.cfg.ActivationSpacing {
+	now := p.now()
+	if !p.mayActivate() {
 		p.vlog(slog.LevelDebug, "Did not start worker %d: Not enough time elapsed since last worker activation", s.n)
 		return fmt.Errorf("pool: activation spacing")
 	}
 	proc, err := spawn(&p.cfg)
+	p.nowSet = false // a fork takes a while
 	if err != nil {
 		p.alog(slog.LevelError, "Could not start worker %d: %v", s.n, err)
 		return err
@@ -674,9 +757,11 @@ func (p *Pool) setState(s *slot, st State) {
 	if p.cfg.Notify != nil {
 		p.notify(fmt.Sprintf("S %d StateChange %s -> %s", s.n, s.state, st))
 	}
-	p.elog("worker=%d %s -> %s", s.n, s.state, st)
+	if p.cfg.EventLog != nil {
+		p.elog("worker=%d %s -> %s", s.n, s.state, st)
+	}
 	s.state = st
-	now := p.clk.Now()
+	now := p.now()
 	s.lastChange = now
 	switch st {
 	case Busy:
@@ -718,7 +803,9 @@ func (p *Pool) handleIO(ev ioEvent) {
 	s.call = nil
 	s.busyTimer.cancel(p)
 	s.busyTimer = nil
-	p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
+	if p.cfg.EventLog != nil {
+		p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
+	}
 	if ev.writeErr != nil {
 		p.vlog(slog.LevelError, "handleWorkerReceivedCommand(%d): Timeout or error: %v", s.n, ev.writeErr)
 		c.finish(Result{Err: ErrTalk})
@@ -755,7 +842,7 @@ func (p *Pool) handleIO(ev ioEvent) {
 	p.finishCommand(s, c)
 	c.finish(r)
 	p.setState(s, Idle)
-	s.idleSince = p.clk.Now()
+	s.idleSince = p.now()
 	s.cur = Other
 	p.checkExpiry(s)
 	if c.tick < 0 && !c.req.Map && s.workdir != "" && p.cfg.Stats != nil {
@@ -790,7 +877,7 @@ func (p *Pool) logDied(s *slot) {
 
 // finishCommand counts a command that ended (answered, timed out or died).
 func (p *Pool) finishCommand(s *slot, c *call) {
-	now := p.clk.Now()
+	now := p.now()
 	if c.kind != Other {
 		busy := p.busy()
 		ms := now.Sub(c.start).Milliseconds()
@@ -821,7 +908,7 @@ func (p *Pool) checkExpiry(s *slot) {
 		}
 		return
 	}
-	now := p.clk.Now()
+	now := p.now()
 	switch {
 	case s.numRequests >= p.cfg.MaxRequests:
 		p.kill(s, fmt.Sprintf("Worker has processed %d requests", s.numRequests))
@@ -1007,6 +1094,33 @@ func (p *Pool) finishReap(s *slot) {
 	if p.running() < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
+	p.serveQueue()
+}
+
+// serveQueue dispatches queued requests while a worker can be picked for
+// the head of the queue. The reference serves its queue only when a
+// worker finishes a command (§4.4), so a request queued while every slot
+// was busy or being killed waited for its timeout even after a slot came
+// free by a reap or a bring-up; sluice serves it then too. A slot that
+// activation spacing (-W) would not let start is left for later: the
+// request stays queued rather than failing.
+func (p *Pool) serveQueue() {
+	for len(p.queue) > 0 {
+		c := p.queue[0]
+		s := p.findFree(c.kind)
+		if s == nil || s.state == Stopped && !p.mayActivate() {
+			return
+		}
+		p.queue = p.queue[1:]
+		c.timer.cancel(p)
+		c.timer = nil
+		p.dispatch(s, c)
+	}
+}
+
+// mayActivate: activation spacing (-W) lets a worker start now.
+func (p *Pool) mayActivate() bool {
+	return p.cfg.ActivationSpacing <= 0 || p.lastActivation.IsZero() || p.now().Sub(p.lastActivation) >= p.cfg.ActivationSpacing
 }
 
 // closeProc closes the parent's ends of a reaped worker's pipes, which
@@ -1031,6 +1145,7 @@ func (p *Pool) bringUpCheck() {
 	if p.running() < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
+	p.serveQueue()
 }
 
 func (p *Pool) scheduleBringUp() {
@@ -1190,7 +1305,8 @@ func (p *Pool) reapAllNow() int {
 type timerEntry struct {
 	when  time.Time
 	fn    func()
-	index int // -1 when not in the heap
+	c     *call // set instead of fn: the queue timeout of c
+	index int   // -1 when not in the heap
 }
 
 type timerHeap []*timerEntry
@@ -1216,8 +1332,25 @@ func (h *timerHeap) Pop() any {
 }
 
 func (p *Pool) after(d time.Duration, fn func()) *timerEntry {
-	e := &timerEntry{when: p.clk.Now().Add(d), fn: fn}
-	heap.Push(&p.timers, e)
+	return p.schedule(&timerEntry{fn: fn, index: -1}, d)
+}
+
+// now is the clock's time, read once per message of the owner loop.
+func (p *Pool) now() time.Time {
+	if !p.nowSet {
+		p.nowT, p.nowSet = p.clk.Now(), true
+	}
+	return p.nowT
+}
+
+// schedule (re)arms e, an entry kept by its user, to fire in d.
+func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {
+	e.when = p.now().Add(d)
+	if e.index >= 0 {
+		heap.Fix(&p.timers, e.index)
+	} else {
+		heap.Push(&p.timers, e)
+	}
 	return e
 }
 
@@ -1228,9 +1361,13 @@ func (e *timerEntry) cancel(p *Pool) {
 }
 
 func (p *Pool) fireTimers() {
-	now := p.clk.Now()
+	now := p.now()
 	for len(p.timers) > 0 && !p.timers[0].when.After(now) {
 		e := heap.Pop(&p.timers).(*timerEntry)
-		e.fn()
+		if e.c != nil {
+			p.queueTimeout(e.c)
+		} else {
+			e.fn()
+		}
 	}
 }

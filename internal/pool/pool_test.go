@@ -220,11 +220,14 @@ func TestDesync(t *testing.T) {
 	cfg.MaxWorkers = 1 // every command goes to the same worker
 	p := start(t, cfg)
 	// Two separate writes: the second line answers the next command (the
-	// reference's desynchronisation, kept).
+	// reference's desynchronisation, kept). That command's own answer
+	// comes 500 ms late, so that the read finds only the stale line and
+	// the answer is left for the command after it (an instant answer
+	// could be read together with the stale line, and dropped with it).
 	wantReply(t, do(t, p, "twosep"), "one\n")
 	time.Sleep(200 * time.Millisecond)
-	wantReply(t, do(t, p, "y"), "two\n")
-	wantReply(t, do(t, p, "z"), "echo \"y\"\n")
+	wantReply(t, do(t, p, "sleep 500"), "two\n")
+	wantReply(t, do(t, p, "z"), "slept 500\n")
 }
 
 func waitCount(t *testing.T, p *pool.Pool, st pool.State, n int) {
@@ -285,6 +288,36 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("map while busy: %+v", r)
 	}
 	wg.Wait()
+}
+
+// A request queued while the only slot's worker is being killed is
+// served once that worker is reaped and the slot is free again, not left
+// to its queue timeout (the reference serves its queue only when a worker
+// finishes a command).
+func TestQueueServedAfterReap(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers = 1
+	cfg.MaxRequests = 1
+	cfg.QueueSize = 4
+	cfg.QueueTimeout = 30 * time.Second
+	// A killed worker lingers after its stdin closes until the SIGTERM
+	// that follows KillGrace, so the second request finds the slot Killed.
+	cfg.Env = append(os.Environ(), "FAKEWORKER_LINGER=1")
+	cfg.KillGrace = 2 * time.Second
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	first := do(t, p, "pid")
+	if first.Err != nil {
+		t.Fatalf("first request: %v", first.Err)
+	}
+	waitStates(t, p, "K")
+	second := do(t, p, "pid")
+	if second.Err != nil {
+		t.Fatalf("request queued while the worker was being killed: %v", second.Err)
+	}
+	if bytes.Equal(first.Reply, second.Reply) {
+		t.Fatalf("both requests answered by the same worker (%q): the first should have been recycled", first.Reply)
+	}
 }
 
 func waitQueued(t *testing.T, p *pool.Pool, n int) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // maxReply is the reference's reply buffer: a longer reply is cut to its
@@ -24,8 +25,21 @@ type process struct {
 	stdout *os.File
 	stderr *os.File
 	// buf and wbuf are the reply and command buffers of the request in
-	// flight, used only by the holder of its grant (io.go).
-	buf, wbuf []byte
+	// flight, used only by the holder of its grant (io.go), as are the
+	// raw I/O state and functions below.
+	buf, wbuf         []byte
+	stdinRC, stdoutRC syscall.RawConn
+	writeFn, readFn   func(fd uintptr) bool
+	wleft             []byte
+	werr              error
+	wblocked          bool
+	wtimeout          time.Duration
+	rbuf              []byte
+	rn                int
+	rerr              error
+	watch             *ctxWatch
+	pool              *Pool
+	waiting           bool // counted in pool.pollWaiters
 	// status is the read end of the -Z status pipe (nil without -Z).
 	status *os.File
 	// qid is the queue id of the worker's last scan, senderok or recipok
@@ -62,6 +76,18 @@ func spawn(cfg *Config) (*process, error) {
 			return nil, fmt.Errorf("creating worker pipes: %w", err)
 		}
 		files[i], files[i+1] = r, w
+	}
+	// Pipes' raw conns cannot fail; asked for before the fork, so that no
+	// child needs reaping on this error path.
+	inRC, err := files[1].SyscallConn()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	outRC, err := files[2].SyscallConn()
+	if err != nil {
+		closeAll()
+		return nil, err
 	}
 	env := cfg.Env
 	if env == nil {
@@ -102,15 +128,18 @@ func spawn(cfg *Config) (*process, error) {
 		return nil, fmt.Errorf("starting %s: %w", cfg.Program, err)
 	}
 	pr := &process{
-		pid:    pid,
-		stdin:  files[1],
-		stdout: files[2],
-		stderr: files[4],
-		status: files[6],
-		buf:    make([]byte, maxReply+512),
+		pid:      pid,
+		stdinRC:  inRC,
+		stdoutRC: outRC,
+		stdin:    files[1],
+		stdout:   files[2],
+		stderr:   files[4],
+		status:   files[6],
+		buf:      make([]byte, maxReply+512),
 	}
 	empty := ""
 	pr.qid.Store(&empty)
+	pr.writeFn, pr.readFn = pr.writeSome, pr.readSome
 	return pr, nil
 }
 
@@ -224,7 +253,12 @@ func statusChunkTag(b []byte) (tag string, ok bool) {
 // send hands ev to the owner loop; false when the loop has exited.
 func (p *Pool) send(ev ioEvent) bool {
 	select {
-	case p.events <- ev:
+	case p.in <- ownerMsg{ev: ev}: // the usual case, cheaper than a full select
+		return true
+	default:
+	}
+	select {
+	case p.in <- ownerMsg{ev: ev}:
 		return true
 	case <-p.done:
 		return false

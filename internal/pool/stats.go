@@ -242,6 +242,9 @@ func commandTag(line string) string {
 	if len(raw) > 63 {
 		raw = raw[:63]
 	}
+	if plainTag(raw) {
+		return raw // the common case, without a copy
+	}
 	t := []byte(PercentDecode(raw))
 	if i := bytes.IndexByte(t, 0); i >= 0 {
 		t = t[:i]
@@ -252,6 +255,16 @@ func commandTag(line string) string {
 		}
 	}
 	return string(t)
+}
+
+// plainTag: s is its own tag (no '%', every byte in 0x20..0x7E).
+func plainTag(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			return false
+		}
+	}
+	return true
 }
 
 // PercentDecode turns %XX (either case) into its byte and leaves any other
