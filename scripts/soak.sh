@@ -142,7 +142,10 @@ driver milter "$tmp/milterload" sessions -socket "$tmp/milter" -c "$C_MILTER" &
 pids+=($!)
 
 metric() { # metric NAME: a sample from /metrics
-	curl -s --max-time 5 --unix-socket "$tmp/web" http://sluice/metrics | awk -v m="$1" '$1 == m { print $2; exit }'
+	# awk reads to the end: exiting at the match would make curl fail with
+	# a write error (23) once /metrics outgrows a pipe buffer, and end the
+	# soak under set -e.
+	curl -s --max-time 5 --unix-socket "$tmp/web" http://sluice/metrics | awk -v m="$1" '$1 == m && !found { print $2; found = 1 }'
 }
 status() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$sluice_pid/status"; }
 
