@@ -25,19 +25,8 @@ func (h *countHandler) Connect(*milter.Session, string, milter.Family, uint16, s
 func (h *countHandler) Close(*milter.Session) { h.open.Add(-1) }
 
 func TestIdle(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "milter")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &countHandler{}
-	srv := milter.NewServer(milter.Options{Handler: h})
-	go srv.Serve(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	sock := serveMilter(t, h)
 	r, err := idle(sock, 50, os.Getpid(), 8, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -55,18 +44,7 @@ func TestIdle(t *testing.T) {
 
 // TestSteps: a handler with CONNECT alone asks for CONNECT alone.
 func TestSteps(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "milter")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := milter.NewServer(milter.Options{Handler: &countHandler{}})
-	go srv.Serve(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	sock := serveMilter(t, &countHandler{})
 	got, err := steps(sock)
 	if err != nil || got != "connect" {
 		t.Fatalf("steps = %q, %v; want connect", got, err)
@@ -104,19 +82,8 @@ func (h *eomHandler) EOM(*milter.Session, *milter.Modifier) milter.Response {
 // TestSessions: the load counts sessions, messages and refusals as the
 // milter saw them.
 func TestSessions(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "milter")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &eomHandler{}
-	srv := milter.NewServer(milter.Options{Handler: h})
-	go srv.Serve(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	sock := serveMilter(t, h)
 	var out, errOut strings.Builder
 	if code := runSessions([]string{"-socket", sock, "-c", "4", "-clients", "4", "-duration", "300ms"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
@@ -134,4 +101,23 @@ func TestSessions(t *testing.T) {
 	if got := h.eoms.Load(); got != int64(messages) {
 		t.Fatalf("the milter saw %d messages, the load counted %d", got, messages)
 	}
+}
+
+// serveMilter serves h on a unix socket of the test's own until the test
+// ends, and returns the socket's path.
+func serveMilter(t *testing.T, h milter.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "milter")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := milter.NewServer(milter.Options{Handler: h})
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return sock
 }
