@@ -212,6 +212,12 @@ func (p *Pool) clientIO(ctx context.Context, c *call, pr *process) Result {
 	c.watch = ctxWatch{ctx: ctx, c: c}
 	ev, cut := p.workerIO(c, pr, true, &c.watch)
 	p.disarm(&c.watch)
+	if !cut && c.io.Load() == ioAbandoned {
+		// ctx ended after the reply was read: ctxEnded (done, since
+		// disarm took its lock) set a past read deadline that no read
+		// saw. Clear it, or the worker's next command would fail at once.
+		_ = pr.stdout.SetReadDeadline(time.Time{})
+	}
 	if cut {
 		p.wg.Add(1)
 		go p.finishAbandoned(c, pr)

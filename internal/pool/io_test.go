@@ -69,3 +69,26 @@ func TestDoContextEndedBeforeGrant(t *testing.T) {
 		t.Fatalf("NumRequests %d, want 3", n)
 	}
 }
+
+// A client whose context ends just as its worker's reply comes in leaves
+// the worker usable: the next request on it is answered, not failed by a
+// read deadline left over from the interruption.
+func TestCancelRaceLeavesWorkerUsable(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	for i := range 300 {
+		ctx, cancel := context.WithCancel(context.Background())
+		// The worker answers after 2 ms; the cancel lands around then, on
+		// either side of the reply.
+		stop := time.AfterFunc(time.Duration(1500+i%20*50)*time.Microsecond, cancel)
+		p.Do(ctx, pool.Request{Line: "sleep 2"})
+		stop.Stop()
+		cancel()
+		waitStates(t, p, "I")
+		if r := do(t, p, "after"); r.Err != nil || string(r.Reply) != "echo \"after\"\n" {
+			t.Fatalf("round %d: the request after a cancelled one got %q, %v", i, r.Reply, r.Err)
+		}
+	}
+}
