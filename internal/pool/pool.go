@@ -592,21 +592,24 @@ func lastCmdNo(k Kind) int {
 	return int(k) - 1
 }
 
+// activationReason is the log's reason for starting a worker for c.
+func activationReason(c *call) string {
+	switch {
+	case c.tick >= 0:
+		return "About to run tick"
+	case c.req.Map:
+		return "About to handle map request"
+	case c.kind == Scan:
+		return "About to perform scan"
+	default:
+		return "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
+	}
+}
+
 // dispatch starts s if needed and sends c's command to it.
 func (p *Pool) dispatch(s *slot, c *call) {
 	if s.state == Stopped {
-		var reason string
-		switch {
-		case c.tick >= 0:
-			reason = "About to run tick"
-		case c.req.Map:
-			reason = "About to handle map request"
-		case c.kind == Scan:
-			reason = "About to perform scan"
-		default:
-			reason = "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
-		}
-		if err := p.activate(s, reason); err != nil {
+		if err := p.activate(s, activationReason(c)); err != nil {
 			switch {
 			case c.tick >= 0:
 				p.vlog(slog.LevelWarn, "Tick %d skipped -- unable to activate worker %d", c.tick, s.n)
@@ -1101,14 +1104,17 @@ func (p *Pool) finishReap(s *slot) {
 // the head of the queue. The reference serves its queue only when a
 // worker finishes a command (§4.4), so a request queued while every slot
 // was busy or being killed waited for its timeout even after a slot came
-// free by a reap or a bring-up; sluice serves it then too. A slot that
-// activation spacing (-W) would not let start is left for later: the
-// request stays queued rather than failing.
+// free by a reap or a bring-up; sluice serves it then too. A worker that
+// cannot be started now (activation spacing, -W, or a failed fork) leaves
+// the request queued rather than failing it.
 func (p *Pool) serveQueue() {
 	for len(p.queue) > 0 {
 		c := p.queue[0]
 		s := p.findFree(c.kind)
-		if s == nil || s.state == Stopped && !p.mayActivate() {
+		if s == nil {
+			return
+		}
+		if s.state == Stopped && (!p.mayActivate() || p.activate(s, activationReason(c)) != nil) {
 			return
 		}
 		p.queue = p.queue[1:]

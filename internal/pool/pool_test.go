@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,6 +319,52 @@ func TestQueueServedAfterReap(t *testing.T) {
 	if bytes.Equal(first.Reply, second.Reply) {
 		t.Fatalf("both requests answered by the same worker (%q): the first should have been recycled", first.Reply)
 	}
+}
+
+// A worker that cannot be started when a slot comes free leaves the
+// queued request waiting (not failed with "Unable to activate worker"),
+// and the bring-up that starts one later serves it.
+func TestQueueWaitsOutFailedStart(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "worker")
+	b, err := os.ReadFile(fakeWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig()
+	cfg.Program = prog
+	cfg.MaxWorkers = 1
+	cfg.MaxRequests = 1
+	cfg.QueueSize = 4
+	cfg.QueueTimeout = 30 * time.Second
+	cfg.KillGrace = 2 * time.Second
+	cfg.Env = append(os.Environ(), "FAKEWORKER_LINGER=1")
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	if r := do(t, p, "pid"); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	waitStates(t, p, "K")
+	// From now on no worker can start.
+	if err := os.Chmod(prog, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan pool.Result, 1)
+	go func() { done <- do(t, p, "queued") }()
+	waitQueued(t, p, 1)
+	// The killed worker is reaped, its slot stops, no worker starts.
+	waitStates(t, p, "S")
+	select {
+	case r := <-done:
+		t.Fatalf("the queued request ended while no worker could start: %q, %v", r.Reply, r.Err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := os.Chmod(prog, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantReply(t, <-done, "echo \"queued\"\n")
 }
 
 func waitQueued(t *testing.T, p *pool.Pool, n int) {
