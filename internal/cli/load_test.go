@@ -10,7 +10,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -337,15 +336,7 @@ func dialMany(t *testing.T, sock string, n int) []net.Conn {
 		}
 	})
 	for len(conns) < n {
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			if errors.Is(err, syscall.EAGAIN) {
-				time.Sleep(time.Millisecond)
-				continue
-			}
-			t.Fatalf("after %d connections: %v", len(conns), err)
-		}
-		conns = append(conns, c)
+		conns = append(conns, dialUnix(t, sock))
 	}
 	return conns
 }

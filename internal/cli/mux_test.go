@@ -311,10 +311,7 @@ func spoolDir(t *testing.T, u *user.User) string {
 
 func muxQuery(t *testing.T, sock, req string) string {
 	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatalf("dial %s: %v", sock, err)
-	}
+	c := dialUnix(t, sock)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	if _, err := c.Write([]byte(req)); err != nil {
@@ -325,6 +322,25 @@ func muxQuery(t *testing.T, sock, req string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// dialUnix connects to the unix socket sock. Go's connect does not block:
+// with the listen backlog full (the multiplexor's is 5 by default) it fails
+// with EAGAIN where the milter's blocking connect would wait, so it waits
+// and tries again, for up to 20 s.
+func dialUnix(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			t.Fatalf("dial %s: %v", sock, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // alive reports whether pid runs (a zombie counts as gone).
