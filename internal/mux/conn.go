@@ -238,19 +238,27 @@ func (a *acceptor) accept() (int, error) {
 }
 
 func (a *acceptor) accept4(lfd uintptr) bool {
+	fd, e := accept4(lfd)
+	switch e {
+	case 0:
+		a.fd = fd
+	case syscall.EAGAIN:
+		return false
+	default:
+		a.err = e
+	}
+	return true
+}
+
+// accept4 takes one connection from the listening descriptor lfd as a
+// non-blocking, close-on-exec descriptor, retrying on EINTR and on
+// connections aborted before they were taken. It cannot block (lfd is
+// non-blocking), hence RawSyscall6.
+func accept4(lfd uintptr) (int, syscall.Errno) {
 	for {
 		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
-		switch e {
-		case 0:
-			a.fd = int(r)
-			return true
-		case syscall.EINTR, syscall.ECONNABORTED:
-			continue
-		case syscall.EAGAIN:
-			return false
-		default:
-			a.err = e
-			return true
+		if e != syscall.EINTR && e != syscall.ECONNABORTED {
+			return int(r), e
 		}
 	}
 }
@@ -280,15 +288,8 @@ func (t *acceptTry) accept(a *acceptor) (int, bool) {
 }
 
 func (t *acceptTry) accept4(lfd uintptr) {
-	for {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
-		if e == syscall.EINTR || e == syscall.ECONNABORTED {
-			continue
-		}
-		if e == 0 {
-			t.fd = int(r)
-		}
-		return
+	if fd, e := accept4(lfd); e == 0 {
+		t.fd = fd
 	}
 }
 

@@ -900,9 +900,7 @@ func (p *Pool) finishCommand(s *slot, c *call) {
 // request limit), else recycle on request count, lifetime or generation.
 func (p *Pool) checkExpiry(s *slot) {
 	if len(p.queue) > 0 && s.numRequests < 3*p.cfg.MaxRequests {
-		c := p.queue[0]
-		p.queue = p.queue[1:]
-		c.timer.cancel(p)
+		c := p.popQueue()
 		if t := p.findFree(c.kind); t != nil {
 			p.dispatch(t, c)
 		} else {
@@ -1117,11 +1115,17 @@ func (p *Pool) serveQueue() {
 		if s.state == Stopped && (!p.mayActivate() || p.activate(s, activationReason(c)) != nil) {
 			return
 		}
-		p.queue = p.queue[1:]
-		c.timer.cancel(p)
-		c.timer = nil
-		p.dispatch(s, c)
+		p.dispatch(s, p.popQueue())
 	}
+}
+
+// popQueue takes the head of the queue off it, with its queue timeout.
+func (p *Pool) popQueue() *call {
+	c := p.queue[0]
+	p.queue = p.queue[1:]
+	c.timer.cancel(p)
+	c.timer = nil
+	return c
 }
 
 // mayActivate: activation spacing (-W) lets a worker start now.
