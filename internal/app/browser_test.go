@@ -9,9 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,15 +43,12 @@ const referenceMux = "/usr/bin/mimedefang-multiplexor"
 func startMultiplexor(t *testing.T) string {
 	t.Helper()
 	if _, err := os.Stat(referenceMux); err != nil {
-		t.Skip("!!!!!!!! SKIPPING the daemon browser test: " + referenceMux + " is not installed (apt-get install mimedefang)")
+		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
 	}
 	var uarg []string
 	uid, gid := -1, -1
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("defang")
-		if err != nil {
-			t.Skip("!!!!!!!! SKIPPING the daemon browser test: running as root and there is no user defang for the workers")
-		}
+		u := peer.User(t, "defang")
 		uarg = []string{"-U", "defang"}
 		uid, _ = strconv.Atoi(u.Uid)
 		gid, _ = strconv.Atoi(u.Gid)

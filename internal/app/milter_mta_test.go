@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +98,7 @@ func waitMaillog(t *testing.T, what string, log func() (string, error), parts ..
 func postfixWithMilter(t *testing.T) (*postfixtest.Instance, int, *Daemon) {
 	t.Helper()
 	if err := postfixtest.Available(); err != nil {
-		t.Skipf("SKIP (loud): the Postfix integration test cannot run here: %v", err)
+		peer.Missing(t, "a private Postfix instance", err)
 	}
 	state := t.TempDir()
 	d, sock := startMilterDaemon(t, state, milterMTAConfig(state, "[milter.socket]\nowner = \"postfix\"\nmode = \"0600\"", ""))
@@ -214,7 +215,7 @@ func TestPostfixMilterMessages(t *testing.T) {
 func sendmailWithMilter(t *testing.T, milterKeys, tables string) (*sendmailtest.Instance, *Daemon) {
 	t.Helper()
 	if err := sendmailtest.Available(); err != nil {
-		t.Skipf("SKIP (loud): private Sendmail unavailable: %v", err)
+		peer.Missing(t, "a private Sendmail instance", err)
 	}
 	state := t.TempDir()
 	d, sock := startMilterDaemon(t, state, milterMTAConfig(state, milterKeys, tables))

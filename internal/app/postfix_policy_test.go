@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 func postfixWithPolicy(t *testing.T, restriction, rules string) (*postfixtest.Instance, int) {
 	t.Helper()
 	if err := postfixtest.Available(); err != nil {
-		t.Skipf("SKIP (loud): the Postfix integration test cannot run here: %v", err)
+		peer.Missing(t, "a private Postfix instance", err)
 	}
 	policyPort, err := postfixtest.FreePort()
 	if err != nil {

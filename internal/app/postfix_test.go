@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func postfixWithSluice(t *testing.T, mainCF map[string]string, sluiceExtra string) (*postfixtest.Instance, int, *Daemon) {
 	t.Helper()
 	if err := postfixtest.Available(); err != nil {
-		t.Skipf("SKIP (loud): the Postfix integration test cannot run here: %v", err)
+		peer.Missing(t, "a private Postfix instance", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,7 +23,7 @@ func startRedis(t *testing.T) *redistest.Server {
 	srv, err := redistest.Start(t.TempDir(), 0)
 	if err != nil {
 		if err == redistest.ErrNoRedis {
-			t.Skipf("SKIP (loud): %v", err)
+			peer.Missing(t, "redis-server", err)
 		}
 		t.Fatal(err)
 	}

@@ -3,8 +3,8 @@ package app
 import (
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,17 +17,9 @@ import (
 // owner, group and mode configured (and the defaults, 0660 and sluice's
 // own user, when nothing is set).
 func TestSocketOwnersAndModes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (loud): changing a socket's owner needs root")
-	}
-	owner, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	group, err := user.LookupGroup("nogroup")
-	if err != nil {
-		t.Skipf("no group nogroup: %v", err)
-	}
+	peer.Root(t, "changing a socket's owner needs root")
+	owner := peer.User(t, "nobody")
+	group := peer.Group(t, "nogroup")
 	doors := []struct{ door, mode string }{
 		{"anvil", "0600"}, {"policy", "0660"}, {"throttle", "0666"}, {"milter", "0640"}, {"web", "0620"},
 	}

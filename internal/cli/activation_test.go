@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,10 +25,7 @@ import (
 // sockets are bound, before sluice runs.
 func socketActivate(t *testing.T, cfg, fdname string, listen ...string) *relProc {
 	t.Helper()
-	sa, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		t.Skip("!!!!!!!! SKIPPING the socket-activation test: systemd-socket-activate is not installed (apt-get install systemd)")
-	}
+	sa := peer.Binary(t, "systemd", "systemd-socket-activate")
 	bin, _ := muxBinaries(t)
 	args := []string{"--fdname=" + fdname}
 	for _, l := range listen {

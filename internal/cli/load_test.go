@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,7 +198,7 @@ func idleConns(t *testing.T) int {
 		n = v
 	}
 	if lim := raiseNofile(t, uint64(n+1000)); lim < uint64(n+1000) {
-		t.Skipf("RLIMIT_NOFILE %d is too low for %d connections", lim, n)
+		peer.Missing(t, "a descriptor limit for the load", fmt.Errorf("RLIMIT_NOFILE %d is too low for %d connections (raise the hard limit, or set SLUICE_IDLE_CONNS lower)", lim, n))
 	}
 	return n
 }

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 )
@@ -46,18 +48,13 @@ func TestMuxDebianDropIn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts MIMEDefang")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (loud): the drop-in test needs root (mount namespaces)")
-	}
+	peer.Root(t, "the drop-in test needs mount namespaces")
 	for _, f := range []string{"/etc/init.d/mimedefang", "/usr/bin/mimedefang-multiplexor", "/usr/bin/md-mx-ctrl", "/usr/bin/mimedefang"} {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("SKIP (loud): MIMEDefang is not installed (%v)", err)
+			peer.Missing(t, "MIMEDefang", fmt.Errorf("%w (Debian package mimedefang)", err))
 		}
 	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("SKIP (loud): unshare(1) is missing")
-	}
+	unshare := peer.Binary(t, "util-linux", "unshare")
 	sluice, _ := muxBinaries(t)
 	cmd := exec.Command(unshare, "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", dropinScript)
 	cmd.Env = append(os.Environ(), "SLUICE="+sluice)

@@ -8,6 +8,8 @@ package cli
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,7 +102,7 @@ func featPair(t *testing.T, args []string, env []string) (sl, ref *featDaemon) {
 	}
 	sl = featStart(t, "sluice", append([]string{bin, "mux"}, args...), env)
 	if _, err := os.Stat(referenceMux); err != nil {
-		t.Log("!!!!!!!! SKIPPING the reference side: " + referenceMux + " is not installed (apt-get install mimedefang)")
+		peer.Partial(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
 		return sl, nil
 	}
 	ref = featStart(t, "reference", append([]string{referenceMux}, args...), env)
@@ -458,7 +461,7 @@ func TestMuxSyslogVsReference(t *testing.T) {
 		}
 	}
 	if ref == nil {
-		t.Log("!!!!!!!! SKIPPING the reference side: it needs /dev/log to be free (and root) and " + referenceMux)
+		peer.Partial(t, "the reference side of the syslog test", errors.New("it needs root, no syslog daemon on /dev/log, and "+referenceMux))
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { script(sl) })

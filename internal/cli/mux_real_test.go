@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,12 +89,13 @@ sub filter_end {
 1;
 `
 
-// needReal skips (loudly) unless the real MIMEDefang programs are here.
+// needReal ends the test (peer.Missing) unless the real MIMEDefang
+// programs are here.
 func needReal(t *testing.T, programs ...string) {
 	t.Helper()
 	for _, p := range programs {
 		if _, err := os.Stat(p); err != nil {
-			t.Skipf("!!!!!!!! SKIPPING: %s is not installed (apt-get install mimedefang postfix): %v", p, err)
+			peer.Missing(t, p, fmt.Errorf("%w (Debian packages mimedefang, postfix)", err))
 		}
 	}
 }
@@ -395,9 +397,6 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 	// Ticks (-X 1 -P 2): filter_tick runs for both bands.
 	for _, m := range muxes {
 		t.Run("ticks/"+m.name, func(t *testing.T) {
-			if strings.Contains(m.stderr.String(), "-X (tick requests) is not implemented yet") {
-				t.Skipf("!!!!!!!! SKIPPING: %s does not implement -X ticks yet (it says so on stderr)", m.name)
-			}
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				b, _ := os.ReadFile(m.ticks)
@@ -423,7 +422,7 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 func TestMuxPostfixMilterEndToEnd(t *testing.T) {
 	needReal(t, perlWorker, milterBinary, smtpSource)
 	if err := postfixtest.Available(); err != nil {
-		t.Skipf("!!!!!!!! SKIPPING: the Postfix end-to-end test cannot run here: %v", err)
+		peer.Missing(t, "a private Postfix instance", err)
 	}
 	bin, _ := muxBinaries(t)
 	uarg, u := asUser(t)

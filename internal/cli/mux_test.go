@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,11 +284,7 @@ func asUser(t *testing.T) ([]string, *user.User) {
 		}
 		return nil, u
 	}
-	u, err := user.Lookup("defang")
-	if err != nil {
-		t.Skip("running as root and there is no user defang to run as")
-	}
-	return []string{"-U", "defang"}, u
+	return []string{"-U", "defang"}, peer.User(t, "defang")
 }
 
 // spoolDir is a spool the -U user can write.
@@ -581,7 +578,7 @@ const referenceMux = "/usr/bin/mimedefang-multiplexor"
 func TestMuxStartupErrorsVsReference(t *testing.T) {
 	bin, _ := muxBinaries(t)
 	if _, err := os.Stat(referenceMux); err != nil {
-		t.Skip("!!!!!!!! SKIPPING: " + referenceMux + " is not installed (apt-get install mimedefang)")
+		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
 	}
 	uarg, _ := asUser(t)
 	cases := [][]string{
@@ -681,7 +678,7 @@ func TestMuxSocketMapVsReference(t *testing.T) {
 		t.Skip("the busy timeout takes 10 s")
 	}
 	if _, err := os.Stat(referenceMux); err != nil {
-		t.Skip("!!!!!!!! SKIPPING: " + referenceMux + " is not installed (apt-get install mimedefang)")
+		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
 	}
 	bin, worker := muxBinaries(t)
 	uarg, u := asUser(t)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,7 @@ import (
 // a worker. (TestMuxForegroundPrivileges and TestMuxDaemonEndToEnd check
 // that with -U the daemon and its workers run as that user.)
 func TestMuxNeverRunsWorkersAsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (loud): the root refusal needs root")
-	}
+	peer.Root(t, "the refusal to run workers as root is only seen as root")
 	bin, worker := muxBinaries(t)
 	for _, uarg := range [][]string{nil, {"-U", "root"}} {
 		t.Run(fmt.Sprint(uarg), func(t *testing.T) {

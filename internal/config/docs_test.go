@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 )
@@ -70,10 +71,7 @@ func TestExampleConfigs(t *testing.T) {
 // service and its socket unit, together), with the binary's path pointed
 // at one that exists here. Any complaint fails.
 func TestSystemdUnit(t *testing.T) {
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("!!!!!!!! SKIPPING: systemd-analyze is not installed; the unit files are not checked")
-	}
+	sa := peer.Binary(t, "systemd", "systemd-analyze")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

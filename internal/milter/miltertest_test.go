@@ -5,6 +5,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"testing"
 	"time"
@@ -71,10 +72,7 @@ func (h *mtHandler) Close(s *Session) { h.closes <- s.ID() }
 // simulator, Debian package miltertest) against the engine, one Lua
 // script of testdata/ per subtest.
 func TestMiltertest(t *testing.T) {
-	bin, err := exec.LookPath("miltertest")
-	if err != nil {
-		t.Skip("!!!!!!!! SKIPPING the real-peer milter tests: miltertest is not installed (apt-get install miltertest)")
-	}
+	bin := peer.Binary(t, "miltertest", "miltertest")
 	scripts := []struct {
 		name     string
 		protocol wire.Protocol

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ const reference = "/usr/bin/mimedefang-multiplexor"
 func startReference(t *testing.T, st settings) (target, bool) {
 	t.Helper()
 	if _, err := os.Stat(reference); err != nil {
-		t.Log("!!!!!!!! SKIPPING the reference side: " + reference + " is not installed (apt-get install mimedefang)")
+		peer.Partial(t, reference, fmt.Errorf("%w (Debian package mimedefang)", err))
 		return target{}, false
 	}
 	dir, err := os.MkdirTemp("", "muxref")
@@ -125,7 +126,7 @@ func startReference(t *testing.T, st settings) (target, bool) {
 	args := []string{"-D", "-z", dir, "-s", filepath.Join(dir, "mx.sock"), "-a", filepath.Join(dir, "ro.sock"), "-f", fakeWorker}
 	if os.Geteuid() == 0 {
 		if err := chownDefang(dir); err != nil {
-			t.Log("!!!!!!!! SKIPPING the reference side: no user defang: " + err.Error())
+			peer.Partial(t, "user defang", err)
 			return target{}, false
 		}
 		args = append(args, "-U", "defang")

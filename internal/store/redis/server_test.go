@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sluice/internal/testutil/peer"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 func needServer(tb testing.TB) *redistest.Server {
 	tb.Helper()
 	if errors.Is(sharedErr, redistest.ErrNoRedis) {
-		tb.Skipf("SKIP (loud): the Redis store tests cannot run here: %v", sharedErr)
+		peer.Missing(tb, "redis-server", sharedErr)
 	}
 	if sharedErr != nil {
 		tb.Fatalf("starting redis-server: %v", sharedErr)

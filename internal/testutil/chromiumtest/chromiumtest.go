@@ -7,9 +7,11 @@ package chromiumtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ func Binary(t testing.TB) string {
 			return p
 		}
 	}
-	t.Skip("!!!!!!!! SKIPPING the browser test: no chromium found (apt-get install chromium, or set SLUICE_CHROMIUM)")
+	peer.Missing(t, "chromium", errors.New("not installed (Debian package chromium, or set SLUICE_CHROMIUM)"))
 	return ""
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 func requirePostfix(t *testing.T) {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skipf("SKIP (loud): private Postfix instance unavailable: %v", err)
+		peer.Missing(t, "a private Postfix instance", err)
 	}
 }
 

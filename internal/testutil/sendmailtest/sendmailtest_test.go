@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +22,7 @@ import (
 func requireSendmail(t *testing.T) {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skipf("SKIP (loud): private Sendmail unavailable: %v", err)
+		peer.Missing(t, "a private Sendmail instance", err)
 	}
 }
 
