@@ -13,9 +13,20 @@ import (
 
 // Config is the whole configuration file.
 type Config struct {
-	// StateDir holds sluice's sockets when their paths are relative. It is
-	// created (mode 0750) if missing.
+	// StateDir holds what sluice keeps between runs. It is created (mode
+	// 0750, owned by user) if missing. The -state-dir flag overrides it.
 	StateDir string `toml:"state_dir"`
+	// RuntimeDir holds sluice's unix sockets when their paths are
+	// relative. It is created (mode 0755: each socket has its own owner,
+	// group and mode) if missing. Unset, it is /run/sluice for root and
+	// $XDG_RUNTIME_DIR/sluice for other users; but when state_dir is set
+	// and runtime_dir is not, the sockets stay in state_dir.
+	RuntimeDir string `toml:"runtime_dir"`
+	// User is the account sluice runs as. Started as root, it binds its
+	// sockets and prepares its directories, then switches to this user
+	// and its groups for good. Empty: it keeps the user it was started as
+	// (under systemd, the unit's User=).
+	User string `toml:"user"`
 	// ClassesFile is an XLA-style class table ("mask queue refuse" lines);
 	// its classes come after the [[class]] tables. A relative path is
 	// relative to the config file.
@@ -152,7 +163,7 @@ type SMTPDLimits struct {
 type Anvil struct {
 	// Enabled serves the anvil protocol.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
 	// "inet:HOST:PORT" addresses.
 	Listen []string `toml:"listen"`
 	Socket Socket   `toml:"socket"`
@@ -177,7 +188,7 @@ type Anvil struct {
 type Policy struct {
 	// Enabled serves Postfix policy delegation.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
 	// "inet:HOST:PORT" addresses.
 	Listen []string `toml:"listen"`
 	Socket Socket   `toml:"socket"`
@@ -265,7 +276,7 @@ type Throttle struct {
 	// Enabled serves the throttle protocol (sluice throttle, the qmail-remote
 	// wrapper).
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
 	// "inet:HOST:PORT" addresses.
 	Listen []string `toml:"listen"`
 	Socket Socket   `toml:"socket"`
@@ -429,10 +440,37 @@ func (c *Config) Relative(p string) string {
 	return filepath.Join(filepath.Dir(c.File), p)
 }
 
-// Path resolves a socket or file path: relative paths are under StateDir.
+// DefaultRuntimeDir is where the sockets of a daemon started with the
+// default state directory live: /run/sluice for root, else
+// $XDG_RUNTIME_DIR/sluice, else the default state directory.
+func DefaultRuntimeDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/sluice"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "sluice")
+	}
+	return DefaultStateDir()
+}
+
+// SocketDir is the directory of the sockets whose paths are relative:
+// runtime_dir; unset, state_dir when that is not the default; else
+// DefaultRuntimeDir.
+func (c *Config) SocketDir() string {
+	switch {
+	case c.RuntimeDir != "":
+		return c.RuntimeDir
+	case c.StateDir != DefaultStateDir():
+		return c.StateDir
+	default:
+		return DefaultRuntimeDir()
+	}
+}
+
+// Path resolves a socket path: relative paths are under SocketDir.
 func (c *Config) Path(p string) string {
 	if p == "" || filepath.IsAbs(p) {
 		return p
 	}
-	return filepath.Join(c.StateDir, p)
+	return filepath.Join(c.SocketDir(), p)
 }

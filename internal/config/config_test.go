@@ -60,8 +60,49 @@ func TestDefaults(t *testing.T) {
 	if len(classes) != 1 || !classes[0].Masks[0].IsAny() {
 		t.Errorf("default classes %+v", classes)
 	}
-	if !c.Anvil.Enabled || c.Path(c.Anvil.Listen[0][len("unix:"):]) != filepath.Join(c.StateDir, "anvil") {
+	if !c.Anvil.Enabled || c.Path(c.Anvil.Listen[0][len("unix:"):]) != filepath.Join(DefaultRuntimeDir(), "anvil") {
 		t.Errorf("default anvil %+v", c.Anvil)
+	}
+}
+
+// TestSocketDir: relative socket paths live in runtime_dir; without it,
+// in state_dir when only that is set (configurations written before
+// runtime_dir keep their sockets where they were), else in the default
+// runtime directory, which for a user without XDG_RUNTIME_DIR is the
+// default state directory.
+func TestSocketDir(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	t.Setenv("XDG_STATE_HOME", "/home/u/.local/state")
+	defRuntime := "/run/user/1000/sluice"
+	if os.Geteuid() == 0 {
+		defRuntime = "/run/sluice"
+	}
+	cases := []struct {
+		name, state, runtime, want string
+	}{
+		{"defaults", DefaultStateDir(), "", defRuntime},
+		{"runtime_dir set", DefaultStateDir(), "/srv/sock", "/srv/sock"},
+		{"state_dir set alone", "/srv/state", "", "/srv/state"},
+		{"both set", "/srv/state", "/srv/sock", "/srv/sock"},
+	}
+	for _, tc := range cases {
+		c := Default()
+		c.StateDir, c.RuntimeDir = tc.state, tc.runtime
+		if got := c.SocketDir(); got != tc.want {
+			t.Errorf("%s: SocketDir() = %q, want %q", tc.name, got, tc.want)
+		}
+		if got := c.Path("throttle"); got != filepath.Join(tc.want, "throttle") {
+			t.Errorf("%s: Path(throttle) = %q", tc.name, got)
+		}
+		if got := c.Path("/abs/x"); got != "/abs/x" {
+			t.Errorf("%s: Path(/abs/x) = %q", tc.name, got)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Setenv("XDG_RUNTIME_DIR", "")
+		if got := DefaultRuntimeDir(); got != DefaultStateDir() {
+			t.Errorf("without XDG_RUNTIME_DIR: DefaultRuntimeDir() = %q, want the state dir %q", got, DefaultStateDir())
+		}
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 type Milter struct {
 	// Enabled serves the milter protocol.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under state_dir) and
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
 	// "inet:HOST:PORT" addresses.
 	Listen []string `toml:"listen"`
 	Socket Socket   `toml:"socket"`

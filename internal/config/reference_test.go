@@ -165,8 +165,11 @@ func (w refWriter) section(path string, v reflect.Value, array bool) {
 			*w.missing = append(*w.missing, t.Name()+"."+f.Name)
 		}
 		def := defaultText(fv)
-		if key == "state_dir" {
-			def = "`\"/var/lib/sluice\"` as root, else `~/.local/state/sluice`"
+		switch key {
+		case "state_dir":
+			def = "`\"/var/lib/sluice\"` as root, else `$XDG_STATE_HOME/sluice` (`~/.local/state/sluice`)"
+		case "runtime_dir":
+			def = "`\"/run/sluice\"` as root, else `$XDG_RUNTIME_DIR/sluice`; `state_dir` when only that is set"
 		}
 		fmt.Fprintf(w.b, "| `%s` | %s | %s | %s |\n", tag, typeName(f.Type), def, escapeCell(doc))
 	}

@@ -24,6 +24,14 @@ func (c *Config) Validate() []error {
 	if c.StateDir == "" {
 		add("state_dir", "must not be empty")
 	}
+	if c.RuntimeDir != "" && !filepath.IsAbs(c.RuntimeDir) {
+		add("runtime_dir", "%q: want an absolute path such as /run/sluice", c.RuntimeDir)
+	}
+	if c.User != "" {
+		if _, err := user.Lookup(c.User); err != nil {
+			add("user", "%q is not a user of this system (create it: adduser --system --group %s)", c.User, c.User)
+		}
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
