@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -68,7 +67,8 @@ type Daemon struct {
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
 
-	sockets *sdlisten.Sockets // passed by systemd, claimed while binding
+	sockets      *sdlisten.Sockets // passed by systemd, claimed while binding
+	stateDirFlag string            // -state-dir, which overrides the file's state_dir on reload
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
@@ -95,8 +95,12 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	d.generation.Store(1)
 	now := d.started
 	d.reloadedAt.Store(&now)
-	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
+	acct, err := account(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareDirs(cfg, acct); err != nil {
+		return nil, err
 	}
 	if len(cfg.Web.Listen) > 0 {
 		if cfg.Web.Metrics {
@@ -137,11 +141,23 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.store.Close()
 		return nil, err
 	}
+	if err := dropPrivileges(acct, log); err != nil {
+		d.closeListeners()
+		d.sockets.Close()
+		d.store.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
 // Option adjusts how New builds a daemon.
 type Option func(*Daemon)
+
+// WithStateDir tells New that the state directory came from the command
+// line (-state-dir), so that a reload keeps it instead of the file's.
+func WithStateDir(dir string) Option {
+	return func(d *Daemon) { d.stateDirFlag = dir }
+}
 
 // WithSockets gives New the listening sockets systemd passed (socket
 // activation). A listen address bound by one of them is served on it
@@ -392,6 +408,9 @@ func (d *Daemon) reload() error {
 		if len(errs) > 0 {
 			return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, errors.Join(errs...))
 		}
+		if d.stateDirFlag != "" {
+			cfg.StateDir = d.stateDirFlag
+		}
 	}
 	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), d.log)
 	if err != nil {
@@ -414,6 +433,12 @@ func restartNeeded(old, cur *config.Config) []string {
 	var out []string
 	if old.StateDir != cur.StateDir {
 		out = append(out, "state_dir")
+	}
+	if old.SocketDir() != cur.SocketDir() {
+		out = append(out, "runtime_dir")
+	}
+	if old.User != cur.User {
+		out = append(out, "user")
 	}
 	if old.Limiter.MaxKeys != cur.Limiter.MaxKeys || old.Limiter.WhenFull != cur.Limiter.WhenFull {
 		out = append(out, "limiter.max_keys/when_full")

@@ -44,7 +44,7 @@ func bindNew(cfg *config.Config, spec, network, addr string, sock config.Socket,
 		return l, nil
 	}
 	path := addr
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), config.RuntimeDirMode); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", spec, err)
 	}
 	if err := removeStale(path); err != nil {

@@ -129,6 +129,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg, errs := config.Load(*path)
+	if len(errs) == 0 {
+		errs = cfg.CheckAccess()
+	}
 	if len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e)
@@ -145,7 +148,10 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // printConfig shows the configuration as sluice understood it.
 func printConfig(w io.Writer, cfg *config.Config) {
-	fmt.Fprintf(w, "state directory: %s\n", cfg.StateDir)
+	fmt.Fprintf(w, "state directory: %s\nsocket directory: %s\n", cfg.StateDir, cfg.SocketDir())
+	if cfg.User != "" {
+		fmt.Fprintf(w, "runs as user: %s (started as root, it switches once its sockets are bound)\n", cfg.User)
+	}
 	if r := cfg.Store.Redis; cfg.Store.Kind == "redis" {
 		fmt.Fprintf(w, "limiter: Redis store at %s (prefix %q), deadline %s, fail %s, leases expire %s after their host dies; peaks logged every %s\n",
 			strings.Join(r.Addrs, ", "), r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
@@ -234,6 +240,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *stateDir != "" && cfg != nil {
 		cfg.StateDir = *stateDir
 	}
+	if len(errs) == 0 {
+		errs = cfg.CheckAccess()
+	}
 	if len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e)
@@ -249,7 +258,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	d, err := app.New(cfg, *path, log, level, app.WithSockets(sockets))
+	d, err := app.New(cfg, *path, log, level, app.WithSockets(sockets), app.WithStateDir(*stateDir))
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -272,7 +281,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *path != "" {
 		src = *path
 	}
-	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir)
+	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
 	sd := notifySystemd(log)
 	_ = sd.Ready("serving")
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"sluice/internal/config"
+	"sluice/internal/sockaccess"
 	"sluice/internal/status"
 )
 
@@ -145,7 +146,8 @@ func fetchStatus(ctx context.Context, target string) ([]byte, error) {
 		}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			c, err := d.DialContext(ctx, "unix", sock)
+			return c, sockaccess.Explain(sock, err, "[web.socket] group and mode in sluice.toml")
 		}
 		base = "http://sluice"
 	case strings.HasPrefix(target, "inet:"):

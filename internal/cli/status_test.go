@@ -250,8 +250,9 @@ func TestStatusHTTPErrors(t *testing.T) {
 func TestStatusListenTarget(t *testing.T) {
 	cfg := config.Default()
 	cfg.StateDir = "/var/lib/sluice"
+	cfg.RuntimeDir = "/run/sluice"
 	for in, want := range map[string]string{
-		"unix:web":           "unix:/var/lib/sluice/web",
+		"unix:web":           "unix:/run/sluice/web",
 		"unix:/run/web.sock": "unix:/run/web.sock",
 		"inet:127.0.0.1:80":  "http://127.0.0.1:80",
 		"inet:0.0.0.0:8025":  "http://127.0.0.1:8025",

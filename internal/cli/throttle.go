@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/sockaccess"
 	"sluice/internal/throttle"
 )
 
@@ -25,7 +26,7 @@ const exTempFail = 75
 // when COMMAND ends.
 func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("throttle", stderr)
-	sock := fs.String("s", filepath.Join(config.DefaultStateDir(), "throttle"), "throttle server: a unix socket `path`, unix:PATH or inet:HOST:PORT")
+	sock := fs.String("s", filepath.Join(config.DefaultRuntimeDir(), "throttle"), "throttle server: a unix socket `path`, unix:PATH or inet:HOST:PORT (default: where sluice serve run by this user puts it)")
 	key := fs.String("k", "", "the `key` to throttle on (destination host, relay); with -qmail-remote, the host argument")
 	qmail := fs.Bool("qmail-remote", false, "act as qmail-remote: key from the host argument; defer with a qmail-remote report")
 	failOpen := fs.Bool("fail-open", false, "send anyway when the throttle server cannot be reached (default: defer)")
@@ -78,6 +79,9 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		network, addr = n, a
 	}
 	cl, err := throttle.Dial(network, addr, *timeout)
+	if network == "unix" {
+		err = sockaccess.Explain(addr, err, "[throttle.socket] group and mode in sluice.toml")
+	}
 	var rep throttle.Reply
 	if err == nil {
 		rep, err = acquireOrSignal(ctx, cl, *key)
