@@ -51,6 +51,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 fi
 
+# The deployment tests run each door as it is deployed: sluice as its own
+# system user, qmail-remote's wrapper as qmailr in group nofiles (qmail's
+# users), Postfix as postfix, MIMEDefang as defang. Make the ones no
+# package made, as an administrator following the docs would.
+if [ "$(id -u)" = 0 ]; then
+	getent group sluice >/dev/null || addgroup --system --quiet sluice
+	getent passwd sluice >/dev/null || adduser --system --quiet --ingroup sluice --no-create-home --home /var/lib/sluice sluice
+	getent group nofiles >/dev/null || addgroup --system --quiet nofiles
+	getent passwd qmailr >/dev/null || adduser --system --quiet --ingroup nofiles --no-create-home --home /var/qmail qmailr
+fi
+
 # The Sendmail tests fetch Debian's sendmail packages privately (apt-get
 # download; Postfix stays the system MTA): the package lists must exist.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -28,6 +28,7 @@ import (
 	"sluice/internal/metrics"
 	"sluice/internal/milter"
 	"sluice/internal/policy"
+	"sluice/internal/privdrop"
 	"sluice/internal/sdlisten"
 	"sluice/internal/syslog"
 	"sluice/internal/throttle"
@@ -69,6 +70,7 @@ type Daemon struct {
 
 	sockets      *sdlisten.Sockets // passed by systemd, claimed while binding
 	stateDirFlag string            // -state-dir, which overrides the file's state_dir on reload
+	runAs        *privdrop.Account // the user sluice switches to once bound (nil: stays)
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
@@ -102,6 +104,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err := prepareDirs(cfg, acct); err != nil {
 		return nil, err
 	}
+	d.runAs = acct
 	if len(cfg.Web.Listen) > 0 {
 		if cfg.Web.Metrics {
 			d.registry = prometheus.NewRegistry()
@@ -327,6 +330,16 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 	mode, err := sock.FileMode()
 	if err != nil {
 		return err
+	}
+	// A socket whose owner or group is not set belongs to the user sluice
+	// runs as, not to root that bound it.
+	if d.runAs != nil {
+		if sock.Owner == "" {
+			sock.Owner = d.runAs.Name
+		}
+		if sock.Group == "" {
+			sock.Group = d.runAs.Group
+		}
 	}
 	for _, spec := range specs {
 		l, inherited, err := listen(cfg, d.sockets, spec, sock, mode)

@@ -18,6 +18,7 @@ import (
 // Account is a user to run as, with its primary and supplementary groups.
 type Account struct {
 	Name   string
+	Group  string // the primary group's name
 	UID    int
 	GID    int
 	Groups []int // supplementary groups, the primary one first
@@ -37,7 +38,10 @@ func Lookup(name string) (Account, error) {
 	if err1 != nil || err2 != nil {
 		return Account{}, fmt.Errorf("%w %q: non-numeric uid %q or gid %q", ErrUnknownUser, name, u.Uid, u.Gid)
 	}
-	a := Account{Name: name, UID: uid, GID: gid, Groups: []int{gid}}
+	a := Account{Name: name, Group: u.Gid, UID: uid, GID: gid, Groups: []int{gid}}
+	if g, err := user.LookupGroupId(u.Gid); err == nil {
+		a.Group = g.Name
+	}
 	if ids, err := u.GroupIds(); err == nil {
 		for _, s := range ids {
 			if g, err := strconv.Atoi(s); err == nil && g != gid {

@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/recipe"
+)
+
+// deployDir is a directory of the test's own that other users can pass
+// through (t.TempDir's parents are private to root).
+func deployDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "sluice-deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// credential runs a command as the named user with its groups.
+func credential(t *testing.T, name string) *syscall.SysProcAttr {
+	t.Helper()
+	u := peer.User(t, name)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	var groups []uint32
+	ids, _ := u.GroupIds()
+	for _, s := range ids {
+		if g, err := strconv.Atoi(s); err == nil {
+			groups = append(groups, uint32(g))
+		}
+	}
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}}
+}
+
+// assertUnprivileged checks that process pid runs as user name, real,
+// effective, saved and filesystem ids, with no capability at all.
+func assertUnprivileged(t *testing.T, pid int, name string) {
+	t.Helper()
+	u := peer.User(t, name)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "Uid:":
+			if strings.Join(f[1:], " ") != strings.Repeat(u.Uid+" ", 3)+u.Uid {
+				t.Errorf("daemon %s, want every uid %s (%s)", line, u.Uid, name)
+			}
+		case "Gid:":
+			if strings.Join(f[1:], " ") != strings.Repeat(u.Gid+" ", 3)+u.Gid {
+				t.Errorf("daemon %s, want every gid %s", line, u.Gid)
+			}
+		case "CapInh:", "CapPrm:", "CapEff:", "CapAmb:":
+			if f[1] != "0000000000000000" {
+				t.Errorf("daemon %s, want no capability", line)
+			}
+		}
+	}
+}
+
+// TestQmailRecipeAsDeployed runs docs/throttle.md's qmail recipe as it is
+// deployed: the daemon's configuration block and the wrapper's install
+// script, read from the page; sluice started by root, switching to its
+// own user; 40 deliveries at once by qmail-remote wrappers running as
+// qmailr (group nofiles). Only the directories and the limit change (5 per
+// 2 s, to be quick). Every message must reach the relay (a recording
+// stand-in for qmail-remote-real), and the relay's own clock must never
+// see more than 5 sends in any 2 seconds.
+func TestQmailRecipeAsDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("40 throttled deliveries take 16 s")
+	}
+	peer.Root(t, "the daemon is started by root and switches to the user sluice")
+	peer.User(t, "sluice")
+	qmailr := credential(t, "qmailr")
+	bin, _ := muxBinaries(t)
+	base := deployDir(t)
+	run := filepath.Join(base, "run")
+	sock := filepath.Join(run, "throttle")
+	cfgText := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-config"),
+		"/run/sluice/throttle", sock, `"30/60s"`, `"5/2s"`)
+	cfgText = fmt.Sprintf("state_dir = %q\nruntime_dir = %q\n", filepath.Join(base, "state"), run) + cfgText
+	cfg := filepath.Join(base, "sluice.toml")
+	if err := os.WriteFile(cfg, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "check", "-q", "-c", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("sluice check on the recipe: %v\n%s", err, out)
+	}
+	daemon := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
+	assertUnprivileged(t, daemon.pid(), "sluice")
+	assertSocket(t, sock, "sluice", "nofiles", 0o660)
+
+	// qmail's bin directory with a qmail-remote that records each send by
+	// the relay's clock, as qmailr can write it.
+	qbin := filepath.Join(base, "qmail", "bin")
+	logDir := filepath.Join(base, "relay")
+	for _, d := range []string{qbin, logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(logDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sends := filepath.Join(logDir, "sends")
+	relay := "#!/bin/sh\necho \"$(date +%s%N) $1\" >> " + sends + "\nprintf 'r127.0.0.1 accepted message.\\0Kok\\0'\n"
+	if err := os.WriteFile(filepath.Join(qbin, "qmail-remote"), []byte(relay), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-wrapper"),
+		"/var/qmail/bin", qbin, "/usr/local/bin/sluice", bin, "/run/sluice/throttle", sock)
+	if out, err := exec.Command("sh", "-ec", install).CombinedOutput(); err != nil {
+		t.Fatalf("the wrapper's install script: %v\n%s\n%s", err, out, install)
+	}
+
+	const n, limit, window = 40, 5, 2 * time.Second
+	outs := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			cmd := exec.Command(filepath.Join(qbin, "qmail-remote"), "relay.example", "sender@example.org", fmt.Sprintf("rcpt%d@example.net", i))
+			cmd.SysProcAttr = qmailr
+			out, err := cmd.CombinedOutput()
+			outs[i] = fmt.Sprintf("%q %v", out, err)
+		})
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if !strings.Contains(o, `Kok\x00" <nil>`) {
+			t.Errorf("wrapper %d as qmailr: %s", i, o)
+		}
+	}
+	times := recordedSends(t, sends)
+	if len(times) != n {
+		t.Fatalf("the relay saw %d sends, want %d; daemon log:\n%s", len(times), n, daemon.stderr.String())
+	}
+	if most := maxInWindow(times, window); most > limit {
+		t.Errorf("the relay saw %d sends in one 2 s window, limit %d; sends at %v", most, limit, times)
+	} else {
+		t.Logf("%d sends over %v; at most %d in any %v at the relay (limit %d)", n, times[n-1].Sub(times[0]).Round(time.Millisecond), most, window, limit)
+	}
+}
+
+// assertSocket checks a socket's owner, group and mode.
+func assertSocket(t *testing.T, path, owner, group string, mode os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	u, _ := user.LookupId(strconv.Itoa(int(st.Uid)))
+	g, _ := user.LookupGroupId(strconv.Itoa(int(st.Gid)))
+	if u == nil || g == nil || u.Username != owner || g.Name != group || fi.Mode().Perm() != mode {
+		t.Errorf("socket %s: uid %d gid %d mode %04o, want %s:%s %04o", path, st.Uid, st.Gid, fi.Mode().Perm(), owner, group, mode)
+	}
+}
+
+// recordedSends reads the recording relay's log: one "UNIXNANO host" line a
+// send, sorted.
+func recordedSends(t *testing.T, path string) []time.Time {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Time
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("relay log line %q: %v", line, err)
+		}
+		out = append(out, time.Unix(0, ns))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
