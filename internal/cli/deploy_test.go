@@ -202,3 +202,42 @@ func recordedSends(t *testing.T, path string) []time.Time {
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
 }
+
+// TestServeAsOrdinaryUser: run by a user whose home does not exist
+// (nobody), `sluice serve` says which state directory it could not make
+// and how to choose another; with -state-dir it serves, its sockets in
+// that directory, and `sluice throttle` as the same user finds them when
+// told where.
+func TestServeAsOrdinaryUser(t *testing.T) {
+	peer.Root(t, "the test runs sluice as nobody")
+	nobody := credential(t, "nobody")
+	bin, _ := muxBinaries(t)
+	env := []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+	cmd := exec.Command(bin, "serve")
+	cmd.SysProcAttr, cmd.Env = nobody, env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "state directory /nonexistent/.local/state/sluice: mkdir /nonexistent: permission denied (choose another with -state-dir or state_dir") {
+		t.Fatalf("serve as nobody without a usable home: %v\n%s", err, out)
+	}
+	base := deployDir(t)
+	state := filepath.Join(base, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chownNames(t, state, "nobody", "nogroup")
+	cmd = exec.Command(bin, "serve", "-state-dir", state)
+	cmd.SysProcAttr, cmd.Env = nobody, env
+	p := &relProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.done })
+	p.waitSockets(t, filepath.Join(state, "throttle"))
+	c := exec.Command(bin, "throttle", "-s", filepath.Join(state, "throttle"), "-k", "relay", "--", "/bin/echo", "sent")
+	c.SysProcAttr, c.Env = nobody, env
+	if out, err := c.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "sent" {
+		t.Errorf("sluice throttle as nobody: %v %q", err, out)
+	}
+}

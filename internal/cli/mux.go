@@ -41,7 +41,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -51,6 +50,7 @@ import (
 
 	"sluice/internal/mux"
 	"sluice/internal/pool"
+	"sluice/internal/privdrop"
 	"sluice/internal/socketmap"
 	"sluice/internal/syslog"
 )
@@ -868,36 +868,18 @@ func (d *muxDaemon) daemonize(exe string) int {
 }
 
 // dropPrivileges is initgroups, setgid, setuid to name (skipped when the
-// process already runs as that user and group). It returns an error text.
+// process already runs as that user and group). It returns an error text
+// in the reference's words.
 func dropPrivileges(name string) string {
-	u, err := user.Lookup(name)
+	a, err := privdrop.Lookup(name)
 	if err != nil {
 		return fmt.Sprintf("Unknown user '%s'", name)
 	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil {
-		return fmt.Sprintf("Unknown user '%s'", name)
-	}
-	if os.Getuid() == uid && os.Geteuid() == uid && os.Getgid() == gid && os.Getegid() == gid {
-		return ""
-	}
-	groups := []int{gid}
-	if ids, err := u.GroupIds(); err == nil {
-		for _, s := range ids {
-			if g, err := strconv.Atoi(s); err == nil && g != gid {
-				groups = append(groups, g)
-			}
-		}
-	}
-	if err := syscall.Setgroups(groups); err != nil {
-		return fmt.Sprintf("initgroups(%s): %s", name, errnoText(err))
-	}
-	if err := syscall.Setgid(gid); err != nil {
-		return fmt.Sprintf("setgid(%d): %s", gid, errnoText(err))
-	}
-	if err := syscall.Setuid(uid); err != nil {
-		return fmt.Sprintf("setuid(%d): %s", uid, errnoText(err))
+	var se *privdrop.StepError
+	if err := a.Drop(); errors.As(err, &se) {
+		return fmt.Sprintf("%s: %s", se.Step, errnoText(se.Err))
+	} else if err != nil {
+		return err.Error()
 	}
 	return ""
 }

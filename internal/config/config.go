@@ -416,9 +416,13 @@ func defaultSMTPD() SMTPDLimits {
 	}
 }
 
-// DefaultStateDir is /var/lib/sluice for root, and
-// $XDG_STATE_HOME/sluice (~/.local/state/sluice) for other users.
+// DefaultStateDir is the directory systemd made for the service
+// ($STATE_DIRECTORY, from StateDirectory=), else /var/lib/sluice for
+// root, and $XDG_STATE_HOME/sluice (~/.local/state/sluice) for other users.
 func DefaultStateDir() string {
+	if d := systemdDir("STATE_DIRECTORY"); d != "" {
+		return d
+	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/sluice"
 	}
@@ -441,9 +445,14 @@ func (c *Config) Relative(p string) string {
 }
 
 // DefaultRuntimeDir is where the sockets of a daemon started with the
-// default state directory live: /run/sluice for root, else
-// $XDG_RUNTIME_DIR/sluice, else the default state directory.
+// default state directory live: the directory systemd made for the
+// service ($RUNTIME_DIRECTORY, from RuntimeDirectory=), else /run/sluice
+// for root, else $XDG_RUNTIME_DIR/sluice, else the default state
+// directory.
 func DefaultRuntimeDir() string {
+	if d := systemdDir("RUNTIME_DIRECTORY"); d != "" {
+		return d
+	}
 	if os.Geteuid() == 0 {
 		return "/run/sluice"
 	}
@@ -473,4 +482,14 @@ func (c *Config) Path(p string) string {
 		return p
 	}
 	return filepath.Join(c.SocketDir(), p)
+}
+
+// systemdDir is the first directory of a colon-separated list systemd
+// passes in the environment variable name, or "".
+func systemdDir(name string) string {
+	d, _, _ := strings.Cut(os.Getenv(name), ":")
+	if !filepath.IsAbs(d) {
+		return ""
+	}
+	return d
 }

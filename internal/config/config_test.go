@@ -98,6 +98,14 @@ func TestSocketDir(t *testing.T) {
 			t.Errorf("%s: Path(/abs/x) = %q", tc.name, got)
 		}
 	}
+	// Under systemd, the directories the unit made.
+	t.Setenv("STATE_DIRECTORY", "/var/lib/sluice")
+	t.Setenv("RUNTIME_DIRECTORY", "/run/sluice:/run/other")
+	if got, want := Default().SocketDir(), "/run/sluice"; got != want || DefaultStateDir() != "/var/lib/sluice" {
+		t.Errorf("under systemd: SocketDir() = %q, state %q; want %q, /var/lib/sluice", got, DefaultStateDir(), want)
+	}
+	t.Setenv("STATE_DIRECTORY", "")
+	t.Setenv("RUNTIME_DIRECTORY", "")
 	if os.Geteuid() != 0 {
 		t.Setenv("XDG_RUNTIME_DIR", "")
 		if got := DefaultRuntimeDir(); got != DefaultStateDir() {

@@ -78,7 +78,12 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var units []string
-	for _, name := range []string{"sluice.service", "sluice.socket"} {
+	names, _ := filepath.Glob("../../examples/systemd/*")
+	if len(names) < 3 {
+		t.Fatalf("found %d unit files in examples/systemd", len(names))
+	}
+	for _, name := range names {
+		name = filepath.Base(name)
 		b, err := os.ReadFile("../../examples/systemd/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -93,10 +98,23 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
+	// The hardening stays what docs/operations.md reports.
+	out, err = exec.Command(sa, "security", "--offline=true", filepath.Join(dir, "sluice.service")).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for sluice.service: ([0-9.]+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "`systemd-analyze security` rates the shipped unit " + string(m[1]); !bytes.Contains(doc, []byte(want)) {
+		t.Errorf("docs/operations.md does not say %q", want)
+	}
 }
 
 // TestSystemdSocketMatchesConfig: every ListenStream= of the example
-// socket unit is a listen address of the example config; sluice refuses
+// socket units is a listen address of the example config; sluice refuses
 // a passed socket that no listen address names.
 func TestSystemdSocketMatchesConfig(t *testing.T) {
 	cfg, errs := Load("../../examples/sluice.toml")
@@ -114,20 +132,23 @@ func TestSystemdSocketMatchesConfig(t *testing.T) {
 		}
 		listens[addr] = true
 	}
-	b, err := os.ReadFile("../../examples/systemd/sluice.socket")
-	if err != nil {
-		t.Fatal(err)
-	}
+	units, _ := filepath.Glob("../../examples/systemd/*.socket")
 	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if addr, ok := strings.CutPrefix(line, "ListenStream="); ok {
-			n++
-			if !listens[addr] {
-				t.Errorf("sluice.socket listens on %s, which examples/sluice.toml does not name", addr)
+	for _, unit := range units {
+		b, err := os.ReadFile(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if addr, ok := strings.CutPrefix(line, "ListenStream="); ok {
+				n++
+				if !listens[addr] {
+					t.Errorf("%s listens on %s, which examples/sluice.toml does not name", filepath.Base(unit), addr)
+				}
 			}
 		}
 	}
-	if n == 0 {
-		t.Fatal("no ListenStream= in sluice.socket")
+	if n < 3 {
+		t.Fatalf("only %d ListenStream= lines in examples/systemd/*.socket", n)
 	}
 }
