@@ -3,7 +3,8 @@
 // page's text and the page cannot drift from what is tested.
 //
 // A recipe is a fenced code block preceded by the line
-// `<!-- recipe: NAME -->` (an HTML comment, invisible when rendered).
+// `<!-- recipe: NAME -->` (an HTML comment, invisible when rendered; it
+// may be indented like the block, inside a list item).
 package recipe
 
 import (
@@ -16,7 +17,7 @@ import (
 	"testing"
 )
 
-var block = regexp.MustCompile("(?ms)^<!-- recipe: ([a-z0-9-]+) -->\n( *)```[a-z]*[^\n]*\n(.*?)^ *```")
+var block = regexp.MustCompile("(?ms)^ *<!-- recipe: ([a-z0-9.-]+) -->\n( *)```[a-z]*[^\n]*\n(.*?)^ *```")
 
 // Root is the repository's top directory, found from this source file.
 func Root() string {
@@ -73,4 +74,32 @@ func Replace(tb testing.TB, s string, oldnew ...string) string {
 		s = strings.ReplaceAll(s, oldnew[i], oldnew[i+1])
 	}
 	return s
+}
+
+// MainCF reads a main.cf recipe: "name = value" lines, a value continued on
+// lines that start with white space, "#" lines ignored. Postfix has no
+// comments after a value, so a "#" inside one stays part of it, as
+// Postfix would read it.
+func MainCF(tb testing.TB, text string) map[string]string {
+	tb.Helper()
+	out := map[string]string{}
+	last := ""
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
+		case line[0] == ' ' || line[0] == '\t':
+			if last == "" {
+				tb.Fatalf("main.cf recipe: continuation line with no parameter: %q", line)
+			}
+			out[last] = strings.TrimSpace(out[last] + " " + strings.TrimSpace(line))
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				tb.Fatalf("main.cf recipe: not name = value: %q", line)
+			}
+			last = strings.TrimSpace(k)
+			out[last] = strings.TrimSpace(v)
+		}
+	}
+	return out
 }

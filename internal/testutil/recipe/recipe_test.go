@@ -43,3 +43,20 @@ func countMarkers(s string) int {
 	}
 	return n
 }
+
+func TestMainCF(t *testing.T) {
+	got := MainCF(t, "# main.cf\nsmtpd_milters = inet:127.0.0.1:8891\nsmtpd_end_of_data_restrictions =\n    check_policy_service { inet:127.0.0.1:10040,\n\ttimeout=10s }\n\nmilter_default_action = tempfail  # not a comment to Postfix\n")
+	want := map[string]string{
+		"smtpd_milters":                  "inet:127.0.0.1:8891",
+		"smtpd_end_of_data_restrictions": "check_policy_service { inet:127.0.0.1:10040, timeout=10s }",
+		"milter_default_action":          "tempfail  # not a comment to Postfix",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("MainCF = %q, want %q", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("MainCF[%s] = %q, want %q", k, got[k], v)
+		}
+	}
+}
