@@ -241,3 +241,78 @@ func TestServeAsOrdinaryUser(t *testing.T) {
 		t.Errorf("sluice throttle as nobody: %v %q", err, out)
 	}
 }
+
+// TestStatusOutOfTheBox: `sluice status` with no flags reads the status of
+// `sluice serve` started with no flags, both run by the same user: root
+// (its directories given by systemd's variables, as the unit would, so the
+// test does not touch /run/sluice) and an ordinary user (nobody, with a
+// home of its own). The status comes over the default unix socket; no TCP
+// port is opened.
+func TestStatusOutOfTheBox(t *testing.T) {
+	peer.Root(t, "the test runs the daemon as root and as nobody")
+	bin, _ := muxBinaries(t)
+	base := deployDir(t)
+	home := filepath.Join(base, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chownNames(t, home, "nobody", "nogroup")
+	for _, tc := range []struct {
+		who  string
+		cred *syscall.SysProcAttr
+		env  []string
+		sock string
+	}{
+		{"root", nil, []string{"STATE_DIRECTORY=" + filepath.Join(base, "state"), "RUNTIME_DIRECTORY=" + filepath.Join(base, "run")}, filepath.Join(base, "run", "web")},
+		{"nobody", credential(t, "nobody"), []string{"HOME=" + home}, filepath.Join(home, ".local", "state", "sluice", "web")},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			env := append([]string{"PATH=/usr/bin:/bin", "NOTIFY_SOCKET=", "WATCHDOG_USEC="}, tc.env...)
+			cmd := exec.Command(bin, "serve")
+			cmd.SysProcAttr, cmd.Env = tc.cred, env
+			p := &relProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+			cmd.Stderr = p.stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { p.err = cmd.Wait(); close(p.done) }()
+			defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = p.wait(t, 30*time.Second) }()
+			p.waitSockets(t, tc.sock)
+			st := exec.Command(bin, "status")
+			st.SysProcAttr, st.Env = tc.cred, env
+			out, err := st.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "sluice") {
+				t.Fatalf("sluice status as %s: %v\n%s\ndaemon:\n%s", tc.who, err, out, p.stderr.String())
+			}
+			if l := tcpListeners(t, p.pid()); len(l) > 0 {
+				t.Errorf("the daemon listens on TCP: %v", l)
+			}
+		})
+	}
+}
+
+// tcpListeners returns the TCP sockets in state LISTEN that process pid
+// holds (its descriptors' socket inodes, looked up in the kernel's tables).
+func tcpListeners(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 9 && f[3] == "0A" && inodes[f[9]] {
+				out = append(out, table+" "+f[1])
+			}
+		}
+	}
+	return out
+}

@@ -184,7 +184,7 @@ func TestStatusLive(t *testing.T) {
 func TestStatusErrors(t *testing.T) {
 	dir := t.TempDir()
 	noWeb := filepath.Join(dir, "noweb.toml")
-	if err := os.WriteFile(noWeb, []byte(fmt.Sprintf("state_dir = %q\n", dir)), 0o644); err != nil {
+	if err := os.WriteFile(noWeb, []byte(fmt.Sprintf("state_dir = %q\n[web]\nlisten = []\n", dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	down := filepath.Join(dir, "down.toml")
@@ -196,7 +196,7 @@ func TestStatusErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"status"}, 1, "sluice status needs [web] listen in the config (the embedded defaults have none)"},
+		{[]string{"status", "-t", "1s"}, 1, "cannot reach the daemon"},
 		{[]string{"status", "-c", noWeb}, 1, "sluice status needs [web] listen in the config (" + noWeb + " has none)"},
 		{[]string{"status", "-c", down}, 1, "sluice status: unix:" + filepath.Join(dir, "web") + ": dial unix"},
 		{[]string{"status", "-c", down}, 1, "cannot reach the daemon"},
@@ -397,7 +397,7 @@ func TestCheckPrintsMilterAndWeb(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
 	}
-	if err := os.WriteFile(p, []byte(fmt.Sprintf("state_dir = %q\n", dir)), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("state_dir = %q\n[web]\nlisten = []\n", dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, out, _ = run("check", "-c", p); !strings.Contains(out, "web status page: off (no [web] listen; `sluice status` needs one)") {

@@ -79,7 +79,8 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	// The directories as Postfix, systemd's StateDirectory= and
 	// RuntimeDirectory= make them.
 	moved := strings.NewReplacer("/var/spool/postfix", filepath.Join(base, "spool"), "/run/sluice", filepath.Join(base, "run"),
-		"/var/lib/sluice", filepath.Join(base, "state"), "/etc/sluice/sluice.toml", filepath.Join(base, "sluice.toml"), "/usr/local/bin/sluice", bin)
+		"/var/lib/sluice", filepath.Join(base, "state"), "/etc/sluice/sluice.toml", filepath.Join(base, "sluice.toml"), "/usr/local/bin/sluice", bin,
+		"127.0.0.1:9465", "127.0.0.1:0")
 	mkdirOwned(t, filepath.Join(base, "spool"), "root", "root", 0o755)
 	mkdirOwned(t, filepath.Join(base, "spool", "private"), "postfix", "root", 0o700)
 	mkdirOwned(t, filepath.Join(base, "state"), runUser, runGroup, 0o750)

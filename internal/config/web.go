@@ -9,8 +9,10 @@ import (
 // /status.json and Prometheus's /metrics.
 type Web struct {
 	// Listen lists "inet:HOST:PORT" or "unix:PATH" addresses; empty turns
-	// the server off. Bind to loopback unless a proxy in front of it
-	// controls access: the page shows clients' addresses and senders.
+	// the server off. The default, the socket "web" in runtime_dir, is
+	// what `sluice status` finds without flags and opens no TCP port. Bind
+	// TCP to loopback unless a proxy in front of it controls access: the
+	// page shows clients' addresses and senders.
 	Listen []string `toml:"listen"`
 	// Socket sets the owner, group and mode of unix sockets.
 	Socket Socket `toml:"socket"`
@@ -26,7 +28,7 @@ type Web struct {
 }
 
 func defaultWeb() Web {
-	return Web{Socket: Socket{Mode: "0660"}, Metrics: true, MaxStreams: 16}
+	return Web{Listen: []string{"unix:web"}, Socket: Socket{Mode: "0660"}, Metrics: true, MaxStreams: 16}
 }
 
 func (c *Config) validateWeb() []error {
