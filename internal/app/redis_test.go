@@ -202,7 +202,6 @@ func TestKilledDaemonLeasesExpire(t *testing.T) {
 		holders = append(holders, cl)
 	}
 	b := startDaemon(t, redisConfig(t, srv, "kill:", "open", ""))
-	_ = b
 	sockB := filepath.Join(filepath.Dir(b.cfg.Load().File), "throttle")
 	waiter, err := throttle.Dial("unix", sockB, time.Second)
 	if err != nil {
