@@ -11,7 +11,8 @@
 # The load: bench/policyload (C_POLICY persistent connections, default 16,
 # realistic END-OF-MESSAGE requests over 1,000 clients and senders),
 # bench/anvilload (C_ANVIL, default 8, 1,000 clients) and
-# bench/throttleload (C_THROTTLE, default 8 senders, 1,000 keys) and
+# bench/throttleload (C_THROTTLE, default 8 senders, 1,000 keys, decision
+# path only: -wait=false) and
 # bench/milterload sessions (C_MILTER, default 8 whole milter sessions of 2
 # messages at a time, 1,000 clients in the class "soak" capped at 6
 # sessions, so some are refused with 421), each in rounds of ROUND
@@ -136,7 +137,7 @@ driver policy "$tmp/policyload" -addr "127.0.0.1:$port" -c "$C_POLICY" -warmup 0
 pids+=($!)
 driver anvil "$tmp/anvilload" -socket "$tmp/anvil" -c "$C_ANVIL" -warmup 0s &
 pids+=($!)
-driver throttle "$tmp/throttleload" -socket "$tmp/throttle" -c "$C_THROTTLE" -limit 50 &
+driver throttle "$tmp/throttleload" -socket "$tmp/throttle" -c "$C_THROTTLE" -wait=false &
 pids+=($!)
 driver milter "$tmp/milterload" sessions -socket "$tmp/milter" -c "$C_MILTER" &
 pids+=($!)

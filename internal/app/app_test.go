@@ -200,16 +200,36 @@ func TestWatchReloads(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	write := func(p, text string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(50 * time.Millisecond) // the watch is armed
-	os.WriteFile(path, []byte(cfgText(dir, "7")), 0o644)
+	write(path, cfgText(dir, "7"))
 	waitLimit(7)
 	tmp := path + ".new"
-	os.WriteFile(tmp, []byte(cfgText(dir, "9")), 0o644)
-	os.Rename(tmp, path)
+	write(tmp, cfgText(dir, "9"))
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 	waitLimit(9)
-	os.WriteFile(path, []byte("[broken"), 0o644)
-	time.Sleep(200 * time.Millisecond)
-	if limitOf() != 9 {
-		t.Fatal("a broken file replaced the running configuration")
+	gen := d.generation.Load()
+	before := time.Now()
+	write(path, "[broken")
+	// The watcher must have tried the broken file and failed: only then
+	// does an unchanged limit mean anything.
+	for i := 0; ; i++ {
+		if f := d.reloadFailed.Load(); f != nil && !f.Before(before) {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("no failed reload recorded after writing a broken file")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if limitOf() != 9 || d.generation.Load() != gen {
+		t.Fatalf("a broken file replaced the running configuration: limit %d, generation %d -> %d", limitOf(), gen, d.generation.Load())
 	}
 }

@@ -71,13 +71,29 @@ shared = true
 
 // policyAsk sends one END-OF-MESSAGE query and returns the action verb.
 func policyAsk(c net.Conn, r *bufio.Reader, sender, instance string) (string, error) {
-	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\nclient_address=192.0.2.1\nsender=%s\ninstance=%s\n\n", sender, instance)
+	if _, err := fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\nclient_address=192.0.2.1\nsender=%s\ninstance=%s\n\n", sender, instance); err != nil {
+		return "", err
+	}
+	return readPolicyAction(r)
+}
+
+// readPolicyAction reads one policy reply, "action=VERB text" and a blank
+// line, as smtpd would, and returns the verb: only a well-formed reply
+// counts as what the client saw.
+func readPolicyAction(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
-	r.ReadString('\n')
-	verb, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "action="), " ")
+	end, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	action, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "action=")
+	if !ok || action == "" || end != "\n" {
+		return "", fmt.Errorf("malformed policy reply %q %q", line, end)
+	}
+	verb, _, _ := strings.Cut(action, " ")
 	return verb, nil
 }
 
@@ -202,7 +218,6 @@ func TestKilledDaemonLeasesExpire(t *testing.T) {
 		holders = append(holders, cl)
 	}
 	b := startDaemon(t, redisConfig(t, srv, "kill:", "open", ""))
-	_ = b
 	sockB := filepath.Join(filepath.Dir(b.cfg.Load().File), "throttle")
 	waiter, err := throttle.Dial("unix", sockB, time.Second)
 	if err != nil {

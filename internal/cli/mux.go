@@ -128,10 +128,6 @@ type muxOptions struct {
 // /dev/log (for tests, and for systems whose socket is elsewhere).
 const muxSyslogEnv = "SLUICE_MUX_SYSLOG_SOCKET"
 
-// muxNotImplemented is the notice for each accepted flag whose feature
-// sluice does not have yet (none at present: every flag is built).
-var muxNotImplemented = map[byte]string{}
-
 // muxEventLog is where -d writes the event-loop trace.
 const muxEventLog = "/var/log/mdefang-event-debug.log"
 
@@ -201,9 +197,6 @@ func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, er
 			}
 			if err := o.set(c, val); err != nil {
 				return nil, err
-			}
-			if n, ok := muxNotImplemented[c]; ok && !seen[c] {
-				o.notices = append(o.notices, prog+": "+n+" is not implemented yet in sluice; ignored")
 			}
 			if c == 'E' && !seen[c] { // the reference's own words, unprefixed
 				o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")

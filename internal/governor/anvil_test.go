@@ -21,7 +21,7 @@ type fixture struct {
 	ctx context.Context
 }
 
-func newFixture(t *testing.T, classes []limiter.Class, rules AnvilRules) *fixture {
+func newFixture(t testing.TB, classes []limiter.Class, rules AnvilRules) *fixture {
 	t.Helper()
 	s := memory.New(memory.Options{})
 	t.Cleanup(func() { s.Close() })

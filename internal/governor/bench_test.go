@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"sluice/internal/limiter"
 )
 
+// benchStep is how far the fake clock moves per iteration, so the
+// 60-second windows roll over every 6,000 iterations as in a live daemon.
+const benchStep = 10 * time.Millisecond
+
 // BenchmarkAnvilSession is one smtpd session as anvil sees it: connect,
 // two messages, three recipients, disconnect (7 requests).
 func BenchmarkAnvilSession(b *testing.B) {
-	f := newFixture(&testing.T{}, nil, AnvilRules{})
+	f := newFixture(b, nil, AnvilRules{})
 	idents := make([]string, 1000)
 	for i := range idents {
 		idents[i] = fmt.Sprintf("smtp:10.1.%d.%d", i>>8, i&255)
@@ -30,7 +35,17 @@ func BenchmarkAnvilSession(b *testing.B) {
 			}
 		}
 		f.g.AnvilDisconnect(f.ctx, &st, id)
+		f.clk.Advance(benchStep)
 		i++
+	}
+	// Each ident connects once per len(idents) iterations: with windows
+	// rolling over, its window holds at most a minute's worth of them.
+	c, err := f.g.AnvilLookup(f.ctx, idents[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	if most := int64(time.Minute/(benchStep*time.Duration(len(idents)))) + 1; c.Rates[AnvilConn] > most {
+		b.Fatalf("%d connections in %s's window, at most %d if windows roll over", c.Rates[AnvilConn], idents[0], most)
 	}
 }
 
@@ -38,7 +53,7 @@ func BenchmarkAnvilSession(b *testing.B) {
 // about it (two RCPT queries, one END-OF-MESSAGE) under a sender rule and
 // a client-network rule.
 func BenchmarkPolicyMessage(b *testing.B) {
-	f := policyFixture(&testing.T{},
+	f := policyFixture(b,
 		PolicyRule{Name: "sender", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s exact")}},
 		PolicyRule{Name: "net", Count: CountRecipients, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}},
 	)
@@ -58,6 +73,7 @@ func BenchmarkPolicyMessage(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		f.clk.Advance(benchStep)
 		i++
 	}
 }

@@ -19,7 +19,7 @@ func lim(s string) limiter.Limit {
 	return l
 }
 
-func policyFixture(t *testing.T, rules ...PolicyRule) *fixture {
+func policyFixture(t testing.TB, rules ...PolicyRule) *fixture {
 	t.Helper()
 	f := newFixture(t, []limiter.Class{
 		{Name: "partners", Masks: []hostmask.Mask{hostmask.MustParse("198.51.100.0/24")}},

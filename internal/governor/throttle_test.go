@@ -158,7 +158,6 @@ func TestThrottleCancelWhileWaiting(t *testing.T) {
 	} else {
 		f.g.ThrottleDone(f.ctx, b, true)
 	}
-	_ = limiter.Lease{}
 }
 
 // TestThrottleClassQueueCap: XLA's queue threshold. The class's sessions,

@@ -48,30 +48,42 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
-// BenchmarkHitParallel measures lock contention: every goroutine decides
-// on its own stream of keys.
+// BenchmarkHitParallel measures contention on the store: every goroutine
+// decides with a clock of its own (no shared counter between them), on
+// its own stream through 10,000 keys ("spread": the shards' locks) or on
+// one key ("hot": one shard's lock and one entry).
 func BenchmarkHitParallel(b *testing.B) {
 	keys := benchKeys(10000)
 	for _, lim := range benchLimits {
-		b.Run(lim.Algorithm.String(), func(b *testing.B) {
-			s := New(Options{})
-			defer s.Close()
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				out := make([]limiter.Decision, 1)
-				checks := make([]limiter.Check, 1)
-				i := int(seq.Add(1)) * 7919
-				for pb.Next() {
-					checks[0] = limiter.Check{Key: keys[i%len(keys)], Limit: lim}
-					now := t0.Add(time.Duration(seq.Add(1)) * time.Microsecond)
-					if err := s.Hit(b.Context(), now, 1, limiter.Leaky, checks, out); err != nil {
-						b.Fatal(err)
+		for _, spread := range []bool{true, false} {
+			name := lim.Algorithm.String() + "/hot"
+			if spread {
+				name = lim.Algorithm.String() + "/spread"
+			}
+			b.Run(name, func(b *testing.B) {
+				s := New(Options{})
+				defer s.Close()
+				var worker atomic.Int64 // read once per goroutine
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					out := make([]limiter.Decision, 1)
+					checks := []limiter.Check{{Key: keys[0], Limit: lim}}
+					w := int(worker.Add(1))
+					i := w * 7919
+					now := t0
+					for pb.Next() {
+						if spread {
+							checks[0].Key = keys[i%len(keys)]
+						}
+						now = now.Add(time.Microsecond)
+						if err := s.Hit(b.Context(), now, 1, limiter.Leaky, checks, out); err != nil {
+							b.Fatal(err)
+						}
+						i++
 					}
-					i++
-				}
+				})
 			})
-		})
+		}
 	}
 }
 

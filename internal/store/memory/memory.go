@@ -20,7 +20,8 @@ import (
 // Options configure a Store.
 type Options struct {
 	// MaxKeys caps the number of keys held in the whole store (default
-	// 1,000,000). At the cap, room is made in the shard of the new key.
+	// 1,000,000). At the cap, room is made in the shard of the new key, or,
+	// when it has nothing to give, in another.
 	MaxKeys int
 	// Evict chooses what happens at the cap: true evicts the idle key that
 	// expires soonest among a sample (keys holding leases are never
@@ -230,8 +231,29 @@ func (s *Store) create(sh *shard, key string, kind uint8, algo limiter.Algorithm
 }
 
 // makeRoom drops expired keys from a sample of the shard, then, if
-// eviction is on, the idle key that expires soonest.
+// eviction is on, the idle key that expires soonest. When the shard has
+// nothing to give (it is empty, or holds only leases), the other shards are
+// tried, those not locked already (the caller may hold several).
 func (s *Store) makeRoom(sh *shard, now int64) bool {
+	if s.roomIn(sh, now) {
+		return true
+	}
+	for i := 1; i < len(s.shards); i++ {
+		o := &s.shards[(sh.idx+i)%len(s.shards)]
+		if !o.mu.TryLock() {
+			continue
+		}
+		ok := s.roomIn(o, now)
+		o.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// roomIn makes room in one locked shard (see makeRoom).
+func (s *Store) roomIn(sh *shard, now int64) bool {
 	var victim *entry
 	seen := 0
 	for k, e := range sh.m {

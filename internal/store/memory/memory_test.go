@@ -3,6 +3,7 @@ package memory
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"testing"
 	"time"
@@ -16,13 +17,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) limiter.Store { return New(Options{}) })
+// backend gives the conformance suite stores of the given shard count;
+// capped ones hold 64 keys.
+func backend(shards int) storetest.Backend {
+	return storetest.Backend{
+		New: func(t *testing.T) limiter.Store { return New(Options{Shards: shards}) },
+		Capped: func(t *testing.T, evict bool) (limiter.Store, int) {
+			return New(Options{Shards: shards, MaxKeys: 64, Evict: evict, Logger: slog.New(slog.DiscardHandler)}), 64
+		},
+	}
 }
 
-func TestConformanceOneShard(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) limiter.Store { return New(Options{Shards: 1}) })
-}
+func TestConformance(t *testing.T) { storetest.Run(t, backend(0)) }
+
+func TestConformanceOneShard(t *testing.T) { storetest.Run(t, backend(1)) }
 
 var t0 = storetest.T0
 

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every limiter.Store must pass:
 // the same semantic cases (windows, exactness under concurrency,
-// reservations, leases, expiry) run against each backend.
+// reservations, leases, expiry, the key cap, errors) run against each
+// backend.
 package storetest
 
 import (
@@ -16,8 +17,11 @@ import (
 	"sluice/internal/limiter"
 )
 
-// Sweeper is implemented by stores that can drop expired keys on demand;
-// the suite uses it to check that idle state really goes away.
+// Sweeper is implemented by every store under the suite (directly, or by a
+// test wrapper): Sweep(now) returns once every key idle at now has expired
+// and Len counts only what is left. store/memory drops expired keys on
+// demand; a store whose keys expire on a clock of its own (Redis TTLs) waits
+// until that clock has passed now and counts its keys afresh.
 type Sweeper interface {
 	Sweep(now time.Time)
 }
@@ -25,9 +29,25 @@ type Sweeper interface {
 // T0 is the suite's starting time: a whole second, so anvil windows line up.
 var T0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
-// Run runs every case against stores made by newStore; each case gets a
-// fresh store, which the suite closes.
-func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+// CapKeyLen is about the length of the keys the key-cap cases write, so a
+// store capped by memory (Redis maxmemory) can tell how many fit.
+const CapKeyLen = 200
+
+// Backend describes a store to the suite.
+type Backend struct {
+	// New returns a fresh store with default options. Its stores must
+	// implement Sweeper.
+	New func(t *testing.T) limiter.Store
+	// Capped returns a fresh store that holds at most maxKeys keys of
+	// about CapKeyLen bytes (one exact event each, or more), and at its
+	// cap evicts idle keys (evict) or refuses new keys with
+	// limiter.ErrFull. Its stores must implement Sweeper too.
+	Capped func(t *testing.T, evict bool) (s limiter.Store, maxKeys int)
+}
+
+// Run runs every case against stores made by b; each case gets a fresh
+// store, which the suite closes.
+func Run(t *testing.T, b Backend) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, s limiter.Store)
@@ -55,9 +75,23 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStore(t)
+			s := b.New(t)
 			defer s.Close()
 			c.fn(t, s)
+		})
+	}
+	for _, c := range []struct {
+		name  string
+		evict bool
+		fn    func(t *testing.T, s limiter.Store, maxKeys int)
+	}{
+		{"CapRefusesNewKeys", false, testCapRefuses},
+		{"CapEvictsIdleKeys", true, testCapEvicts},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, maxKeys := b.Capped(t, c.evict)
+			defer s.Close()
+			c.fn(t, s, maxKeys)
 		})
 	}
 }
@@ -414,115 +448,6 @@ func testReserveConcurrent(t *testing.T, s limiter.Store) {
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	if last := times[len(times)-1].Sub(T0); last > 10*time.Second {
 		t.Fatalf("50 slots at 5/s should end by about 9s, last at %s", last)
-	}
-}
-
-func testLeases(t *testing.T, s limiter.Store) {
-	var ls []limiter.Lease
-	for i := int64(1); i <= 3; i++ {
-		l, held, ok, err := s.Acquire(ctx, at(0), "c", 3, 0)
-		if err != nil || !ok || held != i {
-			t.Fatalf("acquire %d: held %d ok %v err %v", i, held, ok, err)
-		}
-		ls = append(ls, l)
-	}
-	if _, held, ok, _ := s.Acquire(ctx, at(0), "c", 3, 0); ok || held != 3 {
-		t.Fatalf("acquire over capacity: ok %v held %d", ok, held)
-	}
-	if held, _ := s.Release(ctx, at(0), ls[1]); held != 2 {
-		t.Fatalf("after release: %d", held)
-	}
-	if held, _ := s.Release(ctx, at(0), ls[1]); held != 2 {
-		t.Fatalf("double release changed the count: %d", held)
-	}
-	if _, _, ok, _ := s.Acquire(ctx, at(0), "c", 3, 0); !ok {
-		t.Fatal("slot not reusable after release")
-	}
-	// Capacity 0 counts without a cap.
-	for range 5 {
-		if _, _, ok, _ := s.Acquire(ctx, at(0), "uncapped", 0, 0); !ok {
-			t.Fatal("uncapped acquire refused")
-		}
-	}
-	if held, _ := s.Held(ctx, at(0), "uncapped"); held != 5 {
-		t.Fatalf("held %d", held)
-	}
-}
-
-func testLeasesConcurrent(t *testing.T, s limiter.Store) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var got []limiter.Lease
-	for range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, _, ok, err := s.Acquire(ctx, at(0), "cc", 10, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				mu.Lock()
-				got = append(got, l)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if len(got) != 10 {
-		t.Fatalf("granted %d leases, want 10", len(got))
-	}
-	for _, l := range got {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := s.Release(ctx, at(0), l); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if held, _ := s.Held(ctx, at(0), "cc"); held != 0 {
-		t.Fatalf("held %d after releasing all", held)
-	}
-}
-
-func testLeaseTTL(t *testing.T, s limiter.Store) {
-	if _, _, ok, _ := s.Acquire(ctx, at(0), "ttl", 1, 30*time.Second); !ok {
-		t.Fatal("acquire")
-	}
-	if _, _, ok, _ := s.Acquire(ctx, at(29*time.Second), "ttl", 1, 30*time.Second); ok {
-		t.Fatal("lease ended before its TTL")
-	}
-	if _, held, ok, _ := s.Acquire(ctx, at(31*time.Second), "ttl", 1, 30*time.Second); !ok || held != 1 {
-		t.Fatalf("expired lease still held: ok %v held %d", ok, held)
-	}
-}
-
-func testExpiry(t *testing.T, s limiter.Store) {
-	hit(t, s, at(0), 1, limiter.Leaky, anvil("ea", 5, 10*time.Second, 0))
-	hit(t, s, at(0), 1, limiter.Leaky, exact("ee", 5, 10*time.Second))
-	hit(t, s, at(0), 1, limiter.Leaky, limiter.Check{Key: "es", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 5, Period: 10 * time.Second}})
-	l, _, _, _ := s.Acquire(ctx, at(0), "el", 0, 0)
-	if s.Len() != 4 {
-		t.Fatalf("Len %d, want 4", s.Len())
-	}
-	if _, err := s.Release(ctx, at(0), l); err != nil {
-		t.Fatal(err)
-	}
-	sw, ok := s.(Sweeper)
-	if !ok {
-		return
-	}
-	// At 5 s: the released lease key is gone, and so is the smooth key
-	// (one event at 5 per 10 s drains in 2 s); the windows are alive.
-	sw.Sweep(at(5 * time.Second))
-	if s.Len() != 2 {
-		t.Fatalf("after 5s Len %d, want 2", s.Len())
-	}
-	sw.Sweep(at(12 * time.Second))
-	if s.Len() != 0 {
-		t.Fatalf("after 12s Len %d, want 0", s.Len())
 	}
 }
 
