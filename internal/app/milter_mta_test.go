@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/recipe"
 	"strings"
 	"testing"
 	"time"
@@ -221,11 +223,20 @@ func sendmailWithMilter(t *testing.T, milterKeys, tables string) (*sendmailtest.
 	d, sock := startMilterDaemon(t, state, milterMTAConfig(state, milterKeys, tables))
 	ctx, cancel := context.WithTimeout(context.Background(), mtaGuard)
 	defer cancel()
+	// The flags and timeouts of docs/milter.md's sendmail.mc line; the
+	// socket is the test's.
+	mc := recipe.Get(t, "docs/milter.md", "sendmail-mc")
+	m := regexp.MustCompile("INPUT_MAIL_FILTER\\(`sluice', `S=unix:/run/sluice/milter, F=([^,]*), T=([^']*)'\\)").FindStringSubmatch(mc)
+	if m == nil {
+		t.Fatalf("docs/milter.md's sendmail.mc recipe has no INPUT_MAIL_FILTER line of the expected shape:\n%s", mc)
+	}
 	inst, err := sendmailtest.Prepare(ctx, sendmailtest.Options{
-		Dir:          t.TempDir(),
-		MilterSocket: sock,
-		Hosts:        map[string]string{"127.0.0.2": "client2.example"},
-		Logf:         t.Logf,
+		Dir:            t.TempDir(),
+		MilterSocket:   sock,
+		MilterFlags:    m[1],
+		MilterTimeouts: m[2],
+		Hosts:          map[string]string{"127.0.0.2": "client2.example"},
+		Logf:           t.Logf,
 	})
 	if err != nil {
 		t.Fatalf("prepare sendmail: %v", err)
