@@ -51,12 +51,21 @@ func credential(t *testing.T, name string) *syscall.SysProcAttr {
 
 // assertUnprivileged checks that process pid runs as user name, real,
 // effective, saved and filesystem ids, with no capability at all.
+// A daemon started by root accepts connections (in the kernel's backlog)
+// as soon as its sockets are bound, a moment before it switches users: the
+// check waits up to 10 s for the switch, then looks at every field.
 func assertUnprivileged(t *testing.T, pid int, name string) {
 	t.Helper()
 	u := peer.User(t, name)
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "\nUid:\t"+u.Uid+"\t") || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
