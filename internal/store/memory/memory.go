@@ -83,9 +83,12 @@ type Store struct {
 	// wall clock would give.
 	seen    atomic.Int64
 	evicted atomic.Uint64
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// guard is the restart guard's start (Unix ns; 0: off): see
+	// SetRestartGuard.
+	guard atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -325,6 +328,9 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 			var zero limiter.State
 			out[i] = zero.Decide(now, c, n)
 		}
+		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
+			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
+		}
 		all = all && out[i].Allowed
 	}
 	if !all && mode == limiter.Leaky {
@@ -343,7 +349,7 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 		}
 		e.st.Record(now, c, n)
 		e.exp = e.st.ExpiresAt(c.Limit)
-		if !out[i].Allowed {
+		if !out[i].Allowed && s.guardUntil(c.Limit, nowNs) == 0 {
 			// Strict: the refused hit counted; report the new level.
 			out[i].Count = e.st.Decide(now, c, 0).Count
 		}
@@ -365,6 +371,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter
 			out[i] = e.st.Decide(now, c, n)
 		} else {
 			out[i] = st.Decide(now, c, n)
+		}
+		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
+			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
 		}
 		if out[i].Allowed {
 			out[i].Count -= n
@@ -414,7 +423,13 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	if e != nil {
 		stp = &e.st
 	}
-	at, ok := stp.Reserve(now, lim, n, maxWait)
+	from := now
+	if until := s.guardUntil(lim, nowNs); until != 0 {
+		// Held back by the restart guard: book from its end.
+		from = time.Unix(0, until)
+		maxWait -= time.Duration(until - nowNs)
+	}
+	at, ok := stp.Reserve(from, lim, n, maxWait)
 	r := limiter.Reservation{Key: key, Limit: lim, N: n, At: at}
 	if !ok {
 		return r, limiter.ErrTooLong
