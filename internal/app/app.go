@@ -46,6 +46,7 @@ type Daemon struct {
 	store   limiter.Store
 	lim     *limiter.Limiter
 	waiters *limiter.Waiters // throttle queues, kept across reloads
+	snap    *snapshotter     // the memory store's file; nil when off
 
 	anvil     *anvil.Server
 	policy    *policy.Server
@@ -115,6 +116,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err != nil {
 		return nil, err
 	}
+	raw := store
 	if d.metrics != nil {
 		store = instrumentedStore{Store: store, m: d.metrics}
 	}
@@ -137,6 +139,9 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.store.Close()
 		return nil, err
 	}
+	// After binding (a second daemon on the same state directory fails
+	// before it touches the file) and before serving.
+	d.snap = newSnapshotter(cfg, raw, log)
 	return d, nil
 }
 
@@ -339,6 +344,13 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.lim.RunStatus(ctx, d.cfg.Load().Limiter.StatusInterval.D())
 	}()
+	if d.snap != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.snap.run(ctx)
+		}()
+	}
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
 		go func() {
@@ -423,6 +435,7 @@ func restartNeeded(old, cur *config.Config) []string {
 		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB {
 		out = append(out, "store")
 	}
+	out = append(out, snapshotRestartNeeded(old, cur)...)
 	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
 		out = append(out, "limiter.status_interval")
 	}
@@ -488,6 +501,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.stopStatus()
 	}
 	d.wg.Wait()
+	if d.snap != nil {
+		// Every door is closed: nothing decides after this.
+		d.snap.write(time.Now(), true)
+	}
 	d.store.Close()
 	d.log.Info("sluice stopped")
 	return errors.Join(errs...)

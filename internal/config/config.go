@@ -67,8 +67,9 @@ type Limiter struct {
 type Store struct {
 	// Kind is "memory" (this process; the default) or "redis" (shared by
 	// every sluice that uses the same Redis).
-	Kind  string `toml:"kind"`
-	Redis Redis  `toml:"redis"`
+	Kind     string   `toml:"kind"`
+	Redis    Redis    `toml:"redis"`
+	Snapshot Snapshot `toml:"snapshot"`
 }
 
 // Redis configures the shared store.
@@ -357,6 +358,7 @@ func Default() *Config {
 				LeaseTTL:    Duration(60 * time.Second),
 				FailMode:    "open",
 			},
+			Snapshot: defaultSnapshot(),
 		},
 		Anvil: Anvil{
 			Enabled:        true,

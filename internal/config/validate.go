@@ -297,9 +297,10 @@ func (s Socket) check() (string, error) {
 func (c *Config) validateStore() []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+	errs = append(errs, c.validateSnapshot()...)
 	switch c.Store.Kind {
 	case "memory":
-		return nil
+		return errs
 	case "redis":
 	default:
 		add("store.kind", "%q is not memory or redis", c.Store.Kind)

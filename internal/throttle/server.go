@@ -126,11 +126,16 @@ func (s *Server) serve(c *netserve.Conn) {
 		}
 		return
 	}
-	defer func() { g.Done(used.Load()) }()
 	if c.Closing() {
 		// Shutting down: grant nothing new; the sender applies its fail mode.
+		g.Done(false)
 		return
 	}
+	// A sender told its time sends at that time whether or not this
+	// server is still there: when a shutdown closes the connection, the
+	// slot stays used, so the next daemon (restoring the store's
+	// snapshot) books nobody else into it.
+	defer func() { g.Done(used.Load() || c.Closing()) }()
 	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
 		return
 	}

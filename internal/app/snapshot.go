@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"sluice/internal/config"
+	"sluice/internal/limiter"
+	"sluice/internal/store/memory"
+)
+
+// snapshotter keeps the memory store's counts in a file across restarts:
+// restored when the daemon is built, written every interval while it runs
+// and once more, marked clean, after the last decision of a graceful stop.
+type snapshotter struct {
+	mem      *memory.Store
+	path     string
+	interval time.Duration
+	log      *slog.Logger
+	failing  bool // the last write failed (logged once per run of failures)
+}
+
+// newSnapshotter restores the snapshot into mem (which must be empty) and
+// writes it back at once, unclean: a crash before the first periodic
+// write must not find a clean snapshot from the previous stop. A snapshot
+// that cannot be read is refused whole with one log line, and the daemon
+// starts empty. nil means snapshots are off (or the store is Redis).
+func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *snapshotter {
+	mem, ok := store.(*memory.Store)
+	sc := cfg.Store.Snapshot
+	if !ok || cfg.Store.Kind != "memory" || !sc.Enabled {
+		return nil
+	}
+	s := &snapshotter{mem: mem, path: cfg.Path(sc.File), interval: sc.Interval.D(), log: log}
+	now := time.Now()
+	snap, err := memory.ReadSnapshot(s.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
+	case err != nil:
+		log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+		if sc.RestartGuard {
+			// The counts existed but are lost: hold exact limits back.
+			s.guard(now, "the snapshot could not be read")
+		}
+	default:
+		st, err := mem.Restore(snap, now)
+		if err != nil {
+			log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+			break
+		}
+		log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
+			"age", now.Sub(snap.Taken).Round(time.Millisecond).String(), "clean_stop", snap.Clean)
+		if !snap.Clean {
+			lost := "what happened after " + snap.Taken.Format(time.RFC3339Nano) + " (at most " + s.interval.String() + ") is lost"
+			if sc.RestartGuard {
+				s.guard(now, lost)
+			} else {
+				log.Warn("store snapshot: the last stop was not clean; "+lost, "file", s.path)
+			}
+		}
+	}
+	s.write(now, false)
+	return s
+}
+
+func (s *snapshotter) guard(now time.Time, why string) {
+	s.mem.SetRestartGuard(now)
+	s.log.Warn("restart guard: the last stop was not clean; every exact limit grants nothing for one period from now",
+		"reason", why, "since", now.Format(time.RFC3339Nano))
+}
+
+// run writes the snapshot every interval until ctx ends.
+func (s *snapshotter) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.write(now, false)
+		}
+	}
+}
+
+// write writes one snapshot; a failure is logged at its first occurrence
+// and the recovery once, not at every interval.
+func (s *snapshotter) write(now time.Time, clean bool) {
+	st, err := s.mem.WriteSnapshot(s.path, now, clean)
+	switch {
+	case err != nil && !s.failing:
+		s.failing = true
+		s.log.Error("store snapshot: write failed; counts since the last good one would be lost in a crash", "file", s.path, "err", err)
+	case err != nil:
+	case s.failing:
+		s.failing = false
+		s.log.Info("store snapshot: writing again", "file", s.path, "keys", st.Keys)
+	case clean:
+		s.log.Info("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String())
+	default:
+		s.log.Debug("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String())
+	}
+}
+
+// snapshotRestartNeeded names snapshot settings a reload cannot apply.
+func snapshotRestartNeeded(old, cur *config.Config) []string {
+	if old.Store.Snapshot != cur.Store.Snapshot {
+		return []string{"store.snapshot"}
+	}
+	return nil
+}
