@@ -63,8 +63,37 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 			}
 		}
 	}
+	s.replayJournal(now)
 	s.write(now, false)
+	// Only now that the snapshot holds the replayed bookings: a new,
+	// empty journal.
+	if err := mem.OpenJournal(s.journalPath(), func(err error) {
+		log.Error("booking journal: append failed; throttle slots booked now would be forgotten by a crash", "err", err)
+	}); err != nil {
+		log.Error("booking journal: cannot open; throttle slots booked between snapshots would be forgotten by a crash", "err", err)
+	}
 	return s
+}
+
+func (s *snapshotter) journalPath() string { return s.path + ".bookings" }
+
+// replayJournal adds the throttle slots booked after the snapshot (kept
+// in the booking journal as they were given out).
+func (s *snapshotter) replayJournal(now time.Time) {
+	bs, err := memory.ReadJournal(s.journalPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		s.log.Error("booking journal: unreadable from here on", "file", s.journalPath(), "err", err, "bookings_used", len(bs))
+	}
+	n, err := s.mem.ReplayBookings(bs, now)
+	if err != nil {
+		s.log.Error("booking journal: replay stopped", "file", s.journalPath(), "err", err)
+	}
+	if n > 0 {
+		s.log.Info("booking journal: throttle slots booked after the snapshot restored", "file", s.journalPath(), "bookings", n)
+	}
 }
 
 func (s *snapshotter) guard(now time.Time, why string) {

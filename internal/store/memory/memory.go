@@ -53,6 +53,9 @@ type entry struct {
 	exp int64
 	st  limiter.State
 	ls  *leaseSet
+	// bseq is the sequence number of the key's latest booking (see the
+	// booking journal).
+	bseq uint64
 }
 
 type leaseRec struct {
@@ -86,9 +89,12 @@ type Store struct {
 	// guard is the restart guard's start (Unix ns; 0: off): see
 	// SetRestartGuard.
 	guard atomic.Int64
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	// bseq numbers bookings; journal, if set, records each (journal.go).
+	bseq    atomic.Uint64
+	journal atomic.Pointer[journal]
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -134,6 +140,7 @@ func New(o Options) *Store {
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.closeJournal()
 	return nil
 }
 
@@ -442,6 +449,11 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 		e.st = st
 	}
 	e.exp = e.st.ExpiresAt(lim)
+	e.bseq = s.bseq.Add(1)
+	if j := s.journal.Load(); j != nil {
+		// Before the caller hears its time: a crash after this keeps it.
+		j.append(Booking{Seq: e.bseq, Key: key, At: at.UnixNano() | 1, N: n, Exp: e.exp})
+	}
 	return r, nil
 }
 

@@ -30,7 +30,7 @@ func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
 		if e.kind != kindRate || e.exp == 0 || e.exp <= nowNs {
 			continue
 		}
-		se := SnapEntry{Key: e.key, Algo: e.algo, Exp: e.exp, T: e.st.T, Counts: e.st.Counts}
+		se := SnapEntry{Key: e.key, Algo: e.algo, Exp: e.exp, T: e.st.T, Counts: e.st.Counts, Seq: e.bseq}
 		if l := e.st.Log; l.Len() > 0 {
 			se.Log = l.AppendTimes(make([]int64, 0, l.Len()))
 		} else if e.algo == limiter.Exact {
@@ -48,6 +48,9 @@ func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
 // graceful stop, after the last decision.
 func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
 	sw := newSnapWriter(w, taken, clean)
+	// Read before copying: every booking numbered up to here is in a
+	// shard not copied yet, or already in the copy.
+	seq := s.bseq.Load()
 	var buf []SnapEntry
 	keys := 0
 	for i := range s.shards {
@@ -58,7 +61,7 @@ func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
 		keys += len(buf)
 		clear(buf) // drop references to the copied logs
 	}
-	return keys, sw.finish()
+	return keys, sw.finish(max(seq, s.bseq.Load()))
 }
 
 // WriteSnapshot writes the store to path atomically: to a temporary file
@@ -80,6 +83,11 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 			os.Remove(tmp)
 		}
 	}()
+	j := s.journal.Load()
+	var jfrom int64
+	if j != nil {
+		jfrom = j.offset() // what is journaled by now is in the copy
+	}
 	keys, err := s.Encode(f, now, clean)
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: write %s: %w", tmp, err)
@@ -105,7 +113,13 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
 		}
 	}
-	return SnapStats{Keys: keys, Bytes: fi.Size(), Took: time.Since(start)}, nil
+	st := SnapStats{Keys: keys, Bytes: fi.Size(), Took: time.Since(start)}
+	if j != nil {
+		if err := j.compact(jfrom); err != nil {
+			return st, fmt.Errorf("store snapshot written, but: %w", err)
+		}
+	}
+	return st, nil
 }
 
 // ReadSnapshot reads and decodes the snapshot at path. A missing file
@@ -144,7 +158,7 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 			st.Dropped++
 			continue
 		}
-		e := &entry{key: se.Key, kind: kindRate, algo: se.Algo, exp: se.Exp}
+		e := &entry{key: se.Key, kind: kindRate, algo: se.Algo, exp: se.Exp, bseq: se.Seq}
 		e.st.T, e.st.Counts = se.T, se.Counts
 		if se.Algo == limiter.Exact {
 			e.st.Log = limiter.NewEventLog(se.Log)
@@ -158,6 +172,7 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 		}
 		sh.mu.Unlock()
 	}
+	s.raiseSeq(snap.Seq)
 	s.observe(nowNs)
 	st.Took = time.Since(start)
 	return st, nil

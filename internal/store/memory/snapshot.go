@@ -19,7 +19,8 @@ import (
 //	header   "SLUICEMS" (8 bytes), version uint16, flags uint16, taken int64
 //	         (Unix ns: when the copy began)
 //	records  tag 1, then one rate key (below), repeated
-//	end      tag 0, the number of records as a uvarint
+//	end      tag 0, the number of records and the highest booking sequence
+//	         number given out (uvarints)
 //	trailer  CRC-32C (Castagnoli) of every byte before it, uint32
 //
 // A rate key is: key length (uvarint) and bytes, algorithm (1 byte: 1
@@ -28,7 +29,8 @@ import (
 // Unix ns), then for anvil the 8 counters (uvarints), for exact the number
 // of events (uvarint), the first event time (varint Unix ns) and each
 // following one as the (non-negative) difference from the one before
-// (uvarint). Exact event times with the lowest bit set are booked slots
+// (uvarint), then the sequence number of its latest booking (uvarint; see
+// journal.go). Exact event times with the lowest bit set are booked slots
 // (reservations). Leases are never written.
 const (
 	snapMagic   = "SLUICEMS"
@@ -65,6 +67,8 @@ type SnapEntry struct {
 	T      int64
 	Counts [limiter.MaxCounters]uint32
 	Log    []int64
+	// Seq is the sequence number of an exact key's latest booking.
+	Seq uint64
 }
 
 // Snapshot is a decoded snapshot.
@@ -74,6 +78,8 @@ type Snapshot struct {
 	// Clean says it was written at a graceful stop.
 	Clean   bool
 	Entries []SnapEntry
+	// Seq is the highest booking sequence number given out.
+	Seq uint64
 }
 
 // snapWriter encodes a snapshot as a stream.
@@ -131,6 +137,7 @@ func (sw *snapWriter) entry(e *SnapEntry) {
 				b = binary.AppendUvarint(b, uint64(t-e.Log[i-1]))
 			}
 		}
+		b = binary.AppendUvarint(b, e.Seq)
 	}
 	sw.write(b)
 	sw.buf = b
@@ -138,8 +145,8 @@ func (sw *snapWriter) entry(e *SnapEntry) {
 }
 
 // finish writes the end record and the checksum, and flushes.
-func (sw *snapWriter) finish() error {
-	sw.write(binary.AppendUvarint([]byte{tagEnd}, sw.n))
+func (sw *snapWriter) finish(seq uint64) error {
+	sw.write(binary.AppendUvarint(binary.AppendUvarint([]byte{tagEnd}, sw.n), seq))
 	if sw.err == nil {
 		sw.err = sw.w.Flush()
 	}
@@ -157,7 +164,7 @@ func EncodeSnapshot(w io.Writer, snap *Snapshot) error {
 	for i := range snap.Entries {
 		sw.entry(&snap.Entries[i])
 	}
-	return sw.finish()
+	return sw.finish(snap.Seq)
 }
 
 // DecodeSnapshot parses a whole snapshot file. Any fault (foreign file,
@@ -215,6 +222,15 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	}
 	if n != uint64(len(snap.Entries)) {
 		return nil, fmt.Errorf("%w: %d records, the end record says %d", ErrSnapshot, len(snap.Entries), n)
+	}
+	snap.Seq = d.uvarint()
+	if d.err != nil {
+		return nil, d.fail("booking sequence number")
+	}
+	for i := range snap.Entries {
+		if snap.Entries[i].Seq > snap.Seq {
+			return nil, fmt.Errorf("%w: key %s: booking %d above the last, %d", ErrSnapshot, quoteKey(snap.Entries[i].Key), snap.Entries[i].Seq, snap.Seq)
+		}
 	}
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the end record", ErrSnapshot, len(d.b))
@@ -338,6 +354,7 @@ func (d *snapDecoder) events(e *SnapEntry) error {
 		t += int64(delta)
 		e.Log = append(e.Log, t)
 	}
+	e.Seq = d.uvarint()
 	if d.err != nil {
 		return d.fail("key " + quoteKey(e.Key))
 	}

@@ -164,7 +164,11 @@ func rec(key string, algo byte, exp, t int64, rest ...byte) []byte {
 	return append(b, rest...)
 }
 
-func end(n uint64) []byte { return binary.AppendUvarint([]byte{tagEnd}, n) }
+func end(n uint64) []byte { return endSeq(n, 0) }
+
+func endSeq(n, seq uint64) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint([]byte{tagEnd}, n), seq)
+}
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
@@ -209,6 +213,8 @@ func TestSnapshotMalformed(t *testing.T) {
 		{"exact more events than bytes", string(withCRC(cat(header(1, 0), exact(0xff, 0xff, 0x03, 2), end(1)))), "events"},
 		{"exact negative time", string(withCRC(cat(header(1, 0), exact(1, 1), end(1)))), "event time -1"},
 		{"exact time overflows", string(withCRC(cat(header(1, 0), exact(append([]byte{2}, binary.AppendUvarint(binary.AppendVarint(nil, 1<<62), 1<<63)...)...), end(1)))), "overflows"},
+		{"booking above the last", string(withCRC(cat(header(1, 0), exact(1, 2, 5), endSeq(1, 4)))), "booking 5 above the last, 4"},
+		{"no booking number", string(withCRC(cat(header(1, 0), smooth, []byte{tagEnd, 1}))), "booking sequence number"},
 		{"bad varint", string(withCRC(cat(header(1, 0), []byte{tagRate, 1, 'k', 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, end(1)))), "malformed"},
 	}
 	for _, c := range cases {
