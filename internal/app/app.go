@@ -26,6 +26,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/loglimit"
 	"sluice/internal/metrics"
 	"sluice/internal/milter"
 	"sluice/internal/policy"
@@ -47,6 +48,8 @@ type Daemon struct {
 	lim     *limiter.Limiter
 	waiters *limiter.Waiters // throttle queues, kept across reloads
 	snap    *snapshotter     // the memory store's file; nil when off
+	// refusals bounds refusal log lines; kept across reloads.
+	refusals *governor.RefusalLog
 
 	anvil     *anvil.Server
 	policy    *policy.Server
@@ -127,7 +130,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		// Slots freed by other hosts are not announced: recheck.
 		d.waiters.Retry = time.Second
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), log)
+	d.refusals = governor.NewRefusalLog(log, nil, 0)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -157,7 +161,7 @@ func WithSockets(s *sdlisten.Sockets) Option {
 }
 
 // buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
 	specs, errs := cfg.ClassTable()
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -187,7 +191,7 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Logger: log, Observer: obs,
+		Throttle: trules, Waiters: waiters, Refusals: refusals, Logger: log, Observer: obs,
 		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
@@ -253,6 +257,7 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			Logger:         d.log,
 			MaxConns:       t.MaxConns,
 			RequestTimeout: t.RequestTimeout.D(),
+			LogDefer:       d.logThrottleDefer,
 		})
 		if err := d.listenAll(cfg, "throttle", t.Listen, t.Socket, d.throttle.Serve); err != nil {
 			return err
@@ -351,6 +356,11 @@ func (d *Daemon) Start() {
 			d.snap.run(ctx)
 		}()
 	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.refusals.Run(ctx)
+	}()
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
 		go func() {
@@ -405,7 +415,7 @@ func (d *Daemon) reload() error {
 			return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, errors.Join(errs...))
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -533,13 +543,18 @@ func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar, f
 	lv := new(slog.LevelVar)
 	lv.Set(logLevel(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	closeLog := func() {}
 	switch {
 	case cfg.Log.Output == "syslog":
 		facility, _ := syslog.FacilityCode(cfg.Log.Facility)
 		c := syslog.Open(syslog.Options{Path: cfg.Log.SyslogSocket, Tag: cfg.Log.Tag, Facility: facility, Fallback: w})
-		return slog.New(c.Handler(lv)), lv, func() { c.Close() }
+		h, closeLog = c.Handler(lv), func() { c.Close() }
 	case cfg.Log.Format == "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), lv, func() {}
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), lv, func() {}
+	lim := loglimit.New(h, cfg.Log.MaxLinesPerSecond)
+	return slog.New(lim), lv, func() { lim.Close(); closeLog() }
 }

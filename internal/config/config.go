@@ -49,6 +49,10 @@ type Log struct {
 	Tag string `toml:"tag"`
 	// SyslogSocket is the local syslog daemon's datagram socket.
 	SyslogSocket string `toml:"syslog_socket"`
+	// MaxLinesPerSecond caps the lines logged a second, whatever their
+	// level (0: no cap); lines over it are dropped, and one line says how
+	// many. Refusals are already summarized per key and rule.
+	MaxLinesPerSecond int `toml:"max_lines_per_second"`
 }
 
 // Limiter configures the limiter core and its in-memory store.
@@ -342,7 +346,8 @@ func ptr(v int64) *int64 { return &v }
 func Default() *Config {
 	return &Config{
 		StateDir: DefaultStateDir(),
-		Log:      Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log"},
+		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
+			MaxLinesPerSecond: 200},
 		Limiter: Limiter{
 			MaxKeys:        1_000_000,
 			WhenFull:       "evict",

@@ -63,6 +63,9 @@ func (c *Config) Validate() []error {
 	if c.Limiter.StatusInterval.D() < time.Second {
 		add("limiter.status_interval", "must be at least 1s")
 	}
+	if c.Log.MaxLinesPerSecond < 0 {
+		add("log.max_lines_per_second", "must be 0 (no cap) or more")
+	}
 	errs = append(errs, c.validateStore()...)
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)

@@ -42,6 +42,9 @@ type Options struct {
 	MaxConns int // default 4096: one per waiting or sending process
 	// RequestTimeout bounds reading the request line (default 10s).
 	RequestTimeout time.Duration
+	// LogDefer, if set, logs a deferral instead of the server (which logs
+	// each at info level), so a flood of them can be bounded.
+	LogDefer func(ctx context.Context, key, reason string)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -116,7 +119,11 @@ func (s *Server) serve(c *netserve.Conn) {
 		var d *DeferError
 		switch {
 		case errors.As(err, &d):
-			s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			if s.o.LogDefer != nil {
+				s.o.LogDefer(ctx, key, d.Reason)
+			} else {
+				s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			}
 			fmt.Fprintf(c, "DEFER %s\n", oneLine(d.Reason))
 		case ctx.Err() != nil:
 			s.o.Logger.Debug("throttle: sender went away while waiting", "key", key)
