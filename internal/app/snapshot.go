@@ -129,9 +129,9 @@ func (s *snapshotter) write(now time.Time, clean bool) {
 		s.failing = false
 		s.log.Info("store snapshot: writing again", "file", s.path, "keys", st.Keys)
 	case clean:
-		s.log.Info("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String())
+		s.log.Info("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String(), "longest_lock", st.MaxHold.String())
 	default:
-		s.log.Debug("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String())
+		s.log.Debug("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String(), "longest_lock", st.MaxHold.String())
 	}
 }
 

@@ -16,6 +16,9 @@ type SnapStats struct {
 	Keys  int           // rate keys written, or restored
 	Bytes int64         // file size
 	Took  time.Duration // copy, encode and write (or read and decode)
+	// MaxHold is the longest one shard's lock was held for its copy: the
+	// longest a decision on that shard waited for the snapshot.
+	MaxHold time.Duration
 	// Dropped counts keys of a restored snapshot that expired while the
 	// daemon was down, or did not fit under the key cap.
 	Dropped int
@@ -47,21 +50,28 @@ func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
 // taken is when the copy begins; clean marks a snapshot written at a
 // graceful stop, after the last decision.
 func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
+	st, err := s.encode(w, taken, clean)
+	return st.Keys, err
+}
+
+func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
 	sw := newSnapWriter(w, taken, clean)
 	// Read before copying: every booking numbered up to here is in a
 	// shard not copied yet, or already in the copy.
 	seq := s.bseq.Load()
 	var buf []SnapEntry
-	keys := 0
+	var st SnapStats
 	for i := range s.shards {
+		t := time.Now()
 		buf = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
+		st.MaxHold = max(st.MaxHold, time.Since(t))
 		for j := range buf {
 			sw.entry(&buf[j])
 		}
-		keys += len(buf)
+		st.Keys += len(buf)
 		clear(buf) // drop references to the copied logs
 	}
-	return keys, sw.finish(max(seq, s.bseq.Load()))
+	return st, sw.finish(max(seq, s.bseq.Load()))
 }
 
 // WriteSnapshot writes the store to path atomically: to a temporary file
@@ -88,7 +98,7 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 	if j != nil {
 		jfrom = j.offset() // what is journaled by now is in the copy
 	}
-	keys, err := s.Encode(f, now, clean)
+	st, err := s.encode(f, now, clean)
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: write %s: %w", tmp, err)
 	}
@@ -113,7 +123,7 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
 		}
 	}
-	st := SnapStats{Keys: keys, Bytes: fi.Size(), Took: time.Since(start)}
+	st.Bytes, st.Took = fi.Size(), time.Since(start)
 	if j != nil {
 		if err := j.compact(jfrom); err != nil {
 			return st, fmt.Errorf("store snapshot written, but: %w", err)
