@@ -21,6 +21,7 @@ type snapshotter struct {
 	interval time.Duration
 	log      *slog.Logger
 	failing  bool // the last write failed (logged once per run of failures)
+	journal  bool // the booking journal is open
 }
 
 // newSnapshotter restores the snapshot into mem (which must be empty) and
@@ -65,14 +66,20 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 	}
 	s.replayJournal(now)
 	s.write(now, false)
-	// Only now that the snapshot holds the replayed bookings: a new,
-	// empty journal.
-	if err := mem.OpenJournal(s.journalPath(), func(err error) {
-		log.Error("booking journal: append failed; throttle slots booked now would be forgotten by a crash", "err", err)
-	}); err != nil {
-		log.Error("booking journal: cannot open; throttle slots booked between snapshots would be forgotten by a crash", "err", err)
-	}
 	return s
+}
+
+// openJournal starts a new, empty booking journal: only once a snapshot
+// holding every booking so far is written.
+func (s *snapshotter) openJournal() {
+	err := s.mem.OpenJournal(s.journalPath(), func(err error) {
+		s.log.Error("booking journal: append failed; throttle slots booked now would be forgotten by a crash", "err", err)
+	})
+	if err != nil {
+		s.log.Error("booking journal: cannot open; throttle slots booked between snapshots would be forgotten by a crash", "err", err)
+		return
+	}
+	s.journal = true
 }
 
 func (s *snapshotter) journalPath() string { return s.path + ".bookings" }
@@ -120,6 +127,9 @@ func (s *snapshotter) run(ctx context.Context) {
 // and the recovery once, not at every interval.
 func (s *snapshotter) write(now time.Time, clean bool) {
 	st, err := s.mem.WriteSnapshot(s.path, now, clean)
+	if err == nil && !s.journal && !clean {
+		s.openJournal()
+	}
 	switch {
 	case err != nil && !s.failing:
 		s.failing = true

@@ -178,3 +178,39 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 		t.Fatalf("guard not logged:\n%s", r.log.String())
 	}
 }
+
+// TestSnapshotWriteFailingKeepsServing: a snapshot that cannot be written
+// (here its directory is missing) is logged once, decisions go on, and
+// the recovery is logged once when writes succeed again.
+func TestSnapshotWriteFailingKeepsServing(t *testing.T) {
+	dir := t.TempDir()
+	body := strings.Replace(snapConfig(dir, false), "[store.snapshot]\n", "[store.snapshot]\nfile = \"snap/store.snapshot\"\n", 1)
+	path := writeConfig(t, dir, body)
+	r := runSnapDaemon(t, path)
+	defer r.stop(t)
+	sock := filepath.Join(dir, "policy")
+	for range 3 {
+		if v := policyVerb(t, sock, "s@example.org"); v != "DUNNO" {
+			t.Fatalf("with snapshots failing: %s", v)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // five intervals, all failing
+	if n := strings.Count(r.log.String(), "store snapshot: write failed"); n != 1 {
+		t.Fatalf("%d failure lines, want 1:\n%s", n, r.log.String())
+	}
+	if err := os.Mkdir(filepath.Join(dir, "snap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.log.String(), "store snapshot: writing again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery logged:\n%s", r.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, f := range []string{"store.snapshot", "store.snapshot.bookings"} {
+		if _, err := os.Stat(filepath.Join(dir, "snap", f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
