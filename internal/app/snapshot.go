@@ -36,6 +36,9 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 		return nil
 	}
 	s := &snapshotter{mem: mem, path: cfg.Path(sc.File), interval: sc.Interval.D(), log: log}
+	if n := memory.RemoveTemps(s.path); n > 0 {
+		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
+	}
 	now := time.Now()
 	snap, err := memory.ReadSnapshot(s.path)
 	switch {

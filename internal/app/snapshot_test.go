@@ -108,7 +108,13 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	path := writeConfig(t, dir, snapConfig(dir, false))
 	sock, file := filepath.Join(dir, "policy"), filepath.Join(dir, "store.snapshot")
 
+	// A write cut short by a crash left a temporary file: removed.
+	stale := filepath.Join(dir, ".store.snapshot.tmp-123")
+	os.WriteFile(stale, []byte("SLUICEMS half"), 0o600)
 	r := runSnapDaemon(t, path)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary file kept: %v", err)
+	}
 	for i := range 3 {
 		if v := policyVerb(t, sock, "s@example.org"); v != "DUNNO" {
 			t.Fatalf("request %d: %s", i, v)

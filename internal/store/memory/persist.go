@@ -187,3 +187,20 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 	st.Took = time.Since(start)
 	return st, nil
 }
+
+// RemoveTemps removes temporary files a crash in the middle of a write
+// left next to the snapshot at path (and its journal), and returns how
+// many. Call it before the first write.
+func RemoveTemps(path string) int {
+	n := 0
+	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp"}
+	for _, p := range pats {
+		ms, _ := filepath.Glob(p)
+		for _, m := range ms {
+			if os.Remove(m) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
