@@ -18,10 +18,11 @@ type Snapshot struct {
 	// unclean stop (kill -9, OOM, power loss) what happened since the last
 	// write is lost: at most this much.
 	Interval Duration `toml:"interval"`
-	// RestartGuard, after an unclean stop, holds every exact limit back for
-	// one period from the start (no grant, throttle slots booked from then
-	// on), so the events lost with the crash cannot let more than N through
-	// in any window. Anvil and smooth limits are not held.
+	// RestartGuard, after an unclean stop (or when the snapshot cannot be
+	// read), holds every exact limit back for one period from the start (no
+	// grant, throttle slots booked from then on), so the events lost with
+	// the crash cannot let more than N through in any window. Anvil and
+	// smooth limits are not held.
 	RestartGuard bool `toml:"restart_guard"`
 }
 

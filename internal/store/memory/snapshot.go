@@ -35,7 +35,7 @@ import (
 const (
 	snapMagic   = "SLUICEMS"
 	snapVersion = 1
-	// SnapClean is the header flag of a snapshot written at a graceful
+	// snapClean is the header flag of a snapshot written at a graceful
 	// stop: nothing happened after it.
 	snapClean  = 1
 	headerLen  = len(snapMagic) + 2 + 2 + 8
