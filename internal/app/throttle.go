@@ -46,3 +46,9 @@ func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
 	}
 	return rules, errs
 }
+
+// logThrottleDefer logs a deferred sender through the refusal log: one
+// line per key and minute, then a count.
+func (d *Daemon) logThrottleDefer(ctx context.Context, key, reason string) {
+	d.refusals.Refused(ctx, "throttle", "defer", key, governor.SummaryEvery, "throttle: deferred", "key", key, "reason", reason)
+}

@@ -158,6 +158,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	} else {
 		fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
 			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
+		printSnapshot(w, cfg)
 	}
 	specs, _ := cfg.ClassTable()
 	classes := make([]limiter.Class, len(specs))

@@ -60,6 +60,10 @@ type Log struct {
 	Tag string `toml:"tag"`
 	// SyslogSocket is the local syslog daemon's datagram socket.
 	SyslogSocket string `toml:"syslog_socket"`
+	// MaxLinesPerSecond caps the lines logged a second, whatever their
+	// level (0: no cap); lines over it are dropped, and one line says how
+	// many. Refusals are already summarized per key and rule.
+	MaxLinesPerSecond int `toml:"max_lines_per_second"`
 }
 
 // Limiter configures the limiter core and its in-memory store.
@@ -78,8 +82,9 @@ type Limiter struct {
 type Store struct {
 	// Kind is "memory" (this process; the default) or "redis" (shared by
 	// every sluice that uses the same Redis).
-	Kind  string `toml:"kind"`
-	Redis Redis  `toml:"redis"`
+	Kind     string   `toml:"kind"`
+	Redis    Redis    `toml:"redis"`
+	Snapshot Snapshot `toml:"snapshot"`
 }
 
 // Redis configures the shared store.
@@ -352,7 +357,8 @@ func ptr(v int64) *int64 { return &v }
 func Default() *Config {
 	return &Config{
 		StateDir: DefaultStateDir(),
-		Log:      Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log"},
+		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
+			MaxLinesPerSecond: 200},
 		Limiter: Limiter{
 			MaxKeys:        1_000_000,
 			WhenFull:       "evict",
@@ -368,6 +374,7 @@ func Default() *Config {
 				LeaseTTL:    Duration(60 * time.Second),
 				FailMode:    "open",
 			},
+			Snapshot: defaultSnapshot(),
 		},
 		Anvil: Anvil{
 			Enabled:        true,
@@ -474,6 +481,15 @@ func (c *Config) SocketDir() string {
 	default:
 		return DefaultRuntimeDir()
 	}
+}
+
+// StatePath resolves a state file's path: relative paths are under
+// StateDir.
+func (c *Config) StatePath(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.StateDir, p)
 }
 
 // Path resolves a socket path: relative paths are under SocketDir.

@@ -42,6 +42,9 @@ type Options struct {
 	MaxConns int // default 4096: one per waiting or sending process
 	// RequestTimeout bounds reading the request line (default 10s).
 	RequestTimeout time.Duration
+	// LogDefer, if set, logs a deferral instead of the server (which logs
+	// each at info level), so a flood of them can be bounded.
+	LogDefer func(ctx context.Context, key, reason string)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -116,7 +119,11 @@ func (s *Server) serve(c *netserve.Conn) {
 		var d *DeferError
 		switch {
 		case errors.As(err, &d):
-			s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			if s.o.LogDefer != nil {
+				s.o.LogDefer(ctx, key, d.Reason)
+			} else {
+				s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			}
 			fmt.Fprintf(c, "DEFER %s\n", oneLine(d.Reason))
 		case ctx.Err() != nil:
 			s.o.Logger.Debug("throttle: sender went away while waiting", "key", key)
@@ -126,11 +133,16 @@ func (s *Server) serve(c *netserve.Conn) {
 		}
 		return
 	}
-	defer func() { g.Done(used.Load()) }()
 	if c.Closing() {
 		// Shutting down: grant nothing new; the sender applies its fail mode.
+		g.Done(false)
 		return
 	}
+	// A sender told its time sends at that time whether or not this
+	// server is still there: when a shutdown closes the connection, the
+	// slot stays used, so the next daemon (restoring the store's
+	// snapshot) books nobody else into it.
+	defer func() { g.Done(used.Load() || c.Closing()) }()
 	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
 		return
 	}

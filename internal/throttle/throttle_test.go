@@ -168,6 +168,38 @@ func TestDeferAndErrors(t *testing.T) {
 	}
 }
 
+// TestShutdownKeepsGrantedSlots: a shutdown closes the connections of
+// senders that were told their time, but they send at it anyway: the
+// slot is kept (used), not given back.
+func TestShutdownKeepsGrantedSlots(t *testing.T) {
+	g := &gate{at: time.Now().Add(time.Hour)}
+	s := NewServer(Options{Handler: g, Logger: slog.New(slog.DiscardHandler)})
+	path := filepath.Join(t.TempDir(), "throttle")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	cl, err := Dial("unix", path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if rep, err := cl.Acquire("relay.example"); err != nil || !rep.At.Equal(g.at) {
+		t.Fatalf("%v %v", rep, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if g.done.Load() != 1 || g.gone.Load() != 0 {
+		t.Fatalf("after shutdown: %d slots kept, %d given back; want the granted slot kept", g.done.Load(), g.gone.Load())
+	}
+}
+
 func TestWaiterGoingAwayLeavesLine(t *testing.T) {
 	g := &gate{block: true}
 	path := serve(t, g)
