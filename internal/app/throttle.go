@@ -31,7 +31,7 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 		}
 		return throttle.Grant{}, err
 	}
-	return throttle.Grant{At: gr.At, Done: func(used bool) { g.ThrottleDone(context.Background(), gr, used) }}, nil
+	return throttle.Grant{At: gr.At, Latest: gr.Latest, Done: func(used bool) { g.ThrottleDone(context.Background(), gr, used) }}, nil
 }
 
 // ThrottleRules converts the configured throttle policies for the governor.

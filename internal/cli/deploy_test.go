@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,9 +134,8 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 	if err := os.Chmod(logDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	sends := filepath.Join(logDir, "sends")
-	relay := "#!/bin/sh\necho \"$(date +%s%N) $1\" >> " + sends + "\nprintf 'r127.0.0.1 accepted message.\\0Kok\\0'\n"
-	if err := os.WriteFile(filepath.Join(qbin, "qmail-remote"), []byte(relay), 0o755); err != nil {
+	relay, sends := fakeQmailRemote(t, logDir)
+	if err := os.Rename(relay, filepath.Join(qbin, "qmail-remote")); err != nil {
 		t.Fatal(err)
 	}
 	install := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-wrapper"),
@@ -162,7 +161,8 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 			t.Errorf("wrapper %d as qmailr: %s", i, o)
 		}
 	}
-	times := recordedSends(t, sends)
+	times := relaySends(t, sends)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	if len(times) != n {
 		t.Fatalf("the relay saw %d sends, want %d; daemon log:\n%s", len(times), n, daemon.stderr.String())
 	}
@@ -186,30 +186,6 @@ func assertSocket(t *testing.T, path, owner, group string, mode os.FileMode) {
 	if u == nil || g == nil || u.Username != owner || g.Name != group || fi.Mode().Perm() != mode {
 		t.Errorf("socket %s: uid %d gid %d mode %04o, want %s:%s %04o", path, st.Uid, st.Gid, fi.Mode().Perm(), owner, group, mode)
 	}
-}
-
-// recordedSends reads the recording relay's log: one "UNIXNANO host" line a
-// send, sorted.
-func recordedSends(t *testing.T, path string) []time.Time {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []time.Time
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			t.Fatalf("relay log line %q: %v", line, err)
-		}
-		out = append(out, time.Unix(0, ns))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
-	return out
 }
 
 // TestServeAsOrdinaryUser: run by a user whose home does not exist

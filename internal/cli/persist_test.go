@@ -82,11 +82,11 @@ func relaySends(t *testing.T, path string) []time.Time {
 	}
 	var out []time.Time
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		ns, err := strconv.ParseInt(strings.Fields(line)[0], 10, 64)
+		at, err := parseEpochRealtime(strings.Fields(line)[0])
 		if err != nil {
-			t.Fatalf("send log line %q", line)
+			t.Fatalf("send log line %q: %v", line, err)
 		}
-		out = append(out, time.Unix(0, ns))
+		out = append(out, at)
 	}
 	return out
 }

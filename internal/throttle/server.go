@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,8 +18,11 @@ import (
 // sent (said DONE); a sender that went away before its slot did not, and
 // its slot is given back.
 type Grant struct {
-	At   time.Time
-	Done func(used bool)
+	At time.Time
+	// Latest is when the slot goes stale (zero: never): a sender that
+	// cannot start by then asks again.
+	Latest time.Time
+	Done   func(used bool)
 }
 
 // DeferError tells a sender not to send now, and why.
@@ -143,7 +145,7 @@ func (s *Server) serve(c *netserve.Conn) {
 	// slot stays used, so the next daemon (restoring the store's
 	// snapshot) books nobody else into it.
 	defer func() { g.Done(used.Load() || c.Closing()) }()
-	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
+	if _, err := c.Write([]byte(FormatOK(g.At, g.Latest))); err != nil {
 		return
 	}
 	<-ctx.Done() // the send is over when the client closes or says DONE

@@ -41,7 +41,19 @@ func TestParse(t *testing.T) {
 	if r, err := ParseReply("DEFER no slot within 10m"); err != nil || r.Defer != "no slot within 10m" {
 		t.Fatalf("%v %v", r, err)
 	}
-	for _, in := range []string{"OK soon", "WAIT 5", "ERR bad key"} {
+	if r, err := ParseReply("OK 1700000000123456789 1700000000248456789"); err != nil || r.Latest.UnixNano() != 1700000000248456789 {
+		t.Fatalf("OK with latest: %v %v", r, err)
+	}
+	if r, err := ParseReply("OK 1700000000123456789"); err != nil || !r.Latest.IsZero() {
+		t.Fatalf("OK without latest (an older server): %v %v", r, err)
+	}
+	at, latest := time.Unix(0, 1700000000123456789), time.Unix(0, 1700000000248456789)
+	for _, l := range []time.Time{latest, {}} {
+		if r, err := ParseReply(strings.TrimSuffix(FormatOK(at, l), "\n")); err != nil || !r.At.Equal(at) || !r.Latest.Equal(l) {
+			t.Errorf("FormatOK(%v, %v) does not read back: %v %v", at, l, r, err)
+		}
+	}
+	for _, in := range []string{"OK soon", "WAIT 5", "ERR bad key", "OK 5 x", "OK 5 4", "OK 5 6 7"} {
 		if _, err := ParseReply(in); err == nil {
 			t.Errorf("ParseReply(%q) accepted", in)
 		}
