@@ -20,5 +20,5 @@ func printSnapshot(w io.Writer, cfg *config.Config) {
 		guard = "on: after an unclean stop, exact limits grant nothing for one period"
 	}
 	fmt.Fprintf(w, "counts across restarts: %s, written every %s and at a graceful stop; throttle bookings journaled in %s.bookings; restart guard %s\n",
-		cfg.Path(sn.File), sn.Interval.D(), cfg.Path(sn.File), guard)
+		cfg.StatePath(sn.File), sn.Interval.D(), cfg.StatePath(sn.File), guard)
 }
