@@ -245,8 +245,16 @@ limit = ["10/3s exact"]
 			// Still deferred up to the end of the window of the first event.
 			if d := time.Until(begin.Add(3*time.Second - 300*time.Millisecond)); d > 0 {
 				time.Sleep(d)
-				if a := policyOnce(t, sock, "s@example.org"); !strings.HasPrefix(a, "DEFER_IF_PERMIT") {
-					t.Fatalf("2.7 s into the window: %s, want deferred", a)
+				// Only an answer that came back before the window can have
+				// ended proves anything (a loaded machine may answer late).
+				a := policyOnce(t, sock, "s@example.org")
+				answered := time.Now()
+				switch {
+				case strings.HasPrefix(a, "DEFER_IF_PERMIT"):
+				case answered.Before(begin.Add(3 * time.Second)):
+					t.Fatalf("%v into the window: %s, want deferred", answered.Sub(begin).Round(time.Millisecond), a)
+				default:
+					t.Logf("the answer 2.7 s into the window came %v after the window's start: too late to prove anything", answered.Sub(begin).Round(time.Millisecond))
 				}
 			}
 			open := end.Add(3*time.Second + 100*time.Millisecond)
