@@ -33,6 +33,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 		Password:    r.Password,
 		DB:          r.DB,
 		Cluster:     r.Cluster,
+		MasterSet:   r.MasterSet,
 		KeyPrefix:   r.KeyPrefix,
 		Deadline:    r.Deadline.D(),
 		DialTimeout: r.DialTimeout.D(),
@@ -66,6 +67,6 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if err != nil {
 		return nil, false, fmt.Errorf("redis store %s: %w", strings.Join(r.Addrs, ","), err)
 	}
-	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
+	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "master_set", r.MasterSet, "cluster", r.Cluster, "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
 	return s, r.FailMode == "open", nil
 }

@@ -73,7 +73,8 @@ type Store struct {
 
 // Redis configures the shared store.
 type Redis struct {
-	// Addrs are host:port of the server, or of cluster nodes.
+	// Addrs are host:port of the server, of cluster nodes, or of the
+	// Sentinels (with master_set).
 	Addrs []string `toml:"addrs"`
 	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
 	Username string `toml:"username"`
@@ -94,6 +95,10 @@ type Redis struct {
 	TLSServerName string `toml:"tls_server_name"`
 	// Cluster talks to a Redis Cluster (Addrs are seed nodes).
 	Cluster bool `toml:"cluster"`
+	// MasterSet names the master set Redis Sentinel watches: Addrs are then
+	// the Sentinels, and sluice follows the master they elect through a
+	// failover. Empty: Addrs are Redis servers.
+	MasterSet string `toml:"master_set"`
 	// KeyPrefix starts every key sluice writes, so several uses can share one
 	// Redis.
 	KeyPrefix string `toml:"key_prefix"`
