@@ -24,6 +24,9 @@ type Server struct {
 	port int
 	args []string
 	cmd  *exec.Cmd
+	// conf is a Sentinel's configuration file (Sentinel rewrites it), or
+	// "" for a plain server.
+	conf string
 }
 
 // Addr is host:port.
@@ -57,11 +60,15 @@ func FreePort() (int, error) {
 
 // Start starts a redis-server in dir (a fresh port if port is 0).
 func Start(dir string, port int, extra ...string) (*Server, error) {
+	return start(&Server{dir: dir, args: extra}, port)
+}
+
+func start(s *Server, port int) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, args: extra}
+	s.bin = bin
 	for attempt := 0; ; attempt++ {
 		s.port = port
 		if port == 0 {
@@ -77,11 +84,16 @@ func Start(dir string, port int, extra ...string) (*Server, error) {
 
 // Restart starts the server again (after Kill), on the same port.
 func (s *Server) Restart() error {
-	args := append([]string{
+	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+	}
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args[:4]...)
+		args = append(args, "--dir", s.dir, "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log"))
+	}
+	args = append(args, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return err
