@@ -16,21 +16,41 @@ import (
 // a Go error, or a []any for an array. For setting up and inspecting test
 // servers, not for speed.
 func Do(addr string, args ...string) (any, error) {
+	v, err := DoAll(addr, args)
+	if err != nil {
+		return nil, err
+	}
+	return v[0], nil
+}
+
+// DoAll sends commands in turn on one connection and returns their
+// replies; it stops at the first error. ("READONLY" then a read lets a
+// test read a Cluster replica.)
+func DoAll(addr string, cmds ...[]string) ([]any, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	br := bufio.NewReader(c)
+	out := make([]any, 0, len(cmds))
+	for _, args := range cmds {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			return nil, err
+		}
+		v, err := readReply(br)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return nil, err
-	}
-	return readReply(bufio.NewReader(c))
+	return out, nil
 }
 
 // DoString is Do for commands that answer a string (INFO, CLUSTER NODES).
