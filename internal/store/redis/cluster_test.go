@@ -64,6 +64,17 @@ func TestClusterThreeMastersExact(t *testing.T) {
 		}
 		masters[m.Addr()] = true
 	}
+	// ClusterSlot agrees with the cluster's own CLUSTER KEYSLOT, for keys
+	// with and without hash tags of their own.
+	for _, k := range []string{"plain", "policy\x00{rule\x00sender=a@b}\x000", "a}b{c", "{}x", "x{y}z{w}", "{", senderChecks(7)[1].Key} {
+		v, err := redistest.Do(c.Nodes[0].Addr(), "CLUSTER", "KEYSLOT", r.stores[0].rkey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ClusterSlot(k); int64(got) != v {
+			t.Errorf("ClusterSlot(%q) = %d, CLUSTER KEYSLOT says %v", k, got, v)
+		}
+	}
 	if len(masters) < 2 {
 		t.Errorf("the senders' keys all landed on one master (%v): the test shows nothing about a cluster", masters)
 	}
