@@ -99,8 +99,9 @@ func WaitSentinelsReady(sentinels []*Server, name string, replicas int, timeout 
 // Cluster is a Redis Cluster of private servers on loopback ports.
 type Cluster struct {
 	// Nodes are the servers, the masters first (as started; a failover
-	// changes the roles, see Masters).
+	// changes the roles, see MasterOf).
 	Nodes []*Server
+	bus   []int // the nodes' cluster bus ports
 }
 
 // ClusterNodeTimeout is the cluster-node-timeout of StartCluster's nodes:
@@ -127,13 +128,21 @@ func (c *Cluster) start(dir string, masters, replicas int) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+		// The cluster bus defaults to the port + 10000, which may be taken
+		// or past 65535: give it a free port of its own.
+		bus, err := FreePort()
+		if err != nil {
+			return err
+		}
 		s, err := Start(d, 0, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
+			"--cluster-port", strconv.Itoa(bus),
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
 			"--cluster-require-full-coverage", "yes")
 		if err != nil {
 			return err
 		}
 		c.Nodes = append(c.Nodes, s)
+		c.bus = append(c.bus, bus)
 	}
 	ids := make([]string, total)
 	for i, s := range c.Nodes {
@@ -153,7 +162,7 @@ func (c *Cluster) start(dir string, masters, replicas int) error {
 		}
 	}
 	for _, s := range c.Nodes[1:] {
-		if _, err := Do(s.Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(c.Nodes[0].port)); err != nil {
+		if _, err := Do(s.Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(c.Nodes[0].port), strconv.Itoa(c.bus[0])); err != nil {
 			return fmt.Errorf("CLUSTER MEET from %s: %w", s.Addr(), err)
 		}
 	}
