@@ -3,8 +3,6 @@ package redis
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,64 +12,24 @@ import (
 	"sluice/internal/testutil/redistest"
 )
 
-// sentinelGroup is a master, its replica and three Sentinels watching them.
-type sentinelGroup struct {
-	name      string
-	master    *redistest.Server
-	replica   *redistest.Server
-	sentinels []*redistest.Server
-}
-
-func (g *sentinelGroup) sentinelAddrs() []string {
-	var out []string
-	for _, s := range g.sentinels {
-		out = append(out, s.Addr())
-	}
-	return out
-}
-
 // sentinelTiming makes failovers quick: a master is down after 1s without
 // answers.
 var sentinelTiming = redistest.SentinelTiming{DownAfter: time.Second, FailoverTimeout: 5 * time.Second}
 
-func startSentinelGroup(t *testing.T) *sentinelGroup {
+// startSentinelGroup starts a master, one replica and three Sentinels,
+// stopped at the end of the test.
+func startSentinelGroup(t *testing.T) *redistest.SentinelGroup {
 	t.Helper()
 	needServer(t)
-	dir := t.TempDir()
-	g := &sentinelGroup{name: "sluicetest"}
-	var err error
-	if g.master, err = redistest.Start(mkdir(t, dir, "master"), 0); err != nil {
-		if errors.Is(err, redistest.ErrNoRedis) {
-			peer.Missing(t, "redis-server", err)
-		}
+	g, err := redistest.StartSentinelGroup(t.TempDir(), "sluicetest", 1, 3, sentinelTiming)
+	if errors.Is(err, redistest.ErrNoRedis) {
+		peer.Missing(t, "redis-server", err)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(g.master.Kill)
-	if g.replica, err = redistest.StartReplica(mkdir(t, dir, "replica"), g.master); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.replica.Kill)
-	for i := range 3 {
-		s, err := redistest.StartSentinel(mkdir(t, dir, fmt.Sprintf("sentinel%d", i)), g.name, g.master, 2, sentinelTiming)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Kill)
-		g.sentinels = append(g.sentinels, s)
-	}
-	if err := redistest.WaitSentinelsReady(g.sentinels, g.name, 1, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(g.Kill)
 	return g
-}
-
-func mkdir(t *testing.T, dir, name string) string {
-	t.Helper()
-	d := filepath.Join(dir, name)
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // TestSentinelFailover: a master with one replica and three Sentinels; two
@@ -86,10 +44,10 @@ func TestSentinelFailover(t *testing.T) {
 		t.Skip("failover test: starts five Redis processes and waits for a failover")
 	}
 	g := startSentinelGroup(t)
-	o := Options{Addrs: g.sentinelAddrs(), MasterSet: g.name}
+	o := Options{Addrs: g.SentinelAddrs(), MasterSet: g.Name}
 	r := newFailoverRun(t, o)
-	if m := r.stores[0].c.primary(); m != g.master.Addr() {
-		t.Fatalf("store follows %q, want the master %s", m, g.master.Addr())
+	if m := r.stores[0].c.primary(); m != g.Master.Addr() {
+		t.Fatalf("store follows %q, want the master %s", m, g.Master.Addr())
 	}
 	if !strings.Contains(r.logs.String(), "following the master named by the Sentinels") {
 		t.Errorf("no log line naming the master:\n%s", r.logs)
@@ -102,7 +60,7 @@ func TestSentinelFailover(t *testing.T) {
 	// policy load measures that).
 	leaseRKey := r.stores[0].rkey(leaseKey)
 	if err := redistest.WaitFor(5*time.Second, func() error {
-		n, err := redistest.Do(g.replica.Addr(), "ZCARD", leaseRKey)
+		n, err := redistest.Do(g.Replicas[0].Addr(), "ZCARD", leaseRKey)
 		if err == nil && n != int64(leaseCap) {
 			err = fmt.Errorf("replica holds %v leases", n)
 		}
@@ -117,18 +75,18 @@ func TestSentinelFailover(t *testing.T) {
 	done := make(chan struct{})
 	go func() { r.load(stop); close(done) }()
 	time.Sleep(before)
-	if err := g.master.Signal(syscall.SIGKILL); err != nil {
+	if err := g.Master.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	// The Sentinels promote the replica; wait until both stores decide again.
 	if err := redistest.WaitFor(30*time.Second, func() error {
 		for i, s := range r.stores {
-			if m := s.c.primary(); m != g.replica.Addr() {
+			if m := s.c.primary(); m != g.Replicas[0].Addr() {
 				return fmt.Errorf("store %d follows %q", i, m)
 			}
 		}
-		if m, err := redistest.SentinelMaster(g.sentinels[0].Addr(), g.name); err != nil || m != g.replica.Addr() {
+		if m, err := redistest.SentinelMaster(g.Sentinels[0].Addr(), g.Name); err != nil || m != g.Replicas[0].Addr() {
 			return fmt.Errorf("sentinel names %q (%v)", m, err)
 		}
 		return nil
@@ -141,7 +99,7 @@ func TestSentinelFailover(t *testing.T) {
 	time.Sleep(after)
 	close(stop)
 	<-done
-	g.master.Kill()
+	g.Master.Kill()
 
 	freed := <-freedCh
 	if freed.IsZero() {

@@ -96,6 +96,101 @@ func WaitSentinelsReady(sentinels []*Server, name string, replicas int, timeout 
 	})
 }
 
+// SentinelGroup is a master, its replicas and the Sentinels watching them.
+type SentinelGroup struct {
+	Name      string // the master set
+	Master    *Server
+	Replicas  []*Server
+	Sentinels []*Server
+}
+
+// StartSentinelGroup starts, in subdirectories of dir, a master with
+// replicas replicas and sentinels Sentinels (quorum: a majority) watching
+// it as set name, and waits until the Sentinels know each other and the
+// replicas. On error what was started is stopped.
+func StartSentinelGroup(dir, name string, replicas, sentinels int, tm SentinelTiming) (*SentinelGroup, error) {
+	g := &SentinelGroup{Name: name}
+	if err := g.start(dir, replicas, sentinels, tm); err != nil {
+		g.Kill()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *SentinelGroup) start(dir string, replicas, sentinels int, tm SentinelTiming) error {
+	sub := func(name string) (string, error) {
+		d := filepath.Join(dir, name)
+		return d, os.MkdirAll(d, 0o700)
+	}
+	d, err := sub("master")
+	if err != nil {
+		return err
+	}
+	if g.Master, err = Start(d, 0); err != nil {
+		return err
+	}
+	for i := range replicas {
+		if d, err = sub(fmt.Sprintf("replica%d", i)); err != nil {
+			return err
+		}
+		r, err := StartReplica(d, g.Master)
+		if err != nil {
+			return err
+		}
+		g.Replicas = append(g.Replicas, r)
+	}
+	for i := range sentinels {
+		if d, err = sub(fmt.Sprintf("sentinel%d", i)); err != nil {
+			return err
+		}
+		s, err := StartSentinel(d, g.Name, g.Master, sentinels/2+1, tm)
+		if err != nil {
+			return err
+		}
+		g.Sentinels = append(g.Sentinels, s)
+	}
+	return WaitSentinelsReady(g.Sentinels, g.Name, replicas, 20*time.Second)
+}
+
+// SentinelAddrs are the Sentinels' addresses.
+func (g *SentinelGroup) SentinelAddrs() []string {
+	var out []string
+	for _, s := range g.Sentinels {
+		out = append(out, s.Addr())
+	}
+	return out
+}
+
+// WaitMaster waits until the first live Sentinel names want as the master.
+func (g *SentinelGroup) WaitMaster(want *Server, timeout time.Duration) error {
+	return WaitFor(timeout, func() error {
+		for _, s := range g.Sentinels {
+			if !s.Alive() {
+				continue
+			}
+			m, err := SentinelMaster(s.Addr(), g.Name)
+			if err == nil && m != want.Addr() {
+				err = fmt.Errorf("sentinel %s names %s as the master", s.Addr(), m)
+			}
+			return err
+		}
+		return errors.New("no live sentinel")
+	})
+}
+
+// Kill stops every process of the group.
+func (g *SentinelGroup) Kill() {
+	for _, s := range g.Sentinels {
+		s.Kill()
+	}
+	for _, r := range g.Replicas {
+		r.Kill()
+	}
+	if g.Master != nil {
+		g.Master.Kill()
+	}
+}
+
 // Cluster is a Redis Cluster of private servers on loopback ports.
 type Cluster struct {
 	// Nodes are the servers, the masters first (as started; a failover
