@@ -28,17 +28,20 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	}
 	r := cfg.Store.Redis
 	o := redis.Options{
-		Addrs:       r.Addrs,
-		Username:    r.Username,
-		Password:    r.Password,
-		DB:          r.DB,
-		Cluster:     r.Cluster,
-		MasterSet:   r.MasterSet,
-		KeyPrefix:   r.KeyPrefix,
-		Deadline:    r.Deadline.D(),
-		DialTimeout: r.DialTimeout.D(),
-		LeaseTTL:    r.LeaseTTL.D(),
-		Logger:      log,
+		Addrs:     r.Addrs,
+		Username:  r.Username,
+		Password:  r.Password,
+		DB:        r.DB,
+		Cluster:   r.Cluster,
+		MasterSet: r.MasterSet,
+		// The Sentinels' credentials; their password may come from a file.
+		SentinelUsername: r.SentinelUsername,
+		SentinelPassword: r.SentinelPassword,
+		KeyPrefix:        r.KeyPrefix,
+		Deadline:         r.Deadline.D(),
+		DialTimeout:      r.DialTimeout.D(),
+		LeaseTTL:         r.LeaseTTL.D(),
+		Logger:           log,
 	}
 	if r.PasswordFile != "" {
 		b, err := os.ReadFile(cfg.Relative(r.PasswordFile))
@@ -46,6 +49,13 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 			return nil, false, fmt.Errorf("redis password file: %w", err)
 		}
 		o.Password = strings.TrimSpace(string(b))
+	}
+	if r.SentinelPasswordFile != "" {
+		b, err := os.ReadFile(cfg.Relative(r.SentinelPasswordFile))
+		if err != nil {
+			return nil, false, fmt.Errorf("redis sentinel password file: %w", err)
+		}
+		o.SentinelPassword = strings.TrimSpace(string(b))
 	}
 	if r.TLS {
 		tc := &tls.Config{ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}

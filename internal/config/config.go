@@ -99,6 +99,15 @@ type Redis struct {
 	// the Sentinels, and sluice follows the master they elect through a
 	// failover. Empty: Addrs are Redis servers.
 	MasterSet string `toml:"master_set"`
+	// SentinelUsername is the user for the Sentinels' ACLs, when they have
+	// them (username and password are for the master).
+	SentinelUsername string `toml:"sentinel_username"`
+	// SentinelPassword authenticates to the Sentinels when they require it
+	// (their requirepass).
+	SentinelPassword string `toml:"sentinel_password"`
+	// SentinelPasswordFile names a file holding the Sentinels' password
+	// (first line); relative to the config file.
+	SentinelPasswordFile string `toml:"sentinel_password_file"`
 	// KeyPrefix starts every key sluice writes, so several uses can share one
 	// Redis.
 	KeyPrefix string `toml:"key_prefix"`

@@ -17,8 +17,15 @@ func TestRedisMasterSet(t *testing.T) {
 		{`addrs = ["127.0.0.1:26379"]` + "\nmaster_set = \"mymaster\"\ndb = 3", 0},
 		{`addrs = ["127.0.0.1:26379"]` + "\nmaster_set = \"my master\"", 1},
 		{`addrs = ["127.0.0.1:26379"]` + "\nmaster_set = \"m\"\ncluster = true", 1},
+		{`addrs = ["127.0.0.1:26379"]` + "\nmaster_set = \"mymaster\"\nsentinel_username = \"w\"\nsentinel_password_file = \"s.pass\"", 0},
+		{`addrs = ["127.0.0.1:26379"]` + "\nmaster_set = \"mymaster\"\nsentinel_password_file = \"missing.pass\"", 1},
+		{`addrs = ["127.0.0.1:6379"]` + "\nsentinel_password = \"x\"", 1},
 	} {
-		path := filepath.Join(t.TempDir(), "c.toml")
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "s.pass"), []byte("secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "c.toml")
 		body := "[store]\nkind = \"redis\"\n[store.redis]\n" + tc.body + "\n"
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/limiter"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/redistest"
 )
@@ -165,4 +166,34 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// TestSentinelPassword: Sentinels that require a password are asked with
+// Options.SentinelPassword; without it, or with a wrong one, New fails.
+func TestSentinelPassword(t *testing.T) {
+	master := privateServer(t)
+	tm := sentinelTiming
+	tm.Conf = []string{"requirepass sentinel-secret"}
+	s, err := redistest.StartSentinel(t.TempDir(), "guarded", master, 1, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	o := Options{Addrs: []string{s.Addr()}, MasterSet: "guarded", Deadline: 2 * time.Second, DialTimeout: time.Second}
+	for _, pw := range []string{"", "wrong"} {
+		o.SentinelPassword = pw
+		if st, err := New(ctx, o); err == nil {
+			st.Close()
+			t.Errorf("sentinel password %q: connected to a Sentinel that requires another", pw)
+		}
+	}
+	o.SentinelPassword = "sentinel-secret"
+	st := openStore(t, o)
+	if m := st.c.primary(); m != master.Addr() {
+		t.Fatalf("store follows %q, want %s", m, master.Addr())
+	}
+	out := make([]limiter.Decision, 1)
+	if err := st.Hit(ctx, time.Now(), 1, limiter.Leaky, senderChecks(1)[:1], out); err != nil || !out[0].Allowed {
+		t.Fatalf("hit through the guarded Sentinel's master: %v %+v", err, out[0])
+	}
 }

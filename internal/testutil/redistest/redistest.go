@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -100,8 +101,8 @@ func (s *Server) Restart() error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if Ping(s.Addr()) == nil {
-			return nil
+		if err := Ping(s.Addr()); err == nil || errors.Is(err, ErrNoAuth) {
+			return nil // up (one that requires a password says so)
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
@@ -111,6 +112,9 @@ func (s *Server) Restart() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// ErrNoAuth is Ping's error for a server that requires a password.
+var ErrNoAuth = errors.New("NOAUTH: the server requires a password")
 
 // Ping speaks just enough RESP to see the server answer.
 func Ping(addr string) error {
@@ -126,6 +130,9 @@ func Ping(addr string) error {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(line, "-NOAUTH") {
+		return ErrNoAuth
 	}
 	if line != "+PONG\r\n" {
 		return fmt.Errorf("PING: %q", line)

@@ -44,6 +44,8 @@ func StartReplica(dir string, master *Server, extra ...string) (*Server, error) 
 type SentinelTiming struct {
 	DownAfter       time.Duration
 	FailoverTimeout time.Duration
+	// Conf are more sentinel.conf lines ("requirepass secret").
+	Conf []string
 }
 
 // StartSentinel starts a Sentinel (redis-server --sentinel) in dir
@@ -55,6 +57,9 @@ func StartSentinel(dir, name string, master *Server, quorum int, tm SentinelTimi
 		"sentinel failover-timeout %[1]s %[5]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
 		name, master.port, quorum, tm.DownAfter.Milliseconds(), tm.FailoverTimeout.Milliseconds())
+	for _, l := range tm.Conf {
+		body += l + "\n"
+	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		return nil, err
 	}
