@@ -89,6 +89,9 @@ type failoverRun struct {
 	senders map[int]*senderRec
 	errs    [2][]time.Time // times of failed decisions, per limiter
 	wrongFM int            // failed decisions that did not follow the fail mode
+	// onVictim, in a Cluster, says whether a sender's keys were on the
+	// master that is killed.
+	onVictim func(sender int) bool
 }
 
 // newFailoverRun opens the two stores with o (Addrs and the topology
@@ -197,6 +200,9 @@ type failoverFigures struct {
 	under    int              // admissions short of the limit (calls that timed out but were applied)
 	senders  int
 	exactErr []string // senders first asked after the outage and not exact
+	// failedElsewhere are the failed decisions of senders whose keys were
+	// not on the dead master (Cluster; see failoverRun.onVictim).
+	failedElsewhere int
 }
 
 // figures sums up the run; recovered is when the last limiter's last
@@ -216,6 +222,9 @@ func (r *failoverRun) figures(killed time.Time) (f failoverFigures, recovered ti
 	}
 	for s, rec := range r.senders {
 		f.senders++
+		if r.onVictim != nil && !r.onVictim(s) {
+			f.failedElsewhere += rec.failed
+		}
 		switch {
 		case rec.admitted > failoverLimit:
 			f.over += rec.admitted - failoverLimit

@@ -237,7 +237,9 @@ func (c *Cluster) start(dir string, masters, replicas int) error {
 		s, err := Start(d, 0, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(bus),
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
-			"--cluster-require-full-coverage", "yes")
+			// As docs/redis.md advises: a master lost takes down its
+			// own slots only.
+			"--cluster-require-full-coverage", "no")
 		if err != nil {
 			return err
 		}
@@ -346,6 +348,19 @@ func (c *Cluster) Addrs() []string {
 // MasterOf returns the live node that serves slot as master, from the
 // point of view of the first live node that answers.
 func (c *Cluster) MasterOf(slot int) (*Server, error) {
+	owners, err := c.SlotMasters()
+	if err != nil {
+		return nil, err
+	}
+	if owners[slot] == nil {
+		return nil, fmt.Errorf("no master for slot %d", slot)
+	}
+	return owners[slot], nil
+}
+
+// SlotMasters returns the master of every slot (nil for a slot nobody
+// serves) from CLUSTER SLOTS of the first live node that answers.
+func (c *Cluster) SlotMasters() (*[16384]*Server, error) {
 	for _, s := range c.Nodes {
 		if !s.Alive() {
 			continue
@@ -354,6 +369,7 @@ func (c *Cluster) MasterOf(slot int) (*Server, error) {
 		if err != nil {
 			continue
 		}
+		var owners [16384]*Server
 		ranges, _ := v.([]any)
 		for _, r := range ranges {
 			a, _ := r.([]any)
@@ -363,17 +379,19 @@ func (c *Cluster) MasterOf(slot int) (*Server, error) {
 			lo, _ := a[0].(int64)
 			hi, _ := a[1].(int64)
 			node, _ := a[2].([]any)
-			if int64(slot) < lo || int64(slot) > hi || len(node) < 2 {
+			if len(node) < 2 || lo < 0 || hi >= 16384 {
 				continue
 			}
 			port, _ := node[1].(int64)
 			for _, n := range c.Nodes {
 				if n.port == int(port) {
-					return n, nil
+					for sl := lo; sl <= hi; sl++ {
+						owners[sl] = n
+					}
 				}
 			}
 		}
-		return nil, fmt.Errorf("no master for slot %d in CLUSTER SLOTS of %s", slot, s.Addr())
+		return &owners, nil
 	}
 	return nil, errors.New("no live cluster node answers")
 }
