@@ -29,6 +29,7 @@ else
 fi
 C=64
 command -v redis-server >/dev/null || die "redis-server is not installed (Debian package redis-server)"
+command -v redis-cli >/dev/null || die "redis-cli is not installed (Debian package redis-tools)"
 
 tmp=$(mktemp -d /tmp/sluice-bench-redis.XXXXXX)
 pids=()

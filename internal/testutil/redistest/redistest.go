@@ -28,6 +28,8 @@ type Server struct {
 	// conf is a Sentinel's configuration file (Sentinel rewrites it), or
 	// "" for a plain server.
 	conf string
+	// exited is closed when the process has exited and been reaped.
+	exited chan struct{}
 }
 
 // Addr is host:port.
@@ -99,17 +101,30 @@ func (s *Server) Restart() error {
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
+	// The process is reaped by a goroutine of the server's own, which ends
+	// when it exits; Kill waits for it.
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) {
+		cmd.Wait()
+		close(exited)
+	}(s.cmd)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if err := Ping(s.Addr()); err == nil || errors.Is(err, ErrNoAuth) {
 			return nil // up (one that requires a password says so)
 		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server on port %d did not answer: %s", s.port, log)
+		select {
+		case <-exited:
+		default:
+			if time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		s.Kill()
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		return fmt.Errorf("redis-server on port %d did not answer: %s", s.port, log)
 	}
 }
 
@@ -150,6 +165,6 @@ func (s *Server) Kill() {
 	}
 	s.cmd.Process.Signal(syscall.SIGCONT)
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }

@@ -228,18 +228,7 @@ func (c *Cluster) start(dir string, masters, replicas int) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
-		// The cluster bus defaults to the port + 10000, which may be taken
-		// or past 65535: give it a free port of its own.
-		bus, err := FreePort()
-		if err != nil {
-			return err
-		}
-		s, err := Start(d, 0, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(d, "nodes.conf"),
-			"--cluster-port", strconv.Itoa(bus),
-			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
-			// As docs/redis.md advises: a master lost takes down its
-			// own slots only.
-			"--cluster-require-full-coverage", "no")
+		s, bus, err := startClusterNode(d)
 		if err != nil {
 			return err
 		}
@@ -279,6 +268,27 @@ func (c *Cluster) start(dir string, masters, replicas int) error {
 		}
 	}
 	return c.WaitHealthy(30 * time.Second)
+}
+
+// startClusterNode starts one cluster node in dir. The cluster bus
+// defaults to the port + 10000, which may be taken or past 65535: it gets
+// a free port of its own, drawn again if the start fails.
+func startClusterNode(dir string) (s *Server, bus int, err error) {
+	for range 3 {
+		if bus, err = FreePort(); err != nil {
+			return nil, 0, err
+		}
+		s, err = Start(dir, 0, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-port", strconv.Itoa(bus),
+			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
+			// As docs/redis.md advises: a master lost takes down its
+			// own slots only.
+			"--cluster-require-full-coverage", "no")
+		if err == nil || errors.Is(err, ErrNoRedis) {
+			return s, bus, err
+		}
+	}
+	return nil, 0, err
 }
 
 // allKnown checks that every node lists total nodes in CLUSTER NODES.
