@@ -5,7 +5,8 @@
 # store on one private redis-server, and with the Redis store on a private
 # Redis Cluster of three masters (cluster = true; loopback ports), rounds
 # interleaved, medians; then the raw store decisions per second
-# (go test -bench in internal/store/redis). A second sluice on the cluster
+# (go test -bench in internal/store/redis: one Redis, and clusters of one
+# and three masters). A second sluice on the cluster
 # joins the first for an exactness probe: 100 messages of one sender at
 # c=8 (four policyload -probe connections to each daemon) against a
 # 10/60s exact rule must admit exactly 10. The last lines are
