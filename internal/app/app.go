@@ -483,7 +483,10 @@ func restartNeeded(old, cur *config.Config) []string {
 	}
 	if old.Store.Kind != cur.Store.Kind || !slices.Equal(old.Store.Redis.Addrs, cur.Store.Redis.Addrs) ||
 		old.Store.Redis.KeyPrefix != cur.Store.Redis.KeyPrefix || old.Store.Redis.FailMode != cur.Store.Redis.FailMode ||
-		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB {
+		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB ||
+		old.Store.Redis.MasterSet != cur.Store.Redis.MasterSet || old.Store.Redis.Cluster != cur.Store.Redis.Cluster ||
+		old.Store.Redis.SentinelUsername != cur.Store.Redis.SentinelUsername || old.Store.Redis.SentinelPassword != cur.Store.Redis.SentinelPassword ||
+		old.Store.Redis.SentinelPasswordFile != cur.Store.Redis.SentinelPasswordFile {
 		out = append(out, "store")
 	}
 	out = append(out, snapshotRestartNeeded(old, cur)...)

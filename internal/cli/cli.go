@@ -153,8 +153,15 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "runs as user: %s (started as root, it switches once its sockets are bound)\n", cfg.User)
 	}
 	if r := cfg.Store.Redis; cfg.Store.Kind == "redis" {
+		where := strings.Join(r.Addrs, ", ")
+		switch {
+		case r.MasterSet != "":
+			where = fmt.Sprintf("the master of set %q named by the Sentinels %s", r.MasterSet, where)
+		case r.Cluster:
+			where = "the Redis Cluster of " + where
+		}
 		fmt.Fprintf(w, "limiter: Redis store at %s (prefix %q), deadline %s, fail %s, leases expire %s after their host dies; peaks logged every %s\n",
-			strings.Join(r.Addrs, ", "), r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
+			where, r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
 	} else {
 		fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
 			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())

@@ -89,7 +89,8 @@ type Store struct {
 
 // Redis configures the shared store.
 type Redis struct {
-	// Addrs are host:port of the server, or of cluster nodes.
+	// Addrs are host:port of the server, of cluster nodes, or of the
+	// Sentinels (with master_set).
 	Addrs []string `toml:"addrs"`
 	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
 	Username string `toml:"username"`
@@ -110,6 +111,19 @@ type Redis struct {
 	TLSServerName string `toml:"tls_server_name"`
 	// Cluster talks to a Redis Cluster (Addrs are seed nodes).
 	Cluster bool `toml:"cluster"`
+	// MasterSet names the master set Redis Sentinel watches: Addrs are then
+	// the Sentinels, and sluice follows the master they elect through a
+	// failover. Empty: Addrs are Redis servers.
+	MasterSet string `toml:"master_set"`
+	// SentinelUsername is the user for the Sentinels' ACLs, when they have
+	// them (username and password are for the master).
+	SentinelUsername string `toml:"sentinel_username"`
+	// SentinelPassword authenticates to the Sentinels when they require it
+	// (their requirepass).
+	SentinelPassword string `toml:"sentinel_password"`
+	// SentinelPasswordFile names a file holding the Sentinels' password
+	// (first line); relative to the config file.
+	SentinelPasswordFile string `toml:"sentinel_password_file"`
 	// KeyPrefix starts every key sluice writes, so several uses can share one
 	// Redis.
 	KeyPrefix string `toml:"key_prefix"`

@@ -347,6 +347,7 @@ func (c *Config) validateStore() []error {
 	if r.Cluster && r.DB != 0 {
 		add("store.redis.db", "Redis Cluster has only database 0")
 	}
+	errs = append(errs, c.validateMasterSet()...)
 	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}") {
 		add("store.redis.key_prefix", "must be non-empty and free of { and } (sluice adds its own hash tags)")
 	}
