@@ -260,6 +260,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
+	// From here on a signal is kept for the loop below, not left to its
+	// default action: a SIGTERM while the daemon starts stops it cleanly
+	// once it has started.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	// Socket activation: listening sockets a systemd socket unit passed.
 	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
 	if err != nil {
@@ -272,9 +278,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	d.SetVersion(versionString())
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	d.Start()
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
