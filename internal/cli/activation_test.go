@@ -25,13 +25,21 @@ import (
 // sockets are bound, before sluice runs.
 func socketActivate(t *testing.T, cfg, fdname string, listen ...string) *relProc {
 	t.Helper()
-	sa := peer.Binary(t, "systemd", "systemd-socket-activate")
 	bin, _ := muxBinaries(t)
+	return activate(t, fdname, listen, bin, "serve", "-c", cfg)
+}
+
+// activate runs argv under systemd-socket-activate(1), which binds listen
+// as socket units would, names them fdname, and execs argv at the first
+// connection. It returns once the sockets are bound, before argv runs.
+func activate(t *testing.T, fdname string, listen []string, argv ...string) *relProc {
+	t.Helper()
+	sa := peer.Binary(t, "systemd", "systemd-socket-activate")
 	args := []string{"--fdname=" + fdname}
 	for _, l := range listen {
 		args = append(args, "-l", l)
 	}
-	args = append(args, bin, "serve", "-c", cfg)
+	args = append(args, argv...)
 	p := &relProc{cmd: exec.Command(sa, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
 	stderr, err := p.cmd.StderrPipe()

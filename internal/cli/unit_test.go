@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/recipe"
@@ -60,7 +58,6 @@ func (u unitFile) one(t *testing.T, key string) string {
 // sluice throttle on the throttle socket; and another user does not.
 func TestSystemdUnitAsDeployed(t *testing.T) {
 	peer.Root(t, "the unit's sockets are made by root for other users")
-	sa := peer.Binary(t, "systemd", "systemd-socket-activate")
 	setpriv := peer.Binary(t, "util-linux", "setpriv")
 	perl := peer.Binary(t, "perl-base", "perl")
 	svc := readUnit(t, "sluice.service")
@@ -109,45 +106,11 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	if out, err := exec.Command(asUnit[0], append(asUnit[1:], pre...)...).CombinedOutput(); err != nil {
 		t.Fatalf("ExecStartPre %v: %v\n%s", pre, err, out)
 	}
-	args := []string{"--fdname=sluice"}
+	var listen []string
 	for _, s := range socks {
-		args = append(args, "-l", s.path)
+		listen = append(listen, s.path)
 	}
-	args = append(append(args, asUnit...), strings.Fields(moved.Replace(svc.one(t, "ExecStart")))...)
-	p := &relProc{cmd: exec.Command(sa, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	r := bufio.NewReader(stderr)
-	for range socks {
-		if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "Listening on ") {
-			t.Fatalf("systemd-socket-activate: %q %v", line, err)
-		}
-	}
-	go func() {
-		for {
-			line, err := r.ReadString('\n')
-			p.stderr.Write([]byte(line))
-			if err != nil {
-				return
-			}
-		}
-	}()
+	p := activate(t, "sluice", listen, append(asUnit, strings.Fields(moved.Replace(svc.one(t, "ExecStart")))...)...)
 	for _, s := range socks {
 		mode, _ := strconv.ParseUint(s.mode, 8, 32)
 		chownNames(t, s.path, s.user, s.group)

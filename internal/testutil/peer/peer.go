@@ -35,6 +35,14 @@ func Required() bool {
 // otherwise it skips it loudly.
 func Missing(tb testing.TB, what string, why error) {
 	tb.Helper()
+	msg := failIfRequired(tb, what, why)
+	tb.Skipf("SKIP (peer missing): %s", msg)
+}
+
+// failIfRequired fails the test under SLUICE_REQUIRE_PEERS and otherwise
+// returns what is missing and why, in one line.
+func failIfRequired(tb testing.TB, what string, why error) string {
+	tb.Helper()
 	msg := what
 	if why != nil {
 		msg = fmt.Sprintf("%s: %v", what, why)
@@ -42,7 +50,7 @@ func Missing(tb testing.TB, what string, why error) {
 	if Required() {
 		tb.Fatalf("required peer missing (%s=1): %s", EnvRequire, msg)
 	}
-	tb.Skipf("SKIP (peer missing): %s", msg)
+	return msg
 }
 
 // Binary returns the path of the first of names found on PATH or as an
@@ -96,12 +104,6 @@ func Group(tb testing.TB, name string) *user.Group {
 // test goes on with what it has.
 func Partial(tb testing.TB, what string, why error) {
 	tb.Helper()
-	msg := what
-	if why != nil {
-		msg = fmt.Sprintf("%s: %v", what, why)
-	}
-	if Required() {
-		tb.Fatalf("required peer missing (%s=1): %s", EnvRequire, msg)
-	}
+	msg := failIfRequired(tb, what, why)
 	tb.Logf("PARTIAL (peer missing, only one side checked): %s", msg)
 }
