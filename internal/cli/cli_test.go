@@ -45,6 +45,11 @@ func TestCheckBad(t *testing.T) {
 	if !strings.Contains(errs, "values.toml:4: log.level:") || !strings.Contains(errs, "values.toml: 17 error(s)") {
 		t.Fatalf("stderr:\n%s", errs)
 	}
+	// Eight mistakes of eight kinds: one run reports them all.
+	code, _, errs = run("check", "-c", "../config/testdata/bad/first-hour.toml")
+	if code != 1 || !strings.Contains(errs, "first-hour.toml: 8 error(s)") || !strings.Contains(errs, "first-hour.toml:6: limiter.max_keys: expected an integer, got the string \"10k\"") {
+		t.Fatalf("first-hour.toml: exit %d, stderr:\n%s", code, errs)
+	}
 	if code, _, errs := run("check"); code != 2 || !strings.Contains(errs, "-c FILE is required") {
 		t.Fatalf("check without -c: %d %s", code, errs)
 	}
