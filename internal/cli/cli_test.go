@@ -62,8 +62,8 @@ func TestUsage(t *testing.T) {
 	if code, out, _ := run("version"); code != 0 || !strings.HasPrefix(out, "sluice ") {
 		t.Fatalf("%d %s", code, out)
 	}
-	if code, _, errs := run("help"); code != 0 || !strings.Contains(errs, "serve") {
-		t.Fatalf("%d %s", code, errs)
+	if code, out, _ := run("help"); code != 0 || !strings.Contains(out, "serve") {
+		t.Fatalf("%d %s", code, out)
 	}
 }
 
