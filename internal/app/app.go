@@ -109,7 +109,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		if cfg.Web.Metrics {
 			d.registry = prometheus.NewRegistry()
 			d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			m, err := metrics.New(d.registry)
+			m, err := metrics.New(d.registry, metricParts(cfg))
 			if err != nil {
 				return nil, fmt.Errorf("metrics: %w", err)
 			}

@@ -51,6 +51,8 @@ func (o *observer) Observe(v *governor.Verdict) {
 	switch {
 	case v.Refused && v.DryRun:
 		verdict = "dry_run"
+	case v.Refused && v.Door == "throttle":
+		verdict = "deferred" // told not to send now: the mail waits in the queue
 	case v.Refused:
 		verdict = "refused"
 	}
