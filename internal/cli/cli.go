@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -339,11 +340,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	d.Start()
+	sd := notifySystemd(log)
+	// reload tells systemd a reload is under way and how it ended, for
+	// SIGHUP and for a change of the file alike.
+	var reloadMu sync.Mutex
+	reload := func() {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		_ = sd.Reloading()
+		status := "serving"
+		if err := d.Reload(); err != nil {
+			log.Error("reload failed", "err", err)
+			status = "serving; the last reload failed, see the log"
+		}
+		_ = sd.Ready(status)
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		if err := d.Watch(watchCtx, 500*time.Millisecond); err != nil {
+		if err := d.Watch(watchCtx, 500*time.Millisecond, reload); err != nil {
 			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
 		}
 	}()
@@ -353,7 +369,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		src = *path
 	}
 	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
-	sd := notifySystemd(log)
 	_ = sd.Ready("serving")
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())
 	wdDone := make(chan struct{})
@@ -369,13 +384,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return shutdown(d, log, *grace, sigs)
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				_ = sd.Reloading()
-				status := "serving"
-				if err := d.Reload(); err != nil {
-					log.Error("reload failed", "err", err)
-					status = "serving; the last reload failed, see the log"
-				}
-				_ = sd.Ready(status)
+				reload()
 				continue
 			}
 			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", *grace)

@@ -65,7 +65,7 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	deferred := func(reason string) int {
 		if *qmail {
 			// qmail-remote's report for a temporary failure of the whole
-			// message: "Z", the text, a NUL. qmail-send requeues it.
+			// message: "Z", the text, a newline and a NUL. qmail-send requeues it.
 			fmt.Fprintf(stdout, "Z%s (#4.3.0)\n\x00", reason)
 			return 0
 		}
