@@ -104,6 +104,17 @@ func TestDocsAgree(t *testing.T) {
 	if !strings.Contains(readme, "SIGHUP rereads the file") || !strings.Contains(readme, "watches it with inotify") {
 		t.Error("README.md does not name both ways to reload (SIGHUP and saving the file)")
 	}
+	// The check messages README quotes are the ones sluice check gives.
+	golden := readDoc(t, "internal/config/testdata/bad/first-hour.err")
+	for _, quoted := range []string{"log.levle: unknown key; did", `limiter.max_keys:
+expected an integer, got the string "10k"`} {
+		if !strings.Contains(readme, quoted) {
+			t.Errorf("README.md no longer quotes %q", quoted)
+		}
+		if flat := strings.ReplaceAll(quoted, "\n", " "); !strings.Contains(golden, flat) {
+			t.Errorf("README.md quotes %q, which sluice check does not say", flat)
+		}
+	}
 	// A failed reload reaches systemd on both paths: the claim stands on
 	// internal/cli's TestServeSignals, which checks both.
 	rel := readDoc(t, "docs/reliability.md")
