@@ -435,6 +435,7 @@ func (d *Daemon) reload() error {
 	}
 	d.gov.Store(gov)
 	d.cfg.Store(cfg)
+	d.obs.relimit(gov)
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}
