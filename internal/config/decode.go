@@ -85,7 +85,7 @@ func (d *decoder) value(path string, x any, v reflect.Value) bool {
 	if reflect.PointerTo(t).Implements(textUnmarshaler) {
 		s, ok := x.(string)
 		if !ok {
-			d.mismatch(path, want(t), x)
+			d.mismatch(path, t, x)
 			return false
 		}
 		nv := reflect.New(t)
@@ -139,7 +139,7 @@ func (d *decoder) value(path string, x any, v reflect.Value) bool {
 		d.add(path, "internal error: no decoder for %s", t)
 		return false
 	}
-	d.mismatch(path, want(t), x)
+	d.mismatch(path, t, x)
 	return false
 }
 
@@ -159,8 +159,48 @@ func (d *decoder) array(path string, arr []any, v reflect.Value) bool {
 	return true
 }
 
-func (d *decoder) mismatch(path, want string, got any) {
-	d.add(path, "expected %s, got %s", want, describe(got))
+func (d *decoder) mismatch(path string, t reflect.Type, got any) {
+	msg := fmt.Sprintf("expected %s, got %s", want(t), describe(got))
+	if h := hint(t, got); h != "" {
+		msg += " (write " + h + ")"
+	}
+	d.add(path, "%s", msg)
+}
+
+// hint is how to write the value the administrator probably meant, or "".
+func hint(t reflect.Type, got any) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch v := got.(type) {
+	case int64:
+		if t == reflect.TypeFor[Duration]() && v >= 0 {
+			return strconv.Quote(strconv.FormatInt(v, 10) + "s")
+		}
+		if t.Kind() == reflect.String {
+			return strconv.Quote(strconv.FormatInt(v, 10))
+		}
+	case string:
+		if len(v) > 40 {
+			return ""
+		}
+		switch {
+		case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+			return "[" + strconv.Quote(v) + "]"
+		case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+			if _, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return v + ", without quotes"
+			}
+		case t.Kind() == reflect.Bool:
+			switch strings.ToLower(v) {
+			case "true", "yes", "on", "1":
+				return "true, without quotes"
+			case "false", "no", "off", "0":
+				return "false, without quotes"
+			}
+		}
+	}
+	return ""
 }
 
 // want names what a Go type takes in TOML.
