@@ -72,6 +72,9 @@ func Parse(s string) (Mask, error) {
 				return Mask{}, fmt.Errorf("invalid host name %q: an address with a trailing dot; write %s", s, t)
 			}
 		}
+		if strings.Trim(s, "0123456789.") != "" && !strings.Contains(s, ":") {
+			return Mask{}, fmt.Errorf("invalid host name %q: its last label is a number, which no top-level domain is", s)
+		}
 		_, why, _ := strings.Cut(err.Error(), "): ")
 		return Mask{}, fmt.Errorf("invalid address %q: %s", s, why)
 	}

@@ -24,7 +24,7 @@ func TestParseErrors(t *testing.T) {
 		{"192.168.1", `invalid address "192.168.1"`},
 		{"10.0.0.0/33", "invalid network"},
 		{"2001:db8::g", `invalid address "2001:db8::g"`},
-		{"mx.example.300", `invalid address`},
+		{"mx.example.300", `invalid host name "mx.example.300": its last label is a number`},
 		{strings.Repeat("a", 300), "longer than"},
 		{strings.Repeat("a", 64) + ".org", "label longer than 63"},
 	}
