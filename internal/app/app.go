@@ -25,6 +25,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/loglimit"
 	"sluice/internal/metrics"
 	"sluice/internal/milter"
 	"sluice/internal/policy"
@@ -46,6 +47,9 @@ type Daemon struct {
 	store   limiter.Store
 	lim     *limiter.Limiter
 	waiters *limiter.Waiters // throttle queues, kept across reloads
+	snap    *snapshotter     // the memory store's file; nil when off
+	// refusals bounds refusal log lines; kept across reloads.
+	refusals *governor.RefusalLog
 
 	anvil     *anvil.Server
 	policy    *policy.Server
@@ -122,6 +126,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err != nil {
 		return nil, err
 	}
+	raw := store
 	if d.metrics != nil {
 		store = instrumentedStore{Store: store, m: d.metrics}
 	}
@@ -132,7 +137,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		// Slots freed by other hosts are not announced: recheck.
 		d.waiters.Retry = time.Second
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), log)
+	d.refusals = governor.NewRefusalLog(log, nil, 0)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -144,6 +150,12 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.store.Close()
 		return nil, err
 	}
+	// After binding (a second daemon on the same state directory fails
+	// before it touches the file) and before serving; before the switch
+	// of users, so that files an earlier run left as root can be read.
+	// Every later write goes through a new file renamed into the state
+	// directory, which prepareDirs gave to the run user.
+	d.snap = newSnapshotter(cfg, raw, log)
 	if err := dropPrivileges(acct, log); err != nil {
 		d.closeListeners()
 		d.sockets.Close()
@@ -171,7 +183,7 @@ func WithSockets(s *sdlisten.Sockets) Option {
 }
 
 // buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
 	specs, errs := cfg.ClassTable()
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -201,7 +213,7 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Logger: log, Observer: obs,
+		Throttle: trules, Waiters: waiters, Refusals: refusals, Logger: log, Observer: obs,
 		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
@@ -267,6 +279,7 @@ func (d *Daemon) bind(cfg *config.Config) error {
 			Logger:         d.log,
 			MaxConns:       t.MaxConns,
 			RequestTimeout: t.RequestTimeout.D(),
+			LogDefer:       d.logThrottleDefer,
 		})
 		if err := d.listenAll(cfg, "throttle", t.Listen, t.Socket, d.throttle.Serve); err != nil {
 			return err
@@ -368,6 +381,18 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.lim.RunStatus(ctx, d.cfg.Load().Limiter.StatusInterval.D())
 	}()
+	if d.snap != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.snap.run(ctx)
+		}()
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.refusals.Run(ctx)
+	}()
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
 		go func() {
@@ -425,7 +450,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -459,9 +484,13 @@ func restartNeeded(old, cur *config.Config) []string {
 	}
 	if old.Store.Kind != cur.Store.Kind || !slices.Equal(old.Store.Redis.Addrs, cur.Store.Redis.Addrs) ||
 		old.Store.Redis.KeyPrefix != cur.Store.Redis.KeyPrefix || old.Store.Redis.FailMode != cur.Store.Redis.FailMode ||
-		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB {
+		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB ||
+		old.Store.Redis.MasterSet != cur.Store.Redis.MasterSet || old.Store.Redis.Cluster != cur.Store.Redis.Cluster ||
+		old.Store.Redis.SentinelUsername != cur.Store.Redis.SentinelUsername || old.Store.Redis.SentinelPassword != cur.Store.Redis.SentinelPassword ||
+		old.Store.Redis.SentinelPasswordFile != cur.Store.Redis.SentinelPasswordFile {
 		out = append(out, "store")
 	}
+	out = append(out, snapshotRestartNeeded(old, cur)...)
 	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
 		out = append(out, "limiter.status_interval")
 	}
@@ -527,6 +556,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.stopStatus()
 	}
 	d.wg.Wait()
+	if d.snap != nil {
+		// Every door is closed: nothing decides after this.
+		d.snap.write(time.Now(), true)
+	}
 	d.store.Close()
 	d.log.Info("sluice stopped")
 	return errors.Join(errs...)
@@ -555,13 +588,18 @@ func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar, f
 	lv := new(slog.LevelVar)
 	lv.Set(logLevel(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	closeLog := func() {}
 	switch {
 	case cfg.Log.Output == "syslog":
 		facility, _ := syslog.FacilityCode(cfg.Log.Facility)
 		c := syslog.Open(syslog.Options{Path: cfg.Log.SyslogSocket, Tag: cfg.Log.Tag, Facility: facility, Fallback: w})
-		return slog.New(c.Handler(lv)), lv, func() { c.Close() }
+		h, closeLog = c.Handler(lv), func() { c.Close() }
 	case cfg.Log.Format == "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), lv, func() {}
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), lv, func() {}
+	lim := loglimit.New(h, cfg.Log.MaxLinesPerSecond)
+	return slog.New(lim), lv, func() { lim.Close(); closeLog() }
 }

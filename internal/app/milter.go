@@ -225,5 +225,9 @@ func (d *Daemon) milterLog(s *milter.Session, stage, act, host, addr string) {
 	if host != "" || addr != "" {
 		args = append(args, "host", host, "addr", addr)
 	}
-	d.log.Info("milter: refused", args...)
+	key := addr
+	if key == "" {
+		key = act
+	}
+	d.refusals.Refused(context.Background(), "milter", stage, key, governor.SummaryEvery, "milter: refused", args...)
 }

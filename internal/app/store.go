@@ -28,16 +28,20 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	}
 	r := cfg.Store.Redis
 	o := redis.Options{
-		Addrs:       r.Addrs,
-		Username:    r.Username,
-		Password:    r.Password,
-		DB:          r.DB,
-		Cluster:     r.Cluster,
-		KeyPrefix:   r.KeyPrefix,
-		Deadline:    r.Deadline.D(),
-		DialTimeout: r.DialTimeout.D(),
-		LeaseTTL:    r.LeaseTTL.D(),
-		Logger:      log,
+		Addrs:     r.Addrs,
+		Username:  r.Username,
+		Password:  r.Password,
+		DB:        r.DB,
+		Cluster:   r.Cluster,
+		MasterSet: r.MasterSet,
+		// The Sentinels' credentials; their password may come from a file.
+		SentinelUsername: r.SentinelUsername,
+		SentinelPassword: r.SentinelPassword,
+		KeyPrefix:        r.KeyPrefix,
+		Deadline:         r.Deadline.D(),
+		DialTimeout:      r.DialTimeout.D(),
+		LeaseTTL:         r.LeaseTTL.D(),
+		Logger:           log,
 	}
 	if r.PasswordFile != "" {
 		b, err := os.ReadFile(cfg.Relative(r.PasswordFile))
@@ -45,6 +49,13 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 			return nil, false, fmt.Errorf("redis password file: %w", err)
 		}
 		o.Password = strings.TrimSpace(string(b))
+	}
+	if r.SentinelPasswordFile != "" {
+		b, err := os.ReadFile(cfg.Relative(r.SentinelPasswordFile))
+		if err != nil {
+			return nil, false, fmt.Errorf("redis sentinel password file: %w", err)
+		}
+		o.SentinelPassword = strings.TrimSpace(string(b))
 	}
 	if r.TLS {
 		tc := &tls.Config{ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
@@ -66,6 +77,6 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if err != nil {
 		return nil, false, fmt.Errorf("redis store %s: %w", strings.Join(r.Addrs, ","), err)
 	}
-	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
+	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "master_set", r.MasterSet, "cluster", r.Cluster, "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
 	return s, r.FailMode == "open", nil
 }

@@ -31,7 +31,7 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 		}
 		return throttle.Grant{}, err
 	}
-	return throttle.Grant{At: gr.At, Done: func(used bool) { g.ThrottleDone(context.Background(), gr, used) }}, nil
+	return throttle.Grant{At: gr.At, Latest: gr.Latest, Done: func(used bool) { g.ThrottleDone(context.Background(), gr, used) }}, nil
 }
 
 // ThrottleRules converts the configured throttle policies for the governor.
@@ -45,4 +45,10 @@ func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
 		})
 	}
 	return rules, errs
+}
+
+// logThrottleDefer logs a deferred sender through the refusal log: one
+// line per key and minute, then a count.
+func (d *Daemon) logThrottleDefer(ctx context.Context, key, reason string) {
+	d.refusals.Refused(ctx, "throttle", "defer", key, governor.SummaryEvery, "throttle: deferred", "key", key, "reason", reason)
 }

@@ -1,4 +1,4 @@
-// Package archtest enforces the import direction of ARCHITECTURE.md over
+// Package archtest enforces the import direction of docs/architecture.md ("Dependencies") over
 // `go list -deps`: protocol front ends -> governor -> limiter -> store.
 package archtest
 

@@ -225,11 +225,19 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "runs as user: %s (started as root, it switches once its sockets are bound)\n", cfg.User)
 	}
 	if r := cfg.Store.Redis; cfg.Store.Kind == "redis" {
+		where := strings.Join(r.Addrs, ", ")
+		switch {
+		case r.MasterSet != "":
+			where = fmt.Sprintf("the master of set %q named by the Sentinels %s", r.MasterSet, where)
+		case r.Cluster:
+			where = "the Redis Cluster of " + where
+		}
 		fmt.Fprintf(w, "limiter: Redis store at %s (prefix %q), deadline %s, fail %s, leases expire %s after their host dies; peaks logged every %s\n",
-			strings.Join(r.Addrs, ", "), r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
+			where, r.KeyPrefix, r.Deadline.D(), r.FailMode, r.LeaseTTL.D(), cfg.Limiter.StatusInterval.D())
 	} else {
 		fmt.Fprintf(w, "limiter: in-memory store, at most %d keys, when full: %s; peaks logged every %s\n",
 			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
+		printSnapshot(w, cfg)
 	}
 	specs, _ := cfg.ClassTable()
 	classes := make([]limiter.Class, len(specs))
@@ -324,6 +332,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
+	// From here on a signal is kept for the loop below, not left to its
+	// default action: a SIGTERM while the daemon starts stops it cleanly
+	// once it has started.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	// Socket activation: listening sockets a systemd socket unit passed.
 	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
 	if err != nil {
@@ -336,9 +350,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	d.SetVersion(versionString())
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	d.Start()
 	sd := notifySystemd(log)
 	// reload tells systemd a reload is under way and how it ended, for

@@ -29,6 +29,8 @@ func TestCheckGood(t *testing.T) {
 		"partners              20      30  *.partner.example 192.0.2.0/24 2001:db8::/32",
 		"*.insa-lyon.fr         3       8  *.insa-lyon.fr",
 		"connection count  smtpd 50; local=off partners=10",
+		"counts across restarts: /var/lib/sluice/store.snapshot, written every 5s and at a graceful stop",
+		"restart guard on",
 		"full.toml: OK",
 	} {
 		if !strings.Contains(out, want) {

@@ -1,7 +1,7 @@
 package cli
 
 // `sluice ctl`: MIMEDefang's md-mx-ctrl (3.3), the control client of the
-// multiplexor (spec §2.5): the same flags, parsed as GNU getopt parses
+// multiplexor (docs/protocols/mimedefang-multiplexor.md, "md-mx-ctrl"): the same flags, parsed as GNU getopt parses
 // them (options may follow the command unless POSIXLY_CORRECT is set), the
 // same default socket, usage text, exit codes, commands and output
 // (internal/muxctl holds the protocol and the formatting).

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,12 +51,21 @@ func credential(t *testing.T, name string) *syscall.SysProcAttr {
 
 // assertUnprivileged checks that process pid runs as user name, real,
 // effective, saved and filesystem ids, with no capability at all.
+// A daemon started by root accepts connections (in the kernel's backlog)
+// as soon as its sockets are bound, a moment before it switches users: the
+// check waits up to 10 s for the switch, then looks at every field.
 func assertUnprivileged(t *testing.T, pid int, name string) {
 	t.Helper()
 	u := peer.User(t, name)
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "\nUid:\t"+u.Uid+"\t") || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -125,9 +134,8 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 	if err := os.Chmod(logDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	sends := filepath.Join(logDir, "sends")
-	relay := "#!/bin/sh\necho \"$(date +%s%N) $1\" >> " + sends + "\nprintf 'r127.0.0.1 accepted message.\\0Kok\\0'\n"
-	if err := os.WriteFile(filepath.Join(qbin, "qmail-remote"), []byte(relay), 0o755); err != nil {
+	relay, sends := fakeQmailRemote(t, logDir)
+	if err := os.Rename(relay, filepath.Join(qbin, "qmail-remote")); err != nil {
 		t.Fatal(err)
 	}
 	install := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-wrapper"),
@@ -153,7 +161,8 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 			t.Errorf("wrapper %d as qmailr: %s", i, o)
 		}
 	}
-	times := recordedSends(t, sends)
+	times := relaySends(t, sends)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	if len(times) != n {
 		t.Fatalf("the relay saw %d sends, want %d; daemon log:\n%s", len(times), n, daemon.stderr.String())
 	}
@@ -177,30 +186,6 @@ func assertSocket(t *testing.T, path, owner, group string, mode os.FileMode) {
 	if u == nil || g == nil || u.Username != owner || g.Name != group || fi.Mode().Perm() != mode {
 		t.Errorf("socket %s: uid %d gid %d mode %04o, want %s:%s %04o", path, st.Uid, st.Gid, fi.Mode().Perm(), owner, group, mode)
 	}
-}
-
-// recordedSends reads the recording relay's log: one "UNIXNANO host" line a
-// send, sorted.
-func recordedSends(t *testing.T, path string) []time.Time {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []time.Time
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			t.Fatalf("relay log line %q: %v", line, err)
-		}
-		out = append(out, time.Unix(0, ns))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
-	return out
 }
 
 // TestServeAsOrdinaryUser: run by a user whose home does not exist

@@ -81,49 +81,91 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		network, addr = n, a
 	}
-	cl, err := throttle.Dial(network, addr, *timeout)
-	if network == "unix" {
-		err = sockaccess.Explain(addr, err, "[throttle.socket] group and mode in sluice.toml")
-	}
-	var rep throttle.Reply
-	if err == nil {
-		rep, err = acquireOrSignal(ctx, cl, *key)
-	}
-	if err != nil {
-		if errors.Is(err, errInterrupted) {
-			cl.Close()
-			return 128 + int(syscall.SIGTERM)
-		}
-		if cl != nil {
-			cl.Close()
-			cl = nil
-		}
+	cl, rep, err := takeSlot(ctx, network, addr, *key, *timeout, stderr)
+	var se signalError
+	switch {
+	case errors.As(err, &se):
+		return 128 + int(se.sig)
+	case err != nil:
 		if !*failOpen {
 			return deferred(fmt.Sprintf("throttle server unavailable (%v)", err))
 		}
 		fmt.Fprintf(stderr, "sluice throttle: %v; sending unthrottled (fail-open)\n", err)
-	} else if rep.Defer != "" {
-		cl.Close()
+	case rep.Defer != "":
 		return deferred(rep.Defer)
-	}
-	if cl != nil {
-		if d := time.Until(rep.At); d > 0 {
-			// One sleep until the slot; a signal gives the slot back.
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-				signal.Stop(sigs)
-			case s := <-sigs:
-				t.Stop()
-				cl.Close() // the slot goes back
-				return 128 + int(s.(syscall.Signal))
-			}
-		}
+	default:
 		defer cl.Done() // sent: the slot stays used; the concurrency slot ends
 	}
 	return runCommand(cmdArgs, stderr)
+}
+
+// maxStaleSlots is how many times a sender that woke too late for its
+// slot asks again before it defers (its host is too busy to send on time).
+const maxStaleSlots = 3
+
+// signalError is a termination signal that ended the wait; the exit status
+// is 128 plus its number.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
+
+// takeSlot asks the server for key's slot and sleeps until it. A sender
+// that wakes after the slot's latest time (a stalled host) would send late
+// into the window of the slots after it: it gives the slot up and asks
+// again, up to maxStaleSlots times, then defers. It returns the open
+// client (nil when told to defer, with rep.Defer set), or the error that
+// kept it from a slot (a signalError for a signal).
+func takeSlot(ctx context.Context, network, addr, key string, timeout time.Duration, stderr io.Writer) (*throttle.Client, throttle.Reply, error) {
+	for stale := 1; ; stale++ {
+		cl, err := throttle.Dial(network, addr, timeout)
+		if network == "unix" {
+			err = sockaccess.Explain(addr, err, "[throttle.socket] group and mode in sluice.toml")
+		}
+		if err != nil {
+			return nil, throttle.Reply{}, err
+		}
+		rep, err := acquireOrSignal(ctx, cl, key)
+		if err != nil || rep.Defer != "" {
+			cl.Close()
+			if errors.Is(err, errInterrupted) {
+				err = signalError{syscall.SIGTERM}
+			}
+			return nil, rep, err
+		}
+		if sig := sleepUntil(rep.At); sig != 0 {
+			cl.Close() // the slot goes back
+			return nil, rep, signalError{sig}
+		}
+		late := time.Since(rep.Latest)
+		if rep.Latest.IsZero() || late <= 0 {
+			return cl, rep, nil
+		}
+		cl.Close() // too late to use it: asking again books after the others
+		if stale == maxStaleSlots {
+			return nil, throttle.Reply{Defer: fmt.Sprintf("woke too late for the send slot %d times (last by %s): this host is too busy to send on time", stale, late.Round(time.Millisecond))}, nil
+		}
+		fmt.Fprintf(stderr, "sluice throttle: woke %s after the send slot's latest time; asking for a new slot\n", late.Round(time.Millisecond))
+	}
+}
+
+// sleepUntil sleeps once until t; a termination signal ends the sleep and
+// is returned (0 when the sleep ran out).
+func sleepUntil(t time.Time) syscall.Signal {
+	d := time.Until(t)
+	if d <= 0 {
+		return 0
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return 0
+	case s := <-sigs:
+		return s.(syscall.Signal)
+	}
 }
 
 var errInterrupted = errors.New("interrupted")

@@ -60,6 +60,10 @@ type Log struct {
 	Tag string `toml:"tag"`
 	// SyslogSocket is the local syslog daemon's datagram socket.
 	SyslogSocket string `toml:"syslog_socket"`
+	// MaxLinesPerSecond caps the lines logged a second, whatever their
+	// level (0: no cap); lines over it are dropped, and one line says how
+	// many. Refusals are already summarized per key and rule.
+	MaxLinesPerSecond int `toml:"max_lines_per_second"`
 }
 
 // Limiter configures the limiter core and its in-memory store.
@@ -78,13 +82,15 @@ type Limiter struct {
 type Store struct {
 	// Kind is "memory" (this process; the default) or "redis" (shared by
 	// every sluice that uses the same Redis).
-	Kind  string `toml:"kind"`
-	Redis Redis  `toml:"redis"`
+	Kind     string   `toml:"kind"`
+	Redis    Redis    `toml:"redis"`
+	Snapshot Snapshot `toml:"snapshot"`
 }
 
 // Redis configures the shared store.
 type Redis struct {
-	// Addrs are host:port of the server, or of cluster nodes.
+	// Addrs are host:port of the server, of cluster nodes, or of the
+	// Sentinels (with master_set).
 	Addrs []string `toml:"addrs"`
 	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
 	Username string `toml:"username"`
@@ -105,6 +111,19 @@ type Redis struct {
 	TLSServerName string `toml:"tls_server_name"`
 	// Cluster talks to a Redis Cluster (Addrs are seed nodes).
 	Cluster bool `toml:"cluster"`
+	// MasterSet names the master set Redis Sentinel watches: Addrs are then
+	// the Sentinels, and sluice follows the master they elect through a
+	// failover. Empty: Addrs are Redis servers.
+	MasterSet string `toml:"master_set"`
+	// SentinelUsername is the user for the Sentinels' ACLs, when they have
+	// them (username and password are for the master).
+	SentinelUsername string `toml:"sentinel_username"`
+	// SentinelPassword authenticates to the Sentinels when they require it
+	// (their requirepass).
+	SentinelPassword string `toml:"sentinel_password"`
+	// SentinelPasswordFile names a file holding the Sentinels' password
+	// (first line); relative to the config file.
+	SentinelPasswordFile string `toml:"sentinel_password_file"`
 	// KeyPrefix starts every key sluice writes, so several uses can share one
 	// Redis.
 	KeyPrefix string `toml:"key_prefix"`
@@ -353,7 +372,8 @@ func ptr(v int64) *int64 { return &v }
 func Default() *Config {
 	return &Config{
 		StateDir: DefaultStateDir(),
-		Log:      Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log"},
+		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
+			MaxLinesPerSecond: 200},
 		Limiter: Limiter{
 			MaxKeys:        1_000_000,
 			WhenFull:       "evict",
@@ -369,6 +389,7 @@ func Default() *Config {
 				LeaseTTL:    Duration(60 * time.Second),
 				FailMode:    "open",
 			},
+			Snapshot: defaultSnapshot(),
 		},
 		Anvil: Anvil{
 			Enabled:        true,
@@ -475,6 +496,15 @@ func (c *Config) SocketDir() string {
 	default:
 		return DefaultRuntimeDir()
 	}
+}
+
+// StatePath resolves a state file's path: relative paths are under
+// StateDir.
+func (c *Config) StatePath(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.StateDir, p)
 }
 
 // Path resolves a socket path: relative paths are under SocketDir.

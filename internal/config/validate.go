@@ -71,6 +71,9 @@ func (c *Config) Validate() []error {
 	if c.Limiter.StatusInterval.D() < time.Second {
 		add("limiter.status_interval", "must be at least 1s")
 	}
+	if c.Log.MaxLinesPerSecond < 0 {
+		add("log.max_lines_per_second", "must be 0 (no cap) or more")
+	}
 	errs = append(errs, c.validateStore()...)
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)
@@ -305,9 +308,10 @@ func (s Socket) check() (string, error) {
 func (c *Config) validateStore() []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+	errs = append(errs, c.validateSnapshot()...)
 	switch c.Store.Kind {
 	case "memory":
-		return nil
+		return errs
 	case "redis":
 	default:
 		add("store.kind", "%q is not memory or redis", c.Store.Kind)
@@ -343,6 +347,7 @@ func (c *Config) validateStore() []error {
 	if r.Cluster && r.DB != 0 {
 		add("store.redis.db", "Redis Cluster has only database 0")
 	}
+	errs = append(errs, c.validateMasterSet()...)
 	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}") {
 		add("store.redis.key_prefix", "must be non-empty and free of { and } (sluice adds its own hash tags)")
 	}

@@ -156,7 +156,7 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
 		}
-		g.log.Info("anvil: class full; smtpd will refuse the connection",
+		g.refused(ctx, "anvil", "class", cls.Name, SummaryEvery, "anvil: class full; smtpd will refuse the connection",
 			"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held2)
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {

@@ -20,6 +20,7 @@ type Governor struct {
 	milter   MilterRules
 	obs      Observer
 	waiters  *limiter.Waiters
+	refusals *RefusalLog
 	log      *slog.Logger
 }
 
@@ -36,7 +37,10 @@ type Options struct {
 	// Waiters queues throttle senders; it must outlive reloads, so the
 	// caller makes one per limiter (nil: a new one).
 	Waiters *limiter.Waiters
-	Logger  *slog.Logger
+	// Refusals bounds refusal log lines; it must outlive reloads (nil:
+	// every refusal is logged).
+	Refusals *RefusalLog
+	Logger   *slog.Logger
 }
 
 // New returns a Governor.
@@ -51,7 +55,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, log: o.Logger}
 }
 
 // Classes returns the class table.

@@ -76,7 +76,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		ms.refused = true
 		return milterTrouble
 	case !ok:
-		g.log.Info("milter: class full; refusing the session", "class", cls.Name, "refuse", cls.Refuse,
+		g.refused(ctx, "milter", "class", cls.Name, SummaryEvery, "milter: class full; refusing the session", "class", cls.Name, "refuse", cls.Refuse,
 			"sessions", held, "client", ms.req.ClientAddress, "name", host)
 		ms.refused = true
 		reply := MilterRefusal(g.milter.RefuseText, cls, held)

@@ -275,13 +275,15 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		}
 		text := PolicyAction(r, key, out[refused], r.Limits[refused])
 		if r.DryRun {
-			g.log.Info("policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", r.Limits[refused].String())
+			g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), r.Limits[refused].Period,
+				"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", r.Limits[refused].String())
 			if warn == "" {
 				warn = "WARN " + actionText(text)
 			}
 			continue
 		}
-		g.log.Info("policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
+		g.refused(ctx, "policy", r.Name, keyText(key), r.Limits[refused].Period,
+			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
 			"limit", r.Limits[refused].String(), "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.

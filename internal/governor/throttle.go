@@ -51,6 +51,11 @@ type ThrottleGrant struct {
 	Policy string
 	Key    string
 	At     time.Time
+	// Latest is when the slot goes stale: a sender that wakes after it
+	// (a stalled host) must not send late into the next slots' window,
+	// and asks again. Half the policy's margin after At; zero without a
+	// margin.
+	Latest time.Time
 	res    limiter.Reservation
 	lease  limiter.Lease
 	cap    int64
@@ -173,6 +178,9 @@ func (g *Governor) throttleAcquire(ctx context.Context, key string) (ThrottleGra
 		return gr, fmt.Errorf("book a send slot for %s: %w", key, err)
 	}
 	gr.res, gr.At = res, res.At
+	if p.Margin > 0 {
+		gr.Latest = res.At.Add(p.Margin / 2)
+	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("throttle grant", "key", key, "policy", p.Name, "at", res.At.Format(time.RFC3339Nano), "wait", res.At.Sub(now).String())
 	}

@@ -14,7 +14,7 @@ import (
 // Algorithm is how a rate limit counts events in time.
 type Algorithm uint8
 
-// The algorithms. Each has a trade-off, documented in README.md:
+// The algorithms. Each has a trade-off, documented in docs/limiter.md:
 //
 //   - Anvil: a fixed window of one Period that starts at the key's first
 //     event and restarts at the first event after it ends, exactly as

@@ -15,7 +15,7 @@ import (
 	"sluice/internal/netserve"
 )
 
-// The delayed-ACK stall (spec §11 pitfall 13). When the milter negotiates
+// The delayed-ACK stall (docs/protocols/milter.md, "Delayed ACK"). When the milter negotiates
 // steps away, the MTA writes several reply-less packets in a row (macros,
 // ABORT, the EOM sequence). The MTA does not disable Nagle, so its second
 // small write waits until the first is ACKed; the milter's kernel delays

@@ -16,7 +16,7 @@ type connectOnly struct{ minimal }
 func (*connectOnly) EOM(*Session, *Modifier) Response { return Accept }
 
 // TestDelayedACKStall runs 200 transactions the way Postfix drives a
-// CONNECT+EOM-only milter (spec §11 pitfall 13): Nagle on at the MTA
+// CONNECT+EOM-only milter (docs/protocols/milter.md, "Delayed ACK"): Nagle on at the MTA
 // side, and several small reply-less packets written one after another
 // (macros, EOM, ABORT, QUIT_NC) between the two replies.
 //

@@ -312,7 +312,7 @@ func TestNegotiateRefusesVersion1(t *testing.T) {
 	rec.waitClosed(t, 1)
 }
 
-// TestFullSession follows the Postfix trace of spec §3: macros before
+// TestFullSession follows the Postfix trace of docs/protocols/milter.md, "A session on the wire": macros before
 // each stage, every step, two messages with ABORT after each, every
 // modification at EOM.
 func TestFullSession(t *testing.T) {

@@ -2,7 +2,7 @@
 // socket as MIMEDefang's md-mx-ctrl (3.3) speaks it: one request line per
 // connection, the reply read until the server closes, md-mx-ctrl's
 // percent-encoding of command-line words, and its formatted views of the
-// status and load replies (spec §2.3, §2.5).
+// status and load replies (docs/protocols/mimedefang-multiplexor.md, "Built-in commands" and "md-mx-ctrl").
 //
 // The reference client has no timeouts; this one bounds the connect and the
 // whole exchange (Client.DialTimeout, Client.Timeout), so a silent server

@@ -8,7 +8,7 @@ import (
 	"sluice/internal/pool"
 )
 
-// Replies for lookups that got no answer from a worker (spec §6).
+// Replies for lookups that got no answer from a worker (docs/protocols/mimedefang-multiplexor.md, "Socket map").
 const (
 	ReplyNoFree      = "TEMP No free workers"
 	ReplyActivate    = "TEMP Unable to activate worker"

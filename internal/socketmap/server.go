@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Replies the server writes itself for malformed requests (spec §6).
+// Replies the server writes itself for malformed requests (docs/protocols/mimedefang-multiplexor.md, "Socket map").
 const (
 	ReplyNoComma   = "PERM Netstring missing terminating comma"
 	ReplyBadFormat = "PERM Invalid request format"

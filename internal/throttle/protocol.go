@@ -4,7 +4,10 @@
 // ends the send.
 //
 //	client: ACQUIRE <key>\n
-//	server: OK <unix-nanoseconds>\n     (send at that time, not before)
+//	server: OK <at> [<latest>]\n        (send at <at>, not before; if it
+//	                                    cannot start by <latest>, give the
+//	                                    slot up and ask again; both are
+//	                                    Unix nanoseconds)
 //	        DEFER <reason>\n            (do not send now; try later)
 //	        ERR <reason>\n              (malformed request)
 //	client: DONE\n                      (the send happened and ended)
@@ -75,6 +78,9 @@ func ParseRequest(line string) (string, error) {
 type Reply struct {
 	// At is the slot time of an OK.
 	At time.Time
+	// Latest is when the slot goes stale; zero when the server set none
+	// (a server before it was added, or a policy without margin).
+	Latest time.Time
 	// Defer is set (with the reason) when the sender must not send.
 	Defer string
 }
@@ -84,11 +90,20 @@ func ParseReply(line string) (Reply, error) {
 	verb, rest, _ := strings.Cut(line, " ")
 	switch verb {
 	case "OK":
-		ns, err := strconv.ParseInt(rest, 10, 64)
+		at, latest, two := strings.Cut(rest, " ")
+		ns, err := strconv.ParseInt(at, 10, 64)
 		if err != nil {
 			return Reply{}, fmt.Errorf("%w: bad slot time %q", ErrProtocol, printable(rest))
 		}
-		return Reply{At: time.Unix(0, ns)}, nil
+		r := Reply{At: time.Unix(0, ns)}
+		if two {
+			lns, err := strconv.ParseInt(latest, 10, 64)
+			if err != nil || lns < ns {
+				return Reply{}, fmt.Errorf("%w: bad latest time %q", ErrProtocol, printable(rest))
+			}
+			r.Latest = time.Unix(0, lns)
+		}
+		return r, nil
 	case "DEFER":
 		if rest == "" {
 			rest = "deferred"
@@ -98,6 +113,16 @@ func ParseReply(line string) (Reply, error) {
 		return Reply{}, fmt.Errorf("throttle server: %s", rest)
 	}
 	return Reply{}, fmt.Errorf("%w: unexpected reply %q", ErrProtocol, printable(line))
+}
+
+// FormatOK is the OK line for a slot at at, stale after latest (zero:
+// never, and the field is left out).
+func FormatOK(at, latest time.Time) string {
+	line := "OK " + strconv.FormatInt(at.UnixNano(), 10)
+	if !latest.IsZero() {
+		line += " " + strconv.FormatInt(latest.UnixNano(), 10)
+	}
+	return line + "\n"
 }
 
 func printable(s string) string { return netserve.Printable([]byte(s)) }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,8 +18,11 @@ import (
 // sent (said DONE); a sender that went away before its slot did not, and
 // its slot is given back.
 type Grant struct {
-	At   time.Time
-	Done func(used bool)
+	At time.Time
+	// Latest is when the slot goes stale (zero: never): a sender that
+	// cannot start by then asks again.
+	Latest time.Time
+	Done   func(used bool)
 }
 
 // DeferError tells a sender not to send now, and why.
@@ -42,6 +44,9 @@ type Options struct {
 	MaxConns int // default 4096: one per waiting or sending process
 	// RequestTimeout bounds reading the request line (default 10s).
 	RequestTimeout time.Duration
+	// LogDefer, if set, logs a deferral instead of the server (which logs
+	// each at info level), so a flood of them can be bounded.
+	LogDefer func(ctx context.Context, key, reason string)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -116,7 +121,11 @@ func (s *Server) serve(c *netserve.Conn) {
 		var d *DeferError
 		switch {
 		case errors.As(err, &d):
-			s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			if s.o.LogDefer != nil {
+				s.o.LogDefer(ctx, key, d.Reason)
+			} else {
+				s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
+			}
 			fmt.Fprintf(c, "DEFER %s\n", oneLine(d.Reason))
 		case ctx.Err() != nil:
 			s.o.Logger.Debug("throttle: sender went away while waiting", "key", key)
@@ -126,12 +135,17 @@ func (s *Server) serve(c *netserve.Conn) {
 		}
 		return
 	}
-	defer func() { g.Done(used.Load()) }()
 	if c.Closing() {
 		// Shutting down: grant nothing new; the sender applies its fail mode.
+		g.Done(false)
 		return
 	}
-	if _, err := c.Write([]byte("OK " + strconv.FormatInt(g.At.UnixNano(), 10) + "\n")); err != nil {
+	// A sender told its time sends at that time whether or not this
+	// server is still there: when a shutdown closes the connection, the
+	// slot stays used, so the next daemon (restoring the store's
+	// snapshot) books nobody else into it.
+	defer func() { g.Done(used.Load() || c.Closing()) }()
+	if _, err := c.Write([]byte(FormatOK(g.At, g.Latest))); err != nil {
 		return
 	}
 	<-ctx.Done() // the send is over when the client closes or says DONE

@@ -41,7 +41,19 @@ func TestParse(t *testing.T) {
 	if r, err := ParseReply("DEFER no slot within 10m"); err != nil || r.Defer != "no slot within 10m" {
 		t.Fatalf("%v %v", r, err)
 	}
-	for _, in := range []string{"OK soon", "WAIT 5", "ERR bad key"} {
+	if r, err := ParseReply("OK 1700000000123456789 1700000000248456789"); err != nil || r.Latest.UnixNano() != 1700000000248456789 {
+		t.Fatalf("OK with latest: %v %v", r, err)
+	}
+	if r, err := ParseReply("OK 1700000000123456789"); err != nil || !r.Latest.IsZero() {
+		t.Fatalf("OK without latest (an older server): %v %v", r, err)
+	}
+	at, latest := time.Unix(0, 1700000000123456789), time.Unix(0, 1700000000248456789)
+	for _, l := range []time.Time{latest, {}} {
+		if r, err := ParseReply(strings.TrimSuffix(FormatOK(at, l), "\n")); err != nil || !r.At.Equal(at) || !r.Latest.Equal(l) {
+			t.Errorf("FormatOK(%v, %v) does not read back: %v %v", at, l, r, err)
+		}
+	}
+	for _, in := range []string{"OK soon", "WAIT 5", "ERR bad key", "OK 5 x", "OK 5 4", "OK 5 6 7"} {
 		if _, err := ParseReply(in); err == nil {
 			t.Errorf("ParseReply(%q) accepted", in)
 		}
@@ -165,6 +177,38 @@ func TestDeferAndErrors(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("silent client: %v, want EOF", err)
+	}
+}
+
+// TestShutdownKeepsGrantedSlots: a shutdown closes the connections of
+// senders that were told their time, but they send at it anyway: the
+// slot is kept (used), not given back.
+func TestShutdownKeepsGrantedSlots(t *testing.T) {
+	g := &gate{at: time.Now().Add(time.Hour)}
+	s := NewServer(Options{Handler: g, Logger: slog.New(slog.DiscardHandler)})
+	path := filepath.Join(t.TempDir(), "throttle")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	cl, err := Dial("unix", path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if rep, err := cl.Acquire("relay.example"); err != nil || !rep.At.Equal(g.at) {
+		t.Fatalf("%v %v", rep, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if g.done.Load() != 1 || g.gone.Load() != 0 {
+		t.Fatalf("after shutdown: %d slots kept, %d given back; want the granted slot kept", g.done.Load(), g.gone.Load())
 	}
 }
 

@@ -343,7 +343,7 @@ func TestStrings(t *testing.T) {
 	}
 }
 
-// realPackets is a Postfix 3.7 session (spec §3) plus every response,
+// realPackets is a Postfix 3.7 session (docs/protocols/milter.md, "A session on the wire") plus every response,
 // the seed corpus of FuzzDecode and the input of the benchmarks.
 func realPackets() [][]byte {
 	var out [][]byte

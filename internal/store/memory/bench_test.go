@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,8 +107,19 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 func BenchmarkReserve(b *testing.B) {
+	for _, journal := range []bool{false, true} {
+		b.Run(fmt.Sprintf("journal=%v", journal), func(b *testing.B) { benchReserve(b, journal) })
+	}
+}
+
+func benchReserve(b *testing.B, journal bool) {
 	s := New(Options{})
 	defer s.Close()
+	if journal {
+		if err := s.OpenJournal(filepath.Join(b.TempDir(), "j"), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 	lim := limiter.Limit{Algorithm: limiter.Exact, N: 1000, Period: time.Second}
 	now := t0
 	b.ReportAllocs()

@@ -54,6 +54,9 @@ type entry struct {
 	exp int64
 	st  limiter.State
 	ls  *leaseSet
+	// bseq is the sequence number of the key's latest booking (see the
+	// booking journal).
+	bseq uint64
 }
 
 type leaseRec struct {
@@ -84,6 +87,12 @@ type Store struct {
 	// wall clock would give.
 	seen    atomic.Int64
 	evicted atomic.Uint64
+	// guard is the restart guard's start (Unix ns; 0: off): see
+	// SetRestartGuard.
+	guard atomic.Int64
+	// bseq numbers bookings; journal, if set, records each (journal.go).
+	bseq    atomic.Uint64
+	journal atomic.Pointer[journal]
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -132,6 +141,7 @@ func New(o Options) *Store {
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.closeJournal()
 	return nil
 }
 
@@ -347,6 +357,9 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 			var zero limiter.State
 			out[i] = zero.Decide(now, c, n)
 		}
+		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
+			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
+		}
 		all = all && out[i].Allowed
 	}
 	if !all && mode == limiter.Leaky {
@@ -365,7 +378,7 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 		}
 		e.st.Record(now, c, n)
 		e.exp = e.st.ExpiresAt(c.Limit)
-		if !out[i].Allowed {
+		if !out[i].Allowed && s.guardUntil(c.Limit, nowNs) == 0 {
 			// Strict: the refused hit counted; report the new level.
 			out[i].Count = e.st.Decide(now, c, 0).Count
 		}
@@ -387,6 +400,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter
 			out[i] = e.st.Decide(now, c, n)
 		} else {
 			out[i] = st.Decide(now, c, n)
+		}
+		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
+			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
 		}
 		if out[i].Allowed {
 			out[i].Count -= n
@@ -436,7 +452,13 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	if e != nil {
 		stp = &e.st
 	}
-	at, ok := stp.Reserve(now, lim, n, maxWait)
+	from := now
+	if until := s.guardUntil(lim, nowNs); until != 0 {
+		// Held back by the restart guard: book from its end.
+		from = time.Unix(0, until)
+		maxWait -= time.Duration(until - nowNs)
+	}
+	at, ok := stp.Reserve(from, lim, n, maxWait)
 	r := limiter.Reservation{Key: key, Limit: lim, N: n, At: at}
 	if !ok {
 		return r, limiter.ErrTooLong
@@ -449,6 +471,11 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 		e.st = st
 	}
 	e.exp = e.st.ExpiresAt(lim)
+	e.bseq = s.bseq.Add(1)
+	if j := s.journal.Load(); j != nil {
+		// Before the caller hears its time: a crash after this keeps it.
+		j.append(Booking{Seq: e.bseq, Key: key, At: at.UnixNano() | 1, N: n, Exp: e.exp})
+	}
 	return r, nil
 }
 

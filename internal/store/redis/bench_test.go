@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/testutil/redistest"
 )
 
 var benchLimits = []limiter.Limit{
@@ -55,6 +56,47 @@ func BenchmarkHitParallel(b *testing.B) {
 	for _, lim := range benchLimits {
 		b.Run(lim.Algorithm.String(), func(b *testing.B) {
 			s := newTestStore(b, srv, Options{Deadline: time.Second})
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				out := make([]limiter.Decision, 1)
+				checks := make([]limiter.Check, 1)
+				i := int(seq.Add(1)) * 7919
+				for pb.Next() {
+					checks[0] = limiter.Check{Key: keys[i%len(keys)], Limit: lim}
+					if err := s.Hit(b.Context(), time.Now(), 1, limiter.Leaky, checks, out); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHitParallelCluster is BenchmarkHitParallel's exact decisions on
+// a Redis Cluster of one master and of three (no replicas), in Cluster
+// mode: what spreading the keys over more masters buys (on one machine
+// they share its cores).
+func BenchmarkHitParallelCluster(b *testing.B) {
+	needServer(b)
+	keys := benchKeys(10000)
+	lim := benchLimits[1]
+	for _, masters := range []int{1, 3} {
+		c, err := redistest.StartCluster(b.TempDir(), masters, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Kill)
+		b.Run(fmt.Sprintf("masters=%d", masters), func(b *testing.B) {
+			s, err := New(b.Context(), Options{Addrs: c.Addrs(), Cluster: true, Deadline: time.Second,
+				KeyPrefix: fmt.Sprintf("b%d:", prefixSeq.Add(1))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
 			var seq atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(8)

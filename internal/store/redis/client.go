@@ -26,6 +26,8 @@ type conn interface {
 	// or every key (DBSIZE) when pattern is empty.
 	countKeys(ctx context.Context, pattern string) (int64, error)
 	ping(ctx context.Context) error
+	// primary is the address of the master in use, with Sentinel; "" else.
+	primary() string
 	close()
 }
 
@@ -100,7 +102,7 @@ var (
 type rconn struct{ c rueidis.Client }
 
 func dial(o Options) (conn, error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{
+	opt := rueidis.ClientOption{
 		InitAddress: o.Addrs,
 		Username:    o.Username,
 		Password:    o.Password,
@@ -115,11 +117,47 @@ func dial(o Options) (conn, error) {
 		// but whose reply was lost would count twice.
 		DisableRetry: true,
 		Dialer:       net.Dialer{Timeout: o.DialTimeout},
-	})
+	}
+	if o.Cluster {
+		// Besides following MOVED replies and closed connections, reread
+		// the slot map now and then: after a failover the promoted
+		// replica is found even if no connection to the dead master
+		// closed cleanly.
+		opt.ClusterOption.ShardsRefreshInterval = topologyRefresh
+	}
+	if o.MasterSet != "" {
+		// Addrs are the Sentinels. The client subscribes to their
+		// +switch-master events and also asks them for the master every
+		// topologyRefresh, in case it missed an event.
+		opt.ForceSingleClient = false
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet:               o.MasterSet,
+			Dialer:                  opt.Dialer,
+			TLSConfig:               o.TLS,
+			Username:                o.SentinelUsername,
+			Password:                o.SentinelPassword,
+			TopologyRefreshInterval: topologyRefresh,
+		}
+	}
+	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, err
 	}
 	return rconn{c}, nil
+}
+
+// topologyRefresh is how often the client rereads a Cluster's slot map or
+// asks the Sentinels for the master, besides reacting to events.
+const topologyRefresh = 2 * time.Second
+
+func (r rconn) primary() string {
+	if r.c.Mode() != rueidis.ClientModeSentinel {
+		return ""
+	}
+	for addr := range r.c.Nodes() {
+		return addr
+	}
+	return ""
 }
 
 func (r rconn) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {

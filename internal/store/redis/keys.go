@@ -33,6 +33,17 @@ func (s *Store) rkey(key string) string {
 	return s.prefix + "{" + key + "}"
 }
 
+// ClusterSlot is the Redis Cluster hash slot (0-16383) that limiter key
+// key is stored in, whatever the prefix (it holds no braces, so it never
+// takes part in the hash tag). The keys of one Hit, Peek or Undo must
+// share it in Cluster mode.
+func ClusterSlot(key string) uint16 {
+	if hasTag(key) {
+		return hashSlot("#" + key)
+	}
+	return hashSlot("{" + key + "}")
+}
+
 // hasTag reports whether key holds a Redis Cluster hash tag: a '{' followed
 // later by a '}' with at least one byte between the first of each.
 func hasTag(key string) bool {

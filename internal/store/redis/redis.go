@@ -44,6 +44,18 @@
 // of its own ("policy:{rule:user}:0") is stored as PREFIX#K, so that tag
 // picks the slot and callers can keep the limits of one rule together.
 //
+// # Sentinel
+//
+// With Options.MasterSet, Addrs are Redis Sentinels: the client asks them
+// for the master of the set, subscribes to their +switch-master events and
+// asks again every few seconds, so it follows a failover by itself. While
+// there is no master (from its death until a replica is promoted and the
+// client hears of it) every call fails within the deadline and the limiter
+// applies its fail mode. The store logs the master it starts with and
+// every switch. Replication is asynchronous: what a master acknowledged in
+// its last moments and had not yet sent to the replica is lost with it,
+// so a key may admit that many events again after the failover.
+//
 // # Leases
 //
 // A lease expires in Redis at its TTL, so a host that dies leaks nothing
@@ -101,6 +113,14 @@ type Options struct {
 	// Cluster connects to a Redis Cluster and checks that the keys of one
 	// call share a slot (see the package comment).
 	Cluster bool
+	// MasterSet, when set, makes Addrs the Redis Sentinels watching this
+	// master set: the store asks them for the master and follows it
+	// through a failover (see the package comment). SentinelUsername and
+	// SentinelPassword authenticate to the Sentinels (Username and
+	// Password are for the master).
+	MasterSet        string
+	SentinelUsername string
+	SentinelPassword string
 	// KeyPrefix starts every key (default "sluice:"); it may not contain
 	// braces.
 	KeyPrefix string
@@ -146,6 +166,7 @@ type Store struct {
 	seenAt  atomic.Int64
 	born    time.Time
 	warned  atomic.Int64 // Unix second of the last background warning
+	master  string       // with Sentinel, the master last seen (run's own)
 
 	mu      sync.Mutex
 	leases  map[limiter.Lease]leaseRec
@@ -230,6 +251,9 @@ func newStore(ctx context.Context, o Options, c conn) (*Store, error) {
 		return nil, fmt.Errorf("redis store: probing %v: %w", o.Addrs, err)
 	}
 	s.healthy.Store(true)
+	if s.master = c.primary(); s.master != "" {
+		s.log.Info("redis store: following the master named by the Sentinels", "master_set", o.MasterSet, "master", s.master, "sentinels", o.Addrs)
+	}
 	s.bg, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
@@ -289,6 +313,7 @@ func (s *Store) run() {
 		case <-s.bg.Done():
 			return
 		case now := <-t.C:
+			s.checkMaster()
 			if !s.healthy.Load() {
 				ctx, cancel := context.WithTimeout(s.bg, s.opts.Deadline)
 				if s.c.ping(ctx) == nil {
@@ -311,6 +336,17 @@ func (s *Store) run() {
 				cancel()
 			}
 		}
+	}
+}
+
+// checkMaster logs a switch of the master, with Sentinel.
+func (s *Store) checkMaster() {
+	if s.opts.MasterSet == "" {
+		return
+	}
+	if m := s.c.primary(); m != "" && m != s.master {
+		s.log.Warn("redis store: the Sentinels switched the master; following it", "master_set", s.opts.MasterSet, "old", s.master, "new", m)
+		s.master = m
 	}
 }
 

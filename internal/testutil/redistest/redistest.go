@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -24,6 +25,11 @@ type Server struct {
 	port int
 	args []string
 	cmd  *exec.Cmd
+	// conf is a Sentinel's configuration file (Sentinel rewrites it), or
+	// "" for a plain server.
+	conf string
+	// exited is closed when the process has exited and been reaped.
+	exited chan struct{}
 }
 
 // Addr is host:port.
@@ -57,11 +63,15 @@ func FreePort() (int, error) {
 
 // Start starts a redis-server in dir (a fresh port if port is 0).
 func Start(dir string, port int, extra ...string) (*Server, error) {
+	return start(&Server{dir: dir, args: extra}, port)
+}
+
+func start(s *Server, port int) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, args: extra}
+	s.bin = bin
 	for attempt := 0; ; attempt++ {
 		s.port = port
 		if port == 0 {
@@ -77,28 +87,49 @@ func Start(dir string, port int, extra ...string) (*Server, error) {
 
 // Restart starts the server again (after Kill), on the same port.
 func (s *Server) Restart() error {
-	args := append([]string{
+	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+	}
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args[:4]...)
+		args = append(args, "--dir", s.dir, "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log"))
+	}
+	args = append(args, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
+	// The process is reaped by a goroutine of the server's own, which ends
+	// when it exits; Kill waits for it.
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) {
+		cmd.Wait()
+		close(exited)
+	}(s.cmd)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if Ping(s.Addr()) == nil {
-			return nil
+		if err := Ping(s.Addr()); err == nil || errors.Is(err, ErrNoAuth) {
+			return nil // up (one that requires a password says so)
 		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server on port %d did not answer: %s", s.port, log)
+		select {
+		case <-exited:
+		default:
+			if time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		s.Kill()
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		return fmt.Errorf("redis-server on port %d did not answer: %s", s.port, log)
 	}
 }
+
+// ErrNoAuth is Ping's error for a server that requires a password.
+var ErrNoAuth = errors.New("NOAUTH: the server requires a password")
 
 // Ping speaks just enough RESP to see the server answer.
 func Ping(addr string) error {
@@ -114,6 +145,9 @@ func Ping(addr string) error {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(line, "-NOAUTH") {
+		return ErrNoAuth
 	}
 	if line != "+PONG\r\n" {
 		return fmt.Errorf("PING: %q", line)
@@ -131,6 +165,6 @@ func (s *Server) Kill() {
 	}
 	s.cmd.Process.Signal(syscall.SIGCONT)
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }

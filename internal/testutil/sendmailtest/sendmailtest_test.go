@@ -305,7 +305,7 @@ func TestConnectRefusal421(t *testing.T) {
 	})
 	s := session(t, inst, "127.0.0.2")
 
-	// Spec §10: Sendmail turns a 421 REPLYCODE at CONNECT into its own
+	// docs/protocols/milter.md, "Refusing at CONNECT": Sendmail turns a 421 REPLYCODE at CONNECT into its own
 	// shutdown reply (the milter's text is dropped) and hangs up.
 	g := greeting(t, s)
 	if want := "421 4.7.0 " + Hostname + " closing connection"; g.String() != want {

@@ -1,0 +1,157 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"sluice/internal/config"
+	"sluice/internal/limiter"
+	"sluice/internal/store/memory"
+)
+
+// snapshotter keeps the memory store's counts in a file across restarts:
+// restored when the daemon is built, written every interval while it runs
+// and once more, marked clean, after the last decision of a graceful stop.
+type snapshotter struct {
+	mem      *memory.Store
+	path     string
+	interval time.Duration
+	log      *slog.Logger
+	failing  bool // the last write failed (logged once per run of failures)
+	journal  bool // the booking journal is open
+}
+
+// newSnapshotter restores the snapshot into mem (which must be empty) and
+// writes it back at once, unclean: a crash before the first periodic
+// write must not find a clean snapshot from the previous stop. A snapshot
+// that cannot be read is refused whole with one log line, and the daemon
+// starts empty. nil means snapshots are off (or the store is Redis).
+func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *snapshotter {
+	mem, ok := store.(*memory.Store)
+	sc := cfg.Store.Snapshot
+	if !ok || cfg.Store.Kind != "memory" || !sc.Enabled {
+		return nil
+	}
+	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log}
+	if n := memory.RemoveTemps(s.path); n > 0 {
+		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
+	}
+	now := time.Now()
+	snap, err := memory.ReadSnapshot(s.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
+	case err != nil:
+		log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+		if sc.RestartGuard {
+			// The counts existed but are lost: hold exact limits back.
+			s.guard(now, "the snapshot could not be read")
+		}
+	default:
+		st, err := mem.Restore(snap, now)
+		if err != nil {
+			log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+			break
+		}
+		log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
+			"age", now.Sub(snap.Taken).Round(time.Millisecond).String(), "clean_stop", snap.Clean)
+		if !snap.Clean {
+			lost := "what happened after " + snap.Taken.Format(time.RFC3339Nano) + " (at most " + s.interval.String() + ") is lost"
+			if sc.RestartGuard {
+				s.guard(now, lost)
+			} else {
+				log.Warn("store snapshot: the last stop was not clean; "+lost, "file", s.path)
+			}
+		}
+	}
+	s.replayJournal(now)
+	s.write(now, false)
+	return s
+}
+
+// openJournal starts a new, empty booking journal: only once a snapshot
+// holding every booking so far is written.
+func (s *snapshotter) openJournal() {
+	err := s.mem.OpenJournal(s.journalPath(), func(err error) {
+		s.log.Error("booking journal: append failed; throttle slots booked now would be forgotten by a crash", "err", err)
+	})
+	if err != nil {
+		s.log.Error("booking journal: cannot open; throttle slots booked between snapshots would be forgotten by a crash", "err", err)
+		return
+	}
+	s.journal = true
+}
+
+func (s *snapshotter) journalPath() string { return s.path + ".bookings" }
+
+// replayJournal adds the throttle slots booked after the snapshot (kept
+// in the booking journal as they were given out).
+func (s *snapshotter) replayJournal(now time.Time) {
+	bs, err := memory.ReadJournal(s.journalPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		s.log.Error("booking journal: unreadable from here on", "file", s.journalPath(), "err", err, "bookings_used", len(bs))
+	}
+	n, err := s.mem.ReplayBookings(bs, now)
+	if err != nil {
+		s.log.Error("booking journal: replay stopped", "file", s.journalPath(), "err", err)
+	}
+	if n > 0 {
+		s.log.Info("booking journal: throttle slots booked after the snapshot restored", "file", s.journalPath(), "bookings", n)
+	}
+}
+
+func (s *snapshotter) guard(now time.Time, why string) {
+	s.mem.SetRestartGuard(now)
+	s.log.Warn("restart guard: the last stop was not clean; every exact limit grants nothing for one period from now",
+		"reason", why, "since", now.Format(time.RFC3339Nano))
+}
+
+// run writes the snapshot every interval until ctx ends.
+func (s *snapshotter) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.write(now, false)
+		}
+	}
+}
+
+// write writes one snapshot; a failure is logged at its first occurrence
+// and the recovery once, not at every interval.
+func (s *snapshotter) write(now time.Time, clean bool) {
+	st, err := s.mem.WriteSnapshot(s.path, now, clean)
+	if err == nil && !s.journal && !clean {
+		s.openJournal()
+	}
+	switch {
+	case err != nil && !s.failing:
+		s.failing = true
+		s.log.Error("store snapshot: write failed; counts since the last good one would be lost in a crash", "file", s.path, "err", err)
+	case err != nil:
+	case s.failing:
+		s.failing = false
+		s.log.Info("store snapshot: writing again", "file", s.path, "keys", st.Keys)
+	case clean:
+		s.log.Info("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String(), "longest_lock", st.MaxHold.String())
+	default:
+		s.log.Debug("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String(), "longest_lock", st.MaxHold.String())
+	}
+}
+
+// snapshotRestartNeeded names snapshot settings a reload cannot apply.
+func snapshotRestartNeeded(old, cur *config.Config) []string {
+	if old.Store.Snapshot != cur.Store.Snapshot {
+		return []string{"store.snapshot"}
+	}
+	return nil
+}

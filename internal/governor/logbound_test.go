@@ -1,0 +1,112 @@
+package governor
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// lockedBuffer is a log destination for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines(level string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if strings.Contains(s, "level="+level) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestPolicyFloodLogsBounded: 10,000 refused requests for one key within
+// one window (10 per 60 s) write one INFO line at the first refusal and
+// one summary when the window ends: at most 3 in all. Another key gets its
+// own first line. At debug level each refusal is logged as well.
+func TestPolicyFloodLogsBounded(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		t.Run(level.String(), func(t *testing.T) {
+			f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
+			var buf lockedBuffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
+			rl := NewRefusalLog(log, f.clk.Now, 0)
+			f.g.refusals, f.g.log = rl, log
+			var ps PolicySession
+			for i := range 10_010 {
+				f.clk.Advance(time.Millisecond) // 10 s in all: one window
+				q := PolicyRequest{ProtocolState: StateEOM, Sender: "spam@example.net", Instance: fmt.Sprint(i), ClientAddress: "192.0.2.9"}
+				f.check(t, &ps, &q)
+			}
+			rl.Flush() // inside the window: nothing due
+			info := buf.lines("INFO")
+			if len(info) != 1 || !strings.Contains(info[0], "policy: over the limit") || !strings.Contains(info[0], "count=10") {
+				t.Fatalf("within the window: %d INFO lines, want the first refusal with its count:\n%s", len(info), strings.Join(info, "\n"))
+			}
+			f.clk.Advance(time.Minute)
+			rl.Flush()
+			info = buf.lines("INFO")
+			if len(info) != 2 || !strings.Contains(info[1], "policy: 9999 more refused for sender=spam@example.net in the last 1m") {
+				t.Fatalf("after the window: %d INFO lines, want a summary of 9999 more:\n%s", len(info), strings.Join(info, "\n"))
+			}
+			if n := len(buf.lines("DEBUG")); level == slog.LevelDebug && n < 10_000 {
+				t.Fatalf("debug: %d lines, want each refusal", n)
+			}
+			// The next window starts with a first line again; another key
+			// has its own.
+			for _, s := range []string{"spam@example.net", "other@example.net"} {
+				for i := range 11 {
+					q := PolicyRequest{ProtocolState: StateEOM, Sender: s, Instance: fmt.Sprint("n", i), ClientAddress: "192.0.2.9"}
+					f.check(t, &ps, &q)
+				}
+			}
+			if info = buf.lines("INFO"); len(info) != 4 {
+				t.Fatalf("new window and new key: %d INFO lines, want 4:\n%s", len(info), strings.Join(info, "\n"))
+			}
+		})
+	}
+}
+
+// TestRefusalLogLongWindowAndCap: a window longer than SummaryEvery gets
+// a summary every SummaryEvery; keys beyond the cap are counted in one
+// line.
+func TestRefusalLogLongWindowAndCap(t *testing.T) {
+	var buf lockedBuffer
+	now := time.Unix(1_700_000_000, 0)
+	rl := NewRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now }, 2)
+	ctx := t.Context()
+	for range 300 { // 5 minutes, one a second, under a 1 h window
+		rl.Refused(ctx, "policy", "r", "k", time.Hour, "policy: over the limit", "key", "k")
+		now = now.Add(time.Second)
+		rl.Flush()
+	}
+	info := buf.lines("INFO")
+	if len(info) != 1+5 || !strings.Contains(info[1], "policy: 59 more refused for k in the last 1m0s") {
+		t.Fatalf("%d lines, want the first and 5 summaries, one a minute:\n%s", len(info), strings.Join(info, "\n"))
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		rl.Refused(ctx, "policy", "r", k, time.Hour, "policy: over the limit", "key", k)
+	}
+	rl.Flush()
+	info = buf.lines("INFO")
+	last := info[len(info)-1]
+	if !strings.Contains(last, "3 more refusals of other keys not logged (over 2 keys refused at once)") {
+		t.Fatalf("cap: %s", strings.Join(info, "\n"))
+	}
+}

@@ -1,0 +1,206 @@
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// SnapStats describe one snapshot written or restored.
+type SnapStats struct {
+	Keys  int           // rate keys written, or restored
+	Bytes int64         // file size
+	Took  time.Duration // copy, encode and write (or read and decode)
+	// MaxHold is the longest one shard's lock was held for its copy: the
+	// longest a decision on that shard waited for the snapshot.
+	MaxHold time.Duration
+	// Dropped counts keys of a restored snapshot that expired while the
+	// daemon was down, or did not fit under the key cap.
+	Dropped int
+}
+
+// copyShard copies the live rate keys of one shard, under its lock only
+// for the copy; encoding happens after.
+func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, e := range sh.m {
+		if e.kind != kindRate || e.exp == 0 || e.exp <= nowNs {
+			continue
+		}
+		se := SnapEntry{Key: e.key, Algo: e.algo, Exp: e.exp, T: e.st.T, Counts: e.st.Counts, Seq: e.bseq}
+		if l := e.st.Log; l.Len() > 0 {
+			se.Log = l.AppendTimes(make([]int64, 0, l.Len()))
+		} else if e.algo == limiter.Exact {
+			continue // nothing held
+		}
+		buf = append(buf, se)
+	}
+	return buf
+}
+
+// Encode writes the store's rate keys to w in the snapshot format, taking
+// the shards' locks one at a time and only to copy: decisions on other
+// shards go on meanwhile, and none waits for the encoding or the disk.
+// taken is when the copy begins; clean marks a snapshot written at a
+// graceful stop, after the last decision.
+func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
+	st, err := s.encode(w, taken, clean)
+	return st.Keys, err
+}
+
+func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
+	sw := newSnapWriter(w, taken, clean)
+	// Read before copying: every booking numbered up to here is in a
+	// shard not copied yet, or already in the copy.
+	seq := s.bseq.Load()
+	var buf []SnapEntry
+	var st SnapStats
+	for i := range s.shards {
+		t := time.Now()
+		buf = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
+		st.MaxHold = max(st.MaxHold, time.Since(t))
+		for j := range buf {
+			sw.entry(&buf[j])
+		}
+		st.Keys += len(buf)
+		clear(buf) // drop references to the copied logs
+	}
+	return st, sw.finish(max(seq, s.bseq.Load()))
+}
+
+// WriteSnapshot writes the store to path atomically: to a temporary file
+// in the same directory, synced, then renamed over path, and the
+// directory synced. A reader sees the old snapshot or the new one, never
+// a part.
+func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats, error) {
+	start := time.Now()
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	j := s.journal.Load()
+	var jfrom int64
+	if j != nil {
+		jfrom = j.offset() // what is journaled by now is in the copy
+	}
+	st, err := s.encode(f, now, clean)
+	if err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: sync %s: %w", tmp, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
+	}
+	ok = true
+	if d, err := os.Open(dir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
+		}
+	}
+	st.Bytes, st.Took = fi.Size(), time.Since(start)
+	if j != nil {
+		if err := j.compact(jfrom); err != nil {
+			return st, fmt.Errorf("store snapshot written, but: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// ReadSnapshot reads and decodes the snapshot at path. A missing file
+// returns an error wrapping os.ErrNotExist; a file that is not a valid
+// snapshot one wrapping ErrSnapshot.
+func ReadSnapshot(path string) (*Snapshot, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot: %w", err)
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
+	}
+	return snap, nil
+}
+
+// ErrNotEmpty is returned by Restore on a store that already holds keys.
+var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
+
+// Restore loads a decoded snapshot into an empty store, before it serves.
+// Keys that expired by now (while the daemon was down) are dropped, so
+// every window continues exactly where it was; keys beyond the cap are
+// dropped too (the soonest to expire first would be better; the cap is
+// rarely reached by a snapshot of a store with the same cap).
+func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
+	start := time.Now()
+	if s.Len() != 0 {
+		return SnapStats{}, ErrNotEmpty
+	}
+	nowNs := now.UnixNano()
+	var st SnapStats
+	for i := range snap.Entries {
+		se := &snap.Entries[i]
+		if se.Exp <= nowNs || s.Len() >= s.opts.MaxKeys {
+			st.Dropped++
+			continue
+		}
+		e := &entry{key: se.Key, kind: kindRate, algo: se.Algo, exp: se.Exp, bseq: se.Seq}
+		e.st.T, e.st.Counts = se.T, se.Counts
+		if se.Algo == limiter.Exact {
+			e.st.Log = limiter.NewEventLog(se.Log)
+		}
+		sh := s.shardOf(se.Key)
+		sh.mu.Lock()
+		if _, dup := sh.m[se.Key]; !dup {
+			sh.m[se.Key] = e
+			s.n.Add(1)
+			st.Keys++
+		}
+		sh.mu.Unlock()
+	}
+	s.raiseSeq(snap.Seq)
+	s.observe(nowNs)
+	st.Took = time.Since(start)
+	return st, nil
+}
+
+// RemoveTemps removes temporary files a crash in the middle of a write
+// left next to the snapshot at path (and its journal), and returns how
+// many. Call it before the first write.
+func RemoveTemps(path string) int {
+	n := 0
+	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp"}
+	for _, p := range pats {
+		ms, _ := filepath.Glob(p)
+		for _, m := range ms {
+			if os.Remove(m) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}

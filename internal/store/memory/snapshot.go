@@ -1,0 +1,373 @@
+package memory
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"math"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// The snapshot format (version 1), all integers big-endian or varint:
+//
+//	header   "SLUICEMS" (8 bytes), version uint16, flags uint16, taken int64
+//	         (Unix ns: when the copy began)
+//	records  tag 1, then one rate key (below), repeated
+//	end      tag 0, the number of records and the highest booking sequence
+//	         number given out (uvarints)
+//	trailer  CRC-32C (Castagnoli) of every byte before it, uint32
+//
+// A rate key is: key length (uvarint) and bytes, algorithm (1 byte: 1
+// anvil, 2 exact, 3 smooth), expiry (varint Unix ns), T (varint: the anvil
+// window start in Unix seconds or the smooth theoretical arrival time in
+// Unix ns), then for anvil the 8 counters (uvarints), for exact the number
+// of events (uvarint), the first event time (varint Unix ns) and each
+// following one as the (non-negative) difference from the one before
+// (uvarint), then the sequence number of its latest booking (uvarint; see
+// journal.go). Exact event times with the lowest bit set are booked slots
+// (reservations). Leases are never written.
+const (
+	snapMagic   = "SLUICEMS"
+	snapVersion = 1
+	// snapClean is the header flag of a snapshot written at a graceful
+	// stop: nothing happened after it.
+	snapClean  = 1
+	headerLen  = len(snapMagic) + 2 + 2 + 8
+	trailerLen = 4
+	tagEnd     = 0
+	tagRate    = 1
+	// maxKeyLen bounds a key read back; keys are built from a few
+	// attributes of a request and are far shorter.
+	maxKeyLen = 1 << 20
+	// maxEvents bounds one exact log read back: MaxExactN booked slots on
+	// top of at most 4N (capped at MaxExactN) hits.
+	maxEvents = 2 * limiter.MaxExactN
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrSnapshot is wrapped by every error about a snapshot's content: not a
+// sluice snapshot, another version, truncated, corrupt.
+var ErrSnapshot = errors.New("invalid store snapshot")
+
+// SnapEntry is one rate key of a snapshot.
+type SnapEntry struct {
+	Key  string
+	Algo limiter.Algorithm
+	// Exp is when the key holds nothing worth keeping any more (Unix ns).
+	Exp int64
+	// T, Counts and Log are as in limiter.State; Log is the exact log's
+	// event times, oldest first.
+	T      int64
+	Counts [limiter.MaxCounters]uint32
+	Log    []int64
+	// Seq is the sequence number of an exact key's latest booking.
+	Seq uint64
+}
+
+// Snapshot is a decoded snapshot.
+type Snapshot struct {
+	// Taken is when the copy began: what happened after it is not in it.
+	Taken time.Time
+	// Clean says it was written at a graceful stop.
+	Clean   bool
+	Entries []SnapEntry
+	// Seq is the highest booking sequence number given out.
+	Seq uint64
+}
+
+// snapWriter encodes a snapshot as a stream.
+type snapWriter struct {
+	out io.Writer     // the file: the checksum goes straight to it
+	w   *bufio.Writer // the file and the checksum
+	crc hash.Hash32
+	n   uint64
+	buf []byte
+	err error
+}
+
+func newSnapWriter(w io.Writer, taken time.Time, clean bool) *snapWriter {
+	sw := &snapWriter{out: w, crc: crc32.New(crcTable)}
+	sw.w = bufio.NewWriterSize(io.MultiWriter(w, sw.crc), 64<<10)
+	var flags uint16
+	if clean {
+		flags |= snapClean
+	}
+	h := make([]byte, 0, headerLen)
+	h = append(h, snapMagic...)
+	h = binary.BigEndian.AppendUint16(h, snapVersion)
+	h = binary.BigEndian.AppendUint16(h, flags)
+	h = binary.BigEndian.AppendUint64(h, uint64(taken.UnixNano()))
+	sw.write(h)
+	return sw
+}
+
+func (sw *snapWriter) write(b []byte) {
+	if sw.err == nil {
+		_, sw.err = sw.w.Write(b)
+	}
+}
+
+// entry appends one rate key.
+func (sw *snapWriter) entry(e *SnapEntry) {
+	b := sw.buf[:0]
+	b = append(b, tagRate)
+	b = binary.AppendUvarint(b, uint64(len(e.Key)))
+	b = append(b, e.Key...)
+	b = append(b, byte(e.Algo))
+	b = binary.AppendVarint(b, e.Exp)
+	b = binary.AppendVarint(b, e.T)
+	switch e.Algo {
+	case limiter.Anvil:
+		for _, c := range e.Counts {
+			b = binary.AppendUvarint(b, uint64(c))
+		}
+	case limiter.Exact:
+		b = binary.AppendUvarint(b, uint64(len(e.Log)))
+		for i, t := range e.Log {
+			if i == 0 {
+				b = binary.AppendVarint(b, t)
+			} else {
+				b = binary.AppendUvarint(b, uint64(t-e.Log[i-1]))
+			}
+		}
+		b = binary.AppendUvarint(b, e.Seq)
+	}
+	sw.write(b)
+	sw.buf = b
+	sw.n++
+}
+
+// finish writes the end record and the checksum, and flushes.
+func (sw *snapWriter) finish(seq uint64) error {
+	sw.write(binary.AppendUvarint(binary.AppendUvarint([]byte{tagEnd}, sw.n), seq))
+	if sw.err == nil {
+		sw.err = sw.w.Flush()
+	}
+	if sw.err != nil {
+		return sw.err
+	}
+	_, err := sw.out.Write(binary.BigEndian.AppendUint32(nil, sw.crc.Sum32()))
+	return err
+}
+
+// EncodeSnapshot writes snap in the snapshot format (tests and tools; the
+// store streams its own copy with WriteSnapshot).
+func EncodeSnapshot(w io.Writer, snap *Snapshot) error {
+	sw := newSnapWriter(w, snap.Taken, snap.Clean)
+	for i := range snap.Entries {
+		sw.entry(&snap.Entries[i])
+	}
+	return sw.finish(snap.Seq)
+}
+
+// DecodeSnapshot parses a whole snapshot file. Any fault (foreign file,
+// other version, truncation, checksum mismatch, malformed or out-of-order
+// record, trailing bytes) returns an error wrapping ErrSnapshot and no
+// entries: a snapshot is used whole or not at all.
+func DecodeSnapshot(data []byte) (*Snapshot, error) {
+	if len(data) < len(snapMagic) || string(data[:len(snapMagic)]) != snapMagic {
+		return nil, fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
+	}
+	if len(data) < headerLen+2+trailerLen {
+		return nil, fmt.Errorf("%w: truncated (%d bytes)", ErrSnapshot, len(data))
+	}
+	if v := binary.BigEndian.Uint16(data[8:]); v != snapVersion {
+		return nil, fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
+	}
+	body := data[:len(data)-trailerLen]
+	if got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(data[len(body):]); got != want {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", ErrSnapshot)
+	}
+	flags := binary.BigEndian.Uint16(data[10:])
+	if flags&^snapClean != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrSnapshot, flags)
+	}
+	snap := &Snapshot{
+		Taken: time.Unix(0, int64(binary.BigEndian.Uint64(data[12:]))),
+		Clean: flags&snapClean != 0,
+	}
+	d := snapDecoder{b: body[headerLen:]}
+	seen := map[string]struct{}{}
+	for {
+		tag := d.byte()
+		if d.err != nil {
+			return nil, d.fail("record tag")
+		}
+		if tag == tagEnd {
+			break
+		}
+		if tag != tagRate {
+			return nil, fmt.Errorf("%w: unknown record tag %d at offset %d", ErrSnapshot, tag, d.off(body))
+		}
+		e, err := d.entry()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := seen[e.Key]; dup {
+			return nil, fmt.Errorf("%w: key %q appears twice", ErrSnapshot, e.Key)
+		}
+		seen[e.Key] = struct{}{}
+		snap.Entries = append(snap.Entries, e)
+	}
+	n := d.uvarint()
+	if d.err != nil {
+		return nil, d.fail("record count")
+	}
+	if n != uint64(len(snap.Entries)) {
+		return nil, fmt.Errorf("%w: %d records, the end record says %d", ErrSnapshot, len(snap.Entries), n)
+	}
+	snap.Seq = d.uvarint()
+	if d.err != nil {
+		return nil, d.fail("booking sequence number")
+	}
+	for i := range snap.Entries {
+		if snap.Entries[i].Seq > snap.Seq {
+			return nil, fmt.Errorf("%w: key %s: booking %d above the last, %d", ErrSnapshot, quoteKey(snap.Entries[i].Key), snap.Entries[i].Seq, snap.Seq)
+		}
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the end record", ErrSnapshot, len(d.b))
+	}
+	return snap, nil
+}
+
+type snapDecoder struct {
+	b   []byte
+	err error
+}
+
+var errShort = errors.New("short")
+
+func (d *snapDecoder) off(body []byte) int { return len(body) - len(d.b) }
+
+func (d *snapDecoder) fail(what string) error {
+	return fmt.Errorf("%w: malformed %s: %v", ErrSnapshot, what, d.err)
+}
+
+func (d *snapDecoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.err = errShort
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *snapDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("bad uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *snapDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errors.New("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// entry reads one rate key after its tag.
+func (d *snapDecoder) entry() (SnapEntry, error) {
+	var e SnapEntry
+	kl := d.uvarint()
+	if d.err == nil && (kl > maxKeyLen || kl > uint64(len(d.b))) {
+		d.err = fmt.Errorf("key length %d", kl)
+	}
+	if d.err != nil {
+		return e, d.fail("key")
+	}
+	e.Key = string(d.b[:kl])
+	d.b = d.b[kl:]
+	e.Algo = limiter.Algorithm(d.byte())
+	e.Exp = d.varint()
+	e.T = d.varint()
+	if d.err != nil {
+		return e, d.fail("key " + quoteKey(e.Key))
+	}
+	if e.Algo != limiter.Anvil && e.Algo != limiter.Exact && e.Algo != limiter.Smooth {
+		return e, fmt.Errorf("%w: key %s: unknown algorithm %d", ErrSnapshot, quoteKey(e.Key), e.Algo)
+	}
+	if e.Exp <= 0 || (e.Algo == limiter.Anvil && e.T <= 0) {
+		return e, fmt.Errorf("%w: key %s: expiry %d, window %d", ErrSnapshot, quoteKey(e.Key), e.Exp, e.T)
+	}
+	switch e.Algo {
+	case limiter.Anvil:
+		for i := range e.Counts {
+			v := d.uvarint()
+			if v > math.MaxUint32 {
+				return e, fmt.Errorf("%w: key %s: counter %d is %d", ErrSnapshot, quoteKey(e.Key), i, v)
+			}
+			e.Counts[i] = uint32(v)
+		}
+	case limiter.Exact:
+		if err := d.events(&e); err != nil {
+			return e, err
+		}
+	}
+	if d.err != nil {
+		return e, d.fail("key " + quoteKey(e.Key))
+	}
+	return e, nil
+}
+
+// events reads an exact log: sorted times, at least one byte each.
+func (d *snapDecoder) events(e *SnapEntry) error {
+	n := d.uvarint()
+	if d.err == nil && (n == 0 || n > maxEvents || n > uint64(len(d.b))) {
+		return fmt.Errorf("%w: key %s: %d events", ErrSnapshot, quoteKey(e.Key), n)
+	}
+	if d.err != nil {
+		return d.fail("key " + quoteKey(e.Key))
+	}
+	e.Log = make([]int64, 0, n)
+	t := d.varint()
+	e.Log = append(e.Log, t)
+	for i := uint64(1); i < n && d.err == nil; i++ {
+		delta := d.uvarint()
+		if delta > math.MaxInt64-uint64(t) || t < 0 {
+			return fmt.Errorf("%w: key %s: event time overflows", ErrSnapshot, quoteKey(e.Key))
+		}
+		t += int64(delta)
+		e.Log = append(e.Log, t)
+	}
+	e.Seq = d.uvarint()
+	if d.err != nil {
+		return d.fail("key " + quoteKey(e.Key))
+	}
+	if e.Log[0] <= 0 {
+		return fmt.Errorf("%w: key %s: event time %d", ErrSnapshot, quoteKey(e.Key), e.Log[0])
+	}
+	return nil
+}
+
+// quoteKey shows a key in an error (keys hold NUL separators).
+func quoteKey(k string) string {
+	if len(k) > 64 {
+		k = k[:64] + "..."
+	}
+	return fmt.Sprintf("%q", k)
+}

@@ -1,0 +1,302 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// The failover tests (Sentinel and Cluster) share this harness: two
+// limiter stacks, as two sluice daemons would run them (one failing open,
+// one failing closed), each over a Store of its own, put a policy rule
+// under load at c=8 while a Redis master is SIGKILLed; a third store holds
+// leases and dies with the master.
+//
+// The rule is the policy service's shape: per sender, 10/60s exact and
+// 100/1h smooth, both keys under the rule's {hash tag}. Senders are used
+// in turn, hitsPerSender hits each, so some are always being filled: the
+// counts written to the dead master and not yet replicated show up as
+// senders admitted more than 10 times in all.
+
+const (
+	failoverLimit    = 10
+	hitsPerSender    = failoverLimit + 2
+	failoverWorkers  = 8
+	failoverLeaseTTL = 3 * time.Second
+)
+
+// failoverEnv sets the pace: FAILOVER_LONG=1 runs the load longer before
+// and after the kill.
+func failoverEnv() (before, after time.Duration) {
+	if os.Getenv("FAILOVER_LONG") == "1" {
+		return 10 * time.Second, 10 * time.Second
+	}
+	return 1500 * time.Millisecond, 2 * time.Second
+}
+
+func senderChecks(sender int) []limiter.Check {
+	tag := "policy\x00{sender-rate\x00sender=s" + strconv.Itoa(sender) + "@example.org}\x00"
+	return []limiter.Check{
+		{Key: tag + "0", Limit: limiter.Limit{Algorithm: limiter.Exact, N: failoverLimit, Period: time.Minute}},
+		{Key: tag + "1", Limit: limiter.Limit{Algorithm: limiter.Smooth, N: 100, Period: time.Hour}},
+	}
+}
+
+// syncBuffer is a log sink safe for the store's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// senderRec is what the load saw of one sender.
+type senderRec struct {
+	first    time.Time // first decision asked
+	admitted int       // admitted by the store
+	refused  int       // refused by the store
+	failed   int       // store errors (the fail mode decided)
+}
+
+// failoverRun is one run of the harness.
+type failoverRun struct {
+	t      *testing.T
+	stores [2]*Store
+	lims   [2]*limiter.Limiter
+	logs   *syncBuffer
+
+	next    atomic.Int64 // hits handed out; sender = hit / hitsPerSender
+	mu      sync.Mutex
+	senders map[int]*senderRec
+	errs    [2][]time.Time // times of failed decisions, per limiter
+	wrongFM int            // failed decisions that did not follow the fail mode
+	// onVictim, in a Cluster, says whether a sender's keys were on the
+	// master that is killed.
+	onVictim func(sender int) bool
+}
+
+// newFailoverRun opens the two stores with o (Addrs and the topology
+// options set by the caller).
+func newFailoverRun(t *testing.T, o Options) *failoverRun {
+	r := &failoverRun{t: t, logs: &syncBuffer{}, senders: make(map[int]*senderRec)}
+	o.KeyPrefix = fmt.Sprintf("fo%d:", prefixSeq.Add(1))
+	o.Deadline = time.Second
+	o.LeaseTTL = failoverLeaseTTL
+	o.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	for i := range r.stores {
+		o.Owner = fmt.Sprintf("host%d", i)
+		r.stores[i] = openStore(t, o)
+		r.lims[i] = limiter.New(limiter.Options{Store: r.stores[i], FailOpen: i == 0, Logger: o.Logger})
+	}
+	return r
+}
+
+// openStore connects a Store with o and closes it at the end of the test.
+func openStore(t *testing.T, o Options) *Store {
+	t.Helper()
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// load runs the workers until stop is closed.
+func (r *failoverRun) load(stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	for w := range failoverWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Decision, 2)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h := r.next.Add(1) - 1
+				sender := int(h / hitsPerSender)
+				r.hit(w%2, sender, out)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// hit asks limiter i about sender once and records the outcome.
+func (r *failoverRun) hit(i, sender int, out []limiter.Decision) (ok bool, err error) {
+	asked := time.Now()
+	err = r.lims[i].Hit(ctx, 1, limiter.Leaky, senderChecks(sender), out)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.senders[sender]
+	if rec == nil {
+		rec = &senderRec{first: asked}
+		r.senders[sender] = rec
+	}
+	switch {
+	case err != nil:
+		rec.failed++
+		r.errs[i] = append(r.errs[i], time.Now())
+		if out[0].Allowed != r.lims[i].FailOpen() || out[1].Allowed != r.lims[i].FailOpen() {
+			r.wrongFM++
+		}
+	case out[0].Allowed && out[1].Allowed:
+		rec.admitted++
+	default:
+		rec.refused++
+	}
+	return err == nil && out[0].Allowed, err
+}
+
+// finish fills every sender the store has not refused yet until it does,
+// so that every sender's store admissions can be compared to the limit.
+func (r *failoverRun) finish() {
+	r.mu.Lock()
+	var open []int
+	for s, rec := range r.senders {
+		if rec.refused == 0 {
+			open = append(open, s)
+		}
+	}
+	r.mu.Unlock()
+	out := make([]limiter.Decision, 2)
+	for _, s := range open {
+		for range 3 * hitsPerSender {
+			if ok, err := r.hit(0, s, out); err == nil && !ok {
+				break
+			}
+		}
+	}
+}
+
+// failoverFigures are what a run measured.
+type failoverFigures struct {
+	outage   [2]time.Duration // first to last failed decision, per limiter
+	failed   int              // failed decisions in all
+	over     int              // admissions beyond the limit, summed over senders
+	overKeys int              // senders admitted beyond the limit
+	under    int              // admissions short of the limit (calls that timed out but were applied)
+	senders  int
+	exactErr []string // senders first asked after the outage and not exact
+	// failedElsewhere are the failed decisions of senders whose keys were
+	// not on the dead master (Cluster; see failoverRun.onVictim).
+	failedElsewhere int
+}
+
+// figures sums up the run; recovered is when the last limiter's last
+// failed decision happened (senders first asked after it must be exact).
+func (r *failoverRun) figures(killed time.Time) (f failoverFigures, recovered time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recovered = killed
+	for i, e := range r.errs {
+		f.failed += len(e)
+		if len(e) > 0 {
+			f.outage[i] = e[len(e)-1].Sub(e[0])
+			if e[len(e)-1].After(recovered) {
+				recovered = e[len(e)-1]
+			}
+		}
+	}
+	for s, rec := range r.senders {
+		f.senders++
+		if r.onVictim != nil && !r.onVictim(s) {
+			f.failedElsewhere += rec.failed
+		}
+		switch {
+		case rec.admitted > failoverLimit:
+			f.over += rec.admitted - failoverLimit
+			f.overKeys++
+		case rec.admitted < failoverLimit:
+			f.under += failoverLimit - rec.admitted
+		}
+		if rec.first.After(recovered) && (rec.admitted != failoverLimit || rec.failed != 0) {
+			f.exactErr = append(f.exactErr, fmt.Sprintf("s%d: %+v", s, *rec))
+		}
+	}
+	return f, recovered
+}
+
+// admitExactly sends m requests for one new sender at concurrency c,
+// spread over both limiters, and returns how many were admitted and how
+// many failed.
+func (r *failoverRun) admitExactly(sender, m, c int) (admitted, failed int) {
+	var next, adm, fail atomic.Int64
+	var wg sync.WaitGroup
+	for w := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Decision, 2)
+			for next.Add(1) <= int64(m) {
+				err := r.lims[w%2].Hit(ctx, 1, limiter.Leaky, senderChecks(sender), out)
+				switch {
+				case err != nil:
+					fail.Add(1)
+				case out[0].Allowed && out[1].Allowed:
+					adm.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(adm.Load()), int(fail.Load())
+}
+
+// leaseHolder acquires capacity leases on key through a store of its own
+// and crashes it (no release, no renewal), as a host dying with the master
+// would. It returns the time of the crash.
+func leaseHolder(t *testing.T, o Options, prefix, key string, capacity int64) time.Time {
+	t.Helper()
+	o.KeyPrefix, o.Owner, o.LeaseTTL, o.Deadline = prefix, "doomed-host", failoverLeaseTTL, time.Second
+	o.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+	s := openStore(t, o)
+	for range capacity {
+		if _, _, ok, err := s.Acquire(ctx, time.Now(), key, capacity, 0); !ok || err != nil {
+			t.Fatalf("doomed host's acquire: ok %v err %v", ok, err)
+		}
+	}
+	crash(s)
+	return time.Now()
+}
+
+// watchLeases polls, through s, until fewer than capacity leases of key
+// are held, and returns when that was first seen (zero if never, or
+// limit passed first).
+func watchLeases(s *Store, key string, capacity int64, limit time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		defer close(ch)
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			if held, err := s.Held(ctx, time.Now(), key); err == nil && held < capacity {
+				ch <- time.Now()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return ch
+}
