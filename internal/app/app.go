@@ -113,7 +113,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		if cfg.Web.Metrics {
 			d.registry = prometheus.NewRegistry()
 			d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			m, err := metrics.New(d.registry)
+			m, err := metrics.New(d.registry, metricParts(cfg))
 			if err != nil {
 				return nil, fmt.Errorf("metrics: %w", err)
 			}
@@ -460,6 +460,7 @@ func (d *Daemon) reload() error {
 	}
 	d.gov.Store(gov)
 	d.cfg.Store(cfg)
+	d.obs.relimit(gov)
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}

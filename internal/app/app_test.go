@@ -185,7 +185,7 @@ func TestWatchReloads(t *testing.T) {
 	d := startDaemon(t, path)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- d.Watch(ctx, 20*time.Millisecond) }()
+	go func() { done <- d.Watch(ctx, 20*time.Millisecond, nil) }()
 	defer func() { cancel(); <-done }()
 	limitOf := func() int64 {
 		r := d.Governor()

@@ -51,6 +51,8 @@ func (o *observer) Observe(v *governor.Verdict) {
 	switch {
 	case v.Refused && v.DryRun:
 		verdict = "dry_run"
+	case v.Refused && v.Door == "throttle":
+		verdict = "deferred" // told not to send now: the mail waits in the queue
 	case v.Refused:
 		verdict = "refused"
 	}
@@ -163,6 +165,41 @@ func (o *observer) totals() status.Totals {
 
 // top returns the busiest talkers against their limits, and the recent
 // refusals, newest first.
+// relimit brings the talkers' limits up to date after a reload, so that
+// the status page shows a raised limit at once, not when the key is next
+// counted: a talker keeps its count and takes the new N of its rule's
+// limit with the same algorithm and period (the same window, so the same
+// count); a talker whose rule or limit is gone is dropped.
+func (o *observer) relimit(g *governor.Governor) {
+	if o == nil {
+		return
+	}
+	policy := map[string][]limiter.Limit{}
+	for _, r := range g.Policy().Rules {
+		policy[r.Name] = r.Limits
+	}
+	throttle := map[string][]limiter.Limit{}
+	for _, p := range g.Throttle().Policies {
+		throttle[p.Name] = []limiter.Limit{p.Limit}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, t := range o.talkers {
+		limits := policy[k.rule]
+		if k.door == "throttle" {
+			limits = throttle[k.rule]
+		}
+		i := slices.IndexFunc(limits, func(l limiter.Limit) bool {
+			return l.Algorithm == t.limit.Algorithm && l.Period == t.limit.Period
+		})
+		if i < 0 {
+			delete(o.talkers, k)
+			continue
+		}
+		t.limit = limits[i]
+	}
+}
+
 func (o *observer) top(now time.Time, n int) ([]status.Talker, []status.Deferral) {
 	if o == nil {
 		return nil, nil

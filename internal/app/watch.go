@@ -14,8 +14,9 @@ import (
 // Watch reloads the configuration when its file changes (written in place,
 // or replaced by rename, as editors and config managers do), until ctx
 // ends. Changes within settle of each other make one reload. It uses
-// inotify: no polling.
-func (d *Daemon) Watch(ctx context.Context, settle time.Duration) error {
+// inotify: no polling. reload does the reload (sluice serve's also tells
+// systemd, as for SIGHUP); nil is Reload, its failure logged.
+func (d *Daemon) Watch(ctx context.Context, settle time.Duration, reload func()) error {
 	if d.path == "" {
 		return nil
 	}
@@ -37,8 +38,15 @@ func (d *Daemon) Watch(ctx context.Context, settle time.Duration) error {
 		<-ctx.Done()
 		f.SetReadDeadline(time.Now()) // wakes the read below
 	}()
+	if reload == nil {
+		reload = func() {
+			if err := d.Reload(); err != nil {
+				d.log.Error("reload failed", "err", err)
+			}
+		}
+	}
 	changed := make(chan struct{}, 1)
-	go d.reloadOnChange(ctx, changed, settle)
+	go d.reloadOnChange(ctx, changed, settle, reload)
 	buf := make([]byte, 64*(syscall.SizeofInotifyEvent+syscall.NAME_MAX+1))
 	for {
 		n, err := f.Read(buf)
@@ -72,7 +80,7 @@ func trimNUL(b []byte) string {
 }
 
 // reloadOnChange reloads once changes have settled.
-func (d *Daemon) reloadOnChange(ctx context.Context, changed <-chan struct{}, settle time.Duration) {
+func (d *Daemon) reloadOnChange(ctx context.Context, changed <-chan struct{}, settle time.Duration, reload func()) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,8 +102,6 @@ func (d *Daemon) reloadOnChange(ctx context.Context, changed <-chan struct{}, se
 			}
 		}
 		d.log.Info("configuration file changed; reloading", "file", d.path)
-		if err := d.Reload(); err != nil {
-			d.log.Error("reload failed", "err", err)
-		}
+		reload()
 	}
 }

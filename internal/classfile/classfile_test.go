@@ -50,6 +50,8 @@ func TestParseErrors(t *testing.T) {
 		{strings.Repeat("x", MaxLineLen+10) + "\n", "line longer than 4096 bytes"},
 		{"L*.a.org 1 2 3\n", "f:1: want \"mask queue refuse\", got 4 fields"},
 		{"\x00\xff 1 1\n", "not allowed in a host name"},
+		{"192.168.1.300 1 1\n", "f:1: invalid address \"192.168.1.300\""},
+		{"10.0.0.0/33 1 1\n", "f:1: invalid network \"10.0.0.0/33\""},
 	}
 	for _, c := range cases {
 		_, errs := Parse(strings.NewReader(c.in), "f")

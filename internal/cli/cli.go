@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,13 +47,20 @@ func commands() []command {
 }
 
 // Main runs the command line args (without the program name) and returns
-// the exit status.
+// the exit status. "sluice help", -h and --help print the usage to
+// stdout and exit 0; "sluice help COMMAND" prints the command's; no
+// command at all is a usage error (stderr, 2).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			return commandHelp(ctx, args[1], stdout, stderr)
 		}
+		usage(stdout)
 		return 0
 	}
 	for _, c := range commands() {
@@ -61,6 +69,22 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// commandHelp prints a command's usage to stdout, as "COMMAND -h" does,
+// and exits 0. For mux and ctl, whose -h keeps the reference programs'
+// behaviour (usage on stderr; mimedefang-multiplexor exits 1), it is the
+// one way to get their usage on stdout with status 0.
+func commandHelp(ctx context.Context, name string, stdout, stderr io.Writer) int {
+	for _, c := range commands() {
+		if c.name == name {
+			c.run(ctx, []string{"-h"}, stdout, stdout)
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "sluice help: unknown command %q\n\n", name)
 	usage(stderr)
 	return 2
 }
@@ -76,10 +100,14 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'sluice <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "Run 'sluice <command> -h' or 'sluice help <command>' for a command's flags.")
 }
 
-func version(_ context.Context, _ []string, stdout, _ io.Writer) int {
+func version(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", stderr)
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
+	}
 	fmt.Fprintf(stdout, "sluice %s\n", versionString())
 	return 0
 }
@@ -102,10 +130,54 @@ func versionString() string {
 	return "(devel)"
 }
 
+// newFlags makes the flag set of a sluice command; its usage names the
+// command and says what it does. Parse it with parseFlags.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: sluice %s [flags]\n", name)
+		for _, c := range commands() {
+			if c.name == name {
+				fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(c.summary[:1]), c.summary[1:])
+			}
+		}
+		if hasFlags(fs) {
+			fmt.Fprintln(w, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
 	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// parseFlags parses a command's flags. It reports ok when the command
+// should go on; otherwise it returns the exit status: 0 after -h or
+// --help, whose usage goes to stdout (so that "sluice serve --help |
+// less" works), 2 after a flag error, reported with the usage on stderr.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		fs.SetOutput(stderr)
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, false
+	default:
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		fs.Usage()
+		return 2, false
+	}
 }
 
 // loadConfig reads path, or returns the defaults when path is empty.
@@ -121,8 +193,8 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", stderr)
 	path := fs.String("c", "", "configuration `file` to check (required)")
 	quiet := fs.Bool("q", false, "print only errors")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "sluice check: -c FILE is required")
@@ -241,8 +313,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path := fs.String("c", "", "configuration `file` (default: the embedded defaults)")
 	stateDir := fs.String("state-dir", "", "state `directory` (overrides state_dir)")
 	grace := fs.Duration("grace", 10*time.Second, "how long shutdown waits for clients before closing them")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	cfg, errs := loadConfig(*path)
 	if *stateDir != "" && cfg != nil {
@@ -279,11 +351,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	d.SetVersion(versionString())
 	d.Start()
+	sd := notifySystemd(log)
+	// reload tells systemd a reload is under way and how it ended, for
+	// SIGHUP and for a change of the file alike.
+	var reloadMu sync.Mutex
+	reload := func() {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		_ = sd.Reloading()
+		status := "serving"
+		if err := d.Reload(); err != nil {
+			log.Error("reload failed", "err", err)
+			status = "serving; the last reload failed, see the log"
+		}
+		_ = sd.Ready(status)
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		if err := d.Watch(watchCtx, 500*time.Millisecond); err != nil {
+		if err := d.Watch(watchCtx, 500*time.Millisecond, reload); err != nil {
 			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
 		}
 	}()
@@ -293,7 +380,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		src = *path
 	}
 	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
-	sd := notifySystemd(log)
 	_ = sd.Ready("serving")
 	wdCtx, stopWatchdog := context.WithCancel(context.Background())
 	wdDone := make(chan struct{})
@@ -309,13 +395,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return shutdown(d, log, *grace, sigs)
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				_ = sd.Reloading()
-				status := "serving"
-				if err := d.Reload(); err != nil {
-					log.Error("reload failed", "err", err)
-					status = "serving; the last reload failed, see the log"
-				}
-				_ = sd.Ready(status)
+				reload()
 				continue
 			}
 			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", *grace)

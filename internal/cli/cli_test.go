@@ -47,6 +47,11 @@ func TestCheckBad(t *testing.T) {
 	if !strings.Contains(errs, "values.toml:4: log.level:") || !strings.Contains(errs, "values.toml: 17 error(s)") {
 		t.Fatalf("stderr:\n%s", errs)
 	}
+	// Eight mistakes of eight kinds: one run reports them all.
+	code, _, errs = run("check", "-c", "../config/testdata/bad/first-hour.toml")
+	if code != 1 || !strings.Contains(errs, "first-hour.toml: 8 error(s)") || !strings.Contains(errs, "first-hour.toml:6: limiter.max_keys: expected an integer, got the string \"10k\"") {
+		t.Fatalf("first-hour.toml: exit %d, stderr:\n%s", code, errs)
+	}
 	if code, _, errs := run("check"); code != 2 || !strings.Contains(errs, "-c FILE is required") {
 		t.Fatalf("check without -c: %d %s", code, errs)
 	}
@@ -59,8 +64,8 @@ func TestUsage(t *testing.T) {
 	if code, out, _ := run("version"); code != 0 || !strings.HasPrefix(out, "sluice ") {
 		t.Fatalf("%d %s", code, out)
 	}
-	if code, _, errs := run("help"); code != 0 || !strings.Contains(errs, "serve") {
-		t.Fatalf("%d %s", code, errs)
+	if code, out, _ := run("help"); code != 0 || !strings.Contains(out, "serve") {
+		t.Fatalf("%d %s", code, out)
 	}
 }
 
@@ -77,12 +82,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestServeSignals: SIGHUP with a broken file keeps the running config
-// and says why; with a good one it reloads; SIGTERM stops.
+// and says why, to the log and to systemd; with a good one it reloads; a
+// change of the file does the same without a signal; SIGTERM stops.
 func TestServeSignals(t *testing.T) {
 	dir := t.TempDir()
+	// The config is a symlink to a file in another directory: writing
+	// that file is not seen by the watch of the config's directory, so
+	// the SIGHUP reloads are the only ones until the link is replaced.
+	real := filepath.Join(t.TempDir(), "real.toml")
 	cfg := filepath.Join(dir, "sluice.toml")
 	good := "state_dir = \"" + dir + "\"\n"
-	if err := os.WriteFile(cfg, []byte(good), 0o644); err != nil {
+	if err := os.WriteFile(real, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, cfg); err != nil {
 		t.Fatal(err)
 	}
 	notify := systemdSocket(t)
@@ -91,7 +104,7 @@ func TestServeSignals(t *testing.T) {
 	go func() { done <- Main(context.Background(), []string{"serve", "-c", cfg}, &bytes.Buffer{}, &errb) }()
 	waitFor(t, "start", func() bool { return strings.Contains(errb.String(), "sluice started") })
 	notify.expect(t, "READY=1\nSTATUS=serving")
-	os.WriteFile(cfg, []byte(good+"[anvil]\nlisten = 5\n"), 0o644)
+	os.WriteFile(real, []byte(good+"[anvil]\nlisten = 5\n"), 0o644)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "reload failure", func() bool { return strings.Contains(errb.String(), "reload failed") })
 	if !strings.Contains(errb.String(), "keeping the running configuration") {
@@ -99,11 +112,26 @@ func TestServeSignals(t *testing.T) {
 	}
 	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
 	notify.expect(t, "READY=1\nSTATUS=serving; the last reload failed, see the log")
-	os.WriteFile(cfg, []byte(good+"[log]\nlevel = \"debug\"\n"), 0o644)
+	os.WriteFile(real, []byte(good+"[log]\nlevel = \"debug\"\n"), 0o644)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "reload", func() bool { return strings.Contains(errb.String(), "configuration reloaded") })
 	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
 	notify.expect(t, "READY=1\nSTATUS=serving")
+
+	// The file watch: a broken file in the link's place, then a good one.
+	if err := os.Remove(cfg); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cfg, []byte(good+"[anvil]\nlisten = 5\n"), 0o644)
+	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
+	notify.expect(t, "READY=1\nSTATUS=serving; the last reload failed, see the log")
+	if !strings.Contains(errb.String(), "configuration file changed; reloading") {
+		t.Fatalf("log:\n%s", errb.String())
+	}
+	os.WriteFile(cfg, []byte(good), 0o644)
+	notify.expect(t, "RELOADING=1\nMONOTONIC_USEC=")
+	notify.expectExact(t, "READY=1\nSTATUS=serving")
+
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	select {
 	case code := <-done:
@@ -132,18 +160,32 @@ func systemdSocket(t *testing.T) notifySocket {
 	return notifySocket{c}
 }
 
+// expectExact reads the next notification, which must be want.
+func (n notifySocket) expectExact(t *testing.T, want string) {
+	t.Helper()
+	if got := n.next(t, want); got != want {
+		t.Fatalf("systemd was told %q, want %q", got, want)
+	}
+}
+
 // expect reads the next notification, which must start with prefix.
 func (n notifySocket) expect(t *testing.T, prefix string) {
+	t.Helper()
+	if got := n.next(t, prefix); !strings.HasPrefix(got, prefix) {
+		t.Fatalf("systemd was told %q, want %q", got, prefix)
+	}
+}
+
+// next reads the next notification; want is for the message on timeout.
+func (n notifySocket) next(t *testing.T, want string) string {
 	t.Helper()
 	buf := make([]byte, 4096)
 	_ = n.c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	k, err := n.c.Read(buf)
 	if err != nil {
-		t.Fatalf("waiting for %q from sluice: %v", prefix, err)
+		t.Fatalf("waiting for %q from sluice: %v", want, err)
 	}
-	if got := string(buf[:k]); !strings.HasPrefix(got, prefix) {
-		t.Fatalf("systemd was told %q, want %q", got, prefix)
-	}
+	return string(buf[:k])
 }
 
 // TestServeDefaults runs "serve" on the embedded defaults in a temp state

@@ -107,10 +107,10 @@ func TestCtlCommandTable(t *testing.T) {
 	if code != 1 || out.String() != "" || errs.String() != want {
 		t.Errorf("status %d, stdout %q, stderr %q", code, out.String(), errs.String())
 	}
-	errs.Reset()
+	out.Reset()
 	Main(context.Background(), []string{"help"}, &out, &errs)
-	if !strings.Contains(errs.String(), "\n  ctl      md-mx-ctrl: ") {
-		t.Errorf("ctl is not in the command list:\n%s", errs.String())
+	if !strings.Contains(out.String(), "\n  ctl      md-mx-ctrl: ") {
+		t.Errorf("ctl is not in the command list:\n%s", out.String())
 	}
 	if got := Invoked("/usr/bin/" + ctlReferenceName); got != "ctl" {
 		t.Errorf("Invoked(%q) = %q, want ctl", "/usr/bin/"+ctlReferenceName, got)

@@ -62,7 +62,7 @@ func newMuxWeb(spec string) (*muxWeb, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg)
+	m, err := metrics.New(reg, metrics.PartPool|metrics.PartPoolEvents) // a pool, no limiter or config
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -79,6 +79,12 @@ func TestMuxWebMetrics(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Only the pool's series: the multiplexor has no limiter, throttle
+	// or configuration to reload.
+	if m := get("/metrics"); strings.Contains(m, "sluice_throttle_") || strings.Contains(m, "sluice_config_") ||
+		strings.Contains(m, "sluice_decisions_") || strings.Contains(m, "sluice_store_") || strings.Contains(m, "sluice_class_") {
+		t.Errorf("the multiplexor serves series that mean nothing in it:\n%s", m)
+	}
 	var st status.Status
 	if err := json.Unmarshal([]byte(get("/status.json")), &st); err != nil {
 		t.Fatal(err)

@@ -46,8 +46,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	rawURL := fs.String("u", "", "the daemon's web `address`: http://HOST:PORT, unix:PATH or inet:HOST:PORT (overrides -c)")
 	asJSON := fs.Bool("json", false, "print the raw /status.json")
 	timeout := fs.Duration("t", 5*time.Second, "give up after this `duration`")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice status: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))

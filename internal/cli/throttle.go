@@ -32,14 +32,17 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	failOpen := fs.Bool("fail-open", false, "send anyway when the throttle server cannot be reached (default: defer)")
 	timeout := fs.Duration("connect-timeout", 5*time.Second, "how long to try to reach the server")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice throttle [-s SOCKET] -k KEY [-fail-open] -- COMMAND [ARGS...]")
-		fmt.Fprintln(stderr, "       sluice throttle -qmail-remote [-s SOCKET] -- /var/qmail/bin/qmail-remote-real host sender recip...")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Waits (one sleep, no polling) for the key's next send slot, then runs COMMAND.")
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: sluice throttle [-s SOCKET] -k KEY [-fail-open] -- COMMAND [ARGS...]")
+		fmt.Fprintln(w, "       sluice throttle -qmail-remote [-s SOCKET] -- /var/qmail/bin/qmail-remote-real host sender recip...")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Waits (one sleep, no polling) for the key's next send slot, then runs COMMAND.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "flags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	cmdArgs := fs.Args()
 	if len(cmdArgs) == 0 {
@@ -62,7 +65,7 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	deferred := func(reason string) int {
 		if *qmail {
 			// qmail-remote's report for a temporary failure of the whole
-			// message: "Z", the text, a NUL. qmail-send requeues it.
+			// message: "Z", the text, a newline and a NUL. qmail-send requeues it.
 			fmt.Fprintf(stdout, "Z%s (#4.3.0)\n\x00", reason)
 			return 0
 		}

@@ -322,8 +322,9 @@ type ThrottlePolicy struct {
 	// Margin is added to the period to absorb clock and network skew with the
 	// relay (default 250ms).
 	Margin *Duration `toml:"margin"`
-	// Shared counts the limit in the shared store (Redis) so several hosts
-	// share it.
+	// Shared makes every key the policy matches share one budget (one
+	// limit and one concurrency cap for all of them, as for a smarthost
+	// every destination goes through); false gives each key its own.
 	Shared bool `toml:"shared"`
 }
 

@@ -1,11 +1,16 @@
 package config
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pelletier/go-toml/v2"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected .err files")
@@ -163,8 +168,86 @@ func TestParseListen(t *testing.T) {
 	}
 }
 
+// strictDecode is the decoding Parse replaced: go-toml, strict, on top of
+// the defaults, stopping at the first error.
+func strictDecode(data []byte) (*Config, error) {
+	c := Default()
+	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(c)
+	return c, err
+}
+
+// sameAsStrict fails when Parse accepted data without an error but
+// go-toml's strict decoder rejects it or decodes something else: the
+// reflection walk must agree with the library wherever it accepts.
+func sameAsStrict(t *testing.T, data []byte) {
+	t.Helper()
+	c, errs := Parse(data, "x.toml")
+	if c == nil || len(errs) > 0 {
+		return
+	}
+	want, err := strictDecode(data)
+	if err != nil {
+		t.Fatalf("Parse accepted what go-toml rejects (%v):\n%s", err, data)
+	}
+	c.File, c.lines = "", nil
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("Parse decoded\n%+v\ngo-toml decoded\n%+v\nfrom\n%s", c, want, data)
+	}
+}
+
+// TestParseAgreesWithStrictDecoding runs sameAsStrict on every good file
+// and a few corner cases (empty arrays, optional values, nested tables).
+func TestParseAgreesWithStrictDecoding(t *testing.T) {
+	files, _ := filepath.Glob("testdata/good/*.toml")
+	ex, _ := filepath.Glob("../../examples/*.toml")
+	for _, f := range append(files, ex...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) { sameAsStrict(t, b) })
+	}
+	for _, doc := range []string{
+		"[anvil]\nlisten = []\n",
+		"[anvil]\nlisten = [\"unix:a\", \"unix:b\"]\n[anvil.smtpd]\nclient_auth_rate_limit = 3\n",
+		"[[throttle.policy]]\nname = \"a\"\nmatch = [\"*\"]\nlimit = \"1/1s\"\nmargin = \"1s\"\n",
+		"[[class]]\nname = \"a\"\nmatch = [\"*\"]\n[class.anvil]\nclient_connection_count_limit = 0\n",
+		"log = { level = \"debug\" }\n",
+	} {
+		sameAsStrict(t, []byte(doc))
+	}
+}
+
+// TestOneErrorPerMistake: the first-hour file has eight mistakes of eight
+// kinds; each is reported once, with its line.
+func TestOneErrorPerMistake(t *testing.T) {
+	_, errs := Load("testdata/bad/first-hour.toml")
+	if len(errs) != 8 {
+		t.Fatalf("%d errors, want 8: %v", len(errs), errs)
+	}
+	for _, e := range errs {
+		if !regexp.MustCompile(`^testdata/bad/first-hour.toml:\d+: `).MatchString(e.Error()) {
+			t.Errorf("no line: %v", e)
+		}
+	}
+}
+
+func TestNearest(t *testing.T) {
+	names := []string{"level", "format", "output", "facility", "tag", "syslog_socket"}
+	for key, want := range map[string]string{
+		"levle": "level", "lvel": "level", "Level": "level", "fromat": "format", "tags": "tag",
+		"syslog_sockt": "syslog_socket", "colour": "", "x": "", "outputs_all": "",
+	} {
+		if got := nearest(key, names); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// FuzzParse: Parse never panics, and whatever it accepts go-toml's strict
+// decoder accepts and decodes the same way.
 func FuzzParse(f *testing.F) {
-	for _, p := range []string{"testdata/good/full.toml", "testdata/bad/values.toml", "testdata/bad/unknown-keys.toml"} {
+	for _, p := range []string{"testdata/good/full.toml", "testdata/bad/values.toml", "testdata/bad/unknown-keys.toml", "testdata/bad/types.toml", "testdata/bad/first-hour.toml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
@@ -172,10 +255,14 @@ func FuzzParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		sameAsStrict(t, data)
 		c, errs := Parse(data, "fuzz.toml")
-		if len(errs) == 0 {
+		if c != nil {
 			c.ClassesFile = "" // do not read files named by fuzz input
+			c.User = ""        // nor look users up
 			_ = c.Validate()
+		} else if len(errs) == 0 {
+			t.Fatal("no config and no error")
 		}
 	})
 }

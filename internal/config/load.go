@@ -1,11 +1,13 @@
 package config
 
 import (
-	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,41 +59,37 @@ func Load(path string) (*Config, []error) {
 		return nil, []error{&Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", MaxFileSize)}}
 	}
 	c, errs := Parse(data, path)
-	if len(errs) > 0 {
+	if c == nil {
 		return nil, errs
 	}
-	if errs := c.Validate(); len(errs) > 0 {
+	errs = append(errs, c.Validate()...)
+	if len(errs) > 0 {
+		sortByLine(errs, path)
 		return c, errs
 	}
 	return c, nil
 }
 
-// Parse decodes TOML data strictly on top of the defaults; name is used in
-// messages. It does not validate.
+// Parse decodes TOML data on top of the defaults; name is used in
+// messages. A syntax error stops it (nil Config). Otherwise every unknown
+// key and every value of the wrong type is reported, and the rest is
+// decoded. It does not validate.
 func Parse(data []byte, name string) (*Config, []error) {
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, _ := de.Position()
+			return nil, []error{&Error{File: name, Line: row, Path: strings.Join(de.Key(), "."), Msg: "syntax error: " + strings.TrimPrefix(de.Error(), "toml: ")}}
+		}
+		return nil, []error{&Error{File: name, Msg: "syntax error: " + strings.TrimPrefix(err.Error(), "toml: ")}}
+	}
 	c := Default()
 	c.File = name
-	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
-		var strict *toml.StrictMissingError
-		var de *toml.DecodeError
-		switch {
-		case errors.As(err, &strict):
-			var errs []error
-			for _, e := range strict.Errors {
-				row, _ := e.Position()
-				errs = append(errs, &Error{File: name, Line: row, Path: strings.Join(e.Key(), "."), Msg: "unknown key"})
-			}
-			return nil, errs
-		case errors.As(err, &de):
-			row, _ := de.Position()
-			return nil, []error{&Error{File: name, Line: row, Path: strings.Join(de.Key(), "."), Msg: de.Error()}}
-		default:
-			return nil, []error{&Error{File: name, Msg: err.Error()}}
-		}
-	}
 	c.lines = keyLines(data)
-	return c, nil
+	d := decoder{c: c}
+	d.table("", doc, reflect.ValueOf(c).Elem())
+	return c, d.errs
 }
 
 // keyLines maps every key path in the document to its line, with arrays of
@@ -162,8 +160,8 @@ func resolveArrays(path string, counts map[string]int) string {
 // errAt builds an Error for a key path, with its line if the file has it
 // (or the line of the nearest enclosing table).
 func (c *Config) errAt(path, format string, args ...any) error {
-	line := 0
-	for p := path; p != ""; {
+	line := c.lines[path+"[1]"] // a table given as an array of tables
+	for p := path; p != "" && line == 0; {
 		if l, ok := c.lines[p]; ok {
 			line = l
 			break
@@ -175,4 +173,24 @@ func (c *Config) errAt(path, format string, args ...any) error {
 		p = p[:i]
 	}
 	return &Error{File: c.File, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+// sortByLine puts the errors about file in the order of their lines; the
+// others (another file, no line) keep their order, after them.
+func sortByLine(errs []error, file string) {
+	line := func(err error) int {
+		var e *Error
+		if errors.As(err, &e) && e.File == file && e.Line > 0 {
+			return e.Line
+		}
+		// Errors made as "file:line: ..." (classes placed by ClassSpec.Where).
+		if rest, ok := strings.CutPrefix(err.Error(), file+":"); ok {
+			num, _, _ := strings.Cut(rest, ":")
+			if n, err := strconv.Atoi(num); err == nil && n > 0 {
+				return n
+			}
+		}
+		return int(^uint(0) >> 1)
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(line(a), line(b)) })
 }

@@ -47,19 +47,36 @@ func Parse(s string) (Mask, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return Mask{}, fmt.Errorf("invalid network %q: %w", s, err)
+			_, why, _ := strings.Cut(err.Error(), "): ")
+			return Mask{}, fmt.Errorf("invalid network %q: %s", s, why)
 		}
 		if p.Masked() != p {
 			return Mask{}, fmt.Errorf("network %q has host bits set (did you mean %s?)", s, p.Masked())
 		}
 		return Mask{kind: Network, prefix: unmapPrefix(p)}, nil
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
+	a, err := netip.ParseAddr(s)
+	if err == nil {
 		if a.Zone() != "" {
 			return Mask{}, fmt.Errorf("address %q: zones are not allowed", s)
 		}
 		a = a.Unmap()
 		return Mask{kind: Network, prefix: netip.PrefixFrom(a, a.BitLen())}, nil
+	}
+	if looksLikeAddr(s) {
+		// "300.1.2.3" is a valid DNS name only in form: no top-level
+		// domain is numeric, so it is an address typo, and a class made
+		// of it would never match.
+		if t := strings.TrimSuffix(s, "."); t != s {
+			if _, err := netip.ParseAddr(t); err == nil {
+				return Mask{}, fmt.Errorf("invalid host name %q: an address with a trailing dot; write %s", s, t)
+			}
+		}
+		if strings.Trim(s, "0123456789.") != "" && !strings.Contains(s, ":") {
+			return Mask{}, fmt.Errorf("invalid host name %q: its last label is a number, which no top-level domain is", s)
+		}
+		_, why, _ := strings.Cut(err.Error(), "): ")
+		return Mask{}, fmt.Errorf("invalid address %q: %s", s, why)
 	}
 	if rest, ok := strings.CutPrefix(s, "*."); ok {
 		name, err := hostName(rest)
@@ -96,6 +113,18 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	return p
+}
+
+// looksLikeAddr reports whether s, which is not an address, was meant to
+// be one: it has a colon (IPv6) or its last label is all digits (IPv4;
+// no top-level domain is numeric).
+func looksLikeAddr(s string) bool {
+	if strings.Contains(s, ":") {
+		return true
+	}
+	s = strings.TrimSuffix(s, ".")
+	last := s[strings.LastIndexByte(s, '.')+1:]
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // hostName checks a DNS name made of letters, digits, '-' and '_' labels

@@ -19,6 +19,12 @@ func TestParseErrors(t *testing.T) {
 		{"host name", "not allowed in a host name"},
 		{"a/b", "invalid network"},
 		{"0.0.0.0.", "an address with a trailing dot; write 0.0.0.0"},
+		{"300.1.2.3", `invalid address "300.1.2.3": IPv4 field has value >255`},
+		{"192.168.1.300", `invalid address "192.168.1.300"`},
+		{"192.168.1", `invalid address "192.168.1"`},
+		{"10.0.0.0/33", "invalid network"},
+		{"2001:db8::g", `invalid address "2001:db8::g"`},
+		{"mx.example.300", `invalid host name "mx.example.300": its last label is a number`},
 		{strings.Repeat("a", 300), "longer than"},
 		{strings.Repeat("a", 64) + ".org", "label longer than 63"},
 	}
@@ -66,7 +72,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestStringRoundTrip(t *testing.T) {
-	for _, s := range []string{"*", "*.example.org", "mx.example.org", "192.0.2.0/24", "192.0.2.1/32", "2001:db8::/32"} {
+	for _, s := range []string{"*", "*.example.org", "mx.example.org", "192.0.2.0/24", "192.0.2.1/32", "2001:db8::/32", "3com.com", "10.in-addr.arpa", "123.45.example.org", "*.0.example"} {
 		m := MustParse(s)
 		m2, err := Parse(m.String())
 		if err != nil || m2 != m {

@@ -76,10 +76,41 @@ const (
 	ReloadFailed = "failure"
 )
 
+// Part is a group of series. Each process registers only the parts that
+// mean something in it (see New): sluice serve has no worker pool of its
+// own, sluice mux no limiter, throttle or configuration.
+type Part uint
+
+// The parts.
+const (
+	PartDecisions Part = 1 << iota // sluice_decisions_total
+	PartClasses                    // sluice_class_sessions, sluice_class_cap_sessions
+	// PartPool is a worker pool's shape: sluice_pool_slots,
+	// _queue_length, _queue_size and _activations_total. When not given
+	// to New, it is registered at the first Pool call (sluice serve,
+	// once it has read a multiplexor's pool at mux_socket).
+	PartPool
+	// PartPoolEvents is what only the multiplexor sees:
+	// sluice_pool_kills_total and sluice_pool_busy_timeouts_total.
+	PartPoolEvents
+	PartThrottle // sluice_throttle_waiters, sluice_throttle_grant_wait_seconds
+	PartStore    // sluice_store_operation_seconds, sluice_store_errors_total
+	PartConfig   // sluice_config_reloads_total, ..._last_reload_success_timestamp_seconds
+)
+
+// StoreOps are the store operations StoreOp is called with; their error
+// counters exist from the start, at 0, so that an alert on their increase
+// works before the first error.
+var StoreOps = []string{"hit", "peek", "undo", "reserve", "cancel", "acquire", "release"}
+
 // Metrics holds every sluice collector. Create it with New; the zero
 // value is not usable, but a nil *Metrics is: every method on it does
 // nothing.
 type Metrics struct {
+	reg      prometheus.Registerer
+	parts    Part
+	poolOnce sync.Once
+
 	decisions *counters // door, rule, verdict
 
 	classSessions *prometheus.GaugeVec // class, direction
@@ -106,10 +137,13 @@ type Metrics struct {
 	lastReload prometheus.Gauge
 }
 
-// New creates the collectors and registers them on reg. It fails only if
-// reg already holds collectors of the same names.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+// New creates the collectors and registers on reg those of parts (an OR
+// of Part values). It fails only if reg already holds collectors of the
+// same names.
+func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 	m := &Metrics{
+		reg:   reg,
+		parts: parts,
 		decisions: newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "decisions_total",
 			Help: "Decisions made, by door, rule and verdict.",
@@ -183,17 +217,33 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.poolKills.WithLabelValues(Overflow)
 	m.reloads.WithLabelValues(ReloadOK)
 	m.reloads.WithLabelValues(ReloadFailed)
-	for _, c := range []prometheus.Collector{
-		m.decisions.vec, m.classSessions, m.classCap,
-		m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations, m.poolKills, m.poolBusyTimeout,
-		m.throttleWaiters, m.throttleGrant, m.storeLatency.vec, m.storeErrors.vec,
-		m.reloads, m.lastReload,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
+	for _, op := range StoreOps {
+		m.storeErrors.get(op)
+	}
+	for part, cs := range m.collectors() {
+		if parts&part == 0 {
+			continue
+		}
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return m, nil
+}
+
+// collectors returns the collectors of each part.
+func (m *Metrics) collectors() map[Part][]prometheus.Collector {
+	return map[Part][]prometheus.Collector{
+		PartDecisions:  {m.decisions.vec},
+		PartClasses:    {m.classSessions, m.classCap},
+		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
+		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
+		PartThrottle:   {m.throttleWaiters, m.throttleGrant},
+		PartStore:      {m.storeLatency.vec, m.storeErrors.vec},
+		PartConfig:     {m.reloads, m.lastReload},
+	}
 }
 
 // Decision counts one decision of door (policy, anvil, throttle, milter,
@@ -268,10 +318,17 @@ type PoolState struct {
 }
 
 // Pool sets the pool gauges from a snapshot and advances the activation
-// counter.
+// counter. The first call registers PartPool if New was not given it.
 func (m *Metrics) Pool(s PoolState) {
 	if m == nil {
 		return
+	}
+	if m.parts&PartPool == 0 {
+		m.poolOnce.Do(func() {
+			for _, c := range m.collectors()[PartPool] {
+				_ = m.reg.Register(c) // cannot clash: New registered the other parts' names
+			}
+		})
 	}
 	for i, n := range [...]int{s.Stopped, s.Idle, s.Busy, s.Killed} {
 		m.poolSlots.WithLabelValues(slotStates[i]).Set(float64(n))

@@ -3,6 +3,8 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 func newTest(t testing.TB) (*Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := New(reg)
+	m, err := New(reg, allParts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -36,10 +38,10 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 
 func TestNewRefusesADoubleRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg); err != nil {
+	if _, err := New(reg, allParts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(reg); err == nil {
+	if _, err := New(reg, allParts); err == nil {
 		t.Fatal("second New on one registry: no error")
 	}
 }
@@ -224,9 +226,10 @@ func TestThrottleStoreAndReload(t *testing.T) {
 	check("reloads ok", m.reloads.WithLabelValues(ReloadOK), 1)
 	check("reloads failed", m.reloads.WithLabelValues(ReloadFailed), 1)
 	check("last reload", m.lastReload, 1700000000.5)
-	if n := testutil.CollectAndCount(m.storeErrors.vec); n != 1 {
-		t.Errorf("store error series = %d, want 1 (acquire never failed)", n)
+	if n := testutil.CollectAndCount(m.storeErrors.vec); n != len(StoreOps) {
+		t.Errorf("store error series = %d, want %d (one per operation, from the start)", n, len(StoreOps))
 	}
+	check("store errors acquire", m.storeErrors.vec.WithLabelValues("acquire"), 0)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -303,4 +306,105 @@ func BenchmarkDecision(b *testing.B) {
 			m.Decision("policy", "per-client", "DEFER")
 		}
 	})
+}
+
+const allParts = PartDecisions | PartClasses | PartPool | PartPoolEvents | PartThrottle | PartStore | PartConfig
+
+// names returns the metric names reg serves.
+func names(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		out = append(out, mf.GetName())
+	}
+	return strings.Join(out, " ")
+}
+
+// TestPartsServeOnlyTheirSeries: sluice mux serves the pool and no
+// limiter, throttle or config series; sluice serve serves no pool series
+// until it reads a pool, and never the kills only the multiplexor sees;
+// the store error counters exist at 0 before any error.
+func TestPartsServeOnlyTheirSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, PartPool|PartPoolEvents); err != nil {
+		t.Fatal(err)
+	}
+	got := names(t, reg)
+	if got != "sluice_pool_activations_total sluice_pool_busy_timeouts_total sluice_pool_kills_total sluice_pool_queue_length sluice_pool_queue_size sluice_pool_slots" {
+		t.Errorf("mux series: %s", got)
+	}
+
+	reg = prometheus.NewRegistry()
+	m, err := New(reg, PartDecisions|PartClasses|PartStore|PartConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = names(t, reg)
+	if strings.Contains(got, "pool") || strings.Contains(got, "throttle") {
+		t.Errorf("serve without pool and throttle: %s", got)
+	}
+	want := `
+# HELP sluice_store_errors_total Limiter store operations that failed, by operation.
+# TYPE sluice_store_errors_total counter
+`
+	for _, op := range []string{"acquire", "cancel", "hit", "peek", "release", "reserve", "undo"} {
+		want += fmt.Sprintf("sluice_store_errors_total{op=%q} 0\n", op)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_store_errors_total"); err != nil {
+		t.Error(err)
+	}
+	m.Pool(PoolState{Idle: 2, QueueSize: 5})
+	m.Pool(PoolState{Idle: 3, QueueSize: 5})
+	got = names(t, reg)
+	if !strings.Contains(got, "sluice_pool_slots") || !strings.Contains(got, "sluice_pool_queue_size") || strings.Contains(got, "kills") || strings.Contains(got, "busy_timeouts") {
+		t.Errorf("serve after reading a pool: %s", got)
+	}
+	if v := testutil.ToFloat64(m.poolSlots.WithLabelValues("idle")); v != 3 {
+		t.Errorf("idle slots %v", v)
+	}
+}
+
+// TestOperationsDocListsEverySeries: docs/operations.md's metrics table
+// names exactly the series sluice serves.
+func TestOperationsDocListsEverySeries(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inDoc := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| `sluice_") {
+			for _, m := range regexp.MustCompile("`(sluice_[a-z_]+)`").FindAllStringSubmatch(strings.SplitN(line, "|", 3)[1], -1) {
+				inDoc[m[1]] = true
+			}
+		}
+	}
+	m, _ := newTest(t)
+	var served []string
+	for _, cs := range m.collectors() {
+		for _, c := range cs {
+			ch := make(chan *prometheus.Desc, 8)
+			c.Describe(ch)
+			close(ch)
+			for d := range ch {
+				served = append(served, regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1])
+			}
+		}
+	}
+	if len(served) < 15 {
+		t.Fatalf("only %d series: %v", len(served), served)
+	}
+	for _, name := range served {
+		if !inDoc[name] {
+			t.Errorf("%s is not in docs/operations.md's metrics table", name)
+		}
+		delete(inDoc, name)
+	}
+	for name := range inDoc {
+		t.Errorf("docs/operations.md lists %s, which sluice does not serve", name)
+	}
 }

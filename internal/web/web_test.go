@@ -407,7 +407,7 @@ func TestAssetsAreSelfContained(t *testing.T) {
 
 func TestMetricsEndpoint(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := metrics.New(reg, metrics.PartDecisions)
 	if err != nil {
 		t.Fatal(err)
 	}
