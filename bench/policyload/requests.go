@@ -5,9 +5,6 @@ import (
 	"strconv"
 )
 
-// The requests policyload sends: one message's RCPT and END-OF-MESSAGE
-// attribute sets, built into a buffer without allocating.
-
 // parts holds the prebuilt pieces every request is assembled from, in the
 // order Postfix 3.7 sends the attributes, so that building a request only
 // copies bytes into a reused buffer.

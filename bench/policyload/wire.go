@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// The connection to the policy server: one request at a time, its reply
-// read and its action word tallied.
-
 // errLog describes at most left errors, then stays quiet.
 type errLog struct {
 	mu   sync.Mutex
