@@ -182,68 +182,6 @@ func WithSockets(s *sdlisten.Sockets) Option {
 	return func(d *Daemon) { d.sockets = s }
 }
 
-// buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
-	specs, errs := cfg.ClassTable()
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	classes := make([]limiter.Class, len(specs))
-	rules := governor.AnvilRules{
-		Unit:    cfg.Anvil.RateTimeUnit.D(),
-		Postfix: anvilLimits(cfg.Anvil.SMTPD),
-		Classes: map[string]governor.ClassLimits{},
-	}
-	for i, s := range specs {
-		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
-		if v := s.Anvil.Values(); slices.ContainsFunc(v[:], func(p *int64) bool { return p != nil }) {
-			rules.Classes[s.Name] = classLimits(s.Anvil)
-		}
-	}
-	table, err := limiter.NewClasses(classes)
-	if err != nil {
-		return nil, err
-	}
-	prules, errs := PolicyRules(cfg)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	trules, errs := ThrottleRules(cfg)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Refusals: refusals, Logger: log, Observer: obs,
-		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
-}
-
-func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
-	var out governor.AnvilLimits
-	v := l.Values()
-	out.Count = deref(v[0])
-	for i := range len(v) - 1 {
-		out.Rates[i] = deref(v[i+1])
-	}
-	return out
-}
-
-func classLimits(l config.SMTPDLimits) governor.ClassLimits {
-	var out governor.ClassLimits
-	v := l.Values()
-	out.Count = v[0]
-	for i := range len(v) - 1 {
-		out.Rates[i] = v[i+1]
-	}
-	return out
-}
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
 // bind creates the front ends and binds their listeners.
 func (d *Daemon) bind(cfg *config.Config) error {
 	if a := cfg.Anvil; a.Enabled {
@@ -286,17 +224,9 @@ func (d *Daemon) bind(cfg *config.Config) error {
 		}
 	}
 	if m := cfg.Milter; m.Enabled {
-		d.milter = milter.NewServer(milter.Options{
-			Handler:           d.milterHandler(cfg),
-			Logger:            d.log,
-			MaxData:           m.MaxPacket,
-			IdleTimeout:       m.IdleTimeout.D(),
-			RequestTimeout:    m.RequestTimeout.D(),
-			MaxSessions:       m.MaxSessions,
-			Workers:           m.Workers,
-			QueueLen:          m.Queue,
-			QueueFullResponse: map[string]milter.Response{"accept": milter.Accept, "reject": milter.Reject}[m.QueueFull],
-		})
+		o := milterOptions(m)
+		o.Handler, o.Logger = d.milterHandler(cfg), d.log
+		d.milter = milter.NewServer(o)
 		serve := d.milter.Serve
 		if m.PauseWhenFull {
 			serve = func(l net.Listener) error {

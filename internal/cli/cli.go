@@ -19,7 +19,6 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
-	"sluice/internal/limiter"
 	"sluice/internal/sdlisten"
 	"sluice/internal/sdnotify"
 )
@@ -167,18 +166,20 @@ func printConfig(w io.Writer, cfg *config.Config) {
 			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
 		printSnapshot(w, cfg)
 	}
-	specs, _ := cfg.ClassTable()
-	classes := make([]limiter.Class, len(specs))
-	for i, s := range specs {
-		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
-	}
-	if table, err := limiter.NewClasses(classes); err == nil {
-		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table.Table())
+	if table, err := app.ClassTableText(cfg); err != nil {
+		fmt.Fprintf(w, "\nclasses: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
 	}
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
 	printWeb(w, cfg)
+	printAnvil(w, cfg)
+}
+
+// printAnvil shows the anvil service and smtpd's limits per class.
+func printAnvil(w io.Writer, cfg *config.Config) {
 	a := cfg.Anvil
 	if !a.Enabled {
 		fmt.Fprintln(w, "\nanvil service: off")
@@ -191,6 +192,10 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "), time unit %s\n", a.RateTimeUnit.D())
 	names := []string{"connection count", "connection rate", "message rate", "recipient rate", "new TLS rate", "AUTH rate"}
 	smtpd := a.SMTPD.Values()
+	specs, errs := cfg.ClassTable()
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "classes: %v\n", errors.Join(errs...))
+	}
 	fmt.Fprintln(w, "smtpd limits (main.cf) and per-class limits sluice makes smtpd enforce:")
 	for i, n := range names {
 		line := fmt.Sprintf("  %-17s smtpd %s", n, limitText(smtpd[i]))
@@ -214,9 +219,12 @@ func printPolicy(w io.Writer, cfg *config.Config) {
 		fmt.Fprintln(w, "\npolicy service: off")
 		return
 	}
-	rules, _ := app.PolicyRules(cfg)
+	rules, err := app.PolicyRulesText(cfg)
+	if err != nil {
+		rules = err.Error() + "\n"
+	}
 	fmt.Fprintf(w, "\npolicy service: %s; when no rule refuses: %s\nrules, in order (the first that refuses answers):\n%s",
-		strings.Join(p.Listen, ", "), p.DefaultAction, rules.Table())
+		strings.Join(p.Listen, ", "), p.DefaultAction, rules)
 }
 
 func printThrottle(w io.Writer, cfg *config.Config) {
@@ -225,8 +233,11 @@ func printThrottle(w io.Writer, cfg *config.Config) {
 		fmt.Fprintln(w, "\nthrottle service: off")
 		return
 	}
-	rules, _ := app.ThrottleRules(cfg)
-	fmt.Fprintf(w, "\nthrottle service: %s\npolicies, first match wins:\n%s", strings.Join(t.Listen, ", "), rules.Table())
+	rules, err := app.ThrottleRulesText(cfg)
+	if err != nil {
+		rules = err.Error() + "\n"
+	}
+	fmt.Fprintf(w, "\nthrottle service: %s\npolicies, first match wins:\n%s", strings.Join(t.Listen, ", "), rules)
 }
 
 func limitText(p *int64) string {

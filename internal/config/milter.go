@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"sluice/internal/rules"
 )
 
 // Milter configures the milter service: Postfix smtpd_milters or Sendmail
@@ -45,9 +47,6 @@ type Milter struct {
 	PolicyRules bool `toml:"policy_rules"`
 }
 
-// DefaultMilterRefuse is the refusal of a session whose class is full.
-const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({sessions}/{refuse}); try again later"
-
 func defaultMilter() Milter {
 	return Milter{
 		Enabled:        true,
@@ -60,7 +59,7 @@ func defaultMilter() Milter {
 		IdleTimeout:    Duration(10 * time.Minute),
 		RequestTimeout: Duration(30 * time.Second),
 		MaxPacket:      1 << 20,
-		RefuseText:     DefaultMilterRefuse,
+		RefuseText:     rules.DefaultMilterRefuse,
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"sluice/internal/hostmask"
-	"sluice/internal/limiter"
 	"sluice/internal/postfixattr"
+	"sluice/internal/rules"
 )
 
 // PolicyRuleSpec is a policy rule with every field parsed and checked.
@@ -28,10 +28,10 @@ type PolicyRuleSpec struct {
 	ProtocolState     []string
 	Class             []string
 	Key               []KeySpec
-	Count             string
+	Count             rules.Counted
 	Stage             string
-	Limits            []limiter.Limit
-	Mode              limiter.Mode
+	Limits            []rules.Limit
+	Mode              rules.Mode
 	Action            string
 	DryRun            bool
 	Rollback          bool
@@ -126,31 +126,16 @@ func (c *Config) PolicyRules() ([]PolicyRuleSpec, []error) {
 		}
 		spec.Class = r.Class
 		// What is counted, where.
-		spec.Count = r.Count
-		switch r.Count {
-		case "messages", "recipients":
-			spec.Stage = strings.ToUpper(r.Stage)
-			if spec.Stage == "" {
-				spec.Stage = "END-OF-MESSAGE"
+		count, err := rules.ParseCounted(r.Count)
+		if err != nil {
+			add("count", "%v", err)
+		} else {
+			spec.Count = count
+			if spec.Stage, err = rules.ParseStage(count, r.Stage); err != nil {
+				add("stage", "%v", err)
 			}
-			if !slices.Contains([]string{"RCPT", "DATA", "END-OF-MESSAGE"}, spec.Stage) {
-				add("stage", "%q: %s are counted at RCPT, DATA or END-OF-MESSAGE", r.Stage, r.Count)
-			}
-		case "bytes":
-			spec.Stage = "END-OF-MESSAGE"
-			if r.Stage != "" && !strings.EqualFold(r.Stage, "END-OF-MESSAGE") {
-				add("stage", "bytes are counted at END-OF-MESSAGE, where Postfix sends the real size")
-			}
-		case "connections":
-			if r.Stage != "" {
-				add("stage", "connections are counted once per SMTP session, at its first query; stage does not apply")
-			}
-		case "":
-			add("count", "say what the rule counts: messages, recipients, connections or bytes")
-		default:
-			add("count", "%q is not one of messages, recipients, connections, bytes", r.Count)
 		}
-		if r.Rollback && spec.Stage != "RCPT" {
+		if r.Rollback && spec.Stage != rules.StateRcpt {
 			add("rollback", "rollback takes back counts made at RCPT; this rule counts at %s", orText(spec.Stage, "the first query"))
 		}
 		// Key.
@@ -170,28 +155,23 @@ func (c *Config) PolicyRules() ([]PolicyRuleSpec, []error) {
 			add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
 		}
 		for j, ls := range r.Limit {
-			l, err := limiter.ParseLimit(ls)
+			l, err := rules.ParseLimit(ls)
 			if err != nil {
 				add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
 				continue
 			}
-			if r.Count == "bytes" && l.Algorithm == limiter.Exact {
+			if spec.Count == rules.CountBytes && l.Algorithm == rules.Exact {
 				add(fmt.Sprintf("limit[%d]", j+1), "count bytes with a smooth or anvil limit; an exact log would keep one entry per byte")
 				continue
 			}
 			spec.Limits = append(spec.Limits, l)
 		}
-		switch r.Mode {
-		case "", "leaky":
-			spec.Mode = limiter.Leaky
-		case "strict":
-			spec.Mode = limiter.Strict
-		default:
-			add("mode", "%q is not leaky or strict", r.Mode)
+		if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
+			add("mode", "%v", err)
 		}
 		spec.Action = r.Action
 		if spec.Action == "" {
-			spec.Action = DefaultPolicyAction
+			spec.Action = rules.DefaultPolicyAction
 		}
 		if err := checkAction(spec.Action); err != nil {
 			add("action", "%v", err)

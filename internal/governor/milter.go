@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/rules"
 )
 
 // MilterRules configure the milter door.
@@ -21,9 +22,6 @@ type MilterRules struct {
 	// stages, for MTAs without policy delegation (Sendmail).
 	PolicyRules bool
 }
-
-// DefaultMilterRefuse is the refusal of a session whose class is full.
-const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({sessions}/{refuse}); try again later"
 
 // milterTrouble is the refusal at CONNECT while the store cannot count
 // and the limiter fails closed.
@@ -96,7 +94,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 // {sessions} (the sessions the class holds).
 func MilterRefusal(tmpl string, cls *limiter.Class, sessions int64) string {
 	if tmpl == "" {
-		tmpl = DefaultMilterRefuse
+		tmpl = rules.DefaultMilterRefuse
 	}
 	r := strings.NewReplacer("{class}", cls.Name, "{refuse}", strconv.FormatInt(cls.Refuse, 10),
 		"{sessions}", strconv.FormatInt(sessions, 10))

@@ -12,44 +12,27 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/rules"
 )
 
-// Counted says what a policy rule counts.
-type Counted uint8
+// Counted says what a policy rule counts; the vocabulary is package
+// rules'.
+type Counted = rules.Counted
 
 // What a rule can count.
 const (
-	CountMessages    Counted = iota + 1 // once per message
-	CountRecipients                     // once per accepted recipient
-	CountConnections                    // once per SMTP session
-	CountBytes                          // the message size
+	CountMessages    = rules.CountMessages
+	CountRecipients  = rules.CountRecipients
+	CountConnections = rules.CountConnections
+	CountBytes       = rules.CountBytes
 )
-
-var countedNames = [...]string{CountMessages: "messages", CountRecipients: "recipients", CountConnections: "connections", CountBytes: "bytes"}
-
-func (c Counted) String() string {
-	if int(c) < len(countedNames) {
-		return countedNames[c]
-	}
-	return "?"
-}
-
-// ParseCounted parses "messages", "recipients", "connections" or "bytes".
-func ParseCounted(s string) (Counted, error) {
-	for i, n := range countedNames {
-		if n != "" && n == s {
-			return Counted(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown count %q (want messages, recipients, connections or bytes)", s)
-}
 
 // Protocol states as Postfix names them.
 const (
-	StateConnect = "CONNECT"
-	StateRcpt    = "RCPT"
-	StateData    = "DATA"
-	StateEOM     = "END-OF-MESSAGE"
+	StateConnect = rules.StateConnect
+	StateRcpt    = rules.StateRcpt
+	StateData    = rules.StateData
+	StateEOM     = rules.StateEOM
 )
 
 // PolicyRequest is what the governor needs of a policy query; the app's
@@ -164,9 +147,6 @@ type PolicyRules struct {
 	// Default is the reply when no rule refuses (normally DUNNO).
 	Default string
 }
-
-// DefaultPolicyAction is the reply of a rule without its own text.
-const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
 
 // storeTrouble is the reply when the limiter cannot decide and fails closed.
 const storeTrouble = "DEFER_IF_PERMIT 4.3.0 Rate limiter temporarily unavailable; try again later"

@@ -73,7 +73,7 @@ func TestPolicyKeysShareASlot(t *testing.T) {
 	for i, k := range kinds {
 		for _, c := range counts {
 			rules = append(rules, PolicyRule{
-				Name: fmt.Sprintf("r%d-%s", i, countedNames[c]), Count: c, Key: k, Limits: limits,
+				Name: fmt.Sprintf("r%d-%s", i, c.String()), Count: c, Key: k, Limits: limits,
 				// Leaky: a refusal by a later rule undoes the earlier
 				// rules' counts, so Undo is exercised too.
 				Mode: limiter.Leaky, Rollback: c == CountRecipients,
