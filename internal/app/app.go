@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -395,68 +394,6 @@ func (d *Daemon) reload() error {
 	}
 	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules), "throttle_policies", len(gov.Throttle().Policies))
 	return nil
-}
-
-func restartNeeded(old, cur *config.Config) []string {
-	var out []string
-	if old.StateDir != cur.StateDir {
-		out = append(out, "state_dir")
-	}
-	if old.SocketDir() != cur.SocketDir() {
-		out = append(out, "runtime_dir")
-	}
-	if old.User != cur.User {
-		out = append(out, "user")
-	}
-	if old.Limiter.MaxKeys != cur.Limiter.MaxKeys || old.Limiter.WhenFull != cur.Limiter.WhenFull {
-		out = append(out, "limiter.max_keys/when_full")
-	}
-	if old.Store.Kind != cur.Store.Kind || !slices.Equal(old.Store.Redis.Addrs, cur.Store.Redis.Addrs) ||
-		old.Store.Redis.KeyPrefix != cur.Store.Redis.KeyPrefix || old.Store.Redis.FailMode != cur.Store.Redis.FailMode ||
-		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB ||
-		old.Store.Redis.MasterSet != cur.Store.Redis.MasterSet || old.Store.Redis.Cluster != cur.Store.Redis.Cluster ||
-		old.Store.Redis.SentinelUsername != cur.Store.Redis.SentinelUsername || old.Store.Redis.SentinelPassword != cur.Store.Redis.SentinelPassword ||
-		old.Store.Redis.SentinelPasswordFile != cur.Store.Redis.SentinelPasswordFile {
-		out = append(out, "store")
-	}
-	out = append(out, snapshotRestartNeeded(old, cur)...)
-	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
-		out = append(out, "limiter.status_interval")
-	}
-	if ol, cl := old.Log, cur.Log; ol.Format != cl.Format || ol.Output != cl.Output || ol.Facility != cl.Facility || ol.Tag != cl.Tag || ol.SyslogSocket != cl.SyslogSocket {
-		out = append(out, "log.format, output and syslog settings")
-	}
-	oa, ca := old.Anvil, cur.Anvil
-	if oa.Enabled != ca.Enabled || !slices.Equal(oa.Listen, ca.Listen) || oa.Socket != ca.Socket ||
-		oa.Announce != ca.Announce || oa.MaxConns != ca.MaxConns || oa.IdleTimeout != ca.IdleTimeout ||
-		oa.RequestTimeout != ca.RequestTimeout || oa.MaxLine != ca.MaxLine {
-		out = append(out, "anvil listeners and connection settings")
-	}
-	op, cp := old.Policy, cur.Policy
-	if op.Enabled != cp.Enabled || !slices.Equal(op.Listen, cp.Listen) || op.Socket != cp.Socket ||
-		op.MaxConns != cp.MaxConns || op.IdleTimeout != cp.IdleTimeout || op.RequestTimeout != cp.RequestTimeout ||
-		op.MaxLine != cp.MaxLine || op.MaxAttrs != cp.MaxAttrs || op.MaxRequest != cp.MaxRequest {
-		out = append(out, "policy listeners and connection settings")
-	}
-	ot, ct := old.Throttle, cur.Throttle
-	if ot.Enabled != ct.Enabled || !slices.Equal(ot.Listen, ct.Listen) || ot.Socket != ct.Socket ||
-		ot.MaxConns != ct.MaxConns || ot.RequestTimeout != ct.RequestTimeout {
-		out = append(out, "throttle listeners and connection settings")
-	}
-	om, cm := old.Milter, cur.Milter
-	if om.Enabled != cm.Enabled || !slices.Equal(om.Listen, cm.Listen) || om.Socket != cm.Socket ||
-		om.MaxSessions != cm.MaxSessions || om.Workers != cm.Workers || om.Queue != cm.Queue || om.QueueFull != cm.QueueFull ||
-		om.IdleTimeout != cm.IdleTimeout || om.RequestTimeout != cm.RequestTimeout || om.MaxPacket != cm.MaxPacket || om.PauseWhenFull != cm.PauseWhenFull {
-		out = append(out, "milter listeners and session settings")
-	}
-	if om.PolicyRules != cm.PolicyRules {
-		out = append(out, "milter.policy_rules (the steps the MTA is asked for are negotiated per session; new sessions get the new rules, but the steps change only after a restart)")
-	}
-	ow, cw := old.Web, cur.Web
-	if !slices.Equal(ow.Listen, cw.Listen) || ow.Socket != cw.Socket || ow.Metrics != cw.Metrics || ow.MaxStreams != cw.MaxStreams {
-		out = append(out, "web listeners and settings")
-	}
-	return out
 }
 
 // Shutdown stops in two stages: stop accepting and let every stream finish

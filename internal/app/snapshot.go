@@ -148,10 +148,3 @@ func (s *snapshotter) write(now time.Time, clean bool) {
 	}
 }
 
-// snapshotRestartNeeded names snapshot settings a reload cannot apply.
-func snapshotRestartNeeded(old, cur *config.Config) []string {
-	if old.Store.Snapshot != cur.Store.Snapshot {
-		return []string{"store.snapshot"}
-	}
-	return nil
-}
