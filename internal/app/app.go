@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +73,11 @@ type Daemon struct {
 	sockets      *sdlisten.Sockets // passed by systemd, claimed while binding
 	stateDirFlag string            // -state-dir, which overrides the file's state_dir on reload
 	runAs        *privdrop.Account // the user sluice switches to once bound (nil: stays)
+
+	// stopping is set when Shutdown begins: a Serve that returns before
+	// is a door that failed, reported on failed.
+	stopping atomic.Bool
+	failed   chan error
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
@@ -226,15 +230,18 @@ func (d *Daemon) bind(cfg *config.Config) error {
 		o := milterOptions(m)
 		o.Handler, o.Logger = d.milterHandler(cfg), d.log
 		d.milter = milter.NewServer(o)
-		serve := d.milter.Serve
-		if m.PauseWhenFull {
-			serve = func(l net.Listener) error {
-				full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
-				return d.milter.Serve(newGatedListener(l, full, d.milterGate, d.log))
-			}
-		}
-		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, serve); err != nil {
+		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, d.milter.Serve); err != nil {
 			return err
+		}
+		if m.PauseWhenFull {
+			// The gate wraps the listener itself, so that closing it
+			// (Shutdown's first stage) also ends a paused Accept.
+			full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
+			for i, bl := range d.listeners {
+				if bl.door == "milter" {
+					d.listeners[i].l = newGatedListener(bl.l, full, d.milterGate, d.log)
+				}
+			}
 		}
 	}
 	if w := cfg.Web; len(w.Listen) > 0 {
@@ -322,13 +329,12 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.refusals.Run(ctx)
 	}()
+	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			if err := bl.serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				d.log.Error(bl.door+": listener failed", "listen", bl.spec, "err", err)
-			}
+			d.serveDoor(bl)
 		}()
 		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String(), "from_systemd", bl.inherited)
 	}
@@ -394,41 +400,6 @@ func (d *Daemon) reload() error {
 	}
 	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules), "throttle_policies", len(gov.Throttle().Policies))
 	return nil
-}
-
-// Shutdown stops in two stages: stop accepting and let every stream finish
-// its request; when ctx ends, close what is left. The store is closed last.
-func (d *Daemon) Shutdown(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	if d.anvil != nil {
-		errs = append(errs, d.anvil.Shutdown(ctx))
-	}
-	if d.policy != nil {
-		errs = append(errs, d.policy.Shutdown(ctx))
-	}
-	if d.throttle != nil {
-		errs = append(errs, d.throttle.Shutdown(ctx))
-	}
-	if d.milter != nil {
-		errs = append(errs, d.milter.Shutdown(ctx))
-	}
-	if d.web != nil {
-		errs = append(errs, d.web.Shutdown(ctx))
-	}
-	d.closeListeners()
-	if d.stopStatus != nil {
-		d.stopStatus()
-	}
-	d.wg.Wait()
-	if d.snap != nil {
-		// Every door is closed: nothing decides after this.
-		d.snap.write(time.Now(), true)
-	}
-	d.store.Close()
-	d.log.Info("sluice stopped")
-	return errors.Join(errs...)
 }
 
 func (d *Daemon) closeListeners() {

@@ -318,6 +318,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case <-ctx.Done():
 			_ = sd.Stopping()
 			return shutdown(d, log, *grace, sigs)
+		case err := <-d.Failed():
+			// A door that stopped accepting leaves its clients waiting:
+			// stop, and exit 1 so that the service manager restarts us.
+			log.Error("shutting down: a listener failed", "err", err, "grace", *grace)
+			_ = sd.Stopping()
+			shutdown(d, log, *grace, sigs)
+			return 1
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				_ = sd.Reloading()
