@@ -24,7 +24,7 @@ var forbidden = map[string][]string{
 	"store":    append([]string{"governor", "app", "cli", "config"}, frontEnds...),
 	"config":   append([]string{"limiter", "governor", "store", "app", "cli", "netserve"}, frontEnds...),
 	// rules is the vocabulary every layer shares: it imports nothing of sluice's.
-	"rules": append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
+	"rules":    append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
 	"clock":    {"limiter", "governor", "store", "app", "cli", "config"},
 	"hostmask": {"limiter", "governor", "store", "app", "cli", "config"},
 }

@@ -214,24 +214,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				break
 			}
 		}
-		if g.log.Enabled(ctx, slog.LevelDebug) {
-			for j := range out {
-				verdict := "ok"
-				if !out[j].Allowed {
-					verdict = "over"
-				}
-				g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
-					"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
-			}
-		}
-		if g.obs != nil {
-			j := max(refused, 0)
-			v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
-			if refused >= 0 {
-				v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
-			}
-			g.observe(v)
-		}
+		g.policyReport(ctx, r, req, key, n, out, refused, at)
 		if refused < 0 || r.DryRun {
 			// Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
@@ -277,6 +260,30 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		return warn, nil
 	}
 	return g.policy.Default, nil
+}
+
+// policyReport logs a rule's decisions at debug level and shows its
+// verdict to the observer; refused is the index of the refusing limit,
+// or -1.
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		for j := range out {
+			verdict := "ok"
+			if !out[j].Allowed {
+				verdict = "over"
+			}
+			g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
+				"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+		}
+	}
+	if g.obs != nil {
+		j := max(refused, 0)
+		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+		if refused >= 0 {
+			v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
+		}
+		g.observe(v)
+	}
 }
 
 func limiterAllows(out []limiter.Decision) bool {
