@@ -15,26 +15,6 @@ import (
 	"sluice/internal/rules"
 )
 
-// Counted says what a policy rule counts; the vocabulary is package
-// rules'.
-type Counted = rules.Counted
-
-// What a rule can count.
-const (
-	CountMessages    = rules.CountMessages
-	CountRecipients  = rules.CountRecipients
-	CountConnections = rules.CountConnections
-	CountBytes       = rules.CountBytes
-)
-
-// Protocol states as Postfix names them.
-const (
-	StateConnect = rules.StateConnect
-	StateRcpt    = rules.StateRcpt
-	StateData    = rules.StateData
-	StateEOM     = rules.StateEOM
-)
-
 // PolicyRequest is what the governor needs of a policy query; the app's
 // adapter fills it from the protocol's request.
 type PolicyRequest struct {
@@ -127,7 +107,7 @@ type PolicyRule struct {
 	Name   string
 	Match  PolicyMatch
 	Key    []KeyPart
-	Count  Counted
+	Count  rules.Counted
 	Stage  string // where the count is taken: RCPT, DATA or END-OF-MESSAGE
 	Limits []limiter.Limit
 	Mode   limiter.Mode
@@ -216,11 +196,11 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		}
 		g.policyReport(ctx, r, req, key, n, out, refused, at)
 		if refused < 0 || r.DryRun {
-			// Counted once: per SMTP session, or per transaction at RCPT.
+			// rules.Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
-			case r.Count == CountConnections:
+			case r.Count == rules.CountConnections:
 				ps.connCount = append(ps.connCount, r.Name)
-			case r.Count == CountMessages && req.ProtocolState == StateRcpt:
+			case r.Count == rules.CountMessages && req.ProtocolState == rules.StateRcpt:
 				ps.counted = append(ps.counted, r.Name)
 			}
 		}
@@ -229,7 +209,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
 				done = append(done, h)
 			}
-			if r.Rollback && req.ProtocolState == StateRcpt && refused < 0 {
+			if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
 				ps.pending = append(ps.pending, h)
 			}
 		}
@@ -251,7 +231,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.
 		g.policyUndo(ctx, done)
-		if r.Count == CountConnections {
+		if r.Count == rules.CountConnections {
 			ps.connDeny = text
 		}
 		return text, nil
@@ -309,7 +289,7 @@ func (g *Governor) policyTransaction(ctx context.Context, ps *PolicySession, req
 		}
 		ps.instance, ps.finished, ps.pending, ps.counted = req.Instance, false, ps.pending[:0], ps.counted[:0]
 	}
-	if req.ProtocolState == StateEOM {
+	if req.ProtocolState == rules.StateEOM {
 		ps.finished = true
 		ps.pending = ps.pending[:0]
 	}
@@ -337,27 +317,27 @@ func (g *Governor) policyUndo(ctx context.Context, hits []pendingHit) {
 func policyAmount(r *PolicyRule, req *PolicyRequest, ps *PolicySession) (int64, bool) {
 	st := req.ProtocolState
 	switch r.Count {
-	case CountConnections:
+	case rules.CountConnections:
 		return 1, !slices.Contains(ps.connCount, r.Name)
-	case CountMessages:
+	case rules.CountMessages:
 		if st != r.Stage {
 			return 0, false
 		}
-		if st == StateRcpt {
+		if st == rules.StateRcpt {
 			// Once per transaction, at its first admitted recipient.
 			return 1, !slices.Contains(ps.counted, r.Name)
 		}
 		return 1, true
-	case CountRecipients:
+	case rules.CountRecipients:
 		if st != r.Stage {
 			return 0, false
 		}
-		if st == StateRcpt {
+		if st == rules.StateRcpt {
 			return 1, true
 		}
 		return req.RecipientCount, req.RecipientCount > 0
-	case CountBytes:
-		if st != StateEOM {
+	case rules.CountBytes:
+		if st != rules.StateEOM {
 			return 0, false
 		}
 		return req.Size, req.Size > 0
