@@ -23,8 +23,8 @@ type Milter struct {
 	MaxSessions int `toml:"max_sessions"`
 	// Workers is how many sessions' rules may run at once.
 	Workers int `toml:"workers"`
-	// Queue is how many events may wait for a worker; when it is full the
-	// MTA gets the queue_full answer at once.
+	// Queue is how many events may wait for a worker (0: none); when it
+	// is full the MTA gets the queue_full answer at once.
 	Queue int `toml:"queue"`
 	// QueueFull is the answer when the queue is full: "tempfail" (the
 	// default), "accept" or "reject".
