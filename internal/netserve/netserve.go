@@ -56,13 +56,13 @@ func New(o Options, handle func(*Conn)) *Server {
 		o.Logger = slog.Default()
 	}
 	if o.MaxConns <= 0 {
-		o.MaxConns = 4096
+		o.MaxConns = DefaultMaxConns
 	}
 	if o.IdleTimeout == 0 {
-		o.IdleTimeout = time.Hour
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = 10 * time.Second
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}}
 }
