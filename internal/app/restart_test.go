@@ -1,6 +1,7 @@
 package app
 
 import (
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -125,5 +126,29 @@ func TestRestartNeededCoversEverySetting(t *testing.T) {
 	}
 	if got := restartNeeded(config.Default(), config.Default()); len(got) != 0 {
 		t.Errorf("unchanged configuration: restartNeeded = %q", got)
+	}
+}
+
+// TestReloadNamesRestartSettings: a reload applies a changed rule without
+// a word, and names a changed setting it cannot apply (one the old
+// hand-written comparison missed) while keeping the daemon's old value.
+func TestReloadNamesRestartSettings(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, dir, cfgText(dir, "2"))
+	logs := &lockedBuffer{}
+	d := startDaemonLog(t, path, slog.New(slog.NewTextHandler(logs, nil)))
+	writeConfig(t, dir, cfgText(dir, "5"))
+	if err := d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "applies only after a restart") {
+		t.Fatalf("a rule change was reported as needing a restart:\n%s", logs.String())
+	}
+	writeConfig(t, dir, cfgText(dir, "5")+"[log]\nmax_lines_per_second = 7\n")
+	if err := d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `applies only after a restart" setting=log.max_lines_per_second`) {
+		t.Fatalf("log.max_lines_per_second not reported:\n%s", logs.String())
 	}
 }
