@@ -42,22 +42,7 @@ listen = ["inet:%s"]
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	p := &relProc{cmd: exec.Command(bin, "serve", "-c", cfg, "-grace", "10s"), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	p.cmd.ExtraFiles = []*os.File{lf} // fd 3
-	p.cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES=policy", "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	p := servePassedSocket(t, bin, lf, "policy", "serve", "-c", cfg, "-grace", "10s")
 	waitUntil(t, "the daemon serves the passed socket", func() bool { return strings.Contains(p.stderr.String(), "from_systemd=true") },
 		func() string { return p.stderr.String() })
 	// shutdown(2) acts on the socket both descriptors share: the
