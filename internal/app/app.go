@@ -11,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +73,11 @@ type Daemon struct {
 	sockets      *sdlisten.Sockets // passed by systemd, claimed while binding
 	stateDirFlag string            // -state-dir, which overrides the file's state_dir on reload
 	runAs        *privdrop.Account // the user sluice switches to once bound (nil: stays)
+
+	// stopping is set when Shutdown begins: a Serve that returns before
+	// is a door that failed, reported on failed.
+	stopping atomic.Bool
+	failed   chan error
 
 	stopStatus context.CancelFunc
 	wg         sync.WaitGroup
@@ -182,68 +185,6 @@ func WithSockets(s *sdlisten.Sockets) Option {
 	return func(d *Daemon) { d.sockets = s }
 }
 
-// buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
-	specs, errs := cfg.ClassTable()
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	classes := make([]limiter.Class, len(specs))
-	rules := governor.AnvilRules{
-		Unit:    cfg.Anvil.RateTimeUnit.D(),
-		Postfix: anvilLimits(cfg.Anvil.SMTPD),
-		Classes: map[string]governor.ClassLimits{},
-	}
-	for i, s := range specs {
-		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
-		if v := s.Anvil.Values(); slices.ContainsFunc(v[:], func(p *int64) bool { return p != nil }) {
-			rules.Classes[s.Name] = classLimits(s.Anvil)
-		}
-	}
-	table, err := limiter.NewClasses(classes)
-	if err != nil {
-		return nil, err
-	}
-	prules, errs := PolicyRules(cfg)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	trules, errs := ThrottleRules(cfg)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Refusals: refusals, Logger: log, Observer: obs,
-		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
-}
-
-func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
-	var out governor.AnvilLimits
-	v := l.Values()
-	out.Count = deref(v[0])
-	for i := range len(v) - 1 {
-		out.Rates[i] = deref(v[i+1])
-	}
-	return out
-}
-
-func classLimits(l config.SMTPDLimits) governor.ClassLimits {
-	var out governor.ClassLimits
-	v := l.Values()
-	out.Count = v[0]
-	for i := range len(v) - 1 {
-		out.Rates[i] = v[i+1]
-	}
-	return out
-}
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
 // bind creates the front ends and binds their listeners.
 func (d *Daemon) bind(cfg *config.Config) error {
 	if a := cfg.Anvil; a.Enabled {
@@ -286,26 +227,21 @@ func (d *Daemon) bind(cfg *config.Config) error {
 		}
 	}
 	if m := cfg.Milter; m.Enabled {
-		d.milter = milter.NewServer(milter.Options{
-			Handler:           d.milterHandler(cfg),
-			Logger:            d.log,
-			MaxData:           m.MaxPacket,
-			IdleTimeout:       m.IdleTimeout.D(),
-			RequestTimeout:    m.RequestTimeout.D(),
-			MaxSessions:       m.MaxSessions,
-			Workers:           m.Workers,
-			QueueLen:          m.Queue,
-			QueueFullResponse: map[string]milter.Response{"accept": milter.Accept, "reject": milter.Reject}[m.QueueFull],
-		})
-		serve := d.milter.Serve
-		if m.PauseWhenFull {
-			serve = func(l net.Listener) error {
-				full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
-				return d.milter.Serve(newGatedListener(l, full, d.milterGate, d.log))
-			}
-		}
-		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, serve); err != nil {
+		o := milterOptions(m)
+		o.Handler, o.Logger = d.milterHandler(cfg), d.log
+		d.milter = milter.NewServer(o)
+		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, d.milter.Serve); err != nil {
 			return err
+		}
+		if m.PauseWhenFull {
+			// The gate wraps the listener itself, so that closing it
+			// (Shutdown's first stage) also ends a paused Accept.
+			full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
+			for i, bl := range d.listeners {
+				if bl.door == "milter" {
+					d.listeners[i].l = newGatedListener(bl.l, full, d.milterGate, d.log)
+				}
+			}
 		}
 	}
 	if w := cfg.Web; len(w.Listen) > 0 {
@@ -393,13 +329,12 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.refusals.Run(ctx)
 	}()
+	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			if err := bl.serve(bl.l); err != nil && !errors.Is(err, anvil.ErrServerClosed) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				d.log.Error(bl.door+": listener failed", "listen", bl.spec, "err", err)
-			}
+			d.serveDoor(bl)
 		}()
 		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String(), "from_systemd", bl.inherited)
 	}
@@ -466,103 +401,6 @@ func (d *Daemon) reload() error {
 	}
 	d.log.Info("configuration reloaded", "file", d.path, "classes", len(gov.Classes().All()), "policy_rules", len(gov.Policy().Rules), "throttle_policies", len(gov.Throttle().Policies))
 	return nil
-}
-
-func restartNeeded(old, cur *config.Config) []string {
-	var out []string
-	if old.StateDir != cur.StateDir {
-		out = append(out, "state_dir")
-	}
-	if old.SocketDir() != cur.SocketDir() {
-		out = append(out, "runtime_dir")
-	}
-	if old.User != cur.User {
-		out = append(out, "user")
-	}
-	if old.Limiter.MaxKeys != cur.Limiter.MaxKeys || old.Limiter.WhenFull != cur.Limiter.WhenFull {
-		out = append(out, "limiter.max_keys/when_full")
-	}
-	if old.Store.Kind != cur.Store.Kind || !slices.Equal(old.Store.Redis.Addrs, cur.Store.Redis.Addrs) ||
-		old.Store.Redis.KeyPrefix != cur.Store.Redis.KeyPrefix || old.Store.Redis.FailMode != cur.Store.Redis.FailMode ||
-		old.Store.Redis.Deadline != cur.Store.Redis.Deadline || old.Store.Redis.DB != cur.Store.Redis.DB ||
-		old.Store.Redis.MasterSet != cur.Store.Redis.MasterSet || old.Store.Redis.Cluster != cur.Store.Redis.Cluster ||
-		old.Store.Redis.SentinelUsername != cur.Store.Redis.SentinelUsername || old.Store.Redis.SentinelPassword != cur.Store.Redis.SentinelPassword ||
-		old.Store.Redis.SentinelPasswordFile != cur.Store.Redis.SentinelPasswordFile {
-		out = append(out, "store")
-	}
-	out = append(out, snapshotRestartNeeded(old, cur)...)
-	if old.Limiter.StatusInterval != cur.Limiter.StatusInterval {
-		out = append(out, "limiter.status_interval")
-	}
-	if ol, cl := old.Log, cur.Log; ol.Format != cl.Format || ol.Output != cl.Output || ol.Facility != cl.Facility || ol.Tag != cl.Tag || ol.SyslogSocket != cl.SyslogSocket {
-		out = append(out, "log.format, output and syslog settings")
-	}
-	oa, ca := old.Anvil, cur.Anvil
-	if oa.Enabled != ca.Enabled || !slices.Equal(oa.Listen, ca.Listen) || oa.Socket != ca.Socket ||
-		oa.Announce != ca.Announce || oa.MaxConns != ca.MaxConns || oa.IdleTimeout != ca.IdleTimeout ||
-		oa.RequestTimeout != ca.RequestTimeout || oa.MaxLine != ca.MaxLine {
-		out = append(out, "anvil listeners and connection settings")
-	}
-	op, cp := old.Policy, cur.Policy
-	if op.Enabled != cp.Enabled || !slices.Equal(op.Listen, cp.Listen) || op.Socket != cp.Socket ||
-		op.MaxConns != cp.MaxConns || op.IdleTimeout != cp.IdleTimeout || op.RequestTimeout != cp.RequestTimeout ||
-		op.MaxLine != cp.MaxLine || op.MaxAttrs != cp.MaxAttrs || op.MaxRequest != cp.MaxRequest {
-		out = append(out, "policy listeners and connection settings")
-	}
-	ot, ct := old.Throttle, cur.Throttle
-	if ot.Enabled != ct.Enabled || !slices.Equal(ot.Listen, ct.Listen) || ot.Socket != ct.Socket ||
-		ot.MaxConns != ct.MaxConns || ot.RequestTimeout != ct.RequestTimeout {
-		out = append(out, "throttle listeners and connection settings")
-	}
-	om, cm := old.Milter, cur.Milter
-	if om.Enabled != cm.Enabled || !slices.Equal(om.Listen, cm.Listen) || om.Socket != cm.Socket ||
-		om.MaxSessions != cm.MaxSessions || om.Workers != cm.Workers || om.Queue != cm.Queue || om.QueueFull != cm.QueueFull ||
-		om.IdleTimeout != cm.IdleTimeout || om.RequestTimeout != cm.RequestTimeout || om.MaxPacket != cm.MaxPacket || om.PauseWhenFull != cm.PauseWhenFull {
-		out = append(out, "milter listeners and session settings")
-	}
-	if om.PolicyRules != cm.PolicyRules {
-		out = append(out, "milter.policy_rules (the steps the MTA is asked for are negotiated per session; new sessions get the new rules, but the steps change only after a restart)")
-	}
-	ow, cw := old.Web, cur.Web
-	if !slices.Equal(ow.Listen, cw.Listen) || ow.Socket != cw.Socket || ow.Metrics != cw.Metrics || ow.MaxStreams != cw.MaxStreams {
-		out = append(out, "web listeners and settings")
-	}
-	return out
-}
-
-// Shutdown stops in two stages: stop accepting and let every stream finish
-// its request; when ctx ends, close what is left. The store is closed last.
-func (d *Daemon) Shutdown(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	if d.anvil != nil {
-		errs = append(errs, d.anvil.Shutdown(ctx))
-	}
-	if d.policy != nil {
-		errs = append(errs, d.policy.Shutdown(ctx))
-	}
-	if d.throttle != nil {
-		errs = append(errs, d.throttle.Shutdown(ctx))
-	}
-	if d.milter != nil {
-		errs = append(errs, d.milter.Shutdown(ctx))
-	}
-	if d.web != nil {
-		errs = append(errs, d.web.Shutdown(ctx))
-	}
-	d.closeListeners()
-	if d.stopStatus != nil {
-		d.stopStatus()
-	}
-	d.wg.Wait()
-	if d.snap != nil {
-		// Every door is closed: nothing decides after this.
-		d.snap.write(time.Now(), true)
-	}
-	d.store.Close()
-	d.log.Info("sluice stopped")
-	return errors.Join(errs...)
 }
 
 func (d *Daemon) closeListeners() {

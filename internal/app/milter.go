@@ -231,3 +231,23 @@ func (d *Daemon) milterLog(s *milter.Session, stage, act, host, addr string) {
 	}
 	d.refusals.Refused(context.Background(), "milter", stage, key, governor.SummaryEvery, "milter: refused", args...)
 }
+
+// milterOptions maps the [milter] settings to the engine's options. The
+// configuration owns the defaults; the engine's zero-value defaults are
+// the same numbers (TestMilterDefaultsAgree). queue = 0 means no queue,
+// which the engine spells negative.
+func milterOptions(m config.Milter) milter.Options {
+	queue := m.Queue
+	if queue == 0 {
+		queue = -1
+	}
+	return milter.Options{
+		MaxData:           m.MaxPacket,
+		IdleTimeout:       m.IdleTimeout.D(),
+		RequestTimeout:    m.RequestTimeout.D(),
+		MaxSessions:       m.MaxSessions,
+		Workers:           m.Workers,
+		QueueLen:          queue,
+		QueueFullResponse: map[string]milter.Response{"accept": milter.Accept, "reject": milter.Reject}[m.QueueFull],
+	}
+}

@@ -47,7 +47,6 @@ func PolicyRules(cfg *config.Config) (governor.PolicyRules, []error) {
 	specs, errs := cfg.PolicyRules()
 	rules := governor.PolicyRules{Default: cfg.Policy.DefaultAction}
 	for _, s := range specs {
-		count, _ := governor.ParseCounted(s.Count)
 		r := governor.PolicyRule{
 			Name: s.Name,
 			Match: governor.PolicyMatch{
@@ -56,7 +55,7 @@ func PolicyRules(cfg *config.Config) (governor.PolicyRules, []error) {
 				RecipientDomain: s.RecipientDomain, SASLUsername: s.SASLUsername, PolicyContext: s.PolicyContext,
 				ProtocolState: s.ProtocolState, Class: s.Class,
 			},
-			Count: count, Stage: s.Stage, Limits: s.Limits, Mode: s.Mode,
+			Count: s.Count, Stage: s.Stage, Limits: s.Limits, Mode: s.Mode,
 			Action: s.Action, DryRun: s.DryRun, Rollback: s.Rollback,
 		}
 		for _, k := range s.Key {

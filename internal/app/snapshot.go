@@ -147,11 +147,3 @@ func (s *snapshotter) write(now time.Time, clean bool) {
 		s.log.Debug("store snapshot written", "file", s.path, "keys", st.Keys, "bytes", st.Bytes, "took", st.Took.Round(time.Microsecond).String(), "longest_lock", st.MaxHold.String())
 	}
 }
-
-// snapshotRestartNeeded names snapshot settings a reload cannot apply.
-func snapshotRestartNeeded(old, cur *config.Config) []string {
-	if old.Store.Snapshot != cur.Store.Snapshot {
-		return []string{"store.snapshot"}
-	}
-	return nil
-}

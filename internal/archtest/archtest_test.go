@@ -1,9 +1,14 @@
 // Package archtest enforces the import direction of docs/architecture.md ("Dependencies") over
-// `go list -deps`: protocol front ends -> governor -> limiter -> store.
+// `go list -deps`: cmd -> cli -> app -> protocol front ends, governor -> limiter -> store,
+// with config and rules below.
 package archtest
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -17,7 +22,9 @@ var forbidden = map[string][]string{
 	"limiter":  append([]string{"governor", "store", "app", "cli", "config"}, frontEnds...),
 	"governor": append([]string{"app", "cli", "config", "store"}, frontEnds...),
 	"store":    append([]string{"governor", "app", "cli", "config"}, frontEnds...),
-	"config":   append([]string{"governor", "store", "app", "cli", "netserve"}, frontEnds...),
+	"config":   append([]string{"limiter", "governor", "store", "app", "cli", "netserve"}, frontEnds...),
+	// rules is the vocabulary every layer shares: it imports nothing of sluice's.
+	"rules":    append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
 	"clock":    {"limiter", "governor", "store", "app", "cli", "config"},
 	"hostmask": {"limiter", "governor", "store", "app", "cli", "config"},
 }
@@ -62,9 +69,57 @@ func TestImportDirection(t *testing.T) {
 			if d == mod+"app" && rel != "cli" {
 				t.Errorf("%s imports app; only cli may", pkg)
 			}
+			if d == mod+"cli" && !strings.HasPrefix(pkg, "sluice/cmd/") {
+				t.Errorf("%s imports cli (directly or not); only cmd may", pkg)
+			}
 		}
 	}
 	if checked < 6 {
 		t.Fatalf("checked only %d packages: is the module layout as expected?", checked)
+	}
+}
+
+// cliForbidden are the packages below app that the command line must
+// reach through app, not import itself.
+var cliForbidden = []string{"pool", "mux", "socketmap", "limiter", "metrics", "governor", "store"}
+
+// cliExempt are the cli files that wire the multiplexor daemon (sluice
+// mux) themselves for now; every other cli file is held to cliForbidden.
+func cliExempt(file string) bool { return strings.HasPrefix(file, "mux") }
+
+// TestCLIImportsAppLevel: the command line (but for the multiplexor's
+// wiring, cli/mux*.go) imports app-level packages only. The check is per
+// file and on direct imports, since cli reaches everything through app.
+func TestCLIImportsAppLevel(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}\t{{join .GoFiles \" \"}}", mod+"cli").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dir, files, _ := strings.Cut(strings.TrimSpace(string(out)), "\t")
+	checked := 0
+	for _, name := range strings.Fields(files) {
+		if cliExempt(name) {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			rel, ok := strings.CutPrefix(path, mod)
+			if !ok {
+				continue
+			}
+			for _, b := range cliForbidden {
+				if rel == b || strings.HasPrefix(rel, b+"/") {
+					t.Errorf("cli/%s imports %s: reach it through app", name, path)
+				}
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("checked only %d cli files: is the layout as expected?", checked)
 	}
 }

@@ -20,7 +20,6 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
-	"sluice/internal/limiter"
 	"sluice/internal/sdlisten"
 	"sluice/internal/sdnotify"
 )
@@ -239,18 +238,20 @@ func printConfig(w io.Writer, cfg *config.Config) {
 			cfg.Limiter.MaxKeys, cfg.Limiter.WhenFull, cfg.Limiter.StatusInterval.D())
 		printSnapshot(w, cfg)
 	}
-	specs, _ := cfg.ClassTable()
-	classes := make([]limiter.Class, len(specs))
-	for i, s := range specs {
-		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
-	}
-	if table, err := limiter.NewClasses(classes); err == nil {
-		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table.Table())
+	if table, err := app.ClassTableText(cfg); err != nil {
+		fmt.Fprintf(w, "\nclasses: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
 	}
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
 	printWeb(w, cfg)
+	printAnvil(w, cfg)
+}
+
+// printAnvil shows the anvil service and smtpd's limits per class.
+func printAnvil(w io.Writer, cfg *config.Config) {
 	a := cfg.Anvil
 	if !a.Enabled {
 		fmt.Fprintln(w, "\nanvil service: off")
@@ -263,6 +264,10 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "), time unit %s\n", a.RateTimeUnit.D())
 	names := []string{"connection count", "connection rate", "message rate", "recipient rate", "new TLS rate", "AUTH rate"}
 	smtpd := a.SMTPD.Values()
+	specs, errs := cfg.ClassTable()
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "classes: %v\n", errors.Join(errs...))
+	}
 	fmt.Fprintln(w, "smtpd limits (main.cf) and per-class limits sluice makes smtpd enforce:")
 	for i, n := range names {
 		line := fmt.Sprintf("  %-17s smtpd %s", n, limitText(smtpd[i]))
@@ -286,9 +291,12 @@ func printPolicy(w io.Writer, cfg *config.Config) {
 		fmt.Fprintln(w, "\npolicy service: off")
 		return
 	}
-	rules, _ := app.PolicyRules(cfg)
+	rules, err := app.PolicyRulesText(cfg)
+	if err != nil {
+		rules = err.Error() + "\n"
+	}
 	fmt.Fprintf(w, "\npolicy service: %s; when no rule refuses: %s\nrules, in order (the first that refuses answers):\n%s",
-		strings.Join(p.Listen, ", "), p.DefaultAction, rules.Table())
+		strings.Join(p.Listen, ", "), p.DefaultAction, rules)
 }
 
 func printThrottle(w io.Writer, cfg *config.Config) {
@@ -297,8 +305,11 @@ func printThrottle(w io.Writer, cfg *config.Config) {
 		fmt.Fprintln(w, "\nthrottle service: off")
 		return
 	}
-	rules, _ := app.ThrottleRules(cfg)
-	fmt.Fprintf(w, "\nthrottle service: %s\npolicies, first match wins:\n%s", strings.Join(t.Listen, ", "), rules.Table())
+	rules, err := app.ThrottleRulesText(cfg)
+	if err != nil {
+		rules = err.Error() + "\n"
+	}
+	fmt.Fprintf(w, "\nthrottle service: %s\npolicies, first match wins:\n%s", strings.Join(t.Listen, ", "), rules)
 }
 
 func limitText(p *int64) string {
@@ -393,6 +404,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case <-ctx.Done():
 			_ = sd.Stopping()
 			return shutdown(d, log, *grace, sigs)
+		case err := <-d.Failed():
+			// A door that stopped accepting leaves its clients waiting:
+			// stop, and exit 1 so that the service manager restarts us.
+			log.Error("shutting down: a listener failed", "err", err, "grace", *grace)
+			_ = sd.Stopping()
+			shutdown(d, log, *grace, sigs)
+			return 1
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				reload()

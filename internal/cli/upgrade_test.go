@@ -57,25 +57,7 @@ limit = ["1000000/60s exact"]
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	start := func() *relProc {
-		p := &relProc{cmd: exec.Command(bin, "serve", "-c", cfg), stderr: &syncBuffer{}, done: make(chan struct{})}
-		p.cmd.Stderr = p.stderr
-		p.cmd.ExtraFiles = []*os.File{lf} // fd 3
-		p.cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES=policy", "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { p.err = p.cmd.Wait(); close(p.done) }()
-		t.Cleanup(func() {
-			select {
-			case <-p.done:
-			default:
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		})
-		return p
-	}
+	start := func() *relProc { return servePassedSocket(t, bin, lf, "policy", "serve", "-c", cfg) }
 	p1 := start()
 	waitUntil(t, "the first daemon serves the passed socket", func() bool { return strings.Contains(p1.stderr.String(), "from_systemd=true") },
 		func() string { return p1.stderr.String() })
@@ -160,4 +142,28 @@ limit = ["1000000/60s exact"]
 	if !strings.Contains(p2.stderr.String(), "from_systemd=true") {
 		t.Fatalf("second daemon did not take the socket:\n%s", p2.stderr.String())
 	}
+}
+
+// servePassedSocket starts bin with args and the listening socket lf as
+// systemd passes it (fd 3, named name), and kills it when the test ends
+// if it still runs.
+func servePassedSocket(t *testing.T, bin string, lf *os.File, name string, args ...string) *relProc {
+	t.Helper()
+	p := &relProc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	p.cmd.ExtraFiles = []*os.File{lf} // fd 3
+	p.cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES="+name, "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
 }

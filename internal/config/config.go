@@ -328,9 +328,6 @@ type ThrottlePolicy struct {
 	Shared bool `toml:"shared"`
 }
 
-// DefaultPolicyAction is the reply of a rule without its own text.
-const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
-
 // Socket sets owner, group and mode of unix sockets sluice creates.
 type Socket struct {
 	// Owner is the user that owns the socket (e.g. "postfix"); empty keeps

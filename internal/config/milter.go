@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"sluice/internal/rules"
 )
 
 // Milter configures the milter service: Postfix smtpd_milters or Sendmail
@@ -21,8 +23,8 @@ type Milter struct {
 	MaxSessions int `toml:"max_sessions"`
 	// Workers is how many sessions' rules may run at once.
 	Workers int `toml:"workers"`
-	// Queue is how many events may wait for a worker; when it is full the
-	// MTA gets the queue_full answer at once.
+	// Queue is how many events may wait for a worker (0: none); when it
+	// is full the MTA gets the queue_full answer at once.
 	Queue int `toml:"queue"`
 	// QueueFull is the answer when the queue is full: "tempfail" (the
 	// default), "accept" or "reject".
@@ -45,9 +47,6 @@ type Milter struct {
 	PolicyRules bool `toml:"policy_rules"`
 }
 
-// DefaultMilterRefuse is the refusal of a session whose class is full.
-const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({sessions}/{refuse}); try again later"
-
 func defaultMilter() Milter {
 	return Milter{
 		Enabled:        true,
@@ -60,7 +59,7 @@ func defaultMilter() Milter {
 		IdleTimeout:    Duration(10 * time.Minute),
 		RequestTimeout: Duration(30 * time.Second),
 		MaxPacket:      1 << 20,
-		RefuseText:     DefaultMilterRefuse,
+		RefuseText:     rules.DefaultMilterRefuse,
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"sluice/internal/hostmask"
-	"sluice/internal/limiter"
 	"sluice/internal/postfixattr"
+	"sluice/internal/rules"
 )
 
 // PolicyRuleSpec is a policy rule with every field parsed and checked.
@@ -28,10 +28,10 @@ type PolicyRuleSpec struct {
 	ProtocolState     []string
 	Class             []string
 	Key               []KeySpec
-	Count             string
+	Count             rules.Counted
 	Stage             string
-	Limits            []limiter.Limit
-	Mode              limiter.Mode
+	Limits            []rules.Limit
+	Mode              rules.Mode
 	Action            string
 	DryRun            bool
 	Rollback          bool
@@ -67,141 +67,135 @@ func (c *Config) PolicyRules() ([]PolicyRuleSpec, []error) {
 		}
 	}
 	for i, r := range c.Policy.Rules {
-		path := fmt.Sprintf("policy.rule[%d]", i+1)
-		add := func(field, format string, args ...any) {
-			p := path
-			if field != "" {
-				p += "." + field
-			}
-			errs = append(errs, c.errAt(p, format, args...))
-		}
-		spec := PolicyRuleSpec{Name: r.Name, Sender: lower(r.Sender), Recipient: lower(r.Recipient),
-			SASLUsername: r.SASLUsername, PolicyContext: r.PolicyContext, DryRun: r.DryRun, Rollback: r.Rollback}
-		switch {
-		case r.Name == "":
-			add("name", "every rule needs a name (it is part of its keys and of log lines)")
-		case seen[r.Name]:
-			add("name", "rule %q defined twice", r.Name)
-		case strings.ContainsAny(r.Name, "\x00\n"):
-			add("name", "control characters are not allowed")
-		}
-		seen[r.Name] = true
-		masks := func(field string, in []string, wantNet bool) []hostmask.Mask {
-			var ms []hostmask.Mask
-			for j, s := range in {
-				m, err := hostmask.Parse(s)
-				if err != nil {
-					add(fmt.Sprintf("%s[%d]", field, j+1), "%v", err)
-					continue
-				}
-				if wantNet && m.Kind() != hostmask.Network && !m.IsAny() {
-					add(fmt.Sprintf("%s[%d]", field, j+1), "%q is not an address or network", s)
-					continue
-				}
-				if !wantNet && m.Kind() == hostmask.Network {
-					add(fmt.Sprintf("%s[%d]", field, j+1), "%q is a network; names are matched here (use client_address for networks)", s)
-					continue
-				}
-				ms = append(ms, m)
-			}
-			return ms
-		}
-		spec.ClientAddress = masks("client_address", r.ClientAddress, true)
-		spec.ClientName = masks("client_name", r.ClientName, false)
-		spec.ReverseClientName = masks("reverse_client_name", r.ReverseClientName, false)
-		spec.HeloName = masks("helo_name", r.HeloName, false)
-		spec.SenderDomain = masks("sender_domain", r.SenderDomain, false)
-		spec.RecipientDomain = masks("recipient_domain", r.RecipientDomain, false)
-		for j, st := range r.ProtocolState {
-			up := strings.ToUpper(st)
-			if !slices.Contains(postfixattr.States, up) {
-				add(fmt.Sprintf("protocol_state[%d]", j+1), "%q is not a Postfix protocol state (%s)", st, strings.Join(postfixattr.States, ", "))
-			}
-			spec.ProtocolState = append(spec.ProtocolState, up)
-		}
-		for j, cl := range r.Class {
-			if !classNames[cl] {
-				add(fmt.Sprintf("class[%d]", j+1), "no class named %q", cl)
-			}
-		}
-		spec.Class = r.Class
-		// What is counted, where.
-		spec.Count = r.Count
-		switch r.Count {
-		case "messages", "recipients":
-			spec.Stage = strings.ToUpper(r.Stage)
-			if spec.Stage == "" {
-				spec.Stage = "END-OF-MESSAGE"
-			}
-			if !slices.Contains([]string{"RCPT", "DATA", "END-OF-MESSAGE"}, spec.Stage) {
-				add("stage", "%q: %s are counted at RCPT, DATA or END-OF-MESSAGE", r.Stage, r.Count)
-			}
-		case "bytes":
-			spec.Stage = "END-OF-MESSAGE"
-			if r.Stage != "" && !strings.EqualFold(r.Stage, "END-OF-MESSAGE") {
-				add("stage", "bytes are counted at END-OF-MESSAGE, where Postfix sends the real size")
-			}
-		case "connections":
-			if r.Stage != "" {
-				add("stage", "connections are counted once per SMTP session, at its first query; stage does not apply")
-			}
-		case "":
-			add("count", "say what the rule counts: messages, recipients, connections or bytes")
-		default:
-			add("count", "%q is not one of messages, recipients, connections, bytes", r.Count)
-		}
-		if r.Rollback && spec.Stage != "RCPT" {
-			add("rollback", "rollback takes back counts made at RCPT; this rule counts at %s", orText(spec.Stage, "the first query"))
-		}
-		// Key.
-		if len(r.Key) == 0 {
-			add("key", "a rule needs a key, e.g. [\"sender\"] or [\"client_address/24/64\"]")
-		}
-		for j, k := range r.Key {
-			ks, err := parseKey(k)
-			if err != nil {
-				add(fmt.Sprintf("key[%d]", j+1), "%v", err)
-				continue
-			}
-			spec.Key = append(spec.Key, ks)
-		}
-		// Limits.
-		if len(r.Limit) == 0 {
-			add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
-		}
-		for j, ls := range r.Limit {
-			l, err := limiter.ParseLimit(ls)
-			if err != nil {
-				add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
-				continue
-			}
-			if r.Count == "bytes" && l.Algorithm == limiter.Exact {
-				add(fmt.Sprintf("limit[%d]", j+1), "count bytes with a smooth or anvil limit; an exact log would keep one entry per byte")
-				continue
-			}
-			spec.Limits = append(spec.Limits, l)
-		}
-		switch r.Mode {
-		case "", "leaky":
-			spec.Mode = limiter.Leaky
-		case "strict":
-			spec.Mode = limiter.Strict
-		default:
-			add("mode", "%q is not leaky or strict", r.Mode)
-		}
-		spec.Action = r.Action
-		if spec.Action == "" {
-			spec.Action = DefaultPolicyAction
-		}
-		if err := checkAction(spec.Action); err != nil {
-			add("action", "%v", err)
-		}
+		spec, rerrs := c.policyRule(fmt.Sprintf("policy.rule[%d]", i+1), r, seen, classNames)
+		errs = append(errs, rerrs...)
 		out = append(out, spec)
 	}
 	if err := checkAction(c.Policy.DefaultAction); err != nil && c.Policy.DefaultAction != "DUNNO" && c.Policy.DefaultAction != "OK" {
 		errs = append(errs, c.errAt("policy.default_action", "%v", err))
 	}
 	return out, errs
+}
+
+// policyRule parses and checks one [[policy.rule]] at path; seen holds
+// the names of the rules before it, classNames the classes.
+func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[string]bool) (PolicyRuleSpec, []error) {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		p := path
+		if field != "" {
+			p += "." + field
+		}
+		errs = append(errs, c.errAt(p, format, args...))
+	}
+	spec := PolicyRuleSpec{Name: r.Name, Sender: lower(r.Sender), Recipient: lower(r.Recipient),
+		SASLUsername: r.SASLUsername, PolicyContext: r.PolicyContext, DryRun: r.DryRun, Rollback: r.Rollback}
+	switch {
+	case r.Name == "":
+		add("name", "every rule needs a name (it is part of its keys and of log lines)")
+	case seen[r.Name]:
+		add("name", "rule %q defined twice", r.Name)
+	case strings.ContainsAny(r.Name, "\x00\n"):
+		add("name", "control characters are not allowed")
+	}
+	seen[r.Name] = true
+	masks := func(field string, in []string, wantNet bool) []hostmask.Mask {
+		return ruleMasks(field, in, wantNet, add)
+	}
+	spec.ClientAddress = masks("client_address", r.ClientAddress, true)
+	spec.ClientName = masks("client_name", r.ClientName, false)
+	spec.ReverseClientName = masks("reverse_client_name", r.ReverseClientName, false)
+	spec.HeloName = masks("helo_name", r.HeloName, false)
+	spec.SenderDomain = masks("sender_domain", r.SenderDomain, false)
+	spec.RecipientDomain = masks("recipient_domain", r.RecipientDomain, false)
+	for j, st := range r.ProtocolState {
+		up := strings.ToUpper(st)
+		if !slices.Contains(postfixattr.States, up) {
+			add(fmt.Sprintf("protocol_state[%d]", j+1), "%q is not a Postfix protocol state (%s)", st, strings.Join(postfixattr.States, ", "))
+		}
+		spec.ProtocolState = append(spec.ProtocolState, up)
+	}
+	for j, cl := range r.Class {
+		if !classNames[cl] {
+			add(fmt.Sprintf("class[%d]", j+1), "no class named %q", cl)
+		}
+	}
+	spec.Class = r.Class
+	// What is counted, where.
+	count, err := rules.ParseCounted(r.Count)
+	if err != nil {
+		add("count", "%v", err)
+	} else {
+		spec.Count = count
+		if spec.Stage, err = rules.ParseStage(count, r.Stage); err != nil {
+			add("stage", "%v", err)
+		}
+	}
+	if r.Rollback && spec.Stage != rules.StateRcpt {
+		add("rollback", "rollback takes back counts made at RCPT; this rule counts at %s", orText(spec.Stage, "the first query"))
+	}
+	// Key.
+	if len(r.Key) == 0 {
+		add("key", "a rule needs a key, e.g. [\"sender\"] or [\"client_address/24/64\"]")
+	}
+	for j, k := range r.Key {
+		ks, err := parseKey(k)
+		if err != nil {
+			add(fmt.Sprintf("key[%d]", j+1), "%v", err)
+			continue
+		}
+		spec.Key = append(spec.Key, ks)
+	}
+	// Limits.
+	if len(r.Limit) == 0 {
+		add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
+	}
+	for j, ls := range r.Limit {
+		l, err := rules.ParseLimit(ls)
+		if err != nil {
+			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
+			continue
+		}
+		if spec.Count == rules.CountBytes && l.Algorithm == rules.Exact {
+			add(fmt.Sprintf("limit[%d]", j+1), "count bytes with a smooth or anvil limit; an exact log would keep one entry per byte")
+			continue
+		}
+		spec.Limits = append(spec.Limits, l)
+	}
+	if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
+		add("mode", "%v", err)
+	}
+	spec.Action = r.Action
+	if spec.Action == "" {
+		spec.Action = rules.DefaultPolicyAction
+	}
+	if err := checkAction(spec.Action); err != nil {
+		add("action", "%v", err)
+	}
+	return spec, errs
+}
+
+// ruleMasks parses a matcher's host masks; wantNet wants networks
+// (client_address), otherwise names. add reports a bad one.
+func ruleMasks(field string, in []string, wantNet bool, add func(field, format string, args ...any)) []hostmask.Mask {
+	var ms []hostmask.Mask
+	for j, s := range in {
+		m, err := hostmask.Parse(s)
+		if err != nil {
+			add(fmt.Sprintf("%s[%d]", field, j+1), "%v", err)
+			continue
+		}
+		if wantNet && m.Kind() != hostmask.Network && !m.IsAny() {
+			add(fmt.Sprintf("%s[%d]", field, j+1), "%q is not an address or network", s)
+			continue
+		}
+		if !wantNet && m.Kind() == hostmask.Network {
+			add(fmt.Sprintf("%s[%d]", field, j+1), "%q is a network; names are matched here (use client_address for networks)", s)
+			continue
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }
 
 func orText(s, alt string) string {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"sluice/internal/hostmask"
-	"sluice/internal/limiter"
+	"sluice/internal/rules"
 )
 
 // DefaultMargin is added to a throttle period when none is configured.
@@ -15,7 +15,7 @@ const DefaultMargin = 250 * time.Millisecond
 type ThrottlePolicySpec struct {
 	Name        string
 	Match       []hostmask.Mask
-	Limit       limiter.Limit
+	Limit       rules.Limit
 	Concurrency int64
 	MaxWait     time.Duration
 	Margin      time.Duration
@@ -51,13 +51,13 @@ func (c *Config) ThrottlePolicies() ([]ThrottlePolicySpec, []error) {
 			}
 			spec.Match = append(spec.Match, mask)
 		}
-		l, err := limiter.ParseLimit(p.Limit)
+		l, err := rules.ParseLimit(p.Limit)
 		switch {
 		case p.Limit == "":
 			add("limit", "a policy needs a limit, e.g. \"8/10s\"")
 		case err != nil:
 			add("limit", "%v", err)
-		case l.Algorithm != limiter.Exact:
+		case l.Algorithm != rules.Exact:
 			add("limit", "throttle limits are exact (a relay that cuts you off counts every message); drop %q", l.Algorithm)
 		}
 		spec.Limit = l

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+
+	"sluice/internal/rules"
 )
 
 // benchStep is how far the fake clock moves per iteration, so the
@@ -54,8 +56,8 @@ func BenchmarkAnvilSession(b *testing.B) {
 // a client-network rule.
 func BenchmarkPolicyMessage(b *testing.B) {
 	f := policyFixture(b,
-		PolicyRule{Name: "sender", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s exact")}},
-		PolicyRule{Name: "net", Count: CountRecipients, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}},
+		PolicyRule{Name: "sender", Count: rules.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s exact")}},
+		PolicyRule{Name: "net", Count: rules.CountRecipients, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}},
 	)
 	senders := make([]string, 1000)
 	for i := range senders {
@@ -67,7 +69,7 @@ func BenchmarkPolicyMessage(b *testing.B) {
 	for b.Loop() {
 		s := senders[i%len(senders)]
 		inst := strconv.Itoa(i)
-		for _, st := range []string{StateRcpt, StateRcpt, StateEOM} {
+		for _, st := range []string{rules.StateRcpt, rules.StateRcpt, rules.StateEOM} {
 			q := PolicyRequest{ProtocolState: st, ClientAddress: "192.0.2.7", Sender: s, Instance: inst, RecipientCount: 2}
 			if _, err := f.g.PolicyCheck(f.ctx, &ps, &q); err != nil {
 				b.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+
+	"sluice/internal/rules"
 )
 
 // lockedBuffer is a log destination for several goroutines.
@@ -43,7 +45,7 @@ func (l *lockedBuffer) lines(level string) []string {
 func TestPolicyFloodLogsBounded(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
-			f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
+			f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: rules.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
 			var buf lockedBuffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
 			rl := NewRefusalLog(log, f.clk.Now, 0)
@@ -51,7 +53,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 			var ps PolicySession
 			for i := range 10_010 {
 				f.clk.Advance(time.Millisecond) // 10 s in all: one window
-				q := PolicyRequest{ProtocolState: StateEOM, Sender: "spam@example.net", Instance: fmt.Sprint(i), ClientAddress: "192.0.2.9"}
+				q := PolicyRequest{ProtocolState: rules.StateEOM, Sender: "spam@example.net", Instance: fmt.Sprint(i), ClientAddress: "192.0.2.9"}
 				f.check(t, &ps, &q)
 			}
 			rl.Flush() // inside the window: nothing due
@@ -72,7 +74,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 			// has its own.
 			for _, s := range []string{"spam@example.net", "other@example.net"} {
 				for i := range 11 {
-					q := PolicyRequest{ProtocolState: StateEOM, Sender: s, Instance: fmt.Sprint("n", i), ClientAddress: "192.0.2.9"}
+					q := PolicyRequest{ProtocolState: rules.StateEOM, Sender: s, Instance: fmt.Sprint("n", i), ClientAddress: "192.0.2.9"}
 					f.check(t, &ps, &q)
 				}
 			}

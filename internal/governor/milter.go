@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/rules"
 )
 
 // MilterRules configure the milter door.
@@ -21,9 +22,6 @@ type MilterRules struct {
 	// stages, for MTAs without policy delegation (Sendmail).
 	PolicyRules bool
 }
-
-// DefaultMilterRefuse is the refusal of a session whose class is full.
-const DefaultMilterRefuse = "421 4.7.0 Too many sessions from class {class} ({sessions}/{refuse}); try again later"
 
 // milterTrouble is the refusal at CONNECT while the store cannot count
 // and the limiter fails closed.
@@ -57,7 +55,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	if strings.HasPrefix(host, "[") || host == "unknown" {
 		host = ""
 	}
-	ms.req = PolicyRequest{ProtocolState: StateConnect, ClientName: host, ReverseClientName: host, ClientPort: port,
+	ms.req = PolicyRequest{ProtocolState: rules.StateConnect, ClientName: host, ReverseClientName: host, ClientPort: port,
 		PolicyContext: "milter"}
 	if addr.IsValid() {
 		ms.req.ClientAddress = addr.Unmap().String()
@@ -96,7 +94,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 // {sessions} (the sessions the class holds).
 func MilterRefusal(tmpl string, cls *limiter.Class, sessions int64) string {
 	if tmpl == "" {
-		tmpl = DefaultMilterRefuse
+		tmpl = rules.DefaultMilterRefuse
 	}
 	r := strings.NewReplacer("{class}", cls.Name, "{refuse}", strconv.FormatInt(cls.Refuse, 10),
 		"{sessions}", strconv.FormatInt(sessions, 10))
@@ -125,7 +123,7 @@ func (g *Governor) MilterMail(ctx context.Context, ms *MilterSession, sender, sa
 // MilterRcptAccepted whether the recipient went on (the MTA may still
 // refuse it for reasons of its own; a refused one is not counted).
 func (g *Governor) MilterRcpt(ctx context.Context, ms *MilterSession, rcpt string) string {
-	ms.req.ProtocolState = StateRcpt
+	ms.req.ProtocolState = rules.StateRcpt
 	ms.req.Recipient = strings.Trim(rcpt, "<>")
 	act := g.milterPolicy(ctx, ms)
 	if milterPasses(act) {
@@ -136,7 +134,7 @@ func (g *Governor) MilterRcpt(ctx context.Context, ms *MilterSession, rcpt strin
 
 // MilterData decides the DATA command.
 func (g *Governor) MilterData(ctx context.Context, ms *MilterSession) string {
-	ms.req.ProtocolState = StateData
+	ms.req.ProtocolState = rules.StateData
 	ms.req.Recipient = ""
 	ms.req.RecipientCount = ms.rcpts
 	return g.milterPolicy(ctx, ms)
@@ -145,7 +143,7 @@ func (g *Governor) MilterData(ctx context.Context, ms *MilterSession) string {
 // MilterEOM decides the end of a message of size bytes; the transaction
 // ends whatever the answer.
 func (g *Governor) MilterEOM(ctx context.Context, ms *MilterSession, size int64) string {
-	ms.req.ProtocolState = StateEOM
+	ms.req.ProtocolState = rules.StateEOM
 	ms.req.Recipient = ""
 	ms.req.RecipientCount = ms.rcpts
 	ms.req.Size = size

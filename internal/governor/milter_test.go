@@ -14,6 +14,8 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/store/memory"
 	"sluice/internal/store/storetest"
+
+	vocab "sluice/internal/rules"
 )
 
 func milterFixture(t *testing.T, rules MilterRules, policy ...PolicyRule) *fixture {
@@ -26,8 +28,8 @@ func milterFixture(t *testing.T, rules MilterRules, policy ...PolicyRule) *fixtu
 		if policy[i].Action == "" {
 			policy[i].Action = "DEFER_IF_PERMIT over {rule} {count}/{limit}"
 		}
-		if policy[i].Stage == "" && policy[i].Count != CountConnections {
-			policy[i].Stage = StateEOM
+		if policy[i].Stage == "" && policy[i].Count != vocab.CountConnections {
+			policy[i].Stage = vocab.StateEOM
 		}
 	}
 	f.g.policy = PolicyRules{Rules: policy, Default: "DUNNO"}
@@ -159,8 +161,8 @@ func playMilter(f *fixture, ms *MilterSession, sender string, rcpts []string, si
 
 func TestMilterPolicyRulesCountMessagesAndRecipients(t *testing.T) {
 	f := milterFixture(t, MilterRules{PolicyRules: true},
-		PolicyRule{Name: "msgs", Count: CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("3/1h exact")}},
-		PolicyRule{Name: "rcpts", Count: CountRecipients, Stage: StateRcpt, Match: PolicyMatch{PolicyContext: []string{"milter"}},
+		PolicyRule{Name: "msgs", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("3/1h exact")}},
+		PolicyRule{Name: "rcpts", Count: vocab.CountRecipients, Stage: vocab.StateRcpt, Match: PolicyMatch{PolicyContext: []string{"milter"}},
 			Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("7/1h exact")}},
 	)
 	var ms MilterSession
@@ -188,7 +190,7 @@ func TestMilterPolicyRulesCountMessagesAndRecipients(t *testing.T) {
 
 func TestMilterAbortTakesBackRollbackCounts(t *testing.T) {
 	f := milterFixture(t, MilterRules{PolicyRules: true},
-		PolicyRule{Name: "msgs", Count: CountMessages, Stage: StateRcpt, Rollback: true, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/1h exact")}},
+		PolicyRule{Name: "msgs", Count: vocab.CountMessages, Stage: vocab.StateRcpt, Rollback: true, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/1h exact")}},
 	)
 	var ms MilterSession
 	f.g.MilterConnect(f.ctx, &ms, "", netip.MustParseAddr("192.0.2.1"), "25")
@@ -228,7 +230,7 @@ func TestMilterAbortTakesBackRollbackCounts(t *testing.T) {
 
 func TestMilterWithoutPolicyRulesCountsNothing(t *testing.T) {
 	f := milterFixture(t, MilterRules{PolicyRules: false},
-		PolicyRule{Name: "msgs", Count: CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("1/1h exact")}},
+		PolicyRule{Name: "msgs", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("1/1h exact")}},
 	)
 	var ms MilterSession
 	f.g.MilterConnect(f.ctx, &ms, "", netip.MustParseAddr("192.0.2.1"), "25")

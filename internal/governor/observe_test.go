@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"sluice/internal/limiter"
+
+	"sluice/internal/rules"
 )
 
 type recorder struct {
@@ -21,7 +23,7 @@ func (r *recorder) Observe(v *Verdict) {
 
 func TestObserverSeesEveryVerdict(t *testing.T) {
 	f := milterFixture(t, MilterRules{PolicyRules: true},
-		PolicyRule{Name: "msgs", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/1h exact")}})
+		PolicyRule{Name: "msgs", Count: rules.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/1h exact")}})
 	rec := &recorder{}
 	f.g.obs = rec
 	var a, b, c MilterSession

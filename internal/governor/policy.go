@@ -12,44 +12,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
-)
-
-// Counted says what a policy rule counts.
-type Counted uint8
-
-// What a rule can count.
-const (
-	CountMessages    Counted = iota + 1 // once per message
-	CountRecipients                     // once per accepted recipient
-	CountConnections                    // once per SMTP session
-	CountBytes                          // the message size
-)
-
-var countedNames = [...]string{CountMessages: "messages", CountRecipients: "recipients", CountConnections: "connections", CountBytes: "bytes"}
-
-func (c Counted) String() string {
-	if int(c) < len(countedNames) {
-		return countedNames[c]
-	}
-	return "?"
-}
-
-// ParseCounted parses "messages", "recipients", "connections" or "bytes".
-func ParseCounted(s string) (Counted, error) {
-	for i, n := range countedNames {
-		if n != "" && n == s {
-			return Counted(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown count %q (want messages, recipients, connections or bytes)", s)
-}
-
-// Protocol states as Postfix names them.
-const (
-	StateConnect = "CONNECT"
-	StateRcpt    = "RCPT"
-	StateData    = "DATA"
-	StateEOM     = "END-OF-MESSAGE"
+	"sluice/internal/rules"
 )
 
 // PolicyRequest is what the governor needs of a policy query; the app's
@@ -144,7 +107,7 @@ type PolicyRule struct {
 	Name   string
 	Match  PolicyMatch
 	Key    []KeyPart
-	Count  Counted
+	Count  rules.Counted
 	Stage  string // where the count is taken: RCPT, DATA or END-OF-MESSAGE
 	Limits []limiter.Limit
 	Mode   limiter.Mode
@@ -164,9 +127,6 @@ type PolicyRules struct {
 	// Default is the reply when no rule refuses (normally DUNNO).
 	Default string
 }
-
-// DefaultPolicyAction is the reply of a rule without its own text.
-const DefaultPolicyAction = "DEFER_IF_PERMIT Rate limit reached for {key}: {count}/{limit} per {period}; try again in {retry} seconds"
 
 // storeTrouble is the reply when the limiter cannot decide and fails closed.
 const storeTrouble = "DEFER_IF_PERMIT 4.3.0 Rate limiter temporarily unavailable; try again later"
@@ -234,30 +194,13 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				break
 			}
 		}
-		if g.log.Enabled(ctx, slog.LevelDebug) {
-			for j := range out {
-				verdict := "ok"
-				if !out[j].Allowed {
-					verdict = "over"
-				}
-				g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
-					"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
-			}
-		}
-		if g.obs != nil {
-			j := max(refused, 0)
-			v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
-			if refused >= 0 {
-				v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
-			}
-			g.observe(v)
-		}
+		g.policyReport(ctx, r, req, key, n, out, refused, at)
 		if refused < 0 || r.DryRun {
-			// Counted once: per SMTP session, or per transaction at RCPT.
+			// rules.Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
-			case r.Count == CountConnections:
+			case r.Count == rules.CountConnections:
 				ps.connCount = append(ps.connCount, r.Name)
-			case r.Count == CountMessages && req.ProtocolState == StateRcpt:
+			case r.Count == rules.CountMessages && req.ProtocolState == rules.StateRcpt:
 				ps.counted = append(ps.counted, r.Name)
 			}
 		}
@@ -266,7 +209,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
 				done = append(done, h)
 			}
-			if r.Rollback && req.ProtocolState == StateRcpt && refused < 0 {
+			if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
 				ps.pending = append(ps.pending, h)
 			}
 		}
@@ -288,7 +231,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.
 		g.policyUndo(ctx, done)
-		if r.Count == CountConnections {
+		if r.Count == rules.CountConnections {
 			ps.connDeny = text
 		}
 		return text, nil
@@ -297,6 +240,30 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		return warn, nil
 	}
 	return g.policy.Default, nil
+}
+
+// policyReport logs a rule's decisions at debug level and shows its
+// verdict to the observer; refused is the index of the refusing limit,
+// or -1.
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		for j := range out {
+			verdict := "ok"
+			if !out[j].Allowed {
+				verdict = "over"
+			}
+			g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
+				"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+		}
+	}
+	if g.obs != nil {
+		j := max(refused, 0)
+		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+		if refused >= 0 {
+			v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
+		}
+		g.observe(v)
+	}
 }
 
 func limiterAllows(out []limiter.Decision) bool {
@@ -322,7 +289,7 @@ func (g *Governor) policyTransaction(ctx context.Context, ps *PolicySession, req
 		}
 		ps.instance, ps.finished, ps.pending, ps.counted = req.Instance, false, ps.pending[:0], ps.counted[:0]
 	}
-	if req.ProtocolState == StateEOM {
+	if req.ProtocolState == rules.StateEOM {
 		ps.finished = true
 		ps.pending = ps.pending[:0]
 	}
@@ -350,27 +317,27 @@ func (g *Governor) policyUndo(ctx context.Context, hits []pendingHit) {
 func policyAmount(r *PolicyRule, req *PolicyRequest, ps *PolicySession) (int64, bool) {
 	st := req.ProtocolState
 	switch r.Count {
-	case CountConnections:
+	case rules.CountConnections:
 		return 1, !slices.Contains(ps.connCount, r.Name)
-	case CountMessages:
+	case rules.CountMessages:
 		if st != r.Stage {
 			return 0, false
 		}
-		if st == StateRcpt {
+		if st == rules.StateRcpt {
 			// Once per transaction, at its first admitted recipient.
 			return 1, !slices.Contains(ps.counted, r.Name)
 		}
 		return 1, true
-	case CountRecipients:
+	case rules.CountRecipients:
 		if st != r.Stage {
 			return 0, false
 		}
-		if st == StateRcpt {
+		if st == rules.StateRcpt {
 			return 1, true
 		}
 		return req.RecipientCount, req.RecipientCount > 0
-	case CountBytes:
-		if st != StateEOM {
+	case rules.CountBytes:
+		if st != rules.StateEOM {
 			return 0, false
 		}
 		return req.Size, req.Size > 0

@@ -9,6 +9,8 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+
+	vocab "sluice/internal/rules"
 )
 
 func lim(s string) limiter.Limit {
@@ -29,8 +31,8 @@ func policyFixture(t testing.TB, rules ...PolicyRule) *fixture {
 		if rules[i].Action == "" {
 			rules[i].Action = "DEFER_IF_PERMIT over {rule} {key} {count}/{limit} per {period} retry {retry}"
 		}
-		if rules[i].Stage == "" && rules[i].Count != CountConnections {
-			rules[i].Stage = StateEOM
+		if rules[i].Stage == "" && rules[i].Count != vocab.CountConnections {
+			rules[i].Stage = vocab.StateEOM
 		}
 	}
 	f.g.policy = PolicyRules{Rules: rules, Default: "DUNNO"}
@@ -55,11 +57,11 @@ func (f *fixture) send(t *testing.T, ps *PolicySession, m msg) []string {
 	}
 	for _, r := range m.rcpts {
 		q := base
-		q.ProtocolState, q.Recipient = StateRcpt, r
+		q.ProtocolState, q.Recipient = vocab.StateRcpt, r
 		out = append(out, f.check(t, ps, &q))
 	}
 	q := base
-	q.ProtocolState, q.RecipientCount = StateEOM, int64(len(m.rcpts))
+	q.ProtocolState, q.RecipientCount = vocab.StateEOM, int64(len(m.rcpts))
 	out = append(out, f.check(t, ps, &q))
 	return out
 }
@@ -96,7 +98,7 @@ func verbs(actions []string) string {
 }
 
 func TestPolicyMessagesAtEOM(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
+	f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
 	var ps PolicySession
 	accepted, deferred := 0, 0
 	var last string
@@ -130,8 +132,8 @@ func TestPolicyMessagesAtEOM(t *testing.T) {
 
 func TestPolicyLeakyUndoesEarlierRules(t *testing.T) {
 	f := policyFixture(t,
-		PolicyRule{Name: "per-client", Count: CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("100/60s exact")}},
-		PolicyRule{Name: "per-sender", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/60s exact")}},
+		PolicyRule{Name: "per-client", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "client_address"}}, Limits: []limiter.Limit{lim("100/60s exact")}},
+		PolicyRule{Name: "per-sender", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/60s exact")}},
 	)
 	var ps PolicySession
 	var got []string
@@ -151,8 +153,8 @@ func TestPolicyLeakyUndoesEarlierRules(t *testing.T) {
 
 func TestPolicyStrictAndDryRun(t *testing.T) {
 	f := policyFixture(t,
-		PolicyRule{Name: "strict", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/60s anvil")}, Mode: limiter.Strict, Match: PolicyMatch{Sender: []string{"s@x"}}},
-		PolicyRule{Name: "dry", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/60s exact")}, DryRun: true, Match: PolicyMatch{Sender: []string{"d@x"}}},
+		PolicyRule{Name: "strict", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("2/60s anvil")}, Mode: limiter.Strict, Match: PolicyMatch{Sender: []string{"s@x"}}},
+		PolicyRule{Name: "dry", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/60s exact")}, DryRun: true, Match: PolicyMatch{Sender: []string{"d@x"}}},
 	)
 	var ps PolicySession
 	for i := range 4 {
@@ -172,7 +174,7 @@ func TestPolicyStrictAndDryRun(t *testing.T) {
 }
 
 func TestPolicyRecipients(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "rcpts", Count: CountRecipients, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("5/60s exact")}})
+	f := policyFixture(t, PolicyRule{Name: "rcpts", Count: vocab.CountRecipients, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("5/60s exact")}})
 	var ps PolicySession
 	r3 := []string{"a@x", "b@x", "c@x"}
 	got := []string{
@@ -187,8 +189,8 @@ func TestPolicyRecipients(t *testing.T) {
 
 func TestPolicyRcptStageRollback(t *testing.T) {
 	f := policyFixture(t,
-		PolicyRule{Name: "rcpts", Count: CountRecipients, Stage: StateRcpt, Rollback: true, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("4/60s exact")}},
-		PolicyRule{Name: "msgs", Count: CountMessages, Stage: StateRcpt, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/60s exact")}},
+		PolicyRule{Name: "rcpts", Count: vocab.CountRecipients, Stage: vocab.StateRcpt, Rollback: true, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("4/60s exact")}},
+		PolicyRule{Name: "msgs", Count: vocab.CountMessages, Stage: vocab.StateRcpt, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1/60s exact")}},
 	)
 	var ps PolicySession
 	q := func(state, rcpt, inst string) string {
@@ -196,38 +198,38 @@ func TestPolicyRcptStageRollback(t *testing.T) {
 	}
 	// Transaction A: three recipients, then abandoned (new instance, no EOM).
 	for _, r := range []string{"a", "b", "c"} {
-		if a := q(StateRcpt, r, "A"); a != "DUNNO" {
+		if a := q(vocab.StateRcpt, r, "A"); a != "DUNNO" {
 			t.Fatalf("A %s: %q", r, a)
 		}
 	}
 	// The message rule counted A once (limit 1), so B's first RCPT is over
 	// it; but the recipients of A were taken back: B can add four.
-	if a := q(StateRcpt, "d", "B"); !strings.HasPrefix(a, "DEFER_IF_PERMIT over msgs") {
+	if a := q(vocab.StateRcpt, "d", "B"); !strings.HasPrefix(a, "DEFER_IF_PERMIT over msgs") {
 		t.Fatalf("B: %q", a)
 	}
 	f.clk.Advance(61 * time.Second)
 	for i, r := range []string{"e", "f", "g", "h"} {
-		if a := q(StateRcpt, r, "C"); a != "DUNNO" {
+		if a := q(vocab.StateRcpt, r, "C"); a != "DUNNO" {
 			t.Fatalf("C rcpt %d: %q (rollback did not free A's recipients?)", i, a)
 		}
 	}
-	if a := q(StateRcpt, "i", "C"); !strings.HasPrefix(a, "DEFER_IF_PERMIT over rcpts") {
+	if a := q(vocab.StateRcpt, "i", "C"); !strings.HasPrefix(a, "DEFER_IF_PERMIT over rcpts") {
 		t.Fatalf("fifth recipient: %q", a)
 	}
-	q(StateEOM, "", "C") // finished: C's counts stay
-	if a := q(StateRcpt, "j", "D"); !strings.HasPrefix(a, "DEFER_IF_PERMIT") {
+	q(vocab.StateEOM, "", "C") // finished: C's counts stay
+	if a := q(vocab.StateRcpt, "j", "D"); !strings.HasPrefix(a, "DEFER_IF_PERMIT") {
 		t.Fatalf("after a finished transaction the counts must stay: %q", a)
 	}
 }
 
 func TestPolicyConnections(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "conns", Count: CountConnections, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("2/60s exact")},
+	f := policyFixture(t, PolicyRule{Name: "conns", Count: vocab.CountConnections, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, Limits: []limiter.Limit{lim("2/60s exact")},
 		Action: "421 4.7.0 too many connections from {key}"})
 	var ps PolicySession
 	session := func(client, port string, queries int) string {
 		var last string
 		for range queries {
-			last = f.check(t, &ps, &PolicyRequest{ProtocolState: StateRcpt, ClientAddress: client, ClientPort: port})
+			last = f.check(t, &ps, &PolicyRequest{ProtocolState: vocab.StateRcpt, ClientAddress: client, ClientPort: port})
 		}
 		return last
 	}
@@ -246,7 +248,7 @@ func TestPolicyConnections(t *testing.T) {
 }
 
 func TestPolicyMatching(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "m", Count: CountMessages, Key: []KeyPart{{Attr: "sasl_username"}}, Limits: []limiter.Limit{lim("1/60s exact")},
+	f := policyFixture(t, PolicyRule{Name: "m", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sasl_username"}}, Limits: []limiter.Limit{lim("1/60s exact")},
 		Match: PolicyMatch{SenderDomain: []hostmask.Mask{hostmask.MustParse("*.example.org")}, SASLUsername: []string{"*"}, Class: []string{"partners"}}})
 	cases := []struct {
 		client, sender, user string
@@ -261,7 +263,7 @@ func TestPolicyMatching(t *testing.T) {
 	for i, c := range cases {
 		var ps PolicySession
 		req := func() string {
-			return f.check(t, &ps, &PolicyRequest{ProtocolState: StateEOM, ClientAddress: c.client, Sender: c.sender, SASLUsername: c.user, Instance: fmt.Sprint(i)})
+			return f.check(t, &ps, &PolicyRequest{ProtocolState: vocab.StateEOM, ClientAddress: c.client, Sender: c.sender, SASLUsername: c.user, Instance: fmt.Sprint(i)})
 		}
 		req()
 		second := req()
@@ -272,7 +274,7 @@ func TestPolicyMatching(t *testing.T) {
 }
 
 func TestPolicyBytes(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "bytes", Count: CountBytes, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}})
+	f := policyFixture(t, PolicyRule{Name: "bytes", Count: vocab.CountBytes, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("1000000/60s smooth")}})
 	var ps PolicySession
 	var got []string
 	for _, size := range []int64{600000, 300000, 200000, 50000} {
@@ -285,7 +287,7 @@ func TestPolicyBytes(t *testing.T) {
 
 // TestPolicyWindowEdge: 10 per 6 s; 1 at 0 s, 9 at 5.3 s, 10 at 6.3 s.
 func TestPolicyWindowEdge(t *testing.T) {
-	f := policyFixture(t, PolicyRule{Name: "edge", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/6s exact")}})
+	f := policyFixture(t, PolicyRule{Name: "edge", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/6s exact")}})
 	var ps PolicySession
 	n := 0
 	admitted := func(k int) int {
@@ -312,7 +314,7 @@ func TestPolicyWindowEdge(t *testing.T) {
 // TestPolicyExactConcurrent: 64 sessions at once, one limit: exactly N.
 func TestPolicyExactConcurrent(t *testing.T) {
 	for _, conc := range []int{1, 8, 64} {
-		f := policyFixture(t, PolicyRule{Name: "x", Count: CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
+		f := policyFixture(t, PolicyRule{Name: "x", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
 		var mu sync.Mutex
 		admitted := 0
 		var wg sync.WaitGroup
@@ -322,7 +324,7 @@ func TestPolicyExactConcurrent(t *testing.T) {
 				defer wg.Done()
 				var ps PolicySession
 				for i := range 128 / conc {
-					q := &PolicyRequest{ProtocolState: StateEOM, ClientAddress: "192.0.2.1", Sender: "s@x", Instance: fmt.Sprint(w, ".", i)}
+					q := &PolicyRequest{ProtocolState: vocab.StateEOM, ClientAddress: "192.0.2.1", Sender: "s@x", Instance: fmt.Sprint(w, ".", i)}
 					a, err := f.g.PolicyCheck(f.ctx, &ps, q)
 					if err != nil {
 						t.Error(err)

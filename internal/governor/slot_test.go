@@ -10,6 +10,8 @@ import (
 
 	"sluice/internal/limiter"
 	"sluice/internal/store/redis"
+
+	vocab "sluice/internal/rules"
 )
 
 // slotStore passes every call to a store and notes, for each Hit, Peek and
@@ -69,14 +71,14 @@ func TestPolicyKeysShareASlot(t *testing.T) {
 		{{Attr: "sender"}, {Attr: "client_address", V4Prefix: 24, V6Prefix: 64}, {Attr: "class"}},
 		{{Attr: "helo_name"}, {Attr: "sender_domain"}, {Attr: "recipient"}},
 	}
-	counts := []Counted{CountMessages, CountRecipients, CountConnections}
+	counts := []vocab.Counted{vocab.CountMessages, vocab.CountRecipients, vocab.CountConnections}
 	for i, k := range kinds {
 		for _, c := range counts {
 			rules = append(rules, PolicyRule{
-				Name: fmt.Sprintf("r%d-%s", i, countedNames[c]), Count: c, Key: k, Limits: limits,
+				Name: fmt.Sprintf("r%d-%s", i, c.String()), Count: c, Key: k, Limits: limits,
 				// Leaky: a refusal by a later rule undoes the earlier
 				// rules' counts, so Undo is exercised too.
-				Mode: limiter.Leaky, Rollback: c == CountRecipients,
+				Mode: limiter.Leaky, Rollback: c == vocab.CountRecipients,
 			})
 		}
 	}
@@ -94,7 +96,7 @@ func TestPolicyKeysShareASlot(t *testing.T) {
 				PolicyContext: v, Instance: fmt.Sprintf("%d.%d", i, m),
 				Attr: func(name string) (string, bool) { return v, name == "ccert_fingerprint" },
 			}
-			for _, state := range []string{StateRcpt, StateEOM} {
+			for _, state := range []string{vocab.StateRcpt, vocab.StateEOM} {
 				q := base
 				q.ProtocolState, q.Recipient, q.RecipientCount = state, "rcpt"+v+"@"+v+".example", 1
 				if _, err := f.g.PolicyCheck(f.ctx, &ps, &q); err != nil {

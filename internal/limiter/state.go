@@ -94,13 +94,6 @@ func ceilDiv(a, b int64) int64 {
 	return (a + b - 1) / b
 }
 
-func (lim Limit) burst() int64 {
-	if lim.Burst > 0 {
-		return lim.Burst
-	}
-	return lim.N
-}
-
 // Decide returns the decision a hit of n events would get now, without
 // changing anything.
 func (s *State) Decide(now time.Time, c Check, n int64) Decision {
@@ -152,7 +145,7 @@ func (s *State) Decide(now time.Time, c Check, n int64) Decision {
 	case Smooth:
 		nowNs := now.UnixNano()
 		iv := int64(lim.Period) / lim.N
-		b := lim.burst()
+		b := lim.BurstOrN()
 		tat := max(s.T, nowNs)
 		newTat := tat + n*iv
 		allowAt := newTat - b*iv
@@ -266,7 +259,7 @@ func (s *State) Record(now time.Time, c Check, n int64) {
 		s.T = max(s.T, nowNs) + n*iv
 		// Strict counting may push the bucket past full; cap the debt at
 		// one period beyond a full bucket so a stopped client recovers.
-		if ceiling := nowNs + lim.burst()*iv + int64(lim.Period); s.T > ceiling {
+		if ceiling := nowNs + lim.BurstOrN()*iv + int64(lim.Period); s.T > ceiling {
 			s.T = ceiling
 		}
 	}

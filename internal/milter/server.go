@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,38 +15,55 @@ import (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = netserve.ErrServerClosed
 
+// The defaults of the zero Options. sluice's configuration owns the
+// milter's defaults (config's [milter] table, documented in
+// docs/config.md) and sets every one of these explicitly; they are the
+// same numbers so that an Options built without a configuration (tests,
+// benchmarks) behaves as the daemon does, and a test in internal/app
+// fails if the two drift.
+const (
+	DefaultWorkers        = 16
+	DefaultQueueLen       = 1024
+	DefaultIdleTimeout    = 10 * time.Minute
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxSessions    = 4096
+	DefaultMaxData        = 1 << 20
+)
+
 // Options configure a Server. The zero value of each field is its
 // default.
 type Options struct {
 	// Handler receives the sessions' events. Required.
 	Handler Handler
 	Logger  *slog.Logger
-	// MaxData caps a packet's payload (default wire.DefaultMaxData); the
+	// MaxData caps a packet's payload (default DefaultMaxData); the
 	// length is checked before anything is allocated, and a larger packet
 	// ends the session.
 	MaxData int
 	// IdleTimeout ends a session when no packet arrived for this long
-	// (default 1h; negative: never). The SMTP client sets the pace: a
+	// (default DefaultIdleTimeout; negative: never). The SMTP client sets the pace: a
 	// slow client keeps its milter session idle for minutes. The deadline
 	// is re-armed at most every quarter of it, so a session may end
 	// after 3/4 of it.
 	IdleTimeout time.Duration
 	// RequestTimeout bounds the time from a packet's first byte to its
-	// last (default 30s; negative: never): a peer that trickles a packet
+	// last (default DefaultRequestTimeout; negative: never): a peer that trickles a packet
 	// is cut off however steadily it sends.
 	RequestTimeout time.Duration
 	// WriteTimeout bounds one write to the MTA (default 30s; negative:
 	// never).
 	WriteTimeout time.Duration
-	// MaxSessions caps concurrent connections (default 4096); more are
+	// MaxSessions caps concurrent connections (default
+	// DefaultMaxSessions); more are
 	// closed at once, and the MTA applies its default action
 	// (milter_default_action).
 	MaxSessions int
-	// Workers is how many callbacks may run at once (default 4 x
-	// GOMAXPROCS, at least 8).
+	// Workers is how many callbacks may run at once (default
+	// DefaultWorkers).
 	Workers int
 	// QueueLen is how many callbacks may wait for one of the Workers
-	// (default 256).
+	// (default DefaultQueueLen; negative: none, a callback that finds
+	// every worker busy gets QueueFullResponse at once).
 	QueueLen int
 	// QueueFullResponse is the answer when a callback cannot be queued
 	// (default Tempfail). On a step negotiated no-reply, where nothing
@@ -111,22 +127,28 @@ func NewServer(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	if o.MaxData <= 0 {
-		o.MaxData = wire.DefaultMaxData
+		o.MaxData = DefaultMaxData
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
 	}
 	if o.IdleTimeout == 0 {
-		o.IdleTimeout = time.Hour
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.RequestTimeout == 0 {
-		o.RequestTimeout = 30 * time.Second
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = 30 * time.Second
 	}
 	if o.Workers <= 0 {
-		o.Workers = max(8, 4*runtime.GOMAXPROCS(0))
+		o.Workers = DefaultWorkers
 	}
-	if o.QueueLen <= 0 {
-		o.QueueLen = 256
+	switch {
+	case o.QueueLen == 0:
+		o.QueueLen = DefaultQueueLen
+	case o.QueueLen < 0:
+		o.QueueLen = 0
 	}
 	if o.QueueFullResponse.code == 0 {
 		o.QueueFullResponse = Tempfail

@@ -990,3 +990,38 @@ func TestModifierChecks(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNoQueue: with a negative QueueLen (the configuration's queue = 0) a
+// callback that finds the only worker busy is answered at once instead of
+// waiting.
+func TestNoQueue(t *testing.T) {
+	release := make(chan struct{})
+	var blocked atomic.Int32
+	rec := newRecorder()
+	rec.connect = func(s *Session) Response {
+		if blocked.Add(1) == 1 {
+			<-release
+		}
+		return Continue
+	}
+	s, addr := start(t, Options{Handler: rec, Workers: 1, QueueLen: -1})
+	a, b := dial(t, addr), dial(t, addr)
+	must(t, a.Negotiate(6, wire.AllActions, wire.AllProtocol))
+	must(t, b.Negotiate(6, wire.AllActions, wire.AllProtocol))
+	must(t, a.Send(&wire.Connect{Host: "a", Family: wire.FamilyUnknown}))
+	eventually(t, func() bool { return blocked.Load() == 1 }, "A's Connect running")
+	code, err := b.Verdict(&wire.Connect{Host: "b", Family: wire.FamilyUnknown})
+	wantCode(t, code, err, wire.RespTempfail)
+	if n := s.QueueFull(); n != 1 {
+		t.Errorf("QueueFull() = %d, want 1", n)
+	}
+	close(release)
+	r, err := a.Read()
+	if err != nil || r.Code() != wire.RespContinue {
+		t.Fatalf("held CONNECT: %v %v", r, err)
+	}
+	for _, m := range []*miltest.MTA{a, b} {
+		must(t, m.Quit())
+	}
+	rec.waitClosed(t, 2)
+}

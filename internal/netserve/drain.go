@@ -9,11 +9,20 @@ import "context"
 // carries a long session (milter: one per SMTP session), where an idle
 // connection is not a finished one and closing it fails the peer's
 // session.
-func (s *Server) Drain(ctx context.Context) error {
+func (s *Server) Drain(ctx context.Context) error { return s.stop(ctx, false) }
+
+// stop is Shutdown (wakeIdle: close the connections idle between
+// requests) or Drain (leave them to end on their own).
+func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	s.closing.Store(true)
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.Close()
+	}
+	if wakeIdle {
+		for c := range s.conns {
+			c.wakeIdle()
+		}
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

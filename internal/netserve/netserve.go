@@ -56,13 +56,13 @@ func New(o Options, handle func(*Conn)) *Server {
 		o.Logger = slog.Default()
 	}
 	if o.MaxConns <= 0 {
-		o.MaxConns = 4096
+		o.MaxConns = DefaultMaxConns
 	}
 	if o.IdleTimeout == 0 {
-		o.IdleTimeout = time.Hour
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = 10 * time.Second
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}}
 }
@@ -137,27 +137,7 @@ func isTemporary(err error) bool {
 // Shutdown stops accepting, closes every connection as soon as it is
 // between requests, and waits for the handlers until ctx ends; then it
 // closes the rest and waits for them too.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.closing.Store(true)
-	s.mu.Lock()
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.wakeIdle()
-	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.Close()
-		<-done
-		return ctx.Err()
-	}
-}
+func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) }
 
 // Close closes every listener and connection at once.
 func (s *Server) Close() error {

@@ -51,6 +51,10 @@ type SourceFunc func() status.Status
 // Status calls f.
 func (f SourceFunc) Status() status.Status { return f() }
 
+// DefaultMaxStreams is MaxStreams when it is 0: config's default for
+// web.max_streams (a test in internal/app fails if the two drift).
+const DefaultMaxStreams = 16
+
 // Options configure a Server. Source is required.
 type Options struct {
 	Source Source
@@ -64,7 +68,8 @@ type Options struct {
 	// History is how many samples are kept (default 300: five minutes at
 	// the default interval).
 	History int
-	// MaxStreams caps concurrent /events streams (default 16); more are
+	// MaxStreams caps concurrent /events streams (default
+	// DefaultMaxStreams, as config's web.max_streams); more are
 	// answered 503 and the page falls back to polling /status.json.
 	// Negative: no streams at all, the page always polls.
 	MaxStreams int
@@ -129,7 +134,7 @@ func New(o Options) *Server {
 		o.History = 300
 	}
 	if o.MaxStreams == 0 {
-		o.MaxStreams = 16
+		o.MaxStreams = DefaultMaxStreams
 	}
 	if o.StreamMaxAge <= 0 {
 		o.StreamMaxAge = 10 * time.Minute

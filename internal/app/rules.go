@@ -1,0 +1,113 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+
+	"sluice/internal/config"
+	"sluice/internal/governor"
+	"sluice/internal/limiter"
+)
+
+// The converters from a validated configuration to the governor's rules,
+// one per rule type; serve (buildGovernor) and check (the Text functions)
+// both go through them, and none drops an error.
+
+// buildGovernor turns the configuration into rules.
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+	table, rules, err := classRules(cfg)
+	if err != nil {
+		return nil, err
+	}
+	prules, errs := PolicyRules(cfg)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	trules, errs := ThrottleRules(cfg)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
+		Throttle: trules, Waiters: waiters, Refusals: refusals, Logger: log, Observer: obs,
+		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
+}
+
+func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {
+	var out governor.AnvilLimits
+	v := l.Values()
+	out.Count = deref(v[0])
+	for i := range len(v) - 1 {
+		out.Rates[i] = deref(v[i+1])
+	}
+	return out
+}
+
+func classLimits(l config.SMTPDLimits) governor.ClassLimits {
+	var out governor.ClassLimits
+	v := l.Values()
+	out.Count = v[0]
+	for i := range len(v) - 1 {
+		out.Rates[i] = v[i+1]
+	}
+	return out
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// classRules converts the class table and the anvil limits.
+func classRules(cfg *config.Config) (*limiter.Classes, governor.AnvilRules, error) {
+	rules := governor.AnvilRules{
+		Unit:    cfg.Anvil.RateTimeUnit.D(),
+		Postfix: anvilLimits(cfg.Anvil.SMTPD),
+		Classes: map[string]governor.ClassLimits{},
+	}
+	specs, errs := cfg.ClassTable()
+	if len(errs) > 0 {
+		return nil, rules, errors.Join(errs...)
+	}
+	classes := make([]limiter.Class, len(specs))
+	for i, s := range specs {
+		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
+		if v := s.Anvil.Values(); slices.ContainsFunc(v[:], func(p *int64) bool { return p != nil }) {
+			rules.Classes[s.Name] = classLimits(s.Anvil)
+		}
+	}
+	table, err := limiter.NewClasses(classes)
+	if err != nil {
+		return nil, rules, err
+	}
+	return table, rules, nil
+}
+
+// ClassTableText is the class table as check prints it.
+func ClassTableText(cfg *config.Config) (string, error) {
+	table, _, err := classRules(cfg)
+	if err != nil {
+		return "", err
+	}
+	return table.Table(), nil
+}
+
+// PolicyRulesText is the policy rules as check prints them.
+func PolicyRulesText(cfg *config.Config) (string, error) {
+	rules, errs := PolicyRules(cfg)
+	if len(errs) > 0 {
+		return "", errors.Join(errs...)
+	}
+	return rules.Table(), nil
+}
+
+// ThrottleRulesText is the throttle policies as check prints them.
+func ThrottleRulesText(cfg *config.Config) (string, error) {
+	rules, errs := ThrottleRules(cfg)
+	if len(errs) > 0 {
+		return "", errors.Join(errs...)
+	}
+	return rules.Table(), nil
+}
