@@ -142,3 +142,55 @@ func TestNotificationOrder(t *testing.T) {
 		t.Errorf("notifications:\n got %s\nwant ...%s", got, want)
 	}
 }
+
+// -i (§4.8) never takes the running workers below -m: with -m 1 -x 3,
+// three workers busy at once and then idle for -i, the idle timer kills
+// two ("Idle timeout", both with three running as the reference counts
+// them) and keeps one; none is started again to make up for it. On a
+// fake clock, so the timer runs exactly when the test says.
+func TestIdleTimeoutKeepsMinWorkers(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 3
+	cfg.IdleTime = 10 * time.Second
+	cfg.BusyTimeout = time.Hour
+	cfg.SlewTime = time.Second
+	cfg.Stats = rec.stat
+	p := start(t, cfg)
+	waitCount(t, p, pool.Idle, 1)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { wantReply(t, p.Do(context.Background(), pool.Request{Line: "sleep 300"}), "slept 300\n") })
+	}
+	wg.Wait()
+	waitCount(t, p, pool.Idle, 3)
+	kills := func() (n int) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.stats {
+			if e.Event == "KillWorker" && e.Extra != "" && strings.Contains(e.Extra, `reason="Idle timeout"`) {
+				n++
+				if e.Running != 3 {
+					t.Errorf("KillWorker with nworkers=%d, want 3", e.Running)
+				}
+			}
+		}
+		return n
+	}
+	for round := range 3 {
+		fake.Advance(10 * time.Second)
+		// The timer's pass has run once the pool answers a snapshot and
+		// the idle workers it killed are reaped.
+		waitCount(t, p, pool.Stopped, 2)
+		waitCount(t, p, pool.Idle, 1)
+		if n := kills(); n != 2 {
+			t.Fatalf("round %d: %d idle kills, want 2", round, n)
+		}
+	}
+	snap, _ := p.Snapshot()
+	if snap.Activations != 3 {
+		t.Errorf("%d activations, want 3 (no worker started again after the idle kills)", snap.Activations)
+	}
+}

@@ -1165,24 +1165,32 @@ func (p *Pool) scheduleBringUp() {
 }
 
 // idleTimer is §4.8, run every IdleTime from the start.
+//
+// alive counts the running workers (Killed ones included, as the
+// reference's count does) less those this pass kills: a killed worker
+// still counts in running() until it is reaped, so the idle pass must
+// count its own kills or it would take the pool below MinWorkers.
 func (p *Pool) idleTimer() {
 	now := p.clk.Now()
+	alive := p.running()
 	if p.cfg.MaxLifetime > 0 {
 		for _, s := range p.idleList() {
 			if !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime {
+				alive--
 				p.kill(s, fmt.Sprintf("Worker has exceeded maximum lifetime of %d seconds", int(p.cfg.MaxLifetime/time.Second)))
 			}
 		}
 	}
 	for _, s := range p.idleList() {
-		if p.running() <= p.cfg.MinWorkers {
+		if alive <= p.cfg.MinWorkers {
 			break
 		}
 		if now.Sub(s.idleSince) >= p.cfg.IdleTime {
+			alive--
 			p.kill(s, "Idle timeout")
 		}
 	}
-	if p.running() < p.cfg.MinWorkers {
+	if alive < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
 	p.after(p.cfg.IdleTime, p.idleTimer)
