@@ -1,6 +1,12 @@
 // Command fakeworker is a scriptable mimedefang worker for the pool and
 // mux tests: it reads one command line at a time from stdin and acts on
 // its first word (see the switch below); it exits at EOF.
+//
+// Its environment sets behaviours for every request: FAKEWORKER_EXIT_AT_START
+// makes it exit (status 2) before reading anything; FAKEWORKER_START_MS
+// makes it wait that many milliseconds before reading its first command;
+// FAKEWORKER_EXIT_AFTER=n makes it exit (status 0) after answering n
+// commands; FAKEWORKER_LINGER keeps it alive an hour after EOF.
 package main
 
 import (
@@ -15,9 +21,19 @@ import (
 )
 
 func main() {
+	if os.Getenv("FAKEWORKER_EXIT_AT_START") != "" {
+		os.Exit(2)
+	}
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_START_MS")); err == nil && ms > 0 {
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	exitAfter, _ := strconv.Atoi(os.Getenv("FAKEWORKER_EXIT_AFTER"))
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := os.Stdout
-	for {
+	for answered := 0; ; answered++ {
+		if exitAfter > 0 && answered == exitAfter {
+			return
+		}
 		line, err := in.ReadString('\n')
 		if err != nil {
 			if os.Getenv("FAKEWORKER_LINGER") != "" {
@@ -39,6 +55,8 @@ func main() {
 		case "partial": // half a line, then exit
 			out.WriteString("part")
 			os.Exit(0)
+		case "garbage": // a reply line of control and 8-bit bytes
+			out.Write([]byte("\x00\xff\x1b[0m garbage\r\x7f\n"))
 		case "two": // two lines in one write
 			out.WriteString("one\ntwo\n")
 		case "twosep": // two lines in two writes

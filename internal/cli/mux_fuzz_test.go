@@ -1,0 +1,367 @@
+package cli
+
+// The differential fuzzer: sluice mux and the reference
+// (/usr/bin/mimedefang-multiplexor) run side by side through the same
+// random schedule (mux_fuzz_schedule_test.go) and must give the same
+// replies, the same state at every quiet point, the same notification
+// stream and the same stats-file records, modulo times and pids. A
+// difference the project keeps on purpose is listed in
+// internal/mux/differences.go; the fuzzer tolerates only what is listed
+// there, by its id.
+//
+// By default a handful of fixed seeds run (about a minute). FUZZTIME=10m
+// runs new seeds for that long; FUZZSEED=n runs seed n alone (to replay a
+// finding), or with FUZZTIME, seeds from n on.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fuzzShortSeeds are the schedules of a normal run.
+var fuzzShortSeeds = []uint64{1, 2, 3, 4}
+
+func TestMuxDifferentialFuzz(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs multiplexor pairs through schedules for about a minute")
+	}
+	var budget time.Duration
+	if v := os.Getenv("FUZZTIME"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("FUZZTIME=%q: %v", v, err)
+		}
+		budget = d
+	}
+	seeds := fuzzShortSeeds
+	var first uint64 = 1000
+	if v := os.Getenv("FUZZSEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("FUZZSEED=%q: %v", v, err)
+		}
+		seeds, first = []uint64{n}, n
+	}
+	long := budget > 0
+	start := time.Now()
+	var mu sync.Mutex
+	compared, differing := 0, 0
+	runOne := func(t *testing.T, seed uint64) {
+		s := newFuzzSchedule(seed, long)
+		n := fuzzCompare(t, s)
+		mu.Lock()
+		compared++
+		if n > 0 {
+			differing++
+		}
+		mu.Unlock()
+	}
+	if !long {
+		t.Run("seeds", func(t *testing.T) {
+			for _, seed := range seeds {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) {
+					t.Parallel()
+					runOne(t, seed)
+				})
+			}
+		})
+	} else {
+		// Two schedules at a time, until the budget is spent.
+		next := first
+		for time.Since(start) < budget {
+			t.Run("batch", func(t *testing.T) {
+				for range 2 {
+					seed := next
+					next++
+					t.Run(fmt.Sprint(seed), func(t *testing.T) {
+						t.Parallel()
+						runOne(t, seed)
+					})
+				}
+			})
+		}
+	}
+	t.Logf("%d schedules compared with the reference in %v, %d with differences", compared, time.Since(start).Round(time.Second), differing)
+}
+
+// fuzzOutcome is what one multiplexor did through a schedule, normalized.
+type fuzzOutcome struct {
+	replies [][]string // per phase, per request
+	probes  [][]string // per phase
+	notes   []string
+	stats   []string
+	died    bool // it ended by the schedule's last signal
+	// problems are broken invariants (they fail the test on either side).
+	problems []string
+}
+
+// fuzzCompare runs s on both multiplexors and reports every difference;
+// it returns how many it found.
+func fuzzCompare(t *testing.T, s *fuzzSchedule) int {
+	t.Logf("schedule %v", s)
+	wrapper := fuzzWrapper(t, s.workerEnv)
+	args := slices.Clone(s.args)
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "WORKER", wrapper)
+	}
+	sl, ref := featPair(t, args, nil)
+	var got, want *fuzzOutcome
+	var wg sync.WaitGroup
+	wg.Go(func() { got = fuzzRun(t, s, sl) })
+	if ref != nil {
+		wg.Go(func() { want = fuzzRun(t, s, ref) })
+	}
+	wg.Wait()
+	n := 0
+	report := func(format string, a ...any) {
+		n++
+		t.Errorf("seed %d: "+format, append([]any{s.seed}, a...)...)
+	}
+	for _, p := range got.problems {
+		report("sluice: %s", p)
+	}
+	if ref == nil {
+		return n
+	}
+	for _, p := range want.problems {
+		t.Logf("seed %d: reference: %s (its own; not a difference)", s.seed, p)
+	}
+	for pi, ph := range s.phases {
+		for i, q := range ph.reqs {
+			if g, w := got.replies[pi][i], want.replies[pi][i]; g != w && !fuzzTolerated(q, g, w) {
+				report("phase %d request %s: sluice %q, reference %q", pi, q, trunc(g, 300), trunc(w, 300))
+			}
+		}
+		for i, q := range ph.probes {
+			if pi < len(got.probes) && pi < len(want.probes) && i < len(got.probes[pi]) && i < len(want.probes[pi]) {
+				if g, w := got.probes[pi][i], want.probes[pi][i]; g != w {
+					report("phase %d probe %q: sluice %q, reference %q", pi, q, trunc(g, 300), trunc(w, 300))
+				}
+			}
+		}
+	}
+	if !reflect.DeepEqual(got.notes, want.notes) {
+		report("notifications differ:\n%s", fuzzDiff(got.notes, want.notes))
+	}
+	if !reflect.DeepEqual(got.stats, want.stats) {
+		report("stats records differ:\n%s", fuzzDiff(got.stats, want.stats))
+	}
+	if got.died != want.died {
+		report("after %v: sluice died %v, reference died %v", s.phases[len(s.phases)-1].signal, got.died, want.died)
+	}
+	return n
+}
+
+// fuzzTolerated is where a listed deliberate difference may show; none
+// is tolerated yet.
+func fuzzTolerated(q fuzzReq, got, want string) bool { return false }
+
+// fuzzDiff shows two line sequences side by side from their first
+// difference.
+func fuzzDiff(got, want []string) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  identical up to line %d of %d (sluice) / %d (reference)\n", i, len(got), len(want))
+	from := max(i-3, 0)
+	for j := from; j < i+12 && (j < len(got) || j < len(want)); j++ {
+		g, w := "", ""
+		if j < len(got) {
+			g = got[j]
+		}
+		if j < len(want) {
+			w = want[j]
+		}
+		mark := " "
+		if g != w {
+			mark = "!"
+		}
+		fmt.Fprintf(&b, "  %s %-70s | %s\n", mark, trunc(g, 70), trunc(w, 70))
+	}
+	return b.String()
+}
+
+// fuzzWrapper writes a filter program that runs the fake worker with env
+// (a shell script both multiplexors can exec, readable by the -U user).
+func fuzzWrapper(t *testing.T, env []string) string {
+	t.Helper()
+	_, worker := muxBinaries(t)
+	dir, err := os.MkdirTemp("", "sluice-mux-fuzz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "worker")
+	script := fmt.Sprintf("#!/bin/sh\n%s exec %s \"$@\"\n", strings.Join(env, " "), worker)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fuzzRun plays s on d.
+func fuzzRun(t *testing.T, s *fuzzSchedule, d *featDaemon) *fuzzOutcome {
+	o := &fuzzOutcome{}
+	var l *featListener
+	if s.notify {
+		l = featListen(t, d.spool+"/notify.sock", "?*")
+	}
+	fuzzSettle(t, s, d, o, "start")
+	for pi, ph := range s.phases {
+		replies := make([]string, len(ph.reqs))
+		var wg sync.WaitGroup
+		for i, q := range ph.reqs {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * fuzzGap)
+				replies[i] = fuzzSend(d, q)
+			})
+		}
+		wg.Wait()
+		for i, q := range ph.reqs {
+			if q.state && !q.ro {
+				if strings.HasPrefix(q.data, "status\n") {
+					fuzzCheckStatus(s, replies[i], false, o, fmt.Sprintf("phase %d", pi))
+				}
+				replies[i] = "(the pool's state)"
+				continue
+			}
+			replies[i] = fuzzNormalize(q.data, replies[i])
+		}
+		o.replies = append(o.replies, replies)
+		fuzzSettle(t, s, d, o, fmt.Sprintf("phase %d", pi))
+		var probes []string
+		for _, p := range ph.probes {
+			r := fuzzSend(d, fuzzReq{data: p + "\n"})
+			if p == "status" {
+				fuzzCheckStatus(s, r, true, o, fmt.Sprintf("after phase %d", pi))
+			}
+			probes = append(probes, fuzzNormalize(p, r))
+		}
+		o.probes = append(o.probes, probes)
+		if ph.signal == 0 {
+			continue
+		}
+		if err := syscall.Kill(d.pid, ph.signal); err != nil {
+			t.Errorf("%s: kill %v: %v", d.name, ph.signal, err)
+		}
+		if ph.signal == syscall.SIGUSR1 {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && alive(d.pid); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if o.died = !alive(d.pid); o.died {
+				break
+			}
+		}
+		// A reread (SIGINT) kills the idle workers: wait for the pool to
+		// come back.
+		fuzzSettle(t, s, d, o, fmt.Sprintf("%v after phase %d", ph.signal, pi))
+	}
+	if l != nil {
+		for _, n := range l.close() {
+			o.notes = append(o.notes, featNormalize(n))
+		}
+	}
+	d.stop()
+	b, err := os.ReadFile(d.spool + "/stats")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s: %v", d.name, err)
+	}
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if line != "" {
+			o.stats = append(o.stats, featAgoRe.ReplaceAllString(featStamp.ReplaceAllString(line, "T "), "${1}N"))
+		}
+	}
+	return o
+}
+
+// fuzzSend plays one connection and returns all the server sent; an I/O
+// error is shown after it in brackets.
+func fuzzSend(d *featDaemon, q fuzzReq) string {
+	sock := d.main
+	if q.ro {
+		sock = d.spool + "/ro.sock"
+	}
+	var c net.Conn
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		if c, err = net.Dial("unix", sock); err == nil || !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Sprintf("<dial: %v>", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	_, werr := c.Write([]byte(q.data))
+	if q.halfClose && werr == nil {
+		_ = c.(*net.UnixConn).CloseWrite()
+	}
+	b, rerr := io.ReadAll(c)
+	reply := string(b)
+	if rerr != nil {
+		reply += "<read error>"
+	}
+	return reply
+}
+
+// fuzzSettle waits until d's pool is quiet: nothing busy, killed or
+// queued, at least -m workers running (unless the worker exits at start),
+// and the same status for 1.5 s (longer than -w).
+func fuzzSettle(t *testing.T, s *fuzzSchedule, d *featDaemon, o *fuzzOutcome, when string) {
+	var last string
+	var since time.Time
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		st := fuzzSend(d, fuzzReq{data: "status\n"})
+		f := strings.Fields(st)
+		if len(f) != 6 {
+			o.problems = append(o.problems, fmt.Sprintf("%s: status %q", when, st))
+			return
+		}
+		quiet := !strings.ContainsAny(f[0], "BK") && f[4] == "0" &&
+			(fuzzRunning(f[0]) >= s.min || slices.Contains(s.workerEnv, "FAKEWORKER_EXIT_AT_START=1"))
+		if !quiet || f[0] != last {
+			last, since = f[0], time.Now()
+			continue
+		}
+		if time.Since(since) >= 1500*time.Millisecond {
+			return
+		}
+	}
+	o.problems = append(o.problems, fmt.Sprintf("%s: never quiet (status %q)", when, last))
+}
+
+// fuzzRunning counts the running (idle, busy, killed) slots of a status.
+func fuzzRunning(letters string) int {
+	return len(letters) - strings.Count(letters, "S")
+}
+
+// fuzzCheckStatus checks a status reply's invariants: one letter per
+// slot (-x of them); at a quiet point, at least -m running.
+func fuzzCheckStatus(s *fuzzSchedule, st string, quiet bool, o *fuzzOutcome, when string) {
+	f := strings.Fields(st)
+	if len(f) != 6 || len(f[0]) != s.max || strings.Trim(f[0], "SIBK") != "" {
+		o.problems = append(o.problems, fmt.Sprintf("%s: malformed status %q for -x %d", when, st, s.max))
+		return
+	}
+	if quiet && fuzzRunning(f[0]) < s.min && !slices.Contains(s.workerEnv, "FAKEWORKER_EXIT_AT_START=1") {
+		o.problems = append(o.problems, fmt.Sprintf("%s: %d running, fewer than -m %d: %q", when, fuzzRunning(f[0]), s.min, st))
+	}
+}
