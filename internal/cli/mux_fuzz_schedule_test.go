@@ -82,7 +82,7 @@ var stateCommands = []string{"status", "free", "msgs", "workers", "busyworkers",
 // state (built-ins, malformed lines, what the restricted socket refuses).
 var fixedCommands = []string{"help", "version", "tick", "foo_no_such_command", "workerinfo 99", "workerinfo -1",
 	"workerinfo x", "slaveinfo", "load1 9", "load1 601", "load1 x", "load1", "autoscale", "status ", " status",
-	"STATUS", "free\r", "status\r\r"}
+	"STATUS", "free\r", "status\r\r", "workerinfo ", "slaveinfo ", "load1 ", "load1  12"}
 
 // workerCommands are handed to a worker; the fake worker acts on them
 // (see internal/pool/testdata/fakeworker). rawstatus and barstatus are
@@ -91,7 +91,7 @@ var workerCommands = []string{"scan Q%d /tmp", "scan Q%d slow", "relayok 192.0.2
 	"senderok <s%d@example.com> 192.0.2.1 host helo", "recipok <r%d@example.com> <s@x> 192.0.2.1 host first helo",
 	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 300", "sleep 600", "sleep 900",
 	"sleep 1200", "die", "partial", "two", "twosep", "long 4094", "long 5000", "flood 50000", "garbage",
-	"rawstatus", "barstatus", "hello %d", "stderr oops%%0Aagain"}
+	"rawstatus", "barstatus", "hello %d", "stderr oops%0Aagain", "scan ", "scan Q%d", "relayok ", "recipok <r@one.example>"}
 
 // newFuzzSchedule draws one schedule from seed. long allows the slow
 // behaviours (a hanging worker waits for -b, 10 s at least).

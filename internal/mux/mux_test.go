@@ -308,6 +308,13 @@ func TestDifferentialCommands(t *testing.T) {
 		{req: "workerinfo -1\n", want: reply(mux.ReplyWorkerRange)},
 		{req: "slaveinfo 3\n", want: vsReference},
 		{req: "workerinfo\n", want: vsReference},
+		// With nothing after the space, these are no built-ins (the
+		// reference checks the length first): a worker gets them.
+		{req: "workerinfo \n", want: reply("echo \"workerinfo \"\n")},
+		{req: "slaveinfo \n", want: reply("echo \"slaveinfo \"\n")},
+		{req: "load1 \n", want: reply("echo \"load1 \"\n")},
+		{req: "load1 \n", ro: true, want: reply(mux.ReplyPrivileged)},
+		{req: "workerinfo  1\n", want: vsReference},
 		{req: "load1 9\n", want: reply(mux.ReplyBadBack)},
 		{req: "load1 601\n", want: reply(mux.ReplyBadBack)},
 		{req: "load1 x\n", want: reply(mux.ReplyBadBack)},

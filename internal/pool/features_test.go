@@ -194,3 +194,42 @@ func TestIdleTimeoutKeepsMinWorkers(t *testing.T) {
 		t.Errorf("%d activations, want 3 (no worker started again after the idle kills)", snap.Activations)
 	}
 }
+
+// A reaped worker's slot keeps its last command kind until its next
+// activation, as the reference's last_cmd does (`workers` shows
+// "last=relayok" on the stopped slot).
+func TestLastKindSurvivesReap(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxRequests = 1
+	cfg.SlewTime = time.Hour // no bring-up during the test
+	p := start(t, cfg)
+	wantReply(t, do(t, p, "relayok 192.0.2.1 host 25"), "ok 1 ok 250 2.1.0 0\n")
+	waitStates(t, p, "SS")
+	snap, _ := p.Snapshot()
+	if got := snap.Slots[0].Last; got != pool.RelayOK {
+		t.Errorf("stopped slot's last kind %v, want relayok", got)
+	}
+}
+
+// A bare "scan " is counted as a scan but takes the reference's generic
+// command path: no StartFilter record, the generic activation reason.
+// "scan Q1 /tmp" takes the scan path.
+func TestBareScanIsGeneric(t *testing.T) {
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
+	cfg.Stats = rec.stat
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	wantReply(t, do(t, p, "scan "), "ok\n")
+	if rec.has("StartFilter", "") {
+		t.Errorf("bare scan wrote StartFilter: %+v", rec.stats)
+	}
+	if snap, _ := p.Snapshot(); snap.Msgs != 1 {
+		t.Errorf("msgs %d after a bare scan, want 1", snap.Msgs)
+	}
+	wantReply(t, do(t, p, "scan Q1 /tmp"), "ok\n")
+	if !rec.has("StartFilter", "") {
+		t.Errorf("scan Q1 /tmp wrote no StartFilter: %+v", rec.stats)
+	}
+}

@@ -164,6 +164,12 @@ type call struct {
 	watch ctxWatch // the client's (clientIO)
 }
 
+// scanPath reports whether c takes the reference's scan path (doScan: the
+// activation reason, StartFilter and EndFilter, the queue id and working
+// directory): a scan with something after "scan ". A bare "scan " is
+// counted as a scan but otherwise handled as any other command.
+func (c *call) scanPath() bool { return c.kind == Scan && len(c.req.Line) > len("scan ") }
+
 type slot struct {
 	n            int
 	state        State
@@ -599,7 +605,7 @@ func activationReason(c *call) string {
 		return "About to run tick"
 	case c.req.Map:
 		return "About to handle map request"
-	case c.kind == Scan:
+	case c.scanPath():
 		return "About to perform scan"
 	default:
 		return "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
@@ -649,7 +655,7 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	s.busyTimer = p.schedule(&s.busyT, p.cfg.BusyTimeout)
 	c.slot = s.n
 	p.grant(c, proc)
-	if c.kind == Scan && c.tick < 0 && !c.req.Map {
+	if c.scanPath() && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
 }
@@ -672,8 +678,8 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		return
 	}
 	qid := ""
-	switch c.kind {
-	case Scan:
+	switch {
+	case c.scanPath():
 		q, ok := field(1, 31)
 		if !ok {
 			return // the reference's sscanf keeps both
@@ -682,10 +688,10 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		if d, ok := field(2, 511); ok {
 			s.workdir = d
 		}
-	case SenderOK:
+	case c.kind == SenderOK:
 		s.workdir = ""
 		qid, _ = field(6, 31)
-	case RecipOK:
+	case c.kind == RecipOK:
 		s.workdir = ""
 		qid, _ = field(8, 31)
 	default:
@@ -1088,7 +1094,9 @@ func (p *Pool) finishReap(s *slot) {
 	s.activated, s.firstReq = time.Time{}, time.Time{}
 	p.setState(s, Stopped)
 	s.dead, s.reapPending = false, false
-	s.cur, s.last = Other, Other
+	// The last command kind stays until the next activation, as the
+	// reference's last_cmd does: `workers` shows it on a stopped slot.
+	s.cur = Other
 	p.stopped = append([]int{s.n}, p.stopped...)
 	p.stat(s, "ReapWorker", "")
 	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
