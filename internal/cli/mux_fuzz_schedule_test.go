@@ -90,7 +90,7 @@ var fixedCommands = []string{"help", "version", "tick", "foo_no_such_command", "
 var workerCommands = []string{"scan Q%d /tmp", "scan Q%d slow", "relayok 192.0.2.%d host 25 127.0.0.1 25 NOQUEUE",
 	"senderok <s%d@example.com> 192.0.2.1 host helo", "recipok <r%d@example.com> <s@x> 192.0.2.1 host first helo",
 	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 300", "sleep 600", "sleep 900",
-	"sleep 1200", "die", "partial", "two", "twosep", "long 4094", "long 5000", "flood 50000", "garbage",
+	"sleep 1200", "die", "partial", "two", "long 4094", "long 5000", "flood 50000", "garbage",
 	"rawstatus", "barstatus", "hello %d", "stderr oops%0Aagain", "scan ", "scan Q%d", "relayok ", "recipok <r@one.example>"}
 
 // newFuzzSchedule draws one schedule from seed. long allows the slow

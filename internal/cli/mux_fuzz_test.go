@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/mux"
 )
 
 // fuzzShortSeeds are the schedules of a normal run.
@@ -138,35 +141,154 @@ func fuzzCompare(t *testing.T, s *fuzzSchedule) int {
 	for _, p := range want.problems {
 		t.Logf("seed %d: reference: %s (its own; not a difference)", s.seed, p)
 	}
-	for pi, ph := range s.phases {
-		for i, q := range ph.reqs {
-			if g, w := got.replies[pi][i], want.replies[pi][i]; g != w && !fuzzTolerated(q, g, w) {
-				report("phase %d request %s: sluice %q, reference %q", pi, q, trunc(g, 300), trunc(w, 300))
-			}
-		}
-		for i, q := range ph.probes {
-			if pi < len(got.probes) && pi < len(want.probes) && i < len(got.probes[pi]) && i < len(want.probes[pi]) {
-				if g, w := got.probes[pi][i], want.probes[pi][i]; g != w {
-					report("phase %d probe %q: sluice %q, reference %q", pi, q, trunc(g, 300), trunc(w, 300))
-				}
-			}
-		}
+	diffs := fuzzDiffs(s, got, want, false)
+	if len(diffs) > 0 && len(fuzzDiffs(s, got, want, true)) == 0 {
+		// The reference reaps workers that exit together in the order its
+		// wait3 happens to see them, which decides which stopped slot is
+		// started next: the same events on other slot numbers.
+		t.Logf("seed %d: same events on other slot numbers (the reference's reap order is a race):\n%s", s.seed, strings.Join(diffs, "\n"))
+		return n
 	}
-	if !reflect.DeepEqual(got.notes, want.notes) {
-		report("notifications differ:\n%s", fuzzDiff(got.notes, want.notes))
-	}
-	if !reflect.DeepEqual(got.stats, want.stats) {
-		report("stats records differ:\n%s", fuzzDiff(got.stats, want.stats))
-	}
-	if got.died != want.died {
-		report("after %v: sluice died %v, reference died %v", s.phases[len(s.phases)-1].signal, got.died, want.died)
+	for _, d := range diffs {
+		report("%s", d)
 	}
 	return n
 }
 
-// fuzzTolerated is where a listed deliberate difference may show; none
-// is tolerated yet.
-func fuzzTolerated(q fuzzReq, got, want string) bool { return false }
+// fuzzDiffs lists the differences between two outcomes. relaxed ignores
+// which slot did what: slot numbers are taken out of stats records,
+// notifications and probes, and the slots' lines and workerinfo replies
+// are compared as sets.
+func fuzzDiffs(s *fuzzSchedule, got, want *fuzzOutcome, relaxed bool) []string {
+	var diffs []string
+	add := func(format string, a ...any) { diffs = append(diffs, fmt.Sprintf(format, a...)) }
+	for pi, ph := range s.phases {
+		for i, q := range ph.reqs {
+			if g, w := got.replies[pi][i], want.replies[pi][i]; g != w && !fuzzTolerated(q, g, w) {
+				add("phase %d request %s: sluice %q, reference %q", pi, q, trunc(g, 300), trunc(w, 300))
+			}
+		}
+		if pi >= len(got.probes) || pi >= len(want.probes) {
+			continue
+		}
+		gp, wp := got.probes[pi], want.probes[pi]
+		if relaxed {
+			gp, wp = fuzzRelaxProbes(ph.probes, gp), fuzzRelaxProbes(ph.probes, wp)
+		}
+		for i, q := range ph.probes {
+			if i < len(gp) && i < len(wp) && gp[i] != wp[i] {
+				add("phase %d probe %q: sluice %q, reference %q", pi, q, trunc(gp[i], 300), trunc(wp[i], 300))
+			}
+		}
+	}
+	gn, wn, gs, ws := got.notes, want.notes, got.stats, want.stats
+	if got.died != want.died {
+		if sig := s.phases[len(s.phases)-1].signal; !got.died && sig == syscall.SIGUSR1 && fuzzListed("unhandled-signals") {
+			// sluice lives on, and reaps its workers at the end.
+			gs = fuzzTrimReaps(gs, len(ws))
+		} else {
+			add("after %v: sluice died %v, reference died %v", sig, got.died, want.died)
+		}
+	}
+	if relaxed {
+		gn, wn = fuzzRelaxLines(gn, fuzzNoteSlot), fuzzRelaxLines(wn, fuzzNoteSlot)
+		gs, ws = fuzzRelaxLines(gs, fuzzStatsSlot), fuzzRelaxLines(ws, fuzzStatsSlot)
+	}
+	if !reflect.DeepEqual(gn, wn) {
+		add("notifications differ:\n%s", fuzzDiff(gn, wn))
+	}
+	if !reflect.DeepEqual(gs, ws) {
+		add("stats records differ:\n%s", fuzzDiff(gs, ws))
+	}
+	return diffs
+}
+
+var (
+	fuzzNoteSlot  = regexp.MustCompile(`^S \d+ `)
+	fuzzStatsSlot = regexp.MustCompile(` worker=\d+ `)
+	fuzzSlotLine  = regexp.MustCompile(`(?m)^\d+ `)
+	fuzzInfoSlot  = regexp.MustCompile(`^Worker \d+\n`)
+)
+
+// fuzzRelaxLines takes slot numbers out of lines.
+func fuzzRelaxLines(lines []string, re *regexp.Regexp) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = re.ReplaceAllStringFunc(l, func(m string) string {
+			return regexp.MustCompile(`\d+`).ReplaceAllString(m, "N")
+		})
+	}
+	return out
+}
+
+// fuzzRelaxProbes takes slot numbers out of a phase's probe replies:
+// status letters and the lines of workers are sorted, and the workerinfo
+// replies are compared as a set.
+func fuzzRelaxProbes(probes, replies []string) []string {
+	out := slices.Clone(replies)
+	var infos []int
+	for i, p := range probes {
+		if i >= len(out) {
+			break
+		}
+		switch {
+		case p == "status":
+			if f := strings.SplitN(out[i], " ", 2); len(f) == 2 {
+				b := []byte(f[0])
+				slices.Sort(b)
+				out[i] = string(b) + " " + f[1]
+			}
+		case p == "workers" || p == "busyworkers":
+			lines := strings.Split(fuzzSlotLine.ReplaceAllString(out[i], "N "), "\n")
+			slices.Sort(lines)
+			out[i] = strings.Join(lines, "\n")
+		case strings.HasPrefix(p, "workerinfo "):
+			out[i] = fuzzInfoSlot.ReplaceAllString(out[i], "Worker N\n")
+			infos = append(infos, i)
+		}
+	}
+	sorted := make([]string, len(infos))
+	for j, i := range infos {
+		sorted[j] = out[i]
+	}
+	slices.Sort(sorted)
+	for j, i := range infos {
+		out[i] = sorted[j]
+	}
+	return out
+}
+
+// fuzzTolerated reports whether two replies to q differ only by the
+// reference's own race: a worker that writes half a line and exits is
+// relayed, or, when the reference reaps it before reading, reported as an
+// error (sluice, which gives a worker reaped while busy 1 s to deliver
+// its output, always relays it).
+func fuzzTolerated(q fuzzReq, got, want string) bool {
+	return strings.HasPrefix(q.data, "partial") && got == "part" && want == "error: Error talking to worker process\n"
+}
+
+// fuzzListed is true for the id of a deliberate difference
+// (mux.Differences); an id that is not listed panics, so that the
+// fuzzer tolerates nothing the documentation does not say.
+func fuzzListed(id string) bool {
+	if _, ok := mux.LookupDifference(id); !ok {
+		panic("the fuzzer tolerates an unlisted difference: " + id)
+	}
+	return true
+}
+
+// fuzzTrimReaps drops the ReapWorker records after the first n.
+func fuzzTrimReaps(stats []string, n int) []string {
+	if len(stats) <= n {
+		return stats
+	}
+	for _, l := range stats[n:] {
+		if !strings.Contains(l, " ReapWorker ") {
+			return stats
+		}
+	}
+	return stats[:n]
+}
 
 // fuzzDiff shows two line sequences side by side from their first
 // difference.

@@ -61,6 +61,10 @@ var Differences = []Difference{
 		Detail: "`sluice mux -v` prints the reference's version line with sluice's own version after it, and `sluice mux -h` " +
 			"adds sluice's options to the usage text. Under the name `mimedefang-multiplexor` both are the reference's, byte for byte. " +
 			"The `version` command answers `3.3`, the version clients compare with."},
+	{ID: "unhandled-signals",
+		Summary: "SIGUSR1 and SIGUSR2, which kill the reference, are ignored",
+		Detail: "SIGUSR1 and SIGUSR2 are ignored. The reference does not handle them, so their default action kills it " +
+			"at once, leaving its sockets and pid file behind and its workers to exit at the end of their input."},
 	{ID: "ctl-bounds",
 		Summary: "`sluice ctl` bounds its connect and exchange where md-mx-ctrl waits for ever, and reports a server that closes early as an error",
 		Detail: "`sluice ctl`: the connect (30 s) and the exchange (5 min) are bounded where md-mx-ctrl waits forever; " +
