@@ -58,6 +58,16 @@ type fuzzReq struct {
 	state bool
 }
 
+// line is the command the multiplexor reads from r: the reference drops
+// the last byte of a request as its newline, even when the client
+// half-closed without one.
+func (r fuzzReq) line() string {
+	if r.halfClose && r.data != "" {
+		return r.data[:len(r.data)-1]
+	}
+	return strings.TrimSuffix(r.data, "\n")
+}
+
 func (r fuzzReq) String() string {
 	s := fmt.Sprintf("%q", trunc(r.data, 60))
 	if r.ro {

@@ -381,7 +381,7 @@ func fuzzRun(t *testing.T, s *fuzzSchedule, d *featDaemon) *fuzzOutcome {
 				replies[i] = "(the pool's state)"
 				continue
 			}
-			replies[i] = fuzzNormalize(q.data, replies[i])
+			replies[i] = fuzzNormalize(q.line(), replies[i])
 		}
 		o.replies = append(o.replies, replies)
 		fuzzSettle(t, s, d, o, fmt.Sprintf("phase %d", pi))
