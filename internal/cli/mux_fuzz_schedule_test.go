@@ -21,7 +21,10 @@ import (
 // What workers take (sleeps, "slow" requests of 500 ms, a slow start of
 // 150 ms) ends at least 100 ms away from a multiple of it, so that
 // whether two requests overlap does not depend on scheduling either.
-const fuzzGap = 300 * time.Millisecond
+// Phases start 100 ms into a second of the clock, so that no request
+// comes within 100 ms of a second's start: the reference counts -W in
+// whole seconds.
+const fuzzGap = 400 * time.Millisecond
 
 // fuzzSchedule is one run of both multiplexors.
 type fuzzSchedule struct {
@@ -102,8 +105,8 @@ var fixedCommands = []string{"help", "version", "tick", "foo_no_such_command", "
 // md-mx-ctrl's words, not the multiplexor's: they reach a worker too.
 var workerCommands = []string{"scan Q%d /tmp", "scan Q%d slow", "relayok 192.0.2.%d host 25 127.0.0.1 25 NOQUEUE",
 	"senderok <s%d@example.com> 192.0.2.1 host helo", "recipok <r%d@example.com> <s@x> 192.0.2.1 host first helo",
-	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 100", "sleep 450", "sleep 750",
-	"sleep 1050", "die", "partial", "two", "long 4094", "long 5000", "flood 50000", "garbage",
+	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 100", "sleep 600", "sleep 1000",
+	"sleep 1400", "die", "partial", "two", "long 4094", "long 5000", "flood 50000", "garbage",
 	"rawstatus", "barstatus", "hello %d", "stderr oops%0Aagain", "scan ", "scan Q%d", "relayok ", "recipok <r@one.example>"}
 
 // newFuzzSchedule draws one schedule from seed.

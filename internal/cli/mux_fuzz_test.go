@@ -364,6 +364,8 @@ func fuzzRun(t *testing.T, s *fuzzSchedule, d *featDaemon) *fuzzOutcome {
 		l.mu.Unlock()
 	}
 	for pi, ph := range s.phases {
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second + 100*time.Millisecond).Sub(now))
 		replies := make([]string, len(ph.reqs))
 		var wg sync.WaitGroup
 		for i, q := range ph.reqs {

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,4 +233,26 @@ func TestBareScanIsGeneric(t *testing.T) {
 	if !rec.has("StartFilter", "") {
 		t.Errorf("scan Q1 /tmp wrote no StartFilter: %+v", rec.stats)
 	}
+}
+
+// -W counts whole seconds of the clock, as the reference's time(NULL)
+// difference does: after an activation at 0.9 s, none at 0.9 s, one at
+// 1.1 s (0.2 s later, but in the next second).
+func TestActivationSpacingWholeSeconds(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 900_000_000, time.UTC))
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.BusyTimeout = time.Hour
+	cfg.ActivationSpacing = time.Second
+	p := start(t, cfg)
+	waitStates(t, p, "IS")
+	done := make(chan pool.Result, 1)
+	go func() { done <- p.Do(context.Background(), pool.Request{Line: "sleep 1500"}) }()
+	waitCount(t, p, pool.Busy, 1)
+	if r := do(t, p, "x"); !errors.Is(r.Err, pool.ErrActivate) {
+		t.Fatalf("in the same second: %+v", r)
+	}
+	fake.Advance(200 * time.Millisecond)
+	wantReply(t, do(t, p, "x"), "echo \"x\"\n")
+	wantReply(t, <-done, "slept 1500\n")
 }

@@ -60,7 +60,8 @@ type Config struct {
 	CmdTimeout  time.Duration // -c: writing a command to a worker
 	SlewTime    time.Duration // -w: between bring-up activations
 	// ActivationSpacing is -W: no process starts within this long of the
-	// previous start (0: no spacing).
+	// previous start (0: no spacing); whole seconds are counted in whole
+	// seconds of the clock, as the reference does.
 	ActivationSpacing time.Duration
 	QueueSize         int           // -q: 0 = no queue
 	QueueTimeout      time.Duration // -Q
@@ -1137,8 +1138,19 @@ func (p *Pool) popQueue() *call {
 }
 
 // mayActivate: activation spacing (-W) lets a worker start now.
+//
+// A spacing of whole seconds (-W) is counted as the reference counts it,
+// in whole seconds of the clock: an activation at 10.9 s allows the next
+// one at 11.0 s.
 func (p *Pool) mayActivate() bool {
-	return p.cfg.ActivationSpacing <= 0 || p.lastActivation.IsZero() || p.now().Sub(p.lastActivation) >= p.cfg.ActivationSpacing
+	spacing := p.cfg.ActivationSpacing
+	if spacing <= 0 || p.lastActivation.IsZero() {
+		return true
+	}
+	if spacing%time.Second == 0 {
+		return p.now().Unix()-p.lastActivation.Unix() >= int64(spacing/time.Second)
+	}
+	return p.now().Sub(p.lastActivation) >= spacing
 }
 
 // closeProc closes the parent's ends of a reaped worker's pipes, which
