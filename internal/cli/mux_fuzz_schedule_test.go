@@ -18,8 +18,8 @@ import (
 // fuzzGap is the time between two requests of a phase: long enough that
 // both multiplexors see them in the same order, and each one's outcome
 // (a worker, the queue, "no free workers") does not depend on scheduling.
-// What workers take (sleeps, "slow" requests of 500 ms, a slow start of
-// 150 ms) ends at least 100 ms away from a multiple of it, so that
+// What workers take (sleeps, "slow" requests of 500 ms, "tag" of 200 ms,
+// a slow start of 150 ms) ends at least 100 ms away from a multiple of it, so that
 // whether two requests overlap does not depend on scheduling either.
 // Phases start 100 ms into a second of the clock, so that no request
 // comes within 100 ms of a second's start: the reference counts -W in

@@ -6,7 +6,8 @@
 // makes it exit (status 2) before reading anything; FAKEWORKER_START_MS
 // makes it wait that many milliseconds before reading its first command;
 // FAKEWORKER_EXIT_AFTER=n makes it exit (status 0) after answering n
-// commands; FAKEWORKER_LINGER keeps it alive an hour after EOF.
+// commands; FAKEWORKER_TAG_MS sets how long "tag" takes (400 ms);
+// FAKEWORKER_LINGER keeps it alive an hour after EOF.
 package main
 
 import (
@@ -28,6 +29,10 @@ func main() {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 	}
 	exitAfter, _ := strconv.Atoi(os.Getenv("FAKEWORKER_EXIT_AFTER"))
+	tagWait := 400 * time.Millisecond
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_TAG_MS")); err == nil {
+		tagWait = time.Duration(ms) * time.Millisecond
+	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := os.Stdout
 	for answered := 0; ; answered++ {
@@ -74,11 +79,11 @@ func main() {
 		case "sleep": // answer after n milliseconds
 			time.Sleep(time.Duration(n) * time.Millisecond)
 			fmt.Fprintf(out, "slept %d\n", n)
-		case "tag": // write the rest of the line (with %0A made newlines) on the -Z status pipe (fd 3), then answer after 400 ms
+		case "tag": // write the rest of the line (with %0A made newlines) on the -Z status pipe (fd 3), then answer after 400 ms (FAKEWORKER_TAG_MS)
 			if st := os.NewFile(3, "status"); st != nil {
 				_, _ = st.WriteString(strings.ReplaceAll(arg, "%0A", "\n") + "\n")
 			}
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(tagWait)
 			fmt.Fprintf(out, "tagged\n")
 		case "tick": // record the tick in ticks.log (in the working directory), answer "tock n"
 			if f, err := os.OpenFile("ticks.log", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666); err == nil {
