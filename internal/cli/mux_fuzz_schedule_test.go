@@ -18,12 +18,14 @@ import (
 // fuzzGap is the time between two requests of a phase: long enough that
 // both multiplexors see them in the same order, and each one's outcome
 // (a worker, the queue, "no free workers") does not depend on scheduling.
-// What workers take (sleeps, "slow" requests of 500 ms, "tag" of 200 ms,
-// a slow start of 150 ms) ends at least 100 ms away from a multiple of it, so that
-// whether two requests overlap does not depend on scheduling either.
-// Phases start 100 ms into a second of the clock, so that no request
-// comes within 100 ms of a second's start: the reference counts -W in
-// whole seconds.
+// Two requests must not end together either, nor when a slot is brought
+// up again (-w 1, a second after a reap: half a gap after a request
+// starts): the durations of a worker's work differ by no multiple of the
+// gap, and end at least 50 ms from a multiple of it, and from half of
+// one ("stderr" and "tag" 100 ms, "slow" requests and "sleep 300" 300 ms,
+// "sleep 750" and "sleep 1050"). Phases start 100 ms into a second of the
+// clock, so that no request comes within 100 ms of a second's start: the
+// reference counts -W in whole seconds.
 const fuzzGap = 400 * time.Millisecond
 
 // fuzzSchedule is one run of both multiplexors.
@@ -105,8 +107,8 @@ var fixedCommands = []string{"help", "version", "tick", "foo_no_such_command", "
 // md-mx-ctrl's words, not the multiplexor's: they reach a worker too.
 var workerCommands = []string{"scan Q%d /tmp", "scan Q%d slow", "relayok 192.0.2.%d host 25 127.0.0.1 25 NOQUEUE",
 	"senderok <s%d@example.com> 192.0.2.1 host helo", "recipok <r%d@example.com> <s@x> 192.0.2.1 host first helo",
-	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 100", "sleep 600", "sleep 1000",
-	"sleep 1400", "die", "partial", "two", "long 4094", "long 5000", "flood 50000", "garbage",
+	"recipok <r%d@one.example> <s@x> 192.0.2.1 host first helo slow", "sleep 300", "sleep 750", "sleep 1050",
+	"sleep 300", "die", "partial", "two", "long 4094", "long 5000", "flood 50000", "garbage",
 	"rawstatus", "barstatus", "hello %d", "stderr oops%0Aagain", "scan ", "scan Q%d", "relayok ", "recipok <r@one.example>"}
 
 // newFuzzSchedule draws one schedule from seed.
@@ -143,11 +145,8 @@ func newFuzzSchedule(seed uint64) *fuzzSchedule {
 	if s.ro = r.IntN(2) == 0; s.ro {
 		add("-a", "SPOOL/ro.sock")
 	}
-	switch n := r.IntN(20); {
-	case n < 4:
+	if r.IntN(5) == 0 {
 		s.workerEnv = append(s.workerEnv, fmt.Sprintf("FAKEWORKER_EXIT_AFTER=%d", 1+r.IntN(4)))
-	case n < 6:
-		s.workerEnv = append(s.workerEnv, "FAKEWORKER_START_MS=150")
 	}
 	flags := strings.Fields(strings.NewReplacer("WORKER", "/w", "SPOOL", "/s").Replace(s.argString()))
 	o, err := parseMuxArgs("sluice mux", flags, io.Discard)

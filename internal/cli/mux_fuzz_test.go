@@ -344,8 +344,9 @@ func fuzzWrapper(t *testing.T, env []string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "worker")
-	// "tag" takes 200 ms rather than 400, a multiple of fuzzGap.
-	env = append([]string{"FAKEWORKER_TAG_MS=200"}, env...)
+	// What a worker takes ends at its own distance from a multiple of
+	// fuzzGap ("stderr" takes 100 ms): see fuzzGap.
+	env = append([]string{"FAKEWORKER_TAG_MS=100", "FAKEWORKER_SLOW_MS=300"}, env...)
 	script := fmt.Sprintf("#!/bin/sh\n%s exec %s \"$@\"\n", strings.Join(env, " "), worker)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

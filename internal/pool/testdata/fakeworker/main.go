@@ -6,7 +6,8 @@
 // makes it exit (status 2) before reading anything; FAKEWORKER_START_MS
 // makes it wait that many milliseconds before reading its first command;
 // FAKEWORKER_EXIT_AFTER=n makes it exit (status 0) after answering n
-// commands; FAKEWORKER_TAG_MS sets how long "tag" takes (400 ms);
+// commands; FAKEWORKER_TAG_MS sets how long "tag" takes (400 ms) and
+// FAKEWORKER_SLOW_MS a "slow" request (500 ms);
 // FAKEWORKER_LINGER keeps it alive an hour after EOF.
 package main
 
@@ -29,6 +30,10 @@ func main() {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 	}
 	exitAfter, _ := strconv.Atoi(os.Getenv("FAKEWORKER_EXIT_AFTER"))
+	slowWait := 500 * time.Millisecond
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_SLOW_MS")); err == nil {
+		slowWait = time.Duration(ms) * time.Millisecond
+	}
 	tagWait := 400 * time.Millisecond
 	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_TAG_MS")); err == nil {
 		tagWait = time.Duration(ms) * time.Millisecond
@@ -132,12 +137,12 @@ func main() {
 			fmt.Fprintf(out, "OK %s\n", encode(string(k)))
 		case "relayok", "senderok", "recipok", "helook":
 			if strings.Contains(line, "slow") {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(slowWait)
 			}
 			out.WriteString("ok 1 ok 250 2.1.0 0\n")
 		case "scan":
 			if strings.Contains(line, "slow") {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(slowWait)
 			}
 			out.WriteString("ok\n")
 		default:
