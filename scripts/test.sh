@@ -7,7 +7,10 @@
 # on Debian, this script first installs the packages they need with apt-get;
 # without root it says loudly which suites will be skipped.
 #
-# Environment: FUZZTIME (default 10s) per fuzz target; SKIP_FUZZ=1 skips them;
+# Environment: FUZZTIME (default 10s) per fuzz target, and, when set, how
+# long the mux differential fuzzer (TestMuxDifferentialFuzz, run with the
+# tests; unset, it plays its four fixed schedules) draws new ones;
+# SKIP_FUZZ=1 skips the fuzz targets;
 # SLUICE_ARTIFACTS (default ./artifacts) receives screenshots and the test
 # events (go-test.json); SLUICE_REQUIRE_PEERS (default 1 as root or in CI)
 # makes a test whose real peer is missing fail instead of skip.

@@ -198,6 +198,14 @@ func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, er
 			if err := o.set(c, val); err != nil {
 				return nil, err
 			}
+			// The reference acts on -h and -v inside its getopt loop:
+			// what follows them is never looked at.
+			if o.help {
+				return o, errUsage
+			}
+			if o.version {
+				return o, nil
+			}
 			if c == 'E' && !seen[c] { // the reference's own words, unprefixed
 				o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
 			}
@@ -206,9 +214,6 @@ func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, er
 	}
 	if len(extra) > 0 {
 		o.notices = append(o.notices, fmt.Sprintf("%s: extra arguments ignored: %s", prog, strings.Join(extra, " ")))
-	}
-	if o.help {
-		return o, errUsage
 	}
 	o.clamp()
 	return o, nil
@@ -404,10 +409,15 @@ const muxUsageOptions = `Options:
   -E                -- Use embedded Perl interpreter
 `
 
-// muxUsage is the reference's usage text (on stderr), then what sluice
-// adds.
-func muxUsage(w io.Writer, prog string) {
-	fmt.Fprintf(w, "mimedefang-multiplexor version %s\nUsage: %s [options]\n%s", referenceVersion, prog, muxUsageOptions)
+// muxUsage is the reference's usage text (on stderr), then, as `sluice
+// mux`, what sluice adds. name is the program named on the Usage line:
+// the reference's own name (never argv[0]), under which the text is the
+// reference's byte for byte, or "sluice mux".
+func muxUsage(w io.Writer, name string) {
+	fmt.Fprintf(w, "mimedefang-multiplexor version %s\nUsage: %s [options]\n%s", referenceVersion, name, muxUsageOptions)
+	if name == ReferenceName {
+		return
+	}
 	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
   -A                -- Log scheduling decisions
   -k                -- Autoscale workers (upstream HEAD)
@@ -415,19 +425,32 @@ func muxUsage(w io.Writer, prog string) {
 `)
 }
 
-// muxProg is the name errors are prefixed with.
-func muxProg() string {
+// muxProg is the name errors are prefixed with and the name on the usage
+// line. Invoked under the reference's name, errors are prefixed with
+// argv[0] as given (a path stays a path), as the reference's are, and the
+// usage line names the reference; otherwise both are "sluice mux".
+func muxProg() (prog, usage string) {
 	if Invoked(os.Args[0]) == "mux" {
-		return ReferenceName
+		return os.Args[0], ReferenceName
 	}
-	return "sluice mux"
+	return "sluice mux", "sluice mux"
+}
+
+// muxVersionLine is what -v prints on stdout: under the reference's name
+// exactly the reference's line (scripts parse it); as `sluice mux`, the
+// same line with sluice's own version after it.
+func muxVersionLine(asReference bool) string {
+	if asReference {
+		return fmt.Sprintf("mimedefang-multiplexor version %s\n", referenceVersion)
+	}
+	return fmt.Sprintf("mimedefang-multiplexor version %s (sluice %s)\n", referenceVersion, versionString())
 }
 
 func muxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	prog := muxProg()
+	prog, usage := muxProg()
 	o, err := parseMuxArgs(prog, args, stderr)
 	if errors.Is(err, errUsage) {
-		muxUsage(stderr, prog)
+		muxUsage(stderr, usage)
 		return 1
 	}
 	if err != nil {
@@ -435,7 +458,7 @@ func muxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.version {
-		fmt.Fprintf(stdout, "mimedefang-multiplexor version %s (sluice %s)\n", referenceVersion, versionString())
+		fmt.Fprint(stdout, muxVersionLine(Invoked(os.Args[0]) == "mux"))
 		return 0
 	}
 	for _, n := range o.notices {

@@ -538,7 +538,10 @@ func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	case "load":
 		return s.withLoad(formatLoad, loadQueries(pool.Scan)...)
 	}
-	if rest, ok := strings.CutPrefix(line, "load1 "); ok {
+	// load1, slaveinfo and workerinfo need something after their space
+	// (the reference compares the length first): alone they go to a
+	// worker like any unknown command.
+	if rest, ok := strings.CutPrefix(line, "load1 "); ok && rest != "" {
 		back, ok := scanInt(rest)
 		if !ok || back < 10 || back > 600 {
 			return ReplyBadBack, true
@@ -559,7 +562,7 @@ func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	case "foo_no_such_command":
 		return ReplyUnknown, true
 	}
-	if strings.HasPrefix(line, "slaveinfo ") || strings.HasPrefix(line, "workerinfo ") {
+	if (strings.HasPrefix(line, "slaveinfo ") && len(line) > 10) || (strings.HasPrefix(line, "workerinfo ") && len(line) > 11) {
 		n, ok := scanInt(line[10:])
 		if !ok {
 			return ReplyBadWorker, true

@@ -175,12 +175,29 @@ type step struct {
 	req       string
 	ro        bool // on the restricted socket
 	halfClose bool
-	want      string // checked on both sides when not empty
+	// want is what the step expects: reply(s), checked on both sides (an
+	// empty s is an empty reply), or vsReference, compared with the
+	// reference's reply only. A step must say which.
+	want expect
 	// refAlso is a reply the reference may give instead of want: its own
 	// race (sluice, which gives a worker reaped while busy 1 s to deliver
 	// its output, must give want).
 	refAlso string
 }
+
+// expect is a step's expectation; its zero value is no expectation at
+// all, which runScript refuses.
+type expect struct {
+	reply string
+	kind  int // 0 unset, 1 reply, 2 only compared with the reference
+}
+
+// reply expects exactly s from both sides ("" is an empty reply).
+func reply(s string) expect { return expect{reply: s, kind: 1} }
+
+// vsReference expects nothing in particular: the reply is only compared
+// with the reference's (after normalize).
+var vsReference = expect{kind: 2}
 
 var (
 	pidRe    = regexp.MustCompile(`(?m)^(\d+ [IBK]) \d+`)
@@ -221,6 +238,9 @@ func normalize(req, reply string) string {
 func runScript(t *testing.T, tg target, steps []step) []string {
 	var out []string
 	for _, s := range steps {
+		if s.want.kind == 0 {
+			t.Fatalf("step %q says nothing of its reply: give want: reply(...) or vsReference", s.req)
+		}
 		sock := tg.main
 		if s.ro {
 			sock = tg.ro
@@ -228,10 +248,10 @@ func runScript(t *testing.T, tg target, steps []step) []string {
 		got := query(t, sock, s.req, s.halfClose)
 		if tg.name == "reference" && s.refAlso != "" && got == s.refAlso {
 			t.Logf("reference: %q: got %q, the other outcome of its race", s.req, got)
-			got = s.want
+			got = s.want.reply
 		}
-		if s.want != "" && got != s.want {
-			t.Errorf("%s: %q: got %q, want %q", tg.name, s.req, got, s.want)
+		if s.want.kind == 1 && got != s.want.reply {
+			t.Errorf("%s: %q: got %q, want %q", tg.name, s.req, got, s.want.reply)
 		}
 		out = append(out, normalize(s.req, got))
 	}
@@ -272,54 +292,61 @@ func trunc(s string) string {
 func TestDifferentialCommands(t *testing.T) {
 	t.Parallel()
 	steps := []step{
-		{req: "status\n"},
-		{req: "workers\n"},
-		{req: "help\n"},
-		{req: "help\n", ro: true},
-		{req: "free\n", want: "4\n"},
-		{req: "version\n", want: "3.3"},
-		{req: "tick\n", want: mux.ReplyTick},
-		{req: "tick\n", ro: true, want: mux.ReplyTick},
-		{req: "foo_no_such_command\n", ro: true, want: mux.ReplyUnknown},
-		{req: "relayok 1.2.3.4 host 25\n", ro: true, want: mux.ReplyPrivileged},
-		{req: "reread\n", ro: true, want: mux.ReplyPrivileged},
-		{req: "workerinfo x\n", want: mux.ReplyBadWorker},
-		{req: "workerinfo 9\n", want: mux.ReplyWorkerRange},
-		{req: "workerinfo -1\n", want: mux.ReplyWorkerRange},
-		{req: "slaveinfo 3\n"},
-		{req: "workerinfo\n"},
-		{req: "load1 9\n", want: mux.ReplyBadBack},
-		{req: "load1 601\n", want: mux.ReplyBadBack},
-		{req: "load1 x\n", want: mux.ReplyBadBack},
-		{req: "busyworkers\n", want: ""},
-		{req: "hello world\n"},
-		{req: "relayok 192.0.2.9 host 25 127.0.0.1 25 NOQUEUE\n", want: "ok 1 ok 250 2.1.0 0\n"},
-		{req: "scan Q1 /tmp\n", want: "ok\n"},
-		{req: "workers\n"},
-		{req: "status\n"},
-		{req: "msgs\n", want: "1\n"},
-		{req: "histo\n"},
-		{req: "load-recipok\n"},
-		{req: "hload-senderok\n"},
-		{req: "load1 10\n"},
-		{req: "two\n", want: "one\n"},
-		{req: "after-two\n"},
-		{req: "long 5000\n", want: strings.Repeat("x", 4096)},
-		{req: "after-long\n"},
-		{req: "long 4094\n"},
-		{req: strings.Repeat("a", 4094) + "\n"},
-		{req: strings.Repeat("a", 4095) + "\n", want: mux.ReplyTooLong},
-		{req: strings.Repeat("b", 9000) + "\n", want: mux.ReplyTooLong},
-		{req: "free", halfClose: true},
-		{req: "", halfClose: true},
-		{req: "status\r\r\n"},
-		{req: "x\x00y\n"},
-		{req: "free\nmsgs\n", want: "4\n"},
-		{req: "flood 200000\n", want: "flooded\n"},
-		{req: "die\n", want: mux.ReplyNoResponse},
+		{req: "status\n", want: vsReference},
+		{req: "workers\n", want: vsReference},
+		{req: "help\n", want: vsReference},
+		{req: "help\n", ro: true, want: vsReference},
+		{req: "free\n", want: reply("4\n")},
+		{req: "version\n", want: reply("3.3")},
+		{req: "tick\n", want: reply(mux.ReplyTick)},
+		{req: "tick\n", ro: true, want: reply(mux.ReplyTick)},
+		{req: "foo_no_such_command\n", ro: true, want: reply(mux.ReplyUnknown)},
+		{req: "relayok 1.2.3.4 host 25\n", ro: true, want: reply(mux.ReplyPrivileged)},
+		{req: "reread\n", ro: true, want: reply(mux.ReplyPrivileged)},
+		{req: "workerinfo x\n", want: reply(mux.ReplyBadWorker)},
+		{req: "workerinfo 9\n", want: reply(mux.ReplyWorkerRange)},
+		{req: "workerinfo -1\n", want: reply(mux.ReplyWorkerRange)},
+		{req: "slaveinfo 3\n", want: vsReference},
+		{req: "workerinfo\n", want: vsReference},
+		// With nothing after the space, these are no built-ins (the
+		// reference checks the length first): a worker gets them.
+		{req: "workerinfo \n", want: reply("echo \"workerinfo \"\n")},
+		{req: "slaveinfo \n", want: reply("echo \"slaveinfo \"\n")},
+		{req: "load1 \n", want: reply("echo \"load1 \"\n")},
+		{req: "load1 \n", ro: true, want: reply(mux.ReplyPrivileged)},
+		{req: "workerinfo  1\n", want: vsReference},
+		{req: "load1 9\n", want: reply(mux.ReplyBadBack)},
+		{req: "load1 601\n", want: reply(mux.ReplyBadBack)},
+		{req: "load1 x\n", want: reply(mux.ReplyBadBack)},
+		{req: "busyworkers\n", want: reply("")},
+		{req: "hello world\n", want: vsReference},
+		{req: "relayok 192.0.2.9 host 25 127.0.0.1 25 NOQUEUE\n", want: reply("ok 1 ok 250 2.1.0 0\n")},
+		{req: "scan Q1 /tmp\n", want: reply("ok\n")},
+		{req: "workers\n", want: vsReference},
+		{req: "status\n", want: vsReference},
+		{req: "msgs\n", want: reply("1\n")},
+		{req: "histo\n", want: vsReference},
+		{req: "load-recipok\n", want: vsReference},
+		{req: "hload-senderok\n", want: vsReference},
+		{req: "load1 10\n", want: vsReference},
+		{req: "two\n", want: reply("one\n")},
+		{req: "after-two\n", want: vsReference},
+		{req: "long 5000\n", want: reply(strings.Repeat("x", 4096))},
+		{req: "after-long\n", want: vsReference},
+		{req: "long 4094\n", want: vsReference},
+		{req: strings.Repeat("a", 4094) + "\n", want: vsReference},
+		{req: strings.Repeat("a", 4095) + "\n", want: reply(mux.ReplyTooLong)},
+		{req: strings.Repeat("b", 9000) + "\n", want: reply(mux.ReplyTooLong)},
+		{req: "free", halfClose: true, want: vsReference},
+		{req: "", halfClose: true, want: vsReference},
+		{req: "status\r\r\n", want: vsReference},
+		{req: "x\x00y\n", want: vsReference},
+		{req: "free\nmsgs\n", want: reply("4\n")},
+		{req: "flood 200000\n", want: reply("flooded\n")},
+		{req: "die\n", want: reply(mux.ReplyNoResponse)},
 		// The worker writes "part" and exits: the reference relays it, or,
 		// when it reaps the worker before reading, reports an error.
-		{req: "partial\n", want: "part", refAlso: mux.ReplyTalk},
+		{req: "partial\n", want: reply("part"), refAlso: mux.ReplyTalk},
 	}
 	differential(t, settings{min: 1, max: 4, busy: 10, queueTime: 30}, steps)
 }
@@ -330,7 +357,7 @@ func TestDifferentialBusyTimeout(t *testing.T) {
 	}
 	t.Parallel()
 	differential(t, settings{min: 1, max: 2, busy: 10, queueTime: 30}, []step{
-		{req: "hang\n", want: mux.ReplyTimeoutFew},
-		{req: "after\n"},
+		{req: "hang\n", want: reply(mux.ReplyTimeoutFew)},
+		{req: "after\n", want: vsReference},
 	})
 }

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -141,4 +142,117 @@ func TestNotificationOrder(t *testing.T) {
 	if !strings.HasSuffix(got, want) {
 		t.Errorf("notifications:\n got %s\nwant ...%s", got, want)
 	}
+}
+
+// -i (§4.8) never takes the running workers below -m: with -m 1 -x 3,
+// three workers busy at once and then idle for -i, the idle timer kills
+// two ("Idle timeout", both with three running as the reference counts
+// them) and keeps one; none is started again to make up for it. On a
+// fake clock, so the timer runs exactly when the test says.
+func TestIdleTimeoutKeepsMinWorkers(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 3
+	cfg.IdleTime = 10 * time.Second
+	cfg.BusyTimeout = time.Hour
+	cfg.SlewTime = time.Second
+	cfg.Stats = rec.stat
+	p := start(t, cfg)
+	waitCount(t, p, pool.Idle, 1)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { wantReply(t, p.Do(context.Background(), pool.Request{Line: "sleep 300"}), "slept 300\n") })
+	}
+	wg.Wait()
+	waitCount(t, p, pool.Idle, 3)
+	kills := func() (n int) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.stats {
+			if e.Event == "KillWorker" && e.Extra != "" && strings.Contains(e.Extra, `reason="Idle timeout"`) {
+				n++
+				if e.Running != 3 {
+					t.Errorf("KillWorker with nworkers=%d, want 3", e.Running)
+				}
+			}
+		}
+		return n
+	}
+	for round := range 3 {
+		fake.Advance(10 * time.Second)
+		// The timer's pass has run once the pool answers a snapshot and
+		// the idle workers it killed are reaped.
+		waitCount(t, p, pool.Stopped, 2)
+		waitCount(t, p, pool.Idle, 1)
+		if n := kills(); n != 2 {
+			t.Fatalf("round %d: %d idle kills, want 2", round, n)
+		}
+	}
+	snap, _ := p.Snapshot()
+	if snap.Activations != 3 {
+		t.Errorf("%d activations, want 3 (no worker started again after the idle kills)", snap.Activations)
+	}
+}
+
+// A reaped worker's slot keeps its last command kind until its next
+// activation, as the reference's last_cmd does (`workers` shows
+// "last=relayok" on the stopped slot).
+func TestLastKindSurvivesReap(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxRequests = 1
+	cfg.SlewTime = time.Hour // no bring-up during the test
+	p := start(t, cfg)
+	wantReply(t, do(t, p, "relayok 192.0.2.1 host 25"), "ok 1 ok 250 2.1.0 0\n")
+	waitStates(t, p, "SS")
+	snap, _ := p.Snapshot()
+	if got := snap.Slots[0].Last; got != pool.RelayOK {
+		t.Errorf("stopped slot's last kind %v, want relayok", got)
+	}
+}
+
+// A bare "scan " is counted as a scan but takes the reference's generic
+// command path: no StartFilter record, the generic activation reason.
+// "scan Q1 /tmp" takes the scan path.
+func TestBareScanIsGeneric(t *testing.T) {
+	rec := &recorder{}
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
+	cfg.Stats = rec.stat
+	p := start(t, cfg)
+	waitStates(t, p, "I")
+	wantReply(t, do(t, p, "scan "), "ok\n")
+	if rec.has("StartFilter", "") {
+		t.Errorf("bare scan wrote StartFilter: %+v", rec.stats)
+	}
+	if snap, _ := p.Snapshot(); snap.Msgs != 1 {
+		t.Errorf("msgs %d after a bare scan, want 1", snap.Msgs)
+	}
+	wantReply(t, do(t, p, "scan Q1 /tmp"), "ok\n")
+	if !rec.has("StartFilter", "") {
+		t.Errorf("scan Q1 /tmp wrote no StartFilter: %+v", rec.stats)
+	}
+}
+
+// -W counts whole seconds of the clock, as the reference's time(NULL)
+// difference does: after an activation at 0.9 s, none at 0.9 s, one at
+// 1.1 s (0.2 s later, but in the next second).
+func TestActivationSpacingWholeSeconds(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 900_000_000, time.UTC))
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.BusyTimeout = time.Hour
+	cfg.ActivationSpacing = time.Second
+	p := start(t, cfg)
+	waitStates(t, p, "IS")
+	done := make(chan pool.Result, 1)
+	go func() { done <- p.Do(context.Background(), pool.Request{Line: "sleep 1500"}) }()
+	waitCount(t, p, pool.Busy, 1)
+	if r := do(t, p, "x"); !errors.Is(r.Err, pool.ErrActivate) {
+		t.Fatalf("in the same second: %+v", r)
+	}
+	fake.Advance(200 * time.Millisecond)
+	wantReply(t, do(t, p, "x"), "echo \"x\"\n")
+	wantReply(t, <-done, "slept 1500\n")
 }

@@ -60,7 +60,8 @@ type Config struct {
 	CmdTimeout  time.Duration // -c: writing a command to a worker
 	SlewTime    time.Duration // -w: between bring-up activations
 	// ActivationSpacing is -W: no process starts within this long of the
-	// previous start (0: no spacing).
+	// previous start (0: no spacing); whole seconds are counted in whole
+	// seconds of the clock, as the reference does.
 	ActivationSpacing time.Duration
 	QueueSize         int           // -q: 0 = no queue
 	QueueTimeout      time.Duration // -Q
@@ -163,6 +164,12 @@ type call struct {
 	ior   ioProgress
 	watch ctxWatch // the client's (clientIO)
 }
+
+// scanPath reports whether c takes the reference's scan path (doScan: the
+// activation reason, StartFilter and EndFilter, the queue id and working
+// directory): a scan with something after "scan ". A bare "scan " is
+// counted as a scan but otherwise handled as any other command.
+func (c *call) scanPath() bool { return c.kind == Scan && len(c.req.Line) > len("scan ") }
 
 type slot struct {
 	n            int
@@ -599,7 +606,7 @@ func activationReason(c *call) string {
 		return "About to run tick"
 	case c.req.Map:
 		return "About to handle map request"
-	case c.kind == Scan:
+	case c.scanPath():
 		return "About to perform scan"
 	default:
 		return "About to execute command '" + truncate(c.req.Line+"\n", 100) + "'"
@@ -649,7 +656,7 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	s.busyTimer = p.schedule(&s.busyT, p.cfg.BusyTimeout)
 	c.slot = s.n
 	p.grant(c, proc)
-	if c.kind == Scan && c.tick < 0 && !c.req.Map {
+	if c.scanPath() && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
 }
@@ -672,8 +679,8 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		return
 	}
 	qid := ""
-	switch c.kind {
-	case Scan:
+	switch {
+	case c.scanPath():
 		q, ok := field(1, 31)
 		if !ok {
 			return // the reference's sscanf keeps both
@@ -682,10 +689,10 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		if d, ok := field(2, 511); ok {
 			s.workdir = d
 		}
-	case SenderOK:
+	case c.kind == SenderOK:
 		s.workdir = ""
 		qid, _ = field(6, 31)
-	case RecipOK:
+	case c.kind == RecipOK:
 		s.workdir = ""
 		qid, _ = field(8, 31)
 	default:
@@ -1088,7 +1095,9 @@ func (p *Pool) finishReap(s *slot) {
 	s.activated, s.firstReq = time.Time{}, time.Time{}
 	p.setState(s, Stopped)
 	s.dead, s.reapPending = false, false
-	s.cur, s.last = Other, Other
+	// The last command kind stays until the next activation, as the
+	// reference's last_cmd does: `workers` shows it on a stopped slot.
+	s.cur = Other
 	p.stopped = append([]int{s.n}, p.stopped...)
 	p.stat(s, "ReapWorker", "")
 	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
@@ -1129,8 +1138,19 @@ func (p *Pool) popQueue() *call {
 }
 
 // mayActivate: activation spacing (-W) lets a worker start now.
+//
+// A spacing of whole seconds (-W) is counted as the reference counts it,
+// in whole seconds of the clock: an activation at 10.9 s allows the next
+// one at 11.0 s.
 func (p *Pool) mayActivate() bool {
-	return p.cfg.ActivationSpacing <= 0 || p.lastActivation.IsZero() || p.now().Sub(p.lastActivation) >= p.cfg.ActivationSpacing
+	spacing := p.cfg.ActivationSpacing
+	if spacing <= 0 || p.lastActivation.IsZero() {
+		return true
+	}
+	if spacing%time.Second == 0 {
+		return p.now().Unix()-p.lastActivation.Unix() >= int64(spacing/time.Second)
+	}
+	return p.now().Sub(p.lastActivation) >= spacing
 }
 
 // closeProc closes the parent's ends of a reaped worker's pipes, which
@@ -1165,24 +1185,32 @@ func (p *Pool) scheduleBringUp() {
 }
 
 // idleTimer is §4.8, run every IdleTime from the start.
+//
+// alive counts the running workers (Killed ones included, as the
+// reference's count does) less those this pass kills: a killed worker
+// still counts in running() until it is reaped, so the idle pass must
+// count its own kills or it would take the pool below MinWorkers.
 func (p *Pool) idleTimer() {
 	now := p.clk.Now()
+	alive := p.running()
 	if p.cfg.MaxLifetime > 0 {
 		for _, s := range p.idleList() {
 			if !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime {
+				alive--
 				p.kill(s, fmt.Sprintf("Worker has exceeded maximum lifetime of %d seconds", int(p.cfg.MaxLifetime/time.Second)))
 			}
 		}
 	}
 	for _, s := range p.idleList() {
-		if p.running() <= p.cfg.MinWorkers {
+		if alive <= p.cfg.MinWorkers {
 			break
 		}
 		if now.Sub(s.idleSince) >= p.cfg.IdleTime {
+			alive--
 			p.kill(s, "Idle timeout")
 		}
 	}
-	if p.running() < p.cfg.MinWorkers {
+	if alive < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
 	p.after(p.cfg.IdleTime, p.idleTimer)

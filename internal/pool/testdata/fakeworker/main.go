@@ -1,6 +1,14 @@
 // Command fakeworker is a scriptable mimedefang worker for the pool and
 // mux tests: it reads one command line at a time from stdin and acts on
 // its first word (see the switch below); it exits at EOF.
+//
+// Its environment sets behaviours for every request: FAKEWORKER_EXIT_AT_START
+// makes it exit (status 2) before reading anything; FAKEWORKER_START_MS
+// makes it wait that many milliseconds before reading its first command;
+// FAKEWORKER_EXIT_AFTER=n makes it exit (status 0) after answering n
+// commands; FAKEWORKER_TAG_MS sets how long "tag" takes (400 ms) and
+// FAKEWORKER_SLOW_MS a "slow" request (500 ms);
+// FAKEWORKER_LINGER keeps it alive an hour after EOF.
 package main
 
 import (
@@ -15,9 +23,27 @@ import (
 )
 
 func main() {
+	if os.Getenv("FAKEWORKER_EXIT_AT_START") != "" {
+		os.Exit(2)
+	}
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_START_MS")); err == nil && ms > 0 {
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	exitAfter, _ := strconv.Atoi(os.Getenv("FAKEWORKER_EXIT_AFTER"))
+	slowWait := 500 * time.Millisecond
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_SLOW_MS")); err == nil {
+		slowWait = time.Duration(ms) * time.Millisecond
+	}
+	tagWait := 400 * time.Millisecond
+	if ms, err := strconv.Atoi(os.Getenv("FAKEWORKER_TAG_MS")); err == nil {
+		tagWait = time.Duration(ms) * time.Millisecond
+	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := os.Stdout
-	for {
+	for answered := 0; ; answered++ {
+		if exitAfter > 0 && answered == exitAfter {
+			return
+		}
 		line, err := in.ReadString('\n')
 		if err != nil {
 			if os.Getenv("FAKEWORKER_LINGER") != "" {
@@ -39,6 +65,8 @@ func main() {
 		case "partial": // half a line, then exit
 			out.WriteString("part")
 			os.Exit(0)
+		case "garbage": // a reply line of control and 8-bit bytes
+			out.Write([]byte("\x00\xff\x1b[0m garbage\r\x7f\n"))
 		case "two": // two lines in one write
 			out.WriteString("one\ntwo\n")
 		case "twosep": // two lines in two writes
@@ -56,11 +84,11 @@ func main() {
 		case "sleep": // answer after n milliseconds
 			time.Sleep(time.Duration(n) * time.Millisecond)
 			fmt.Fprintf(out, "slept %d\n", n)
-		case "tag": // write the rest of the line (with %0A made newlines) on the -Z status pipe (fd 3), then answer after 400 ms
+		case "tag": // write the rest of the line (with %0A made newlines) on the -Z status pipe (fd 3), then answer after 400 ms (FAKEWORKER_TAG_MS)
 			if st := os.NewFile(3, "status"); st != nil {
 				_, _ = st.WriteString(strings.ReplaceAll(arg, "%0A", "\n") + "\n")
 			}
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(tagWait)
 			fmt.Fprintf(out, "tagged\n")
 		case "tick": // record the tick in ticks.log (in the working directory), answer "tock n"
 			if f, err := os.OpenFile("ticks.log", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666); err == nil {
@@ -109,12 +137,12 @@ func main() {
 			fmt.Fprintf(out, "OK %s\n", encode(string(k)))
 		case "relayok", "senderok", "recipok", "helook":
 			if strings.Contains(line, "slow") {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(slowWait)
 			}
 			out.WriteString("ok 1 ok 250 2.1.0 0\n")
 		case "scan":
 			if strings.Contains(line, "slow") {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(slowWait)
 			}
 			out.WriteString("ok\n")
 		default:

@@ -1,0 +1,83 @@
+package mux
+
+// Difference is one way sluice mux differs on purpose from Debian's
+// mimedefang-multiplexor 3.3. Differences is the only list of them: the
+// README's summary and docs/mux.md's section are generated from it (and
+// checked by TestDifferencesDocs), and a differential test that tolerates
+// a difference cites its ID.
+type Difference struct {
+	ID      string // what tests cite
+	Summary string // the README's bullet (Markdown, one sentence part)
+	Detail  string // docs/mux.md's bullet (Markdown)
+}
+
+// Differences are the deliberate differences, in the order the
+// documentation lists them.
+var Differences = []Difference{
+	{ID: "no-select-limit",
+		Summary: "no `select()` limit: descriptors at or above 1024 work",
+		Detail:  "Go has no `select()` limit: descriptors at or above 1024 work."},
+	{ID: "daemon-reexec",
+		Summary: "daemon mode re-executes itself detached instead of forking (Go cannot fork); the parent still exits 0 once the daemon serves, or 1 with `Error from child: <msg>`",
+		Detail: "Daemon mode cannot fork in Go: the process re-executes itself detached (new session, stdio on `/dev/null`) " +
+			"and the parent exits 0 once the daemon serves, or 1 with `Error from child: <msg>`. " +
+			"The daemon is a session leader (the reference forks twice)."},
+	{ID: "rlimit-shim",
+		Summary: "`-R`/`-M` limits are set by an exec shim (sluice re-executes itself, calls setrlimit, execs the worker; never a shell)",
+		Detail: "`-R`/`-M` are applied by an exec shim (sluice re-executes itself as `/proc/self/exe`, calls setrlimit, " +
+			"then execs the worker; no shell). A failed setrlimit is reported on the worker's stderr, so it is logged only with `-l`."},
+	{ID: "exec-failure",
+		Summary: "a worker program that cannot be executed fails the activation at once",
+		Detail: "Without `-R`/`-M`, a worker program that cannot be executed fails the activation: " +
+			"`error: Unable to activate worker`."},
+	{ID: "eof-worker",
+		Summary: "a worker whose stdout reached EOF is never chosen again",
+		Detail: "A worker whose stdout hit EOF is never chosen again; the reference may still hand it the next request " +
+			"before it is reaped. A worker reaped while busy gets up to 1 s to deliver its output."},
+	{ID: "queue-on-reap",
+		Summary: "a queued request is also served when a slot comes free by a reap (the reference waits for a worker to finish a command, or for `-Q`)",
+		Detail: "The queue is also served when a slot comes free by a reap or a bring-up, not only when a worker finishes a command: " +
+			"with `-x` workers all being recycled (`-r`) at once, the reference leaves a queued request waiting until its `-Q` timeout " +
+			"although a worker could be started for it. When no worker can be started then (`-W`, a failed fork or exec), " +
+			"the request stays queued for a later bring-up rather than failing."},
+	{ID: "syslog",
+		Summary: "errors the reference sends only to syslog are printed too; without `/dev/log` the log goes to stderr; a stuck syslog drops log lines rather than blocking the pool",
+		Detail: "Errors the reference sends only to syslog (pid file, privilege drop) are printed too. " +
+			"Without `/dev/log`, the log goes to stderr after one notice; a message that cannot be queued (syslog stuck) " +
+			"is dropped rather than blocking the pool."},
+	{ID: "stats-disk",
+		Summary: "a hung disk drops stats lines rather than blocking the pool",
+		Detail: "Stats file lines go through a 4096-byte buffer as the reference's stdio does; a write error is logged once " +
+			"per run of failures, and lines are dropped rather than blocking the pool if the disk hangs."},
+	{ID: "debug-trace",
+		Summary: "`-d` writes sluice's own event trace",
+		Detail:  "`-d` writes sluice's own event trace to `/var/log/mdefang-event-debug.log`."},
+	{ID: "autoscale",
+		Summary: "`-k` (upstream HEAD's autoscaling) is accepted",
+		Detail: "`-k` (upstream HEAD's autoscaling, which 3.3 rejects) is accepted and follows HEAD's description; " +
+			"the `autoscale` command is answered only with `-k`."},
+	{ID: "own-version",
+		Summary: "`sluice mux -v` adds sluice's own version (under the reference's name, `-v` is the reference's line; `version` answers `3.3`)",
+		Detail: "`sluice mux -v` prints the reference's version line with sluice's own version after it, and `sluice mux -h` " +
+			"adds sluice's options to the usage text. Under the name `mimedefang-multiplexor` both are the reference's, byte for byte. " +
+			"The `version` command answers `3.3`, the version clients compare with."},
+	{ID: "unhandled-signals",
+		Summary: "SIGUSR1 and SIGUSR2, which kill the reference, are ignored",
+		Detail: "SIGUSR1 and SIGUSR2 are ignored. The reference does not handle them, so their default action kills it " +
+			"at once, leaving its sockets and pid file behind and its workers to exit at the end of their input."},
+	{ID: "ctl-bounds",
+		Summary: "`sluice ctl` bounds its connect and exchange where md-mx-ctrl waits for ever, and reports a server that closes early as an error",
+		Detail: "`sluice ctl`: the connect (30 s) and the exchange (5 min) are bounded where md-mx-ctrl waits forever; " +
+			"a server that closes early gives an error and status 1 rather than death by SIGPIPE; " +
+			"missing numbers in a reply print 0 rather than uninitialised memory."},
+}
+
+// LookupDifference returns the difference with id.
+func LookupDifference(id string) (Difference, bool) {
+	for _, d := range Differences {
+		if d.ID == id {
+			return d, true
+		}
+	}
+	return Difference{}, false
+}
