@@ -1,7 +1,7 @@
 package cli
 
-// `sluice mux`: the mimedefang-multiplexor command line (spec §8.1, §8.4,
-// §8.5, §9). The flags, defaults, clamps, startup order and startup error
+// `sluice mux`: the mimedefang-multiplexor command line (docs/protocols/mimedefang-multiplexor.md: "Startup", "Pid and lock files",
+// "Modes and backlog", "Command-line options"). The flags, defaults, clamps, startup order and startup error
 // texts are the reference's; the program also answers to the name
 // mimedefang-multiplexor (see Invoked).
 //
@@ -27,7 +27,7 @@ package cli
 //     the 3.3 reference rejects it. See package mux for the details.
 //   - A flag whose feature is not built would be accepted and announced on
 //     stderr, one line per flag, never silently ignored (none is left).
-//   - The -N socket map (§6) answers as the reference does; like the
+//   - The -N socket map (docs/protocols/mimedefang-multiplexor.md, "Socket map") answers as the reference does; like the
 //     reference it is created after the pool starts, a failure to create
 //     it is only logged, and its socket file is left behind at exit.
 
@@ -118,7 +118,7 @@ type muxOptions struct {
 	logInterval           int    // -L
 	tick, ticks           int    // -X -P
 	notifySock            string // -O
-	mapSock               string // -N (socket map, §6)
+	mapSock               string // -N (socket map, docs/protocols/mimedefang-multiplexor.md, "Socket map")
 	notices               []string
 	backlogSet, lockGiven bool
 	eventLog              string // -d's file (tests move it)
@@ -308,7 +308,7 @@ func (o *muxOptions) set(c byte, val string) error {
 	return nil
 }
 
-// clamp applies the reference's adjustments (§8.1 step 8, §9).
+// clamp applies the reference's adjustments (docs/protocols/mimedefang-multiplexor.md, "Startup" step 8 and "Command-line options").
 func (o *muxOptions) clamp() {
 	o.maxWorkers = max(o.maxWorkers, 1)
 	o.minWorkers = min(max(o.minWorkers, 1), o.maxWorkers)
@@ -500,7 +500,7 @@ func (d *muxDaemon) cleanup() {
 	}
 }
 
-// runMux is the reference's startup (§8.1 from step 1), serving and
+// runMux is the reference's startup (docs/protocols/mimedefang-multiplexor.md, "Startup", from step 1), serving and
 // shutdown.
 func runMux(ctx context.Context, o *muxOptions, prog string, stderr io.Writer) int {
 	d := &muxDaemon{o: o, prog: prog, stderr: stderr}
@@ -731,7 +731,7 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	for _, l := range listeners {
 		go func() { serveDone <- srv.Serve(l.ln, l.privileged) }()
 	}
-	// §8.1 step 19: the -O and -N sockets come after the pool starts, and
+	// docs/protocols/mimedefang-multiplexor.md, "Startup" step 19: the -O and -N sockets come after the pool starts, and
 	// failing to create them is only logged.
 	notifyDone := make(chan error, 1)
 	notifying := false
@@ -775,7 +775,7 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 			}
 		}
 	}
-	// §8.2: files and sockets first, then clients see EOF, then the
+	// docs/protocols/mimedefang-multiplexor.md, "Signals": files and sockets first, then clients see EOF, then the
 	// workers: stdin closed, SIGTERM after 10 s, SIGKILL after 10 more.
 	if o.verbose {
 		log.Info("Received SIGTERM: Stopping workers and terminating")
@@ -799,7 +799,7 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 	return 0
 }
 
-// listenAux creates the -N or -O socket (§8.5: the main socket's umask;
+// listenAux creates the -N or -O socket (docs/protocols/mimedefang-multiplexor.md, "Modes and backlog": the main socket's umask;
 // any address form -a takes).
 func (d *muxDaemon) listenAux(sock string, backlog int) (net.Listener, error) {
 	a, err := parseMuxSocket(sock, true)
@@ -832,7 +832,7 @@ func (d *muxDaemon) removeAll(listeners []muxListener) {
 	}
 }
 
-// daemonize is §8.1 step 9 in Go's terms: start this program again,
+// daemonize is docs/protocols/mimedefang-multiplexor.md, "Startup" step 9, in Go's terms: start this program again,
 // detached, with the pid file and a report pipe, and exit 0 when it says
 // "X" (serving), or print "Error from child: <msg>" and exit 1.
 func (d *muxDaemon) daemonize(exe string) int {
@@ -912,7 +912,7 @@ func errnoText(err error) string {
 	return err.Error()
 }
 
-// muxAddr is a parsed socket argument (§2.1).
+// muxAddr is a parsed socket argument (docs/protocols/mimedefang-multiplexor.md, "Framing").
 type muxAddr struct {
 	network string // "unix", "tcp4" or "tcp6"
 	path    string

@@ -186,7 +186,7 @@ func featNormalize(s string) string {
 	return s
 }
 
-// The notification stream (§7) and the stats file (§8.8) of one scripted
+// The notification stream (docs/protocols/mimedefang-multiplexor.md, "Notifications") and the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file") of one scripted
 // scenario: a relayok, a scan, two overlapping commands (the second
 // starts a worker: Z then Y), -Z status tags (one longer than the
 // reference's 63-byte read), a worker that dies (U), a reread (R) and a
@@ -281,7 +281,7 @@ func TestMuxNotifyStatsTagsVsReference(t *testing.T) {
 	}
 }
 
-// Ticks (§4.10): every band reaches a worker as "tick <band>", and a
+// Ticks (docs/protocols/mimedefang-multiplexor.md, "Ticks"): every band reaches a worker as "tick <band>", and a
 // busy pool skips them (the worker records what it got in ticks.log).
 func TestMuxTicksVsReference(t *testing.T) {
 	t.Parallel()
@@ -322,7 +322,7 @@ func TestMuxTicksVsReference(t *testing.T) {
 	}
 }
 
-// -R and -M (§8.7): the worker runs with RLIMIT_RSS, RLIMIT_AS and
+// -R and -M (docs/protocols/mimedefang-multiplexor.md, "Resource limits"): the worker runs with RLIMIT_RSS, RLIMIT_AS and
 // RLIMIT_DATA set; one that exceeds -M dies, its client gets the
 // reference's reply, and the pool recovers.
 func TestMuxMemoryLimitsVsReference(t *testing.T) {
@@ -418,7 +418,7 @@ var featSyslogNorm = []struct {
 	{regexp.MustCompile(`(age|req_age)=\d+`), "$1=N"},
 }
 
-// -l, -S, -Y, -A, -L and -T (§8.3, §8.8): the messages the reference
+// -l, -S, -Y, -A, -L and -T (docs/protocols/mimedefang-multiplexor.md, "Logging" and "Stats file"): the messages the reference
 // sends to syslog, with its facility, severity and ident. When /dev/log
 // does not exist the test creates it for the reference (and removes it
 // after); sluice is pointed at the same socket.

@@ -243,7 +243,7 @@ func workDir(t *testing.T, u *user.User, spool, id, sender, rcpt, subject string
 	return dir
 }
 
-// mdEncode is MIMEDefang's percent-encoding (§2.2).
+// mdEncode is MIMEDefang's percent-encoding (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
 func mdEncode(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {

@@ -100,7 +100,7 @@ func TestMuxFlags(t *testing.T) {
 		want *muxOptions
 	}{
 		{nil, def(func(*muxOptions) {})},
-		// Clamps of §8.1 step 8 and §9.
+		// Clamps of docs/protocols/mimedefang-multiplexor.md, "Startup" step 8 and "Command-line options".
 		{[]string{"-x", "0", "-m", "5"}, def(func(o *muxOptions) { o.maxWorkers, o.minWorkers = 1, 1 })},
 		{[]string{"-x", "8", "-m", "20", "-y", "8"}, def(func(o *muxOptions) { o.maxWorkers, o.minWorkers = 8, 8 })},
 		{[]string{"-x", "8", "-y", "-1"}, def(func(o *muxOptions) { o.maxWorkers = 8 })},
@@ -471,7 +471,7 @@ func TestMuxDaemonEndToEnd(t *testing.T) {
 		}
 	}
 	// The -a socket is removed only when given as an absolute path, and
-	// the -N socket never (§8.2).
+	// the -N socket never (docs/protocols/mimedefang-multiplexor.md, "Signals").
 	if _, err := os.Stat(filepath.Join(spool, "ro.sock")); err != nil {
 		t.Errorf("relative -a socket: %v", err)
 	}

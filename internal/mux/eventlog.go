@@ -11,7 +11,7 @@ import (
 
 // NewEventLogHandler is the -d trace: each record becomes one line,
 // "<sec%1000>.<ms> <message>[ key=value...]", the reference's event-debug
-// time stamp, written at once. Lines are sluice's own (§8.3 in package
+// time stamp, written at once. Lines are sluice's own (docs/mux.md, "Deliberate differences from the reference", and docs/protocols/mimedefang-multiplexor.md, "Logging"; also package
 // mux's list of differences).
 func NewEventLogHandler(w io.Writer) slog.Handler {
 	return &eventLogHandler{w: w, mu: &sync.Mutex{}}

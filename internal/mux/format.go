@@ -225,7 +225,7 @@ func formatWorkerInfo(sn *pool.Snapshot, n int) string {
 		n, s.State, pid, s.NumRequests, s.NumScans, age, first, secs(sn, s.LastChange), s.Tag)
 }
 
-// formatAutoscale: upstream HEAD's `autoscale` reply (§2.3).
+// formatAutoscale: upstream HEAD's `autoscale` reply (docs/protocols/mimedefang-multiplexor.md, "Built-in commands").
 func formatAutoscale(sn *pool.Snapshot) string {
 	return fmt.Sprintf("enabled=1 interval=15 ema_busy=%.4f scale_out=%.2f scale_in=%.2f out_cool=%d in_cool=%d ema_alpha=%.4f\n",
 		sn.EMABusy, 0.80, 0.30, 5, 30, 0.25)

@@ -46,7 +46,7 @@
 //     pieces of each read, so long lines split as they do in 3.3 (upstream
 //     HEAD reads status tags 1023 bytes at a time).
 //   - -k (upstream HEAD's autoscaling, which 3.3 rejects as an unknown
-//     option) follows the spec: every 15 s ema = 0.75*ema +
+//     option) follows upstream HEAD as docs/protocols/mimedefang-multiplexor.md, "Autoscaling" describes it: every 15 s ema = 0.75*ema +
 //     0.25*busy/running, starting at 0; above 0.80 one stopped slot is started
 //     (reason "Autoscale: scale-out (ema_busy=x.xx)") if no worker started
 //     in the last 5 s; below 0.30, with more than -m running and no
@@ -74,7 +74,7 @@ import (
 	"sluice/internal/pool"
 )
 
-// Reply strings the multiplexor writes itself (§2.3, §2.4, §5, §8.6).
+// Reply strings the multiplexor writes itself (docs/protocols/mimedefang-multiplexor.md: "Built-in commands", "Forwarded commands", "Queue", "Per-domain recipok limit").
 const (
 	ReplyTooLong        = "error: Command too long\n"
 	ReplyNoFree         = "error: No free workers\n"
@@ -380,7 +380,7 @@ func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf) {
 	_, _ = c.Write(unsafe.Slice(unsafe.StringData(reply), len(reply)))
 }
 
-// ReadRequest reads one request as the reference does (§2.1): up to a
+// ReadRequest reads one request as the reference does (docs/protocols/mimedefang-multiplexor.md, "Framing"): up to a
 // newline into a 4096-byte buffer (the rest of a longer line is read and
 // dropped), then the last byte received is dropped (normally the newline;
 // at EOF without a newline, a real character), then one trailing CR, and
@@ -510,7 +510,7 @@ func ErrorReply(r pool.Result) string {
 	}
 }
 
-// builtin answers the commands of §2.3 that the multiplexor handles
+// builtin answers the commands of docs/protocols/mimedefang-multiplexor.md, "Built-in commands" that the multiplexor handles
 // itself, in the reference's order.
 func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	switch line {

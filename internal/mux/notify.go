@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Notification socket limits (§7).
+// Notification socket limits (docs/protocols/mimedefang-multiplexor.md, "Notifications").
 const (
 	maxListeners    = 5
 	maxNotifyMsg    = 256 // a listener's pending buffer, and its input lines
@@ -18,7 +18,7 @@ const (
 	notifyTypeCount = 26 // message types 'A' to 'Z'
 )
 
-// Notifier is the -O notification socket (§7): up to five listeners, each
+// Notifier is the -O notification socket (docs/protocols/mimedefang-multiplexor.md, "Notifications"): up to five listeners, each
 // greeted with "*OK", each choosing message types with a "?" line, each
 // fed by its own writer so that a slow one never holds up the pool (it
 // loses messages instead, as with the reference).

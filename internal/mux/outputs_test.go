@@ -99,7 +99,7 @@ func notifyUntil(t *testing.T, n *mux.Notifier, c *client, msg string) string {
 	}
 }
 
-// §7: "*OK" banner, nothing before a "?" line, the "?" letters (or '*')
+// docs/protocols/mimedefang-multiplexor.md, "Notifications": "*OK" banner, nothing before a "?" line, the "?" letters (or '*')
 // select types and each "?" line replaces the last, at most five
 // listeners and "*ERR No free listening slots" for a sixth.
 func TestNotifierListenersAndSubscriptions(t *testing.T) {
@@ -172,7 +172,7 @@ func TestNotifierSlowListener(t *testing.T) {
 	}
 }
 
-// §8.8: the line format (day/month/year, epoch.ms, counts after the event,
+// docs/protocols/mimedefang-multiplexor.md, "Stats file": the line format (day/month/year, epoch.ms, counts after the event,
 // the reason with its newline kept).
 func TestStatsLineFormat(t *testing.T) {
 	loc := time.UTC

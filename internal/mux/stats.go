@@ -37,7 +37,7 @@ type StatsOptions struct {
 	Location *time.Location
 }
 
-// StatsLog is the stats file (§8.8). Event formats a line and hands it to
+// StatsLog is the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"). Event formats a line and hands it to
 // a writer goroutine, so a slow or full disk never blocks the pool: write
 // errors are logged (once until writing works again) and the lines lost.
 type StatsLog struct {
@@ -71,7 +71,7 @@ func OpenStats(o StatsOptions) *StatsLog {
 	return s
 }
 
-// FormatStatsLine is the stats line for ev (§8.8):
+// FormatStatsLine is the stats line for ev (docs/protocols/mimedefang-multiplexor.md, "Stats file"):
 // "DD/MM/YYYY:HH:MM:SS <epoch>.<ms> <Event> worker=<n> nworkers=<r> nbusy=<b>[ <extra>]",
 // in loc, cut to 1023 bytes as the reference's buffer does.
 func FormatStatsLine(ev pool.StatsEvent, loc *time.Location) string {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// StatsEvent is one line of the stats file (§8.8), before formatting.
+// StatsEvent is one line of the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"), before formatting.
 type StatsEvent struct {
 	Time   time.Time
 	Event  string // StartWorker, KillWorker, ReapWorker, StartFilter, EndFilter
@@ -29,7 +29,7 @@ func (p *Pool) stat(s *slot, event, extra string) {
 	p.cfg.Stats(StatsEvent{Time: p.clk.Now(), Event: event, Worker: s.n, Running: p.running(), Busy: p.busy(), Extra: extra})
 }
 
-// notify sends one notification (§7).
+// notify sends one notification (docs/protocols/mimedefang-multiplexor.md, "Notifications").
 func (p *Pool) notify(msg string) {
 	if p.cfg.Notify != nil {
 		p.cfg.Notify(msg)
@@ -77,7 +77,7 @@ type tagEvent struct {
 	tag  string // the tag the reference would end up with if busy
 }
 
-// handleTag is §4.6 for a worker's own tag: it applies only while the
+// handleTag is docs/protocols/mimedefang-multiplexor.md, "Status tags" for a worker's own tag: it applies only while the
 // worker is busy, and the (non-empty) result is notified.
 func (p *Pool) handleTag(ev tagEvent) {
 	s := p.slots[ev.slot]

@@ -36,7 +36,7 @@ func (r *recorder) has(event, extra string) bool {
 	return slices.ContainsFunc(r.stats, func(e pool.StatsEvent) bool { return e.Event == event && e.Extra == extra })
 }
 
-// §4.10: each band ticks a worker with "tick <band>"; the reply is not a
+// docs/protocols/mimedefang-multiplexor.md, "Ticks": each band ticks a worker with "tick <band>"; the reply is not a
 // client's, and a tick never takes a busy worker or queues.
 func TestTicks(t *testing.T) {
 	cfg := baseConfig()
@@ -62,7 +62,7 @@ func TestTicks(t *testing.T) {
 	}
 }
 
-// -k (§8.9) on a fake clock: a busy single worker raises the average
+// -k (docs/protocols/mimedefang-multiplexor.md, "Autoscaling") on a fake clock: a busy single worker raises the average
 // above 0.80 after six 15 s periods and a second worker starts; idle
 // again, it falls below 0.30 four periods later and one is stopped.
 func TestAutoscale(t *testing.T) {
@@ -116,7 +116,7 @@ func TestAutoscale(t *testing.T) {
 	}
 }
 
-// §7's order for a busy timeout (client answered, then B, then the kill)
+// The order of docs/protocols/mimedefang-multiplexor.md, "Busy timeout", for a busy timeout (client answered, then B, then the kill)
 // and for a worker that dies (its EOF first, then U at the reap).
 func TestNotificationOrder(t *testing.T) {
 	rec := &recorder{}
@@ -144,7 +144,7 @@ func TestNotificationOrder(t *testing.T) {
 	}
 }
 
-// -i (§4.8) never takes the running workers below -m: with -m 1 -x 3,
+// -i (docs/protocols/mimedefang-multiplexor.md, "Idle timeout") never takes the running workers below -m: with -m 1 -x 3,
 // three workers busy at once and then idle for -i, the idle timer kills
 // two ("Idle timeout", both with three running as the reference counts
 // them) and keeps one; none is started again to make up for it. On a

@@ -79,11 +79,11 @@ type Config struct {
 	Verbose bool
 
 	// StatusPipe is -Z: each worker gets the write end of a pipe as fd 3
-	// and the tags it writes there while busy become its status tag (§4.6).
+	// and the tags it writes there while busy become its status tag (docs/protocols/mimedefang-multiplexor.md, "Status tags").
 	// The caller passes the matching "-serveru" argument in Args.
 	StatusPipe bool
 	// TickInterval is -X: every TickInterval each of TickBands bands
-	// sends "tick <band>" to a free worker (§4.10); 0 disables ticks.
+	// sends "tick <band>" to a free worker (docs/protocols/mimedefang-multiplexor.md, "Ticks"); 0 disables ticks.
 	TickInterval time.Duration
 	TickBands    int // -P, clamped to [1, 30]
 	// StatusLogInterval is -L: the "Worker status: ..." line is logged
@@ -95,14 +95,14 @@ type Config struct {
 	// worker runs with RLIMIT_RSS, and RLIMIT_AS and RLIMIT_DATA, set to
 	// them (soft and hard), through the exec shim of shim.go.
 	RLimitRSS, RLimitAS uint64
-	// Autoscale is -k (upstream HEAD, §8.9): every 15 s an average of the
+	// Autoscale is -k (upstream HEAD, docs/protocols/mimedefang-multiplexor.md, "Autoscaling"): every 15 s an average of the
 	// busy share of running workers starts or stops one worker.
 	Autoscale bool
 
-	// Notify receives each notification of §7 (without its newline) on
+	// Notify receives each notification of docs/protocols/mimedefang-multiplexor.md, "Notifications" (without its newline) on
 	// the owner goroutine; it must not block. nil: none.
 	Notify func(msg string)
-	// Stats receives each stats-file event of §8.8 on the owner
+	// Stats receives each stats-file event of docs/protocols/mimedefang-multiplexor.md, "Stats file" on the owner
 	// goroutine; it must not block. nil: none.
 	Stats func(StatsEvent)
 	// EventLog, when set, gets a debug line for each event the owner
@@ -120,7 +120,7 @@ type Request struct {
 	// Queue lets the request wait in the FIFO queue when no worker is free
 	// (main-socket requests); map requests never queue.
 	Queue bool
-	// Map marks a socket-map lookup (§6): a worker that dies or times out
+	// Map marks a socket-map lookup (docs/protocols/mimedefang-multiplexor.md, "Socket map"): a worker that dies or times out
 	// on it is killed with "Busy timeout" and the lookup is not counted.
 	Map bool
 }
@@ -149,7 +149,7 @@ type call struct {
 	// queueing allocates no entry.
 	qtimer timerEntry
 	start  time.Time // clock time of dispatch
-	// tick is the band of an internal tick request (§4.10), -1 otherwise.
+	// tick is the band of an internal tick request (docs/protocols/mimedefang-multiplexor.md, "Ticks"), -1 otherwise.
 	tick int
 	// onDone, when set, is called on the owner goroutine instead of
 	// sending the result on ch (ticks).
@@ -494,7 +494,7 @@ func (p *Pool) handle(m ownerMsg) {
 	}
 }
 
-// submit is §2.4: cap per domain, choose a worker, queue or refuse.
+// submit is docs/protocols/mimedefang-multiplexor.md, "Forwarded commands": cap per domain, choose a worker, queue or refuse.
 func (p *Pool) submit(c *call) {
 	if c.kind == RecipOK && p.cfg.DomainLimit > 0 {
 		if d, ok := RecipokDomain(c.req.Line); ok {
@@ -546,7 +546,7 @@ func (p *Pool) queueTimeout(c *call) {
 	}
 }
 
-// findFree is §4.3, the reference's findFreeWorker: among the idle
+// findFree is docs/protocols/mimedefang-multiplexor.md, "Choosing a worker", the reference's findFreeWorker: among the idle
 // workers, taken in the order of its idle list (the most recently idle
 // first), one whose last command kind is k or which has run nothing since
 // it started, preferring a real match and then the oldest process; else
@@ -757,7 +757,7 @@ func (p *Pool) activate(s *slot, reason string) error {
 }
 
 // setState is the reference's putOnList: the tag is always cleared; a
-// real change is notified (§7: the StateChange line, then F when the free
+// real change is notified (docs/protocols/mimedefang-multiplexor.md, "Notifications": the StateChange line, then F when the free
 // count changed, then Z or Y), timed, and counted in the busy histogram.
 func (p *Pool) setState(s *slot, st State) {
 	s.tag = ""
@@ -796,7 +796,7 @@ func (p *Pool) setState(s *slot, st State) {
 	p.oldFree = free
 }
 
-// handleIO is the end of a command on a worker (§2.4, §4.4).
+// handleIO is the end of a command on a worker (docs/protocols/mimedefang-multiplexor.md, "Forwarded commands" and "After each reply").
 func (p *Pool) handleIO(ev ioEvent) {
 	s := p.slots[ev.slot]
 	if s.proc != ev.proc {
@@ -903,7 +903,7 @@ func (p *Pool) finishCommand(s *slot, c *call) {
 	}
 }
 
-// checkExpiry is §4.4: serve the queue (unless this worker is far past its
+// checkExpiry is docs/protocols/mimedefang-multiplexor.md, "After each reply": serve the queue (unless this worker is far past its
 // request limit), else recycle on request count, lifetime or generation.
 func (p *Pool) checkExpiry(s *slot) {
 	if len(p.queue) > 0 && s.numRequests < 3*p.cfg.MaxRequests {
@@ -927,7 +927,7 @@ func (p *Pool) checkExpiry(s *slot) {
 	}
 }
 
-// busyTimeout is §4.7.
+// busyTimeout is docs/protocols/mimedefang-multiplexor.md, "Busy timeout".
 func (p *Pool) busyTimeout(s *slot, proc *process) {
 	s.busyTimer = nil
 	if s.proc != proc || s.state != Busy || s.call == nil {
@@ -954,7 +954,7 @@ func (p *Pool) busyTimeout(s *slot, proc *process) {
 	}
 }
 
-// kill is §4.5: SIGCONT (and SIGTERM at once if busy), close stdin, then
+// kill is docs/protocols/mimedefang-multiplexor.md, "Killing and reaping": SIGCONT (and SIGTERM at once if busy), close stdin, then
 // escalate every KillGrace until the process is reaped.
 func (p *Pool) kill(s *slot, reason string) {
 	proc := s.proc
@@ -1026,7 +1026,7 @@ func closeStdin(proc *process) {
 	}
 }
 
-// reap collects every child that has exited (§4.5).
+// reap collects every child that has exited (docs/protocols/mimedefang-multiplexor.md, "Killing and reaping").
 func (p *Pool) reap() {
 	for _, s := range p.slots {
 		proc := s.proc
@@ -1109,7 +1109,7 @@ func (p *Pool) finishReap(s *slot) {
 
 // serveQueue dispatches queued requests while a worker can be picked for
 // the head of the queue. The reference serves its queue only when a
-// worker finishes a command (§4.4), so a request queued while every slot
+// worker finishes a command (docs/protocols/mimedefang-multiplexor.md, "After each reply"), so a request queued while every slot
 // was busy or being killed waited for its timeout even after a slot came
 // free by a reap or a bring-up; sluice serves it then too. A worker that
 // cannot be started now (activation spacing, -W, or a failed fork) leaves
@@ -1164,7 +1164,7 @@ func closeProc(proc *process) {
 	}
 }
 
-// bringUpCheck is §4.2: start one worker if fewer than min run, and check
+// bringUpCheck is docs/protocols/mimedefang-multiplexor.md, "Minimum workers and slow start": start one worker if fewer than min run, and check
 // again after SlewTime.
 func (p *Pool) bringUpCheck() {
 	p.bringUp = nil
@@ -1184,7 +1184,7 @@ func (p *Pool) scheduleBringUp() {
 	}
 }
 
-// idleTimer is §4.8, run every IdleTime from the start.
+// idleTimer is docs/protocols/mimedefang-multiplexor.md, "Idle timeout", run every IdleTime from the start.
 //
 // alive counts the running workers (Killed ones included, as the
 // reference's count does) less those this pass kills: a killed worker
@@ -1229,7 +1229,7 @@ func (p *Pool) idleList() []*slot {
 	return idle
 }
 
-// reread is §4.11: a new generation, idle workers killed, then R.
+// reread is docs/protocols/mimedefang-multiplexor.md, "Reread and generations": a new generation, idle workers killed, then R.
 func (p *Pool) reread() {
 	p.generation++
 	for _, s := range p.idleList() {
@@ -1251,7 +1251,7 @@ func (p *Pool) count(st State) int {
 func (p *Pool) busy() int    { return p.count(Busy) }
 func (p *Pool) running() int { return len(p.slots) - p.count(Stopped) }
 
-// shutdown is the SIGTERM sequence of §8.2, minus the socket cleanup
+// shutdown is the SIGTERM sequence of docs/protocols/mimedefang-multiplexor.md, "Signals", minus the socket cleanup
 // (the front ends own their sockets).
 func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 	for _, c := range p.queue {

@@ -197,7 +197,7 @@ func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
 	}
 }
 
-// readStatus reads a worker's -Z status pipe (§4.6). Each chunk, less
+// readStatus reads a worker's -Z status pipe (docs/protocols/mimedefang-multiplexor.md, "Status tags"). Each chunk, less
 // one trailing newline, yields the tag the reference would set: the text
 // after its last newline (or, when that is empty, the piece before it),
 // cut to 63 bytes and percent-decoded. One event per read reaches the

@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// The exec shim for -R and -M (§8.7). The reference calls setrlimit in
+// The exec shim for -R and -M (docs/protocols/mimedefang-multiplexor.md, "Resource limits"). The reference calls setrlimit in
 // the child between fork and exec; Go cannot run code there, so a worker
 // with limits is started as /proc/self/exe (this very program) with
 // shimEnv in its environment. This package's init sees it before anything

@@ -146,7 +146,7 @@ type Snapshot struct {
 	// workers were busy.
 	Histo []int
 	// Autoscale is -k; EMABusy the moving average of the busy share of
-	// running workers it acts on (§8.9).
+	// running workers it acts on (docs/protocols/mimedefang-multiplexor.md, "Autoscaling").
 	Autoscale bool
 	EMABusy   float64
 	// Loads holds the windows asked of SnapshotLoad, in the order asked.
@@ -228,7 +228,7 @@ func (s *Snapshot) BusyWith(k Kind) int {
 // Uptime is the whole seconds since the pool started.
 func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }
 
-// commandTag is the status tag for a command (§4.6), as the reference
+// commandTag is the status tag for a command (docs/protocols/mimedefang-multiplexor.md, "Status tags"), as the reference
 // makes it: the command up to its second space, cut to 63 bytes,
 // percent-decoded (up to a decoded NUL), with bytes outside 0x20..0x7E
 // made spaces.
@@ -268,7 +268,7 @@ func plainTag(s string) bool {
 }
 
 // PercentDecode turns %XX (either case) into its byte and leaves any other
-// '%' alone (§2.2).
+// '%' alone (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
 func PercentDecode(s string) string {
 	if !strings.Contains(s, "%") {
 		return s
@@ -285,7 +285,7 @@ func PercentDecode(s string) string {
 	return string(b)
 }
 
-// PercentEncode writes bytes <= 0x20, >= 0x7F and % \ ' " as %XX (§2.2).
+// PercentEncode writes bytes <= 0x20, >= 0x7F and % \ ' " as %XX (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
 func PercentEncode(s string) string {
 	const hexdig = "0123456789ABCDEF"
 	var b strings.Builder

@@ -2,7 +2,7 @@ package pool
 
 import "testing"
 
-// §4.6: how the reference turns one 63-byte piece of a -Z pipe read into
+// docs/protocols/mimedefang-multiplexor.md, "Status tags": how the reference turns one 63-byte piece of a -Z pipe read into
 // a tag, and a command into its own tag.
 func TestStatusChunkTag(t *testing.T) {
 	for _, c := range []struct {

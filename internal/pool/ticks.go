@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// scheduleTick arms band's next tick (§4.10) TickInterval from now.
+// scheduleTick arms band's next tick (docs/protocols/mimedefang-multiplexor.md, "Ticks") TickInterval from now.
 func (p *Pool) scheduleTick(band int) {
 	if p.cfg.TickInterval > 0 {
 		p.after(p.cfg.TickInterval, func() { p.doTick(band) })
@@ -30,7 +30,7 @@ func (p *Pool) doTick(band int) {
 }
 
 // autoscaleInterval and the other autoscaling constants are upstream
-// HEAD's (§8.9); none can be configured.
+// HEAD's (docs/protocols/mimedefang-multiplexor.md, "Autoscaling"); none can be configured.
 const (
 	autoscaleInterval = 15 * time.Second
 	autoscaleAlpha    = 0.25
