@@ -24,8 +24,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sluice/bench/internal/errlog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sluice/bench/internal/hist"
@@ -167,7 +167,7 @@ func run(cfg config, logw io.Writer) result {
 	t0 := time.Now()
 	mStart := t0.Add(cfg.warmup)
 	mEnd := mStart.Add(cfg.duration)
-	lg := &errLog{w: logw, left: 10}
+	lg := errlog.New(logw, "anvilload", 10)
 
 	workers := make([]*worker, cfg.conns)
 	var wg sync.WaitGroup
@@ -199,29 +199,6 @@ func run(cfg config, logw io.Writer) result {
 	return res
 }
 
-// errLog describes at most left errors, then stays quiet.
-type errLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	left int
-	skip atomic.Bool
-}
-
-func (l *errLog) printf(format string, args ...any) {
-	if l.skip.Load() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left <= 0 {
-		l.skip.Store(true)
-		fmt.Fprintf(l.w, "anvilload: further errors not shown\n")
-		return
-	}
-	l.left--
-	fmt.Fprintf(l.w, "anvilload: "+format+"\n", args...)
-}
-
 // worker owns one connection at a time and its own statistics.
 type worker struct {
 	socket  string
@@ -230,7 +207,7 @@ type worker struct {
 	rng     *rand.Rand
 	mStart  time.Time
 	mEnd    time.Time
-	log     *errLog
+	log     *errlog.Log
 
 	conn *net.UnixConn
 	r    *bufio.Reader
@@ -265,7 +242,7 @@ func (w *worker) run() {
 
 func (w *worker) fail(err error) {
 	w.errors++
-	w.log.printf("%v", err)
+	w.log.Printf("%v", err)
 }
 
 func (w *worker) close() {

@@ -30,9 +30,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sluice/bench/internal/errlog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -207,7 +207,7 @@ func run(cfg config, logw io.Writer) result {
 	t0 := time.Now()
 	mStart := t0.Add(cfg.warmup)
 	mEnd := mStart.Add(cfg.duration)
-	lg := &errLog{w: logw, left: 10}
+	lg := errlog.New(logw, "muxload", 10)
 	clients := make([]*client, cfg.conns)
 	var wg sync.WaitGroup
 	for i := range clients {
@@ -231,30 +231,6 @@ func run(cfg config, logw io.Writer) result {
 	return res
 }
 
-// errLog describes at most left errors, then stays quiet.
-type errLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	left int
-	skip atomic.Bool
-}
-
-func (l *errLog) printf(format string, args ...any) {
-	if l.skip.Load() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left <= 0 {
-		if !l.skip.Swap(true) {
-			fmt.Fprintf(l.w, "muxload: further errors not shown\n")
-		}
-		return
-	}
-	l.left--
-	fmt.Fprintf(l.w, "muxload: "+format+"\n", args...)
-}
-
 // client sends one request at a time and keeps its own statistics.
 type client struct {
 	socket  string
@@ -263,7 +239,7 @@ type client struct {
 	timeout time.Duration
 	mStart  time.Time
 	mEnd    time.Time
-	log     *errLog
+	log     *errlog.Log
 
 	hist   hist.Hist
 	errors uint64
@@ -282,7 +258,7 @@ func (c *client) run() {
 		}
 		if err != nil {
 			c.errors++
-			c.log.printf("%q: %v", strings.TrimSuffix(string(line), "\n"), err)
+			c.log.Printf("%q: %v", strings.TrimSuffix(string(line), "\n"), err)
 			continue
 		}
 		c.total++

@@ -54,6 +54,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sluice/bench/internal/errlog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,7 +236,7 @@ type window struct{ start, end time.Time }
 // measured.
 func run(cfg config, logw io.Writer) result {
 	p := buildParts(cfg.clients, cfg.senders, cfg.probeSender)
-	lg := &errLog{w: logw, left: 10}
+	lg := errlog.New(logw, "policyload", 10)
 	nonce := uint64(time.Now().UnixNano())
 	far := time.Now().Add(100 * 365 * 24 * time.Hour)
 	var win atomic.Pointer[window]
@@ -304,7 +305,7 @@ type worker struct {
 	idx   int
 	rng   *rand.Rand
 	win   *atomic.Pointer[window]
-	log   *errLog
+	log   *errlog.Log
 
 	ready     chan struct{} // closed at the first reply, error or exit
 	readyOnce sync.Once
@@ -383,7 +384,7 @@ func (w *worker) run() {
 func (w *worker) fail(err error) {
 	w.setReady()
 	w.errors++
-	w.log.printf("%v", err)
+	w.log.Printf("%v", err)
 }
 
 func (w *worker) close() {

@@ -5,35 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 )
-
-// errLog describes at most left errors, then stays quiet.
-type errLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	left int
-	skip atomic.Bool
-}
-
-func (l *errLog) printf(format string, args ...any) {
-	if l.skip.Load() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left <= 0 {
-		l.skip.Store(true)
-		fmt.Fprintf(l.w, "policyload: further errors not shown\n")
-		return
-	}
-	l.left--
-	fmt.Fprintf(l.w, "policyload: "+format+"\n", args...)
-}
 
 // tally counts actions by their first word. A handful of distinct words is
 // expected, so a slice searched linearly beats a map and never allocates
