@@ -530,14 +530,26 @@ ticks() {
 }
 clk_tck=$(getconf CLK_TCK)
 
+# switches PID — context switches (voluntary and not) of PID's live threads
+# so far; a thread that exited is not counted (libmilter's come and go).
+switches() {
+	cat "/proc/$1"/task/*/status 2>/dev/null |
+		awk '/^(non)?voluntary_ctxt_switches:/ { n += $2 } END { print n + 0 }'
+}
+
 # run TARGET C MSGS — one smtp-source run, then wait until Postfix has
 # delivered every message. Sets run_mps (messages per second, sending only)
-# and run_cpu (the milter process's CPU time per message, microseconds).
+# and run_cpu (the milter process's CPU time per message, microseconds) and
+# run_cs (its context switches per message).
 run_mps=
 run_cpu=
+run_cs=
 run() {
-	local t=$1 c=$2 n=$3 t0 t1 k0=0 k1=0
-	if [[ -n ${pid[$t]:-} ]]; then k0=$(ticks "${pid[$t]}"); fi
+	local t=$1 c=$2 n=$3 t0 t1 k0=0 k1=0 s0=0 s1=0
+	if [[ -n ${pid[$t]:-} ]]; then
+		k0=$(ticks "${pid[$t]}")
+		s0=$(switches "${pid[$t]}")
+	fi
 	t0=$(date +%s.%N)
 	if ! smtp-source -s "$c" -m "$n" -l "$MSG_SIZE" -f sender@example.org -t rcpt@example.net \
 		"127.0.0.1:${port[$t]}" >"$tmp/smtp-source.out" 2>&1 7>&-; then
@@ -545,15 +557,18 @@ run() {
 		die "smtp-source against $t at c=$c failed"
 	fi
 	t1=$(date +%s.%N)
-	if [[ -n ${pid[$t]:-} ]]; then k1=$(ticks "${pid[$t]}"); fi
+	if [[ -n ${pid[$t]:-} ]]; then
+		k1=$(ticks "${pid[$t]}")
+		s1=$(switches "${pid[$t]}")
+	fi
 	sent[$t]=$((${sent[$t]:-0} + n))
 	wait_delivered "$t" "${sent[$t]}"
-	read -r run_mps run_cpu < <(awk -v n="$n" -v a="$t0" -v b="$t1" -v k=$((k1 - k0)) -v hz="$clk_tck" \
-		'BEGIN { printf "%.1f %.1f\n", n / (b - a), k / hz / n * 1e6 }')
+	read -r run_mps run_cpu run_cs < <(awk -v n="$n" -v a="$t0" -v b="$t1" -v k=$((k1 - k0)) -v hz="$clk_tck" \
+		-v s=$((s1 - s0)) 'BEGIN { printf "%.1f %.1f %.1f\n", n / (b - a), k / hz / n * 1e6, s / n }')
 }
 
 cpus=$(nproc)
-log "postfix $(/usr/sbin/postconf -d -h mail_version), libmilter $(dpkg-query -W -f '${Version}' libmilter1.0.1 2>/dev/null || echo '?'), $(go env GOVERSION), $cpus CPUs"
+log "postfix $(/usr/sbin/postconf -d -h mail_version), libmilter $(dpkg-query -W -f '${Version}' libmilter1.0.1 2>/dev/null || echo '?'), $(go env GOVERSION), $cpus CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 log "$ROUNDS round(s), c in ${CONCURRENCY[*]} with ${MSGS[*]} messages of $MSG_SIZE bytes"
 
 # Warm-up, not timed: master forks the smtpd and cleanup processes that
@@ -570,7 +585,7 @@ if ((busy > 10)); then
 		"other work on this machine makes these numbers noisy"
 fi
 
-declare -A mps=() cpu=()
+declare -A mps=() cpu=() cs=()
 for ((round = 1; round <= ROUNDS; round++)); do
 	order=()
 	for ((k = 0; k < ${#TARGETS[@]}; k++)); do
@@ -581,10 +596,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		n=${MSGS[ci]}
 		for t in "${order[@]}"; do
 			run "$t" "$c" "$n"
-			printf 'round %d: target=%s c=%d msgs=%d delivered=%d msgs_per_s=%s milter_cpu_us_per_msg=%s\n' \
-				"$round" "$t" "$c" "$n" "$n" "$run_mps" "$run_cpu"
+			printf 'round %d: target=%s c=%d msgs=%d delivered=%d msgs_per_s=%s milter_cpu_us_per_msg=%s milter_cs_per_msg=%s\n' \
+				"$round" "$t" "$c" "$n" "$n" "$run_mps" "$run_cpu" "$run_cs"
 			mps[$t,$c]+=" $run_mps"
 			cpu[$t,$c]+=" $run_cpu"
+			cs[$t,$c]+=" $run_cs"
 		done
 	done
 done
@@ -600,15 +616,18 @@ done
 
 echo
 echo "medians over $ROUNDS round(s), one message of $MSG_SIZE bytes per SMTP session, $cpus CPUs shared by smtp-source, Postfix and the milters"
-echo "(milter_cpu_us: CPU time of the milter process per message, user + system):"
-printf '%-4s %-18s %12s %14s\n' "c=" target msgs_per_s milter_cpu_us
+echo "(milter_cpu_us: CPU time of the milter process per message, user + system;"
+echo "milter_cs: its context switches per message, threads alive at the end of the run only;"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)):"
+printf '%-4s %-18s %12s %14s %10s\n' "c=" target msgs_per_s milter_cpu_us milter_cs
 declare -A med=()
 for c in "${CONCURRENCY[@]}"; do
 	for t in "${TARGETS[@]}"; do
 		# shellcheck disable=SC2086 # word splitting of the value lists is intended
 		med[$t,$c]=$(median ${mps[$t,$c]})
 		# shellcheck disable=SC2086
-		printf '%-4s %-18s %12.1f %14.1f\n' "$c" "$t" "${med[$t,$c]}" "$(median ${cpu[$t,$c]})"
+		# shellcheck disable=SC2086
+		printf '%-4s %-18s %12.1f %14.1f %10.1f\n' "$c" "$t" "${med[$t,$c]}" "$(median ${cpu[$t,$c]})" "$(median ${cs[$t,$c]})"
 	done
 done
 
