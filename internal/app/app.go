@@ -286,8 +286,10 @@ func (d *Daemon) bind(cfg *config.Config) error {
 		}
 	}
 	if m := cfg.Milter; m.Enabled {
+		h := d.milterHandler(cfg)
 		d.milter = milter.NewServer(milter.Options{
-			Handler:           d.milterHandler(cfg),
+			Handler:           h,
+			Protocol:          milterNoReply(h),
 			Logger:            d.log,
 			MaxData:           m.MaxPacket,
 			IdleTimeout:       m.IdleTimeout.D(),
