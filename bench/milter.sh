@@ -71,6 +71,7 @@ source bench/lib.sh
 
 require_root "Postfix's master daemon needs it"
 command -v smtp-source >/dev/null || die "smtp-source is missing (apt-get install postfix)"
+command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the C milters"
 
 CONCURRENCY=(1 10 100)
 if [[ ${QUICK:-0} == 1 ]]; then

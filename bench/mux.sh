@@ -53,6 +53,7 @@ source bench/lib.sh
 
 REFERENCE=/usr/bin/mimedefang-multiplexor
 [[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
+command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
 
 if [[ ${QUICK:-0} == 1 ]]; then
 	DURATION=1s
