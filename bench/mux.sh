@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mux.sh — sluice mux against the reference mimedefang-multiplexor, side by
-# side.
+# mux.sh — sluice mux against the reference mimedefang-multiplexor and
+# against a floor, side by side.
 #
 # Both multiplexors run 8 identical fast fake workers (the pool tests' fake
 # worker, internal/pool/testdata/fakeworker: it answers relayok with
@@ -12,6 +12,14 @@
 #                    8 workers instead of getting "No free workers"
 # and the default listen backlog (-I: 5 for -x 8).
 #
+# The floor is the least a multiplexor can be (C, written below and built
+# in the temp dir with gcc): one thread and epoll; it accepts, reads the
+# request line, relays it over a pipe to an idle worker of the same 8 fake
+# workers (queueing it while all are busy), relays the reply line back and
+# closes; it answers status itself from the workers' states. No recycling,
+# limits, logging or statistics. What the floor cannot beat is the kernel's
+# per-request connect, accept and close, and the workers.
+#
 # bench/muxload connects as the mimedefang milter does: a new UNIX-socket
 # connection per request (blocking connect), one line, the reply read to
 # EOF. Commands: relayok and scan (of a real work directory with INPUTMSG,
@@ -22,7 +30,9 @@
 # the rounds (req/s, p50 and p99 in microseconds, and the multiplexor
 # process's own CPU time per request, workers not included), one
 # "mux ratio sluice/mimedefang <cmd> c=<c>: X.XX" line per case (ratio of
-# median req/s), and ends with the relayok c=64 line.
+# median req/s), the same against the floor (sluice/floor and
+# mimedefang/floor), and ends with
+#   mux ratio sluice/floor relayok c=64: X.XX
 #
 # Usage (as root the multiplexors run as user defang, since the reference
 # refuses to run as root; as another user they run as that user):
@@ -43,6 +53,7 @@ source bench/lib.sh
 
 REFERENCE=/usr/bin/mimedefang-multiplexor
 [[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
+command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
 
 if [[ ${QUICK:-0} == 1 ]]; then
 	DURATION=1s
@@ -53,16 +64,18 @@ else
 fi
 CONCURRENCY=(1 8 64)
 COMMANDS=(relayok scan status)
-TARGETS=(sluice mimedefang)
+TARGETS=(sluice mimedefang floor)
 WORKERS=8
 
 # Run the multiplexors as defang when root (the reference insists on -U).
 run_user=$(id -un)
 uarg=()
+as_user=() # runs the floor as run_user
 if [[ $(id -u) -eq 0 ]]; then
 	id defang >/dev/null 2>&1 || die "running as root and there is no user defang (apt-get install mimedefang)"
 	run_user=defang
 	uarg=(-U defang)
+	as_user=(setpriv --reuid=defang --regid="$(id -g defang)" --init-groups)
 fi
 
 # A short path: the sockets live below it (sun_path < 108 bytes).
@@ -122,7 +135,197 @@ log "building sluice, muxload and the fake worker in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
 go build -o "$tmp/muxload" ./bench/muxload
 CGO_ENABLED=0 go build -o "$tmp/fakeworker" ./internal/pool/testdata/fakeworker
-chmod 755 "$tmp/sluice" "$tmp/muxload" "$tmp/fakeworker"
+cat >"$tmp/muxfloor.c" <<'EOF'
+/* muxfloor: the least a multiplexor can be. One thread, epoll: it accepts
+ * a connection, reads the request line, relays it over a pipe to an idle
+ * worker (or queues it until one is idle), relays the worker's reply line
+ * back and closes. "status" is answered at once from the workers' states.
+ * No recycling, no limits, no logging, no statistics.
+ * usage: muxfloor SOCKET WORKERS WORKER-COMMAND */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MAXW 64
+#define LINE 4096
+
+struct client {
+	int fd;
+	size_t len;
+	char buf[LINE];
+	struct client *next; /* queue of clients waiting for a worker */
+};
+
+struct worker {
+	int in, out; /* its stdin (we write), its stdout (we read) */
+	struct client *c; /* the client it serves, NULL when idle */
+	size_t len;
+	char buf[LINE];
+};
+
+static struct worker w[MAXW];
+static int nw, ep;
+static struct client *qhead, *qtail;
+static const int LISTENER = -1;
+
+static void done(struct client *c) {
+	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	free(c);
+}
+
+static void put(int fd, const char *b, size_t n) {
+	while (n > 0) {
+		ssize_t k = write(fd, b, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return;
+		b += k;
+		n -= k;
+	}
+}
+
+static void assign(struct worker *x, struct client *c) {
+	x->c = c;
+	x->len = 0;
+	put(x->in, c->buf, c->len);
+}
+
+/* request: c has a whole line; answer status, or hand it to a worker. */
+static void request(struct client *c) {
+	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->len == 7 && memcmp(c->buf, "status\n", 7) == 0) {
+		char s[MAXW + 32];
+		int i;
+		for (i = 0; i < nw; i++)
+			s[i] = w[i].c ? 'B' : 'I';
+		int n = i + snprintf(s + i, sizeof s - i, " 0 0 0 0 0\n");
+		put(c->fd, s, n);
+		close(c->fd);
+		free(c);
+		return;
+	}
+	for (int i = 0; i < nw; i++)
+		if (!w[i].c) {
+			assign(&w[i], c);
+			return;
+		}
+	c->next = NULL;
+	if (qtail)
+		qtail->next = c;
+	else
+		qhead = c;
+	qtail = c;
+}
+
+static void reply(struct worker *x) {
+	ssize_t n = read(x->out, x->buf + x->len, LINE - x->len);
+	if (n <= 0) {
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		fprintf(stderr, "muxfloor: a worker exited\n");
+		exit(1);
+	}
+	x->len += n;
+	if (x->buf[x->len - 1] != '\n' || !x->c)
+		return;
+	put(x->c->fd, x->buf, x->len);
+	close(x->c->fd);
+	free(x->c);
+	x->c = NULL;
+	if (qhead) {
+		struct client *c = qhead;
+		qhead = c->next;
+		if (!qhead)
+			qtail = NULL;
+		assign(x, c);
+	}
+}
+
+int main(int argc, char **argv) {
+	if (argc != 4 || (nw = atoi(argv[2])) < 1 || nw > MAXW) {
+		fprintf(stderr, "usage: muxfloor SOCKET WORKERS(1-%d) WORKER-COMMAND\n", MAXW);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	ep = epoll_create1(0);
+	for (int i = 0; i < nw; i++) {
+		int a[2], b[2];
+		if (pipe2(a, O_CLOEXEC) < 0 || pipe2(b, O_CLOEXEC) < 0)
+			return 1;
+		pid_t p = fork();
+		if (p == 0) {
+			dup2(a[0], 0);
+			dup2(b[1], 1);
+			execl(argv[3], argv[3], (char *)NULL);
+			_exit(127);
+		}
+		close(a[0]);
+		close(b[1]);
+		w[i].in = a[1];
+		w[i].out = b[0];
+		fcntl(b[0], F_SETFL, O_NONBLOCK);
+		struct epoll_event e = {.events = EPOLLIN, .data.ptr = &w[i]};
+		epoll_ctl(ep, EPOLL_CTL_ADD, b[0], &e);
+	}
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", argv[1]);
+	unlink(sa.sun_path);
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, 128) < 0) {
+		perror("muxfloor: listen");
+		return 1;
+	}
+	struct epoll_event e = {.events = EPOLLIN, .data.ptr = (void *)&LISTENER};
+	epoll_ctl(ep, EPOLL_CTL_ADD, l, &e);
+	fprintf(stderr, "muxfloor: listening on %s with %d workers\n", argv[1], nw);
+	struct epoll_event evs[64];
+	for (;;) {
+		int k = epoll_wait(ep, evs, 64, -1);
+		if (k < 0 && errno != EINTR)
+			return 1;
+		for (int i = 0; i < k; i++) {
+			void *p = evs[i].data.ptr;
+			if (p == &LISTENER) {
+				int fd;
+				while ((fd = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+					struct client *c = calloc(1, sizeof *c);
+					c->fd = fd;
+					struct epoll_event ce = {.events = EPOLLIN, .data.ptr = c};
+					epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ce);
+				}
+				continue;
+			}
+			if (p >= (void *)w && p < (void *)(w + MAXW)) {
+				reply(p);
+				continue;
+			}
+			struct client *c = p;
+			ssize_t n = read(c->fd, c->buf + c->len, LINE - c->len);
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			if (n <= 0 || (c->len += n) == LINE) {
+				done(c);
+				continue;
+			}
+			if (c->buf[c->len - 1] == '\n')
+				request(c);
+		}
+	}
+}
+EOF
+gcc -O2 -Wall -o "$tmp/muxfloor" "$tmp/muxfloor.c"
+chmod 755 "$tmp/sluice" "$tmp/muxload" "$tmp/fakeworker" "$tmp/muxfloor"
 
 # A scan work directory as the milter makes it (mimedefang-protocol(7)).
 work=$tmp/work/mdefang-BENCH000001
@@ -141,6 +344,10 @@ start_mux() {
 	local args=(-D -z "$spool" -s "${sock[$t]}" -f "$tmp/fakeworker" -m "$WORKERS" -x "$WORKERS" -w 1 -r 1000000 -q 128 "${uarg[@]}")
 	if [[ $t == sluice ]]; then
 		"$tmp/sluice" mux "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
+	elif [[ $t == floor ]]; then
+		# As the same user as the multiplexors, workers included.
+		(cd "$spool" && exec "${as_user[@]}" "$tmp/muxfloor" "${sock[$t]}" "$WORKERS" "$tmp/fakeworker") \
+			</dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	else
 		"$REFERENCE" "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	fi
@@ -185,11 +392,10 @@ clk_tck=$(getconf CLK_TCK)
 
 declare -A rps=() p50=() p99=() cpu=()
 for ((round = 1; round <= ROUNDS; round++)); do
-	if ((round % 2)); then
-		order=("${TARGETS[@]}")
-	else
-		order=("${TARGETS[1]}" "${TARGETS[0]}")
-	fi
+	order=()
+	for ((k = 0; k < ${#TARGETS[@]}; k++)); do
+		order+=("${TARGETS[(k + round - 1) % ${#TARGETS[@]}]}")
+	done
 	for cmd in "${COMMANDS[@]}"; do
 		for c in "${CONCURRENCY[@]}"; do
 			for t in "${order[@]}"; do
@@ -242,10 +448,23 @@ for cmd in status scan relayok; do
 			'BEGIN { printf "mux p99 ratio sluice/mimedefang %s c=%s: %.2f\n", cmd, c, (m > 0 ? s / m : 0) }'
 	done
 done
-# The relayok c=64 line comes last.
 for cmd in status scan relayok; do
 	for c in "${CONCURRENCY[@]}"; do
-		awk -v s="${med[sluice,$cmd,$c]}" -v m="${med[mimedefang,$cmd,$c]}" -v cmd="$cmd" -v c="$c" \
-			'BEGIN { printf "mux ratio sluice/mimedefang %s c=%s: %.2f\n", cmd, c, (m > 0 ? s / m : 0) }'
+		awk -v s="${med99[sluice,$cmd,$c]}" -v m="${med99[floor,$cmd,$c]}" -v cmd="$cmd" -v c="$c" \
+			'BEGIN { printf "mux p99 ratio sluice/floor %s c=%s: %.2f\n", cmd, c, (m > 0 ? s / m : 0) }'
 	done
 done
+# mux_ratio A B — the "mux ratio A/B <cmd> c=<c>" lines, relayok c=64 last.
+mux_ratio() {
+	local cmd c
+	for cmd in status scan relayok; do
+		for c in "${CONCURRENCY[@]}"; do
+			awk -v s="${med[$1,$cmd,$c]}" -v m="${med[$2,$cmd,$c]}" -v a="$1" -v b="$2" -v cmd="$cmd" -v c="$c" \
+				'BEGIN { printf "mux ratio %s/%s %s c=%s: %.2f\n", a, b, cmd, c, (m > 0 ? s / m : 0) }'
+		done
+	done
+}
+mux_ratio sluice mimedefang
+mux_ratio mimedefang floor
+# The sluice/floor relayok c=64 line comes last.
+mux_ratio sluice floor

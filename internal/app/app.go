@@ -229,6 +229,7 @@ func (d *Daemon) bind(cfg *config.Config) error {
 	if m := cfg.Milter; m.Enabled {
 		o := milterOptions(m)
 		o.Handler, o.Logger = d.milterHandler(cfg), d.log
+		o.Protocol = milterNoReply(o.Handler)
 		d.milter = milter.NewServer(o)
 		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, d.milter.Serve); err != nil {
 			return err

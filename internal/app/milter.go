@@ -9,6 +9,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/milter"
+	"sluice/internal/milter/wire"
 )
 
 // milterSession is what the daemon keeps per milter session.
@@ -128,6 +129,21 @@ func (h milterBytes) EOH(s *milter.Session) milter.Response {
 func (h milterBytes) Body(s *milter.Session, chunk []byte) milter.Response {
 	session(s).size += int64(len(chunk))
 	return milter.Continue
+}
+
+// milterNoReply returns the NR_* protocol flags for the steps h receives
+// but always answers CONTINUE (HELO, which only records the name; the
+// headers, end of headers and body, which only count bytes): the MTA
+// then sends them without waiting for a reply, a round trip saved per
+// packet (milter.Options.Protocol).
+func milterNoReply(h milter.Handler) wire.Protocol {
+	switch h.(type) {
+	case milterBytes:
+		return wire.ProtoNRHelo | wire.ProtoNRHeader | wire.ProtoNREOH | wire.ProtoNRBody
+	case milterRules:
+		return wire.ProtoNRHelo
+	}
+	return 0
 }
 
 // milterHandler picks the handler that asks the MTA for no more steps than

@@ -153,6 +153,13 @@ action = "REJECT 5.7.1 too many bytes"
 	if m.Neg.Protocol&(wire.ProtoNoMail|wire.ProtoNoRcpt|wire.ProtoNoBody) != 0 {
 		t.Fatalf("rules need MAIL, RCPT and the body; negotiated %v", m.Neg.Protocol)
 	}
+	// HELO, the headers and the body are only recorded or counted: the
+	// MTA need not wait for their replies. MAIL, RCPT and DATA may be
+	// refused, so they keep theirs.
+	if nr := wire.ProtoNRHelo | wire.ProtoNRHeader | wire.ProtoNREOH | wire.ProtoNRBody; m.Neg.Protocol&nr != nr ||
+		m.Neg.Protocol&(wire.ProtoNRMail|wire.ProtoNRRcpt|wire.ProtoNRData) != 0 {
+		t.Fatalf("negotiated %v; want no reply to HELO, headers, EOH and body only", m.Neg.Protocol)
+	}
 	// Drive the steps by hand: MAIL, RCPTs, then DATA..EOM.
 	run := func(rcpts int, body string) string {
 		if v, err := m.Verdict(&wire.Mail{Addr: "<a@example.org>"}); err != nil || v != wire.RespContinue {

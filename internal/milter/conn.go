@@ -65,6 +65,7 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
+	rio  syscall.RawConn // Linux unix and TCP sockets: packet I/O (rawio_linux.go)
 	sess *Session
 
 	version    uint32
@@ -101,6 +102,9 @@ func (s *Server) serveConn(nc *netserve.Conn) {
 		if quickAckSupported && !s.noQuickAck {
 			c.raw, _ = tc.SyscallConn()
 		}
+	}
+	if sc, ok := nc.Conn.(syscall.Conn); ok && rawIOSupported && !s.noRawIO {
+		c.rio, _ = sc.SyscallConn()
 	}
 	c.sess = s.newSession(c)
 	defer c.releaseBig()
@@ -532,6 +536,10 @@ func (c *conn) write(b []byte) error {
 			c.writeArmed = now
 		}
 	}
+	if c.rio != nil {
+		_, err := rawWrite(c.rio, b)
+		return err
+	}
 	_, err := c.nc.Write(b)
 	return err
 }
@@ -546,7 +554,13 @@ func (c *conn) read(p []byte) (int, error) {
 			c.readArmed = now
 		}
 	}
-	n, err := c.nc.Read(p)
+	var n int
+	var err error
+	if c.rio != nil {
+		n, err = rawRead(c.rio, p)
+	} else {
+		n, err = c.nc.Read(p)
+	}
 	if n > 0 && c.raw != nil {
 		quickAck(c.raw)
 	}

@@ -101,6 +101,7 @@ type Server struct {
 	nextID     atomic.Uint64
 	queueFull  atomic.Int64
 	noQuickAck bool // tests: show the delayed-ACK stall
+	noRawIO    bool // tests: packet I/O through net.Conn (rawio_linux.go)
 }
 
 // stepSet records which optional handler interfaces are implemented.
