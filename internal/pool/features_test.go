@@ -30,6 +30,13 @@ func (r *recorder) stat(e pool.StatsEvent) {
 	r.mu.Unlock()
 }
 
+// events returns a copy of the stats events so far.
+func (r *recorder) events() []pool.StatsEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.stats)
+}
+
 func (r *recorder) has(event, extra string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -104,7 +111,7 @@ func TestAutoscale(t *testing.T) {
 		t.Fatalf("ema %f after six busy periods", ema)
 	}
 	if !rec.has("StartWorker", `reason="Autoscale: scale-out (ema_busy=0.82)"`) {
-		t.Errorf("no scale-out: %+v", rec.stats)
+		t.Errorf("no scale-out: %+v", rec.events())
 	}
 	wantReply(t, <-done, "slept 3000\n")
 	for range 4 {
@@ -112,7 +119,7 @@ func TestAutoscale(t *testing.T) {
 	}
 	if !rec.has("KillWorker", `req=0 age=60 reason="Autoscale: scale-in (ema_busy=0.26)"`) &&
 		!rec.has("KillWorker", `req=1 age=150 reason="Autoscale: scale-in (ema_busy=0.26)"`) {
-		t.Errorf("no scale-in: %+v", rec.stats)
+		t.Errorf("no scale-in: %+v", rec.events())
 	}
 }
 
@@ -224,14 +231,14 @@ func TestBareScanIsGeneric(t *testing.T) {
 	waitStates(t, p, "I")
 	wantReply(t, do(t, p, "scan "), "ok\n")
 	if rec.has("StartFilter", "") {
-		t.Errorf("bare scan wrote StartFilter: %+v", rec.stats)
+		t.Errorf("bare scan wrote StartFilter: %+v", rec.events())
 	}
 	if snap, _ := p.Snapshot(); snap.Msgs != 1 {
 		t.Errorf("msgs %d after a bare scan, want 1", snap.Msgs)
 	}
 	wantReply(t, do(t, p, "scan Q1 /tmp"), "ok\n")
 	if !rec.has("StartFilter", "") {
-		t.Errorf("scan Q1 /tmp wrote no StartFilter: %+v", rec.stats)
+		t.Errorf("scan Q1 /tmp wrote no StartFilter: %+v", rec.events())
 	}
 }
 

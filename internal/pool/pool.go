@@ -655,10 +655,13 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	s.busyProc = proc
 	s.busyTimer = p.schedule(&s.busyT, p.cfg.BusyTimeout)
 	c.slot = s.n
-	p.grant(c, proc)
+	// The stats line comes before the hand-off: once the worker has the
+	// command its reply can reach the client, and the record must not
+	// trail the answer it describes.
 	if c.scanPath() && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
+	p.grant(c, proc)
 }
 
 // noteCommand records what the reference keeps about a client command for
