@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/loadgen"
 )
 
 // fakeAnvil is a minimal anvil server: it announces itself and answers
@@ -128,13 +130,10 @@ func (f *fakeAnvil) handle(c net.Conn) {
 
 func testConfig(socket string) config {
 	return config{
-		socket:   socket,
-		conns:    4,
-		duration: 300 * time.Millisecond,
-		warmup:   50 * time.Millisecond,
-		clients:  1000,
-		label:    "fake",
-		seed:     1,
+		Flags:   loadgen.Flags{Conns: 4, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
+		socket:  socket,
+		clients: 1000,
+		seed:    1,
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/loadgen"
 )
 
 // fakeMux answers one line per connection, as the multiplexor does:
@@ -62,8 +64,8 @@ func fakeMux(t *testing.T) string {
 func TestRun(t *testing.T) {
 	sock := fakeMux(t)
 	for _, cmd := range []string{"relayok", "scan", "status"} {
-		cfg := config{socket: sock, conns: 4, duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond,
-			cmd: cmd, scanDir: "/var/spool/MIMEDefang/mdefang-x y", label: "fake", timeout: 10 * time.Second}
+		cfg := config{socket: sock, Flags: loadgen.Flags{Conns: 4, Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
+			cmd: cmd, scanDir: "/var/spool/MIMEDefang/mdefang-x y", timeout: 10 * time.Second}
 		if err := cfg.validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +76,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	// An error reply counts as an error.
-	cfg := config{socket: sock, conns: 1, duration: 50 * time.Millisecond, cmd: "scan", scanDir: "/bad", label: "fake", timeout: 10 * time.Second}
+	cfg := config{socket: sock, Flags: loadgen.Flags{Conns: 1, Duration: 50 * time.Millisecond, Label: "fake"}, cmd: "scan", scanDir: "/bad", timeout: 10 * time.Second}
 	var logw bytes.Buffer
 	if res := run(cfg, &logw); res.Errors == 0 || res.Reqs != 0 || !strings.Contains(logw.String(), "No free workers") {
 		t.Errorf("error replies: %v\n%s", res, logw.String())

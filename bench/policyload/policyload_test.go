@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/loadgen"
 )
 
 // fakePolicy is a minimal policy server. It counts messages per sender at
@@ -207,13 +209,10 @@ func (f *fakePolicy) count(sender string) string {
 
 func testConfig(addr string) config {
 	return config{
+		Flags:       loadgen.Flags{Conns: 4, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
 		addr:        addr,
-		conns:       4,
-		duration:    300 * time.Millisecond,
-		warmup:      50 * time.Millisecond,
 		clients:     1000,
 		senders:     1000,
-		label:       "fake",
 		seed:        1,
 		probeSender: "probe@probe.example",
 	}
@@ -298,8 +297,8 @@ func TestDialFailureIsAnError(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := testConfig(addr)
-	cfg.duration = 50 * time.Millisecond
-	cfg.warmup = 0
+	cfg.Duration = 50 * time.Millisecond
+	cfg.Warmup = 0
 	res := run(cfg, io.Discard)
 	if res.Errors == 0 || res.Reqs != 0 {
 		t.Errorf("errors = %d, reqs = %d; want errors and no requests", res.Errors, res.Reqs)
