@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"sluice/bench/internal/fakeserver"
 	"sluice/bench/internal/loadgen"
 )
 
@@ -29,35 +29,24 @@ func fakeMux(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil {
-					return
-				}
-				var reply string
-				switch word, _, _ := strings.Cut(line, " "); {
-				case strings.Contains(line, "bad"):
-					reply = "error: No free workers\n"
-				case word == "relayok":
-					reply = "ok 1 ok 250 2.1.0 0\n"
-				case word == "scan":
-					reply = "ok\n"
-				default:
-					reply = "IIBS 12 4 0 0 7\n"
-				}
-				_, _ = c.Write([]byte(reply))
-			})
+	fakeserver.Start(t, ln, func(c net.Conn) {
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
 		}
+		var reply string
+		switch word, _, _ := strings.Cut(line, " "); {
+		case strings.Contains(line, "bad"):
+			reply = "error: No free workers\n"
+		case word == "relayok":
+			reply = "ok 1 ok 250 2.1.0 0\n"
+		case word == "scan":
+			reply = "ok\n"
+		default:
+			reply = "IIBS 12 4 0 0 7\n"
+		}
+		_, _ = c.Write([]byte(reply))
 	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	return path
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/bench/internal/fakeserver"
 	"sluice/bench/internal/loadgen"
 )
 
@@ -26,10 +27,8 @@ type fakePolicy struct {
 	countRCPT bool
 	reply     string // if not empty, sent verbatim as every reply
 
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	srv *fakeserver.Server
+	mu  sync.Mutex
 
 	// Guarded by mu.
 	counts    map[string]int
@@ -48,48 +47,14 @@ func startFake(t *testing.T, f *fakePolicy) *fakePolicy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.ln = ln
-	f.conns = map[net.Conn]struct{}{}
 	f.counts = map[string]int{}
 	f.instances = map[string]bool{}
 	f.ports = map[string]bool{}
-	f.wg.Go(f.serve)
-	t.Cleanup(f.close)
+	f.srv = fakeserver.Start(t, ln, f.handle)
 	return f
 }
 
-func (f *fakePolicy) addr() string { return f.ln.Addr().String() }
-
-func (f *fakePolicy) close() {
-	_ = f.ln.Close()
-	f.mu.Lock()
-	for c := range f.conns {
-		_ = c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
-func (f *fakePolicy) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.conns[c] = struct{}{}
-		f.mu.Unlock()
-		f.wg.Go(func() {
-			defer func() {
-				f.mu.Lock()
-				delete(f.conns, c)
-				f.mu.Unlock()
-				_ = c.Close()
-			}()
-			f.handle(c)
-		})
-	}
-}
+func (f *fakePolicy) addr() string { return f.srv.Addr() }
 
 // wantAttrs is Postfix 3.7's attribute list as policyload sends it.
 var wantAttrs = strings.Fields(`request protocol_state protocol_name client_address client_name
