@@ -60,13 +60,7 @@ REFERENCE=/usr/bin/mimedefang-multiplexor
 [[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
 command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
 
-if [[ ${QUICK:-0} == 1 ]]; then
-	DURATION=1s
-	ROUNDS=1
-else
-	DURATION=${DURATION:-5s}
-	ROUNDS=${ROUNDS:-3}
-fi
+run_length
 read -ra CONCURRENCY <<<"${CONCURRENCY:-1 8 64}"
 read -ra COMMANDS <<<"${COMMANDS:-relayok scan status}"
 TARGETS=(sluice mimedefang floor)
@@ -107,7 +101,6 @@ cleanup() {
 	for t in "${TARGETS[@]}"; do
 		if [[ -n ${pid[$t]:-} ]]; then
 			stop_pid "${pid[$t]}" 30
-			rm -f "$tmp/$t.pid"
 		fi
 	done
 	exec 7>&- # closes the liveness pipe: the watchdog sees EOF
@@ -117,34 +110,12 @@ cleanup() {
 	rm -rf "$tmp"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
-# The watchdog: should this script die without its cleanup (SIGKILL), the
-# liveness pipe's only writer (fd 7) goes away, and the watchdog stops both
-# multiplexors (whose pids it reads from $tmp/*.pid) and removes $tmp.
-mkfifo "$tmp/alive.fifo"
-(
-	set +e
-	trap '' INT TERM
-	cat >/dev/null # returns at EOF of the liveness pipe
-	pids=$(cat "$tmp"/*.pid 2>/dev/null)
-	if [[ -n $pids ]]; then
-		# shellcheck disable=SC2086 # one word per pid
-		kill -TERM $pids 2>/dev/null
-		for ((i = 0; i < 50; i++)); do
-			# shellcheck disable=SC2086
-			kill -0 $pids 2>/dev/null || break
-			sleep 0.1
-		done
-		# shellcheck disable=SC2086
-		kill -KILL $pids 2>/dev/null
-	fi
-	rm -rf "$tmp"
-) <"$tmp/alive.fifo" >/dev/null 2>&1 &
-watch_pid=$!
-exec 7>"$tmp/alive.fifo"
+# The watchdog (lib.sh): should this script die without its cleanup
+# (SIGKILL), it stops the multiplexors listed in $tmp/daemons and removes
+# $tmp.
+start_watchdog "$tmp" 5
 
 log "building sluice, muxload and the fake worker in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
@@ -371,7 +342,7 @@ start_mux() {
 		"$REFERENCE" "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	fi
 	pid[$t]=$!
-	echo "${pid[$t]}" >"$tmp/$t.pid"
+	echo "pid ${pid[$t]}" >>"$tmp/daemons"
 	if ! wait_for_socket "${sock[$t]}" 10 "${pid[$t]}"; then
 		cat "$tmp/$t.log" >&2
 		die "$t did not create its socket"

@@ -30,9 +30,7 @@ cleanup() {
 	rm -rf "$tmp"
 	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
 log "building sluice and throttleload in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
