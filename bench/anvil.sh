@@ -39,9 +39,6 @@ pfa_pid=
 watch_pid=
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	if [[ -n $sluice_pid ]]; then
 		stop_pid "$sluice_pid" 10
 	fi
@@ -65,7 +62,6 @@ cleanup() {
 		fi
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 

@@ -180,12 +180,24 @@ run_length() {
 }
 
 # on_exit FUNCTION — run FUNCTION at exit, and turn SIGINT and SIGTERM into
-# exits (status 130 and 143) so that it runs then too.
+# exits (status 130 and 143) so that it runs then too. FUNCTION runs
+# without errexit and with INT and TERM back to their defaults, and the
+# script then exits with the status it was exiting with.
 on_exit() {
 	# shellcheck disable=SC2064 # the function's name is meant to expand now
-	trap "$1" EXIT
+	trap "run_exit $1" EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
+}
+
+# run_exit FUNCTION — on_exit's trap: FUNCTION, then exit with the status
+# the script had.
+run_exit() {
+	local rc=$?
+	set +e
+	trap - INT TERM
+	"$1"
+	exit "$rc"
 }
 
 # start_watchdog DIR GRACE_SECS — a watchdog for a script's daemons, tied to

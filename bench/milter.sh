@@ -98,9 +98,6 @@ declare -A maillog=()  # per target
 declare -A port=()     # per target
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	local k
 	for k in "${!pid[@]}"; do
 		[[ $k == pf-* ]] && continue
@@ -115,7 +112,6 @@ cleanup() {
 		stop_pid "$watch_pid" 20
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 

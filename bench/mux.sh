@@ -94,9 +94,6 @@ declare -A pid=()
 watch_pid=
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	local t
 	for t in "${TARGETS[@]}"; do
 		if [[ -n ${pid[$t]:-} ]]; then
@@ -108,7 +105,6 @@ cleanup() {
 		stop_pid "$watch_pid" 5
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 

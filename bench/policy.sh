@@ -92,9 +92,6 @@ stop_session() {
 }
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	if [[ -n $sluice_pid ]]; then
 		stop_pid "$sluice_pid" 10
 	fi
@@ -113,7 +110,6 @@ cleanup() {
 		stop_pid "$watch_pid" 20
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 

@@ -35,10 +35,9 @@ command -v redis-cli >/dev/null || die "redis-cli is not installed (Debian packa
 tmp=$(mktemp -d /tmp/sluice-bench-redis.XXXXXX)
 pids=()
 cleanup() {
-	local rc=$? p
+	local p
 	for p in "${pids[@]}"; do stop_pid "$p" 10; done
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 

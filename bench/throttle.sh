@@ -25,10 +25,8 @@ DURATION=${DURATION:-5s}
 tmp=$(mktemp -d /tmp/sluice-bench-throttle.XXXXXX)
 sluice_pid=
 cleanup() {
-	local rc=$?
 	[[ -n $sluice_pid ]] && stop_pid "$sluice_pid" 10
 	rm -rf "$tmp"
-	exit "$rc"
 }
 on_exit cleanup
 
