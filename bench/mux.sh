@@ -22,7 +22,10 @@
 #
 # bench/muxload connects as the mimedefang milter does: a new UNIX-socket
 # connection per request (blocking connect), one line, the reply read to
-# EOF. Commands: relayok and scan (of a real work directory with INPUTMSG,
+# EOF; each client has a Go runtime processor of its own, so that it is
+# scheduled by the kernel as the milter's threads are (with 2 processors
+# for 64 clients, muxload's own run queue made every target's p99 a coin
+# toss: docs/mux.md#performance). Commands: relayok and scan (of a real work directory with INPUTMSG,
 # HEADERS and COMMANDS; the fake worker does not read it) go to a worker,
 # status is answered by the multiplexor itself. Each command runs at
 # c = 1, 8 and 64 clients, against each multiplexor in turn (which goes
