@@ -29,13 +29,7 @@ source bench/lib.sh
 
 require_root "Postfix's master daemon needs it"
 
-if [[ ${QUICK:-0} == 1 ]]; then
-	DURATION=1s
-	ROUNDS=1
-else
-	DURATION=${DURATION:-5s}
-	ROUNDS=${ROUNDS:-3}
-fi
+run_length
 CONCURRENCY=(1 8 64)
 TARGETS=(sluice postfix)
 
@@ -45,9 +39,6 @@ pfa_pid=
 watch_pid=
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	if [[ -n $sluice_pid ]]; then
 		stop_pid "$sluice_pid" 10
 	fi
@@ -71,11 +62,8 @@ cleanup() {
 		fi
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
 log "building sluice, anvilload and postfixanvil in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
@@ -85,15 +73,15 @@ go build -o "$tmp/postfixanvil" ./bench/postfixanvil
 # --- Postfix's own anvil, in a private instance ------------------------------
 log "starting a private Postfix instance with its own anvil"
 mkdir "$tmp/postfix"
-# The liveness pipe: this script holds its only write end (fd 7, closed in
-# every child) so that if the script dies, even by SIGKILL, the readers see
-# EOF: postfixanvil then stops its instance, and the watchdog below stops
-# sluice and removes $tmp.
-mkfifo "$tmp/alive.fifo"
+# The liveness pipe and watchdog (lib.sh): if this script dies, even by
+# SIGKILL, postfixanvil (which reads the pipe) stops its instance, and the
+# watchdog stops sluice and postfixanvil and removes $tmp once both are
+# gone.
+start_watchdog "$tmp" 60
 "$tmp/postfixanvil" -dir "$tmp/postfix" <"$tmp/alive.fifo" \
-	>"$tmp/postfixanvil.out" 2>"$tmp/postfixanvil.err" &
+	>"$tmp/postfixanvil.out" 2>"$tmp/postfixanvil.err" 7>&- &
 pfa_pid=$!
-exec 7>"$tmp/alive.fifo"
+echo "pid $pfa_pid" >>"$tmp/daemons"
 if ! line=$(wait_for_line "$tmp/postfixanvil.out" '^socket=' 60 "$pfa_pid"); then
 	cat "$tmp/postfixanvil.err" >&2
 	die "Postfix instance did not start"
@@ -113,21 +101,7 @@ listen = ["unix:$sluice_sock"]
 EOF
 "$tmp/sluice" serve -c "$tmp/sluice.toml" </dev/null >"$tmp/sluice.log" 2>&1 7>&- &
 sluice_pid=$!
-(
-	set +e
-	trap '' INT TERM
-	cat >/dev/null # returns at EOF of the liveness pipe
-	# The script is gone, or its cleanup is under way: make sure sluice
-	# goes, then wait for postfixanvil and remove $tmp.
-	kill -TERM "$sluice_pid" 2>/dev/null
-	for ((i = 0; i < 600; i++)); do
-		kill -0 "$sluice_pid" 2>/dev/null || kill -0 "$pfa_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$sluice_pid" 2>/dev/null
-	rm -rf "$tmp"
-) <"$tmp/alive.fifo" >/dev/null 2>&1 7>&- &
-watch_pid=$!
+echo "pid $sluice_pid" >>"$tmp/daemons"
 if ! wait_for_socket "$sluice_sock" 10 "$sluice_pid"; then
 	tail -n 30 "$tmp/sluice.log" >&2
 	die "sluice's anvil socket did not appear"

@@ -107,15 +107,25 @@ tcp_listening() {
 	fi
 }
 
-# free_tcp_port [PORT...] — print a TCP port in 20000-52767 that nothing
-# listens on and that is none of the PORTs (ports already chosen for
-# servers not yet started).
+# free_tcp_port [PORT...] — print a TCP port that no socket uses and that
+# is none of the PORTs (ports already chosen for servers not yet started).
+# It is taken from 10000 up to the kernel's ephemeral range (32767 by
+# default), never from that range: there, any outgoing connection on the
+# machine may take the port between this check and the server's bind
+# ("Address already in use", seen with other work running).
 free_tcp_port() {
-	local p i
+	local p i eph hi=32767
+	if read -r eph _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && ((eph > 11000)); then
+		hi=$((eph - 1))
+	fi
 	for ((i = 0; i < 500; i++)); do
-		p=$((20000 + RANDOM % 32768))
+		p=$((10000 + RANDOM % (hi - 10000 + 1)))
 		[[ " $* " == *" $p "* ]] && continue
-		tcp_listening 127.0.0.1 "$p" && continue
+		if command -v ss >/dev/null 2>&1; then
+			[[ -n $(ss -Htan "sport = :$p" 2>/dev/null) ]] && continue
+		else
+			tcp_listening 127.0.0.1 "$p" && continue
+		fi
 		printf '%s\n' "$p"
 		return 0
 	done
@@ -154,4 +164,103 @@ cpu_busy() {
 		}
 		printf "%.0f\n", (total > 0 ? 100 * (total - idle) / total : 0)
 	}'
+}
+
+# run_length [DURATION ROUNDS] — set DURATION and ROUNDS: 1s and 1 round
+# with QUICK=1, otherwise the environment's, or DURATION and ROUNDS given
+# (5s and 3 by default).
+run_length() {
+	if [[ ${QUICK:-0} == 1 ]]; then
+		DURATION=1s
+		ROUNDS=1
+	else
+		DURATION=${DURATION:-${1:-5s}}
+		ROUNDS=${ROUNDS:-${2:-3}}
+	fi
+}
+
+# on_exit FUNCTION — run FUNCTION at exit, and turn SIGINT and SIGTERM into
+# exits (status 130 and 143) so that it runs then too. FUNCTION runs
+# without errexit and with INT and TERM back to their defaults, and the
+# script then exits with the status it was exiting with.
+on_exit() {
+	# shellcheck disable=SC2064 # the function's name is meant to expand now
+	trap "run_exit $1" EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+# run_exit FUNCTION — on_exit's trap: FUNCTION, then exit with the status
+# the script had.
+run_exit() {
+	local rc=$?
+	set +e
+	trap - INT TERM
+	"$1"
+	exit "$rc"
+}
+
+# start_watchdog DIR GRACE_SECS — a watchdog for a script's daemons, tied to
+# a liveness pipe this script holds the only write end of (fd 7, to be closed
+# in every long-lived child with 7>&-): when the script dies, even by
+# SIGKILL, the pipe reaches EOF and the watchdog sends SIGTERM to the
+# daemons listed in DIR/daemons, one "pid PID" or "sid SESSION-ID" a line
+# (a session's every process), waits up to GRACE_SECS for them to go, kills
+# what is left and removes DIR. After a normal cleanup (which closes fd 7
+# once it has stopped the daemons itself) it finds nothing left to stop.
+# Sets watch_pid; DIR/alive.fifo is the pipe, for other readers too.
+start_watchdog() {
+	local dir=$1 grace=$2
+	mkfifo "$dir/alive.fifo"
+	: >>"$dir/daemons"
+	(
+		set +e
+		trap '' INT TERM
+		cat >/dev/null # returns at EOF of the liveness pipe
+		local kind id left i
+		while read -r kind id; do
+			case $kind in
+			pid | sid) kill -TERM "$id" 2>/dev/null ;;
+			esac
+		done <"$dir/daemons"
+		for ((i = 0; i < grace * 10; i++)); do
+			left=0
+			while read -r kind id; do
+				case $kind in
+				pid) kill -0 "$id" 2>/dev/null && left=1 ;;
+				sid) pgrep -s "$id" >/dev/null && left=1 ;;
+				esac
+			done <"$dir/daemons"
+			((left)) || break
+			sleep 0.1
+		done
+		while read -r kind id; do
+			case $kind in
+			pid) kill -0 "$id" 2>/dev/null && kill -KILL "$id" 2>/dev/null ;;
+			sid) pgrep -s "$id" | while read -r p; do kill -KILL "$p" 2>/dev/null; done ;;
+			esac
+		done <"$dir/daemons"
+		rm -rf "$dir"
+	) <"$dir/alive.fifo" >/dev/null 2>&1 7>&- &
+	watch_pid=$!
+	exec 7>"$dir/alive.fifo"
+}
+
+# apt_install LOG PACKAGE... — apt-get install the PACKAGEs, after an
+# apt-get update if the first attempt fails; output goes to LOG, whose tail
+# is shown if both fail (the caller then dies).
+apt_install() {
+	local logf=$1
+	shift
+	log "installing $* with apt-get"
+	if DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" </dev/null >"$logf" 2>&1 7>&-; then
+		return 0
+	fi
+	log "apt-get install failed; running apt-get update first"
+	if apt-get update </dev/null >>"$logf" 2>&1 7>&- &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" </dev/null >>"$logf" 2>&1 7>&-; then
+		return 0
+	fi
+	tail -n 20 "$logf" >&2
+	return 1
 }

@@ -98,9 +98,6 @@ declare -A maillog=()  # per target
 declare -A port=()     # per target
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	local k
 	for k in "${!pid[@]}"; do
 		[[ $k == pf-* ]] && continue
@@ -115,34 +112,14 @@ cleanup() {
 		stop_pid "$watch_pid" 20
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
-# The liveness pipe: this script holds its only write end (fd 7, closed in
-# every long-lived child) so that if the script dies, even by SIGKILL, the
-# Postfix runners (milterload postfix: stdin) stop their instances, and the
-# watchdog stops the daemons listed in $tmp/daemons and removes $tmp.
-mkfifo "$tmp/alive.fifo"
-: >"$tmp/daemons"
-(
-	set +e
-	trap '' INT TERM
-	cat >/dev/null # returns at EOF of the liveness pipe
-	while read -r id; do kill -TERM "$id" 2>/dev/null; done <"$tmp/daemons"
-	for ((i = 0; i < 600; i++)); do
-		left=0
-		while read -r id; do kill -0 "$id" 2>/dev/null && left=1; done <"$tmp/daemons"
-		((left)) || break
-		sleep 0.1
-	done
-	while read -r id; do kill -KILL "$id" 2>/dev/null; done <"$tmp/daemons"
-	rm -rf "$tmp"
-) <"$tmp/alive.fifo" >/dev/null 2>&1 7>&- &
-watch_pid=$!
-exec 7>"$tmp/alive.fifo"
+# The liveness pipe and watchdog (lib.sh): if this script dies, even by
+# SIGKILL, the Postfix runners (milterload postfix: stdin, the pipe) stop
+# their instances, and the watchdog stops the daemons listed in
+# $tmp/daemons and removes $tmp.
+start_watchdog "$tmp" 60
 
 # --- builds ---------------------------------------------------------------------
 log "building sluice and milterload in $tmp"
@@ -150,16 +127,30 @@ go build -o "$tmp/sluice" ./cmd/sluice
 go build -o "$tmp/milterload" ./bench/milterload
 
 if [[ ! -f /usr/include/libmilter/mfapi.h ]]; then
-	log "installing libmilter-dev with apt-get"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y libmilter-dev </dev/null >"$tmp/apt.log" 2>&1 7>&-; then
-		log "apt-get install failed; running apt-get update first"
-		if ! apt-get update </dev/null >>"$tmp/apt.log" 2>&1 7>&- ||
-			! DEBIAN_FRONTEND=noninteractive apt-get install -y libmilter-dev </dev/null >>"$tmp/apt.log" 2>&1 7>&-; then
-			tail -n 20 "$tmp/apt.log" >&2
-			die "could not install libmilter-dev"
-		fi
-	fi
+	apt_install "$tmp/apt.log" libmilter-dev || die "could not install libmilter-dev"
 fi
+# libmilter_main NAME — the main() of the libmilter milters below: it
+# listens on the socket given (backlog 128, open to the Postfix user) and
+# runs libmilter's loop with NAME's smfiDesc, desc.
+libmilter_main() {
+	sed "s/@NAME@/$1/g" <<'EOF'
+int main(int argc, char **argv) {
+	if (argc != 2) {
+		fprintf(stderr, "usage: @NAME@ unix:/path/to/socket\n");
+		return 2;
+	}
+	umask(0); /* the Postfix user must be able to connect */
+	if (smfi_setconn(argv[1]) == MI_FAILURE || smfi_setbacklog(128) == MI_FAILURE ||
+	    smfi_register(desc) == MI_FAILURE || smfi_opensocket(1) == MI_FAILURE) {
+		fprintf(stderr, "@NAME@: cannot set up %s\n", argv[1]);
+		return 1;
+	}
+	fprintf(stderr, "@NAME@: listening on %s\n", argv[1]);
+	return smfi_main() == MI_SUCCESS ? 0 : 1;
+}
+EOF
+}
+
 log "building the libmilter accept-all milter in $tmp"
 cat >"$tmp/acceptall.c" <<'EOF'
 /* acceptall: a milter on libmilter that asks for every step and accepts. */
@@ -188,21 +179,8 @@ static struct smfiDesc desc = {
 	NULL, /* no xxfi_negotiate: every step with a callback is asked for */
 };
 
-int main(int argc, char **argv) {
-	if (argc != 2) {
-		fprintf(stderr, "usage: acceptall unix:/path/to/socket\n");
-		return 2;
-	}
-	umask(0); /* the Postfix user must be able to connect */
-	if (smfi_setconn(argv[1]) == MI_FAILURE || smfi_setbacklog(128) == MI_FAILURE ||
-	    smfi_register(desc) == MI_FAILURE || smfi_opensocket(1) == MI_FAILURE) {
-		fprintf(stderr, "acceptall: cannot set up %s\n", argv[1]);
-		return 1;
-	}
-	fprintf(stderr, "acceptall: listening on %s\n", argv[1]);
-	return smfi_main() == MI_SUCCESS ? 0 : 1;
-}
 EOF
+libmilter_main acceptall >>"$tmp/acceptall.c"
 gcc -O2 -Wall -o "$tmp/acceptall" "$tmp/acceptall.c" -lmilter -lpthread
 
 log "building the libmilter CONNECT-only milter in $tmp"
@@ -238,21 +216,8 @@ static struct smfiDesc desc = {
 	xnegotiate,
 };
 
-int main(int argc, char **argv) {
-	if (argc != 2) {
-		fprintf(stderr, "usage: connectonly unix:/path/to/socket\n");
-		return 2;
-	}
-	umask(0); /* the Postfix user must be able to connect */
-	if (smfi_setconn(argv[1]) == MI_FAILURE || smfi_setbacklog(128) == MI_FAILURE ||
-	    smfi_register(desc) == MI_FAILURE || smfi_opensocket(1) == MI_FAILURE) {
-		fprintf(stderr, "connectonly: cannot set up %s\n", argv[1]);
-		return 1;
-	}
-	fprintf(stderr, "connectonly: listening on %s\n", argv[1]);
-	return smfi_main() == MI_SUCCESS ? 0 : 1;
-}
 EOF
+libmilter_main connectonly >>"$tmp/connectonly.c"
 gcc -O2 -Wall -o "$tmp/connectonly" "$tmp/connectonly.c" -lmilter -lpthread
 
 log "building the floor milter in $tmp"
@@ -425,20 +390,20 @@ for t in sluice-connect sluice-all; do
 	(ulimit -n "$(ulimit -Hn)" && exec "$tmp/sluice" serve -c "$tmp/$t.toml") \
 		</dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	pid[$t]=$!
-	echo "${pid[$t]}" >>"$tmp/daemons"
+	echo "pid ${pid[$t]}" >>"$tmp/daemons"
 done
 log "starting the libmilter accept-all milter on ${msock[libmilter]}"
 "$tmp/acceptall" "unix:${msock[libmilter]}" </dev/null >"$tmp/libmilter.log" 2>&1 7>&- &
 pid[libmilter]=$!
-echo "${pid[libmilter]}" >>"$tmp/daemons"
+echo "pid ${pid[libmilter]}" >>"$tmp/daemons"
 log "starting the libmilter CONNECT-only milter on ${msock[libmilter-connect]}"
 "$tmp/connectonly" "unix:${msock[libmilter-connect]}" </dev/null >"$tmp/libmilter-connect.log" 2>&1 7>&- &
 pid[libmilter-connect]=$!
-echo "${pid[libmilter-connect]}" >>"$tmp/daemons"
+echo "pid ${pid[libmilter-connect]}" >>"$tmp/daemons"
 log "starting the floor milter on ${msock[floor]}"
 "$tmp/floor" "${msock[floor]}" </dev/null >"$tmp/floor.log" 2>&1 7>&- &
 pid[floor]=$!
-echo "${pid[floor]}" >>"$tmp/daemons"
+echo "pid ${pid[floor]}" >>"$tmp/daemons"
 for t in sluice-connect sluice-all libmilter libmilter-connect floor; do
 	if ! wait_for_socket "${msock[$t]}" 10 "${pid[$t]}"; then
 		tail -n 30 "$tmp/$t.log" >&2

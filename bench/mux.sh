@@ -22,7 +22,10 @@
 #
 # bench/muxload connects as the mimedefang milter does: a new UNIX-socket
 # connection per request (blocking connect), one line, the reply read to
-# EOF. Commands: relayok and scan (of a real work directory with INPUTMSG,
+# EOF; each client has a Go runtime processor of its own, so that it is
+# scheduled by the kernel as the milter's threads are (with 2 processors
+# for 64 clients, muxload's own run queue made every target's p99 a coin
+# toss: docs/mux.md#performance). Commands: relayok and scan (of a real work directory with INPUTMSG,
 # HEADERS and COMMANDS; the fake worker does not read it) go to a worker,
 # status is answered by the multiplexor itself. Each command runs at
 # c = 1, 8 and 64 clients, against each multiplexor in turn (which goes
@@ -39,6 +42,11 @@
 #   bench/mux.sh                 5 s per run, 3 rounds
 #   QUICK=1 bench/mux.sh         1 s per run, 1 round
 #   DURATION=10s ROUNDS=5 bench/mux.sh
+#   COMMANDS=status CONCURRENCY=64 bench/mux.sh   one case only
+#   BASELINE=/tmp/sluice-old bench/mux.sh
+#       adds a fourth target, "baseline": another sluice binary (say, built
+#       before a change) run the same way, so that a change is measured
+#       before and after in one run; it gets its own ratio lines
 #
 # The load generator, both multiplexors and their workers share this
 # machine's CPUs; nothing is pinned. At c=64 the 64 clients, the
@@ -55,16 +63,20 @@ REFERENCE=/usr/bin/mimedefang-multiplexor
 [[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
 command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
 
-if [[ ${QUICK:-0} == 1 ]]; then
-	DURATION=1s
-	ROUNDS=1
-else
-	DURATION=${DURATION:-5s}
-	ROUNDS=${ROUNDS:-3}
-fi
-CONCURRENCY=(1 8 64)
-COMMANDS=(relayok scan status)
+run_length
+read -ra CONCURRENCY <<<"${CONCURRENCY:-1 8 64}"
+read -ra COMMANDS <<<"${COMMANDS:-relayok scan status}"
 TARGETS=(sluice mimedefang floor)
+BASELINE=${BASELINE:-}
+if [[ -n $BASELINE ]]; then
+	[[ -x $BASELINE ]] || die "BASELINE=$BASELINE is not an executable"
+	TARGETS+=(baseline)
+fi
+# The ratio lines go status, scan, relayok (relayok c=64 last).
+RATIO_COMMANDS=()
+for cmd in status scan relayok; do
+	[[ " ${COMMANDS[*]} " == *" $cmd "* ]] && RATIO_COMMANDS+=("$cmd")
+done
 WORKERS=8
 
 # Run the multiplexors as defang when root (the reference insists on -U).
@@ -85,14 +97,10 @@ declare -A pid=()
 watch_pid=
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	local t
 	for t in "${TARGETS[@]}"; do
 		if [[ -n ${pid[$t]:-} ]]; then
 			stop_pid "${pid[$t]}" 30
-			rm -f "$tmp/$t.pid"
 		fi
 	done
 	exec 7>&- # closes the liveness pipe: the watchdog sees EOF
@@ -100,39 +108,19 @@ cleanup() {
 		stop_pid "$watch_pid" 5
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
-# The watchdog: should this script die without its cleanup (SIGKILL), the
-# liveness pipe's only writer (fd 7) goes away, and the watchdog stops both
-# multiplexors (whose pids it reads from $tmp/*.pid) and removes $tmp.
-mkfifo "$tmp/alive.fifo"
-(
-	set +e
-	trap '' INT TERM
-	cat >/dev/null # returns at EOF of the liveness pipe
-	pids=$(cat "$tmp"/*.pid 2>/dev/null)
-	if [[ -n $pids ]]; then
-		# shellcheck disable=SC2086 # one word per pid
-		kill -TERM $pids 2>/dev/null
-		for ((i = 0; i < 50; i++)); do
-			# shellcheck disable=SC2086
-			kill -0 $pids 2>/dev/null || break
-			sleep 0.1
-		done
-		# shellcheck disable=SC2086
-		kill -KILL $pids 2>/dev/null
-	fi
-	rm -rf "$tmp"
-) <"$tmp/alive.fifo" >/dev/null 2>&1 &
-watch_pid=$!
-exec 7>"$tmp/alive.fifo"
+# The watchdog (lib.sh): should this script die without its cleanup
+# (SIGKILL), it stops the multiplexors listed in $tmp/daemons and removes
+# $tmp.
+start_watchdog "$tmp" 5
 
 log "building sluice, muxload and the fake worker in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
+if [[ -n $BASELINE ]]; then
+	cp "$BASELINE" "$tmp/baseline"
+fi
 go build -o "$tmp/muxload" ./bench/muxload
 CGO_ENABLED=0 go build -o "$tmp/fakeworker" ./internal/pool/testdata/fakeworker
 cat >"$tmp/muxfloor.c" <<'EOF'
@@ -326,6 +314,7 @@ int main(int argc, char **argv) {
 EOF
 gcc -O2 -Wall -o "$tmp/muxfloor" "$tmp/muxfloor.c"
 chmod 755 "$tmp/sluice" "$tmp/muxload" "$tmp/fakeworker" "$tmp/muxfloor"
+[[ -z $BASELINE ]] || chmod 755 "$tmp/baseline"
 
 # A scan work directory as the milter makes it (mimedefang-protocol(7)).
 work=$tmp/work/mdefang-BENCH000001
@@ -342,8 +331,8 @@ start_mux() {
 	chown "$run_user" "$spool"
 	sock[$t]=$spool/mx.sock
 	local args=(-D -z "$spool" -s "${sock[$t]}" -f "$tmp/fakeworker" -m "$WORKERS" -x "$WORKERS" -w 1 -r 1000000 -q 128 "${uarg[@]}")
-	if [[ $t == sluice ]]; then
-		"$tmp/sluice" mux "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
+	if [[ $t == sluice || $t == baseline ]]; then
+		"$tmp/$t" mux "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	elif [[ $t == floor ]]; then
 		# As the same user as the multiplexors, workers included.
 		(cd "$spool" && exec "${as_user[@]}" "$tmp/muxfloor" "${sock[$t]}" "$WORKERS" "$tmp/fakeworker") \
@@ -352,7 +341,7 @@ start_mux() {
 		"$REFERENCE" "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	fi
 	pid[$t]=$!
-	echo "${pid[$t]}" >"$tmp/$t.pid"
+	echo "pid ${pid[$t]}" >>"$tmp/daemons"
 	if ! wait_for_socket "${sock[$t]}" 10 "${pid[$t]}"; then
 		cat "$tmp/$t.log" >&2
 		die "$t did not create its socket"
@@ -442,29 +431,31 @@ for cmd in "${COMMANDS[@]}"; do
 	done
 done
 echo
-for cmd in status scan relayok; do
-	for c in "${CONCURRENCY[@]}"; do
-		awk -v s="${med99[sluice,$cmd,$c]}" -v m="${med99[mimedefang,$cmd,$c]}" -v cmd="$cmd" -v c="$c" \
-			'BEGIN { printf "mux p99 ratio sluice/mimedefang %s c=%s: %.2f\n", cmd, c, (m > 0 ? s / m : 0) }'
-	done
-done
-for cmd in status scan relayok; do
-	for c in "${CONCURRENCY[@]}"; do
-		awk -v s="${med99[sluice,$cmd,$c]}" -v m="${med99[floor,$cmd,$c]}" -v cmd="$cmd" -v c="$c" \
-			'BEGIN { printf "mux p99 ratio sluice/floor %s c=%s: %.2f\n", cmd, c, (m > 0 ? s / m : 0) }'
-	done
-done
-# mux_ratio A B — the "mux ratio A/B <cmd> c=<c>" lines, relayok c=64 last.
-mux_ratio() {
-	local cmd c
-	for cmd in status scan relayok; do
+# ratio_lines WHAT A B — one "mux WHAT A/B <cmd> c=<c>: X.XX" line per case,
+# the ratio of A's and B's medians of WHAT ("ratio": req/s, "p99 ratio":
+# p99), relayok c=64 last.
+ratio_lines() {
+	local what=$1 a=$2 b=$3 cmd c x y
+	for cmd in "${RATIO_COMMANDS[@]}"; do
 		for c in "${CONCURRENCY[@]}"; do
-			awk -v s="${med[$1,$cmd,$c]}" -v m="${med[$2,$cmd,$c]}" -v a="$1" -v b="$2" -v cmd="$cmd" -v c="$c" \
-				'BEGIN { printf "mux ratio %s/%s %s c=%s: %.2f\n", a, b, cmd, c, (m > 0 ? s / m : 0) }'
+			if [[ $what == ratio ]]; then
+				x=${med[$a,$cmd,$c]} y=${med[$b,$cmd,$c]}
+			else
+				x=${med99[$a,$cmd,$c]} y=${med99[$b,$cmd,$c]}
+			fi
+			awk -v s="$x" -v m="$y" -v w="$what" -v a="$a" -v b="$b" -v cmd="$cmd" -v c="$c" \
+				'BEGIN { printf "mux %s %s/%s %s c=%s: %.2f\n", w, a, b, cmd, c, (m > 0 ? s / m : 0) }'
 		done
 	done
 }
-mux_ratio sluice mimedefang
-mux_ratio mimedefang floor
+ratio_lines "p99 ratio" sluice mimedefang
+ratio_lines "p99 ratio" sluice floor
+if [[ -n $BASELINE ]]; then
+	ratio_lines "p99 ratio" baseline mimedefang
+	ratio_lines "p99 ratio" sluice baseline
+	ratio_lines ratio sluice baseline
+fi
+ratio_lines ratio sluice mimedefang
+ratio_lines ratio mimedefang floor
 # The sluice/floor relayok c=64 line comes last.
-mux_ratio sluice floor
+ratio_lines ratio sluice floor

@@ -55,13 +55,7 @@ source bench/lib.sh
 
 require_root "it installs packages and runs the daemons as their own users"
 
-if [[ ${QUICK:-0} == 1 ]]; then
-	DURATION=1s
-	ROUNDS=1
-else
-	DURATION=${DURATION:-5s}
-	ROUNDS=${ROUNDS:-3}
-fi
+run_length
 # postfwd2's request cache: 0 = off (default here), else its timeout in s.
 POSTFWD_CACHE=${POSTFWD_CACHE:-0}
 CONCURRENCY=(1 8 64)
@@ -98,9 +92,6 @@ stop_session() {
 }
 
 cleanup() {
-	local rc=$?
-	set +e
-	trap - INT TERM
 	if [[ -n $sluice_pid ]]; then
 		stop_pid "$sluice_pid" 10
 	fi
@@ -119,63 +110,17 @@ cleanup() {
 		stop_pid "$watch_pid" 20
 	fi
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
-# The liveness pipe: this script holds its only write end (fd 7, closed in
-# every long-lived child) so that if the script dies, even by SIGKILL, the
-# watchdog sees EOF, stops the daemons listed in $tmp/daemons and removes
-# $tmp. After a normal cleanup it finds nothing left to stop.
-mkfifo "$tmp/alive.fifo"
-: >"$tmp/daemons"
-(
-	set +e
-	trap '' INT TERM
-	cat >/dev/null # returns at EOF of the liveness pipe
-	while read -r kind id; do
-		case $kind in
-		pid) kill -TERM "$id" 2>/dev/null ;;
-		sid) kill -TERM "$id" 2>/dev/null ;;
-		esac
-	done <"$tmp/daemons"
-	for ((i = 0; i < 150; i++)); do
-		left=0
-		while read -r kind id; do
-			case $kind in
-			pid) kill -0 "$id" 2>/dev/null && left=1 ;;
-			sid) pgrep -s "$id" >/dev/null && left=1 ;;
-			esac
-		done <"$tmp/daemons"
-		((left)) || break
-		sleep 0.1
-	done
-	while read -r kind id; do
-		case $kind in
-		pid) kill -0 "$id" 2>/dev/null && kill -KILL "$id" 2>/dev/null ;;
-		sid) pgrep -s "$id" | while read -r p; do kill -KILL "$p" 2>/dev/null; done ;;
-		esac
-	done <"$tmp/daemons"
-	rm -rf "$tmp"
-) <"$tmp/alive.fifo" >/dev/null 2>&1 7>&- &
-watch_pid=$!
-exec 7>"$tmp/alive.fifo"
+# The liveness pipe and watchdog (lib.sh): if this script dies, even by
+# SIGKILL, the watchdog stops the daemons listed in $tmp/daemons and
+# removes $tmp.
+start_watchdog "$tmp" 15
 
 # --- the two peers' packages ---------------------------------------------------
 if [[ ! -x /usr/sbin/postfwd2 || ! -x /usr/bin/policyd-rate-limit ]]; then
-	log "installing postfwd and policyd-rate-limit with apt-get"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y postfwd policyd-rate-limit \
-		</dev/null >"$tmp/apt.log" 2>&1 7>&-; then
-		log "apt-get install failed; running apt-get update first"
-		if ! apt-get update </dev/null >>"$tmp/apt.log" 2>&1 7>&- ||
-			! DEBIAN_FRONTEND=noninteractive apt-get install -y postfwd policyd-rate-limit \
-				</dev/null >>"$tmp/apt.log" 2>&1 7>&-; then
-			tail -n 20 "$tmp/apt.log" >&2
-			die "could not install postfwd and policyd-rate-limit"
-		fi
-	fi
+	apt_install "$tmp/apt.log" postfwd policyd-rate-limit || die "could not install postfwd and policyd-rate-limit"
 fi
 
 # disable_service NAME PIDFILE — make sure the package's own daemon NAME

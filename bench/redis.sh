@@ -35,14 +35,11 @@ command -v redis-cli >/dev/null || die "redis-cli is not installed (Debian packa
 tmp=$(mktemp -d /tmp/sluice-bench-redis.XXXXXX)
 pids=()
 cleanup() {
-	local rc=$? p
+	local p
 	for p in "${pids[@]}"; do stop_pid "$p" 10; done
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 

@@ -25,14 +25,10 @@ DURATION=${DURATION:-5s}
 tmp=$(mktemp -d /tmp/sluice-bench-throttle.XXXXXX)
 sluice_pid=
 cleanup() {
-	local rc=$?
 	[[ -n $sluice_pid ]] && stop_pid "$sluice_pid" 10
 	rm -rf "$tmp"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit cleanup
 
 log "building sluice and throttleload in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice

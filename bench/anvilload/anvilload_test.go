@@ -11,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/fakeserver"
+
+	"sluice/bench/internal/loadgen"
 )
 
 // fakeAnvil is a minimal anvil server: it announces itself and answers
@@ -20,12 +24,10 @@ type fakeAnvil struct {
 	announce string          // sent on accept
 	badReply map[string]bool // request names answered with status=-1
 
-	ln    net.Listener
-	wg    sync.WaitGroup
+	srv   *fakeserver.Server
 	mu    sync.Mutex
 	count map[string]int
 	rate  map[string]int
-	conns map[net.Conn]struct{}
 }
 
 func startFake(t *testing.T, announce string, badReply ...string) *fakeAnvil {
@@ -38,51 +40,17 @@ func startFake(t *testing.T, announce string, badReply ...string) *fakeAnvil {
 	f := &fakeAnvil{
 		announce: announce,
 		badReply: map[string]bool{},
-		ln:       ln,
 		count:    map[string]int{},
 		rate:     map[string]int{},
-		conns:    map[net.Conn]struct{}{},
 	}
 	for _, r := range badReply {
 		f.badReply[r] = true
 	}
-	f.wg.Go(f.serve)
-	t.Cleanup(f.close)
+	f.srv = fakeserver.Start(t, ln, f.handle)
 	return f
 }
 
-func (f *fakeAnvil) socket() string { return f.ln.Addr().String() }
-
-func (f *fakeAnvil) close() {
-	_ = f.ln.Close()
-	f.mu.Lock()
-	for c := range f.conns {
-		_ = c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
-func (f *fakeAnvil) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.conns[c] = struct{}{}
-		f.mu.Unlock()
-		f.wg.Go(func() {
-			defer func() {
-				f.mu.Lock()
-				delete(f.conns, c)
-				f.mu.Unlock()
-				_ = c.Close()
-			}()
-			f.handle(c)
-		})
-	}
-}
+func (f *fakeAnvil) socket() string { return f.srv.Addr() }
 
 func (f *fakeAnvil) handle(c net.Conn) {
 	r := bufio.NewReader(c)
@@ -128,13 +96,10 @@ func (f *fakeAnvil) handle(c net.Conn) {
 
 func testConfig(socket string) config {
 	return config{
-		socket:   socket,
-		conns:    4,
-		duration: 300 * time.Millisecond,
-		warmup:   50 * time.Millisecond,
-		clients:  1000,
-		label:    "fake",
-		seed:     1,
+		Flags:   loadgen.Flags{Conns: 4, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
+		socket:  socket,
+		clients: 1000,
+		seed:    1,
 	}
 }
 

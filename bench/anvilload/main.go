@@ -16,7 +16,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,11 +23,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"sluice/bench/internal/errlog"
 	"sync"
 	"time"
 
+	"sluice/bench/internal/errlog"
 	"sluice/bench/internal/hist"
+	"sluice/bench/internal/loadgen"
 )
 
 func main() {
@@ -37,14 +37,10 @@ func main() {
 
 // config holds the generator's settings.
 type config struct {
-	socket   string
-	conns    int
-	duration time.Duration
-	warmup   time.Duration
-	clients  int
-	label    string
-	seed     uint64
-	json     bool
+	loadgen.Flags
+	socket  string
+	clients int
+	seed    uint64
 }
 
 // result is what one run measured.
@@ -69,18 +65,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg config
 	fs.StringVar(&cfg.socket, "socket", "", "path of the anvil server's UNIX socket (required)")
-	fs.IntVar(&cfg.conns, "c", 1, "number of concurrent persistent connections")
-	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured duration")
-	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before the measured duration")
+	cfg.Register(fs, "number of concurrent persistent connections", "anvil")
 	fs.IntVar(&cfg.clients, "clients", 1000, "number of distinct client addresses (idents smtp:10.X.Y.Z)")
-	fs.StringVar(&cfg.label, "label", "anvil", "target label printed in the result")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the choice of clients and request counts")
-	fs.BoolVar(&cfg.json, "json", false, "print the result as one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "anvilload: unexpected arguments: %q\n", fs.Args())
+	if !loadgen.Parse(fs, "anvilload", args, stderr) {
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
@@ -88,36 +76,17 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	res := run(cfg, stderr)
-	if cfg.json {
-		b, err := json.Marshal(res)
-		if err != nil {
-			fmt.Fprintf(stderr, "anvilload: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s\n", b)
-	} else {
-		fmt.Fprintln(stdout, res)
-	}
-	if res.Errors > 0 {
-		return 1
-	}
-	return 0
+	return loadgen.Print(stdout, stderr, "anvilload", res, cfg.JSON, res.Errors > 0)
 }
 
 func (c *config) validate() error {
 	switch {
 	case c.socket == "":
 		return errors.New("-socket is required")
-	case c.conns < 1:
-		return errors.New("-c must be at least 1")
-	case c.duration <= 0:
-		return errors.New("-duration must be positive")
-	case c.warmup < 0:
-		return errors.New("-warmup must not be negative")
 	case c.clients < 1 || c.clients > 1<<24:
 		return errors.New("-clients must be in [1, 16777216]")
 	}
-	return nil
+	return c.Check()
 }
 
 // Request kinds, in the order of the requests table.
@@ -159,17 +128,15 @@ func buildRequests(clients int) [numKinds][][]byte {
 	return reqs
 }
 
-// run drives cfg.conns workers until the warm-up and measured duration have
+// run drives cfg.Conns workers until the warm-up and measured duration have
 // passed and returns the merged result. Errors are counted; the first few
 // are described on logw.
 func run(cfg config, logw io.Writer) result {
 	reqs := buildRequests(cfg.clients)
-	t0 := time.Now()
-	mStart := t0.Add(cfg.warmup)
-	mEnd := mStart.Add(cfg.duration)
+	win := loadgen.NewWindow(cfg.Warmup, cfg.Duration)
 	lg := errlog.New(logw, "anvilload", 10)
 
-	workers := make([]*worker, cfg.conns)
+	workers := make([]*worker, cfg.Conns)
 	var wg sync.WaitGroup
 	for i := range workers {
 		w := &worker{
@@ -177,8 +144,7 @@ func run(cfg config, logw io.Writer) result {
 			reqs:    &reqs,
 			clients: cfg.clients,
 			rng:     rand.New(rand.NewPCG(cfg.seed, uint64(i))),
-			mStart:  mStart,
-			mEnd:    mEnd,
+			win:     win,
 			log:     lg,
 		}
 		workers[i] = w
@@ -187,15 +153,13 @@ func run(cfg config, logw io.Writer) result {
 	wg.Wait()
 
 	var h hist.Hist
-	res := result{Target: cfg.label, C: cfg.conns, Secs: cfg.duration.Seconds()}
+	res := result{Target: cfg.Label, C: cfg.Conns, Secs: cfg.Duration.Seconds()}
 	for _, w := range workers {
 		h.Merge(&w.hist)
 		res.Errors += w.errors
 	}
-	res.Reqs = h.Count()
-	res.RPS = float64(res.Reqs) / res.Secs
-	res.P50us = float64(h.Quantile(0.50)) / 1e3
-	res.P99us = float64(h.Quantile(0.99)) / 1e3
+	l := loadgen.Summarize(&h, res.Secs)
+	res.Reqs, res.RPS, res.P50us, res.P99us = l.Reqs, l.RPS, l.P50us, l.P99us
 	return res
 }
 
@@ -205,8 +169,7 @@ type worker struct {
 	reqs    *[numKinds][][]byte
 	clients int
 	rng     *rand.Rand
-	mStart  time.Time
-	mEnd    time.Time
+	win     loadgen.Window
 	log     *errlog.Log
 
 	conn *net.UnixConn
@@ -225,11 +188,11 @@ const announceTimeout = 2 * time.Second
 
 func (w *worker) run() {
 	defer w.close()
-	for time.Now().Before(w.mEnd) {
+	for time.Now().Before(w.win.End) {
 		if w.conn == nil {
 			if err := w.dial(); err != nil {
 				w.fail(err)
-				time.Sleep(min(10*time.Millisecond, time.Until(w.mEnd)))
+				time.Sleep(min(10*time.Millisecond, time.Until(w.win.End)))
 				continue
 			}
 		}
@@ -270,7 +233,7 @@ func (w *worker) dial() error {
 		err = w.readAnnouncement()
 	}
 	if err == nil {
-		err = uc.SetDeadline(w.mEnd.Add(graceAfterEnd))
+		err = uc.SetDeadline(w.win.End.Add(graceAfterEnd))
 	}
 	if err != nil {
 		w.close()
@@ -327,7 +290,7 @@ func (w *worker) do(kind, client int) error {
 		return fmt.Errorf("%s: %w", kindNames[kind], err)
 	}
 	end := time.Now()
-	if !start.Before(w.mStart) && !end.After(w.mEnd) {
+	if w.win.Holds(start, end) {
 		w.hist.Record(end.Sub(start))
 	}
 	return nil

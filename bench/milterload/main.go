@@ -38,19 +38,17 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"sluice/bench/internal/postfixrun"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 	"sluice/internal/testutil/postfixtest"
@@ -109,30 +107,9 @@ func runPostfix(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "milterload postfix: -dir and -port are required, and nothing else")
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if isPipe(stdin) {
-		go func() {
-			_, _ = io.Copy(io.Discard, stdin)
-			stop()
-		}()
-	}
-	startCtx, cancel := context.WithTimeout(ctx, *startTimeout)
-	inst, err := postfixtest.Start(startCtx, postfixtest.Options{
-		Dir: *dir, SMTPPort: *port, OwnAnvil: true, MainCF: mainCF,
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "milterload postfix: starting Postfix: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "ready maillog=%s\n", *dir+"/maillog")
-	<-ctx.Done()
-	if err := inst.Stop(); err != nil {
-		fmt.Fprintf(stderr, "milterload postfix: stopping Postfix: %v\n", err)
-		return 1
-	}
-	return 0
+	o := postfixtest.Options{Dir: *dir, SMTPPort: *port, OwnAnvil: true, MainCF: mainCF}
+	return postfixrun.Run("milterload postfix", o, *startTimeout, stdin, stdout, stderr,
+		func(*postfixtest.Instance) string { return "ready maillog=" + *dir + "/maillog" })
 }
 
 func runIdle(args []string, stdout, stderr io.Writer) int {
@@ -353,11 +330,4 @@ func rssKiB(pid int) (int64, error) {
 		return 0, err
 	}
 	return 0, errors.New("pid " + strconv.Itoa(pid) + ": no VmRSS in /proc status")
-}
-
-// isPipe reports whether f is a pipe or FIFO, so that its end of file
-// means the parent went away (a terminal or /dev/null does not).
-func isPipe(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeNamedPipe != 0
 }

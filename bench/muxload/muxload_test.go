@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/fakeserver"
+	"sluice/bench/internal/loadgen"
 )
 
 // fakeMux answers one line per connection, as the multiplexor does:
@@ -27,43 +29,32 @@ func fakeMux(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil {
-					return
-				}
-				var reply string
-				switch word, _, _ := strings.Cut(line, " "); {
-				case strings.Contains(line, "bad"):
-					reply = "error: No free workers\n"
-				case word == "relayok":
-					reply = "ok 1 ok 250 2.1.0 0\n"
-				case word == "scan":
-					reply = "ok\n"
-				default:
-					reply = "IIBS 12 4 0 0 7\n"
-				}
-				_, _ = c.Write([]byte(reply))
-			})
+	fakeserver.Start(t, ln, func(c net.Conn) {
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
 		}
+		var reply string
+		switch word, _, _ := strings.Cut(line, " "); {
+		case strings.Contains(line, "bad"):
+			reply = "error: No free workers\n"
+		case word == "relayok":
+			reply = "ok 1 ok 250 2.1.0 0\n"
+		case word == "scan":
+			reply = "ok\n"
+		default:
+			reply = "IIBS 12 4 0 0 7\n"
+		}
+		_, _ = c.Write([]byte(reply))
 	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	return path
 }
 
 func TestRun(t *testing.T) {
 	sock := fakeMux(t)
 	for _, cmd := range []string{"relayok", "scan", "status"} {
-		cfg := config{socket: sock, conns: 4, duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond,
-			cmd: cmd, scanDir: "/var/spool/MIMEDefang/mdefang-x y", label: "fake", timeout: 10 * time.Second}
+		cfg := config{socket: sock, Flags: loadgen.Flags{Conns: 4, Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
+			cmd: cmd, scanDir: "/var/spool/MIMEDefang/mdefang-x y", timeout: 10 * time.Second}
 		if err := cfg.validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +65,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	// An error reply counts as an error.
-	cfg := config{socket: sock, conns: 1, duration: 50 * time.Millisecond, cmd: "scan", scanDir: "/bad", label: "fake", timeout: 10 * time.Second}
+	cfg := config{socket: sock, Flags: loadgen.Flags{Conns: 1, Duration: 50 * time.Millisecond, Label: "fake"}, cmd: "scan", scanDir: "/bad", timeout: 10 * time.Second}
 	var logw bytes.Buffer
 	if res := run(cfg, &logw); res.Errors == 0 || res.Reqs != 0 || !strings.Contains(logw.String(), "No free workers") {
 		t.Errorf("error replies: %v\n%s", res, logw.String())

@@ -46,7 +46,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,13 +53,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sluice/bench/internal/errlog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"sluice/bench/internal/errlog"
 	"sluice/bench/internal/hist"
+	"sluice/bench/internal/loadgen"
 )
 
 func main() {
@@ -69,15 +69,11 @@ func main() {
 
 // config holds the generator's settings.
 type config struct {
+	loadgen.Flags
 	addr        string
-	conns       int
-	duration    time.Duration
-	warmup      time.Duration
 	clients     int
 	senders     int
-	label       string
 	seed        uint64
-	json        bool
 	probe       int
 	probeSender string
 }
@@ -145,64 +141,31 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg config
 	fs.StringVar(&cfg.addr, "addr", "", "host:port of the policy server (required)")
-	fs.IntVar(&cfg.conns, "c", 1, "number of concurrent persistent connections")
-	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured duration")
-	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before the measured duration")
+	cfg.Register(fs, "number of concurrent persistent connections", "policy")
 	fs.IntVar(&cfg.clients, "clients", 1000, "number of distinct SMTP clients (address, names)")
 	fs.IntVar(&cfg.senders, "senders", 1000, "number of distinct senders user{i}@sender{i%100}.example")
-	fs.StringVar(&cfg.label, "label", "policy", "target label printed in the result")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the choice of clients, senders, recipients and counts")
-	fs.BoolVar(&cfg.json, "json", false, "print the result as one JSON object")
 	fs.IntVar(&cfg.probe, "probe", 0, "instead of a load run, send this many one-recipient messages from -probe-sender on one connection and report how many were refused")
 	fs.StringVar(&cfg.probeSender, "probe-sender", "probe@probe.example", "sender of the -probe messages")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "policyload: unexpected arguments: %q\n", fs.Args())
+	if !loadgen.Parse(fs, "policyload", args, stderr) {
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(stderr, "policyload: %v\n", err)
 		return 2
 	}
-	var (
-		out    any
-		failed bool
-	)
 	if cfg.probe > 0 {
 		res := runProbe(cfg, stderr)
-		out, failed = res, res.Errors > 0
-	} else {
-		res := run(cfg, stderr)
-		out, failed = res, res.Errors > 0
+		return loadgen.Print(stdout, stderr, "policyload", res, cfg.JSON, res.Errors > 0)
 	}
-	if cfg.json {
-		b, err := json.Marshal(out)
-		if err != nil {
-			fmt.Fprintf(stderr, "policyload: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s\n", b)
-	} else {
-		fmt.Fprintln(stdout, out)
-	}
-	if failed {
-		return 1
-	}
-	return 0
+	res := run(cfg, stderr)
+	return loadgen.Print(stdout, stderr, "policyload", res, cfg.JSON, res.Errors > 0)
 }
 
 func (c *config) validate() error {
 	switch {
 	case c.addr == "":
 		return errors.New("-addr is required")
-	case c.conns < 1:
-		return errors.New("-c must be at least 1")
-	case c.duration <= 0:
-		return errors.New("-duration must be positive")
-	case c.warmup < 0:
-		return errors.New("-warmup must not be negative")
 	case c.clients < 1 || c.clients > 1<<24:
 		return errors.New("-clients must be in [1, 16777216]")
 	case c.senders < 1:
@@ -212,17 +175,17 @@ func (c *config) validate() error {
 	case strings.ContainsAny(c.probeSender, "\n\x00"):
 		return errors.New("-probe-sender must not contain a newline or NUL")
 	}
-	return nil
+	return c.Check()
 }
 
 // numRecipients is the size of the recipient pool.
 const numRecipients = 1000
 
-// window is a run's measured period. Until every connection is made it
-// lies in the far future: nothing is measured and no worker stops.
-type window struct{ start, end time.Time }
+// A run's measured period (a loadgen.Window): until every connection is
+// made it lies in the far future, so nothing is measured and no worker
+// stops.
 
-// run makes cfg.conns connections one at a time, starting each one's
+// run makes cfg.Conns connections one at a time, starting each one's
 // worker as soon as it is connected; once all are made, the -warmup period
 // and then the measured -duration begin. It returns the merged result.
 // Errors are counted; the first few are described on logw.
@@ -239,10 +202,10 @@ func run(cfg config, logw io.Writer) result {
 	lg := errlog.New(logw, "policyload", 10)
 	nonce := uint64(time.Now().UnixNano())
 	far := time.Now().Add(100 * 365 * 24 * time.Hour)
-	var win atomic.Pointer[window]
-	win.Store(&window{start: far, end: far})
+	var win atomic.Pointer[loadgen.Window]
+	win.Store(&loadgen.Window{Start: far, End: far})
 
-	workers := make([]*worker, cfg.conns)
+	workers := make([]*worker, cfg.Conns)
 	var wg sync.WaitGroup
 	for i := range workers {
 		w := &worker{
@@ -269,22 +232,19 @@ func run(cfg config, logw io.Writer) result {
 		case <-time.After(dialTimeout):
 		}
 	}
-	start := time.Now().Add(cfg.warmup)
-	win.Store(&window{start: start, end: start.Add(cfg.duration)})
+	mw := loadgen.NewWindow(cfg.Warmup, cfg.Duration)
+	win.Store(&mw)
 	wg.Wait()
 
 	var h hist.Hist
-	res := result{Target: cfg.label, C: cfg.conns, Secs: cfg.duration.Seconds(), Actions: map[string]uint64{}}
+	res := result{Target: cfg.Label, C: cfg.Conns, Secs: cfg.Duration.Seconds(), Actions: map[string]uint64{}}
 	for _, w := range workers {
 		h.Merge(&w.hist)
 		res.Errors += w.errors
 		w.actions.mergeInto(res.Actions)
 	}
-	res.Reqs = h.Count()
-	res.RPS = float64(res.Reqs) / res.Secs
-	res.P50us = float64(h.Quantile(0.50)) / 1e3
-	res.P99us = float64(h.Quantile(0.99)) / 1e3
-	res.P999us = float64(h.Quantile(0.999)) / 1e3
+	l := loadgen.Summarize(&h, res.Secs)
+	res.Reqs, res.RPS, res.P50us, res.P99us, res.P999us = l.Reqs, l.RPS, l.P50us, l.P99us, l.P999us
 	return res
 }
 
@@ -304,7 +264,7 @@ type worker struct {
 	cfg   *config
 	idx   int
 	rng   *rand.Rand
-	win   *atomic.Pointer[window]
+	win   *atomic.Pointer[loadgen.Window]
 	log   *errlog.Log
 
 	ready     chan struct{} // closed at the first reply, error or exit
@@ -344,8 +304,8 @@ func (w *worker) arm() error {
 		return nil
 	}
 	d := time.Now().Add(setupTimeout)
-	if win.start.Before(d) {
-		d, w.armed = win.end.Add(graceAfterEnd), true
+	if win.Start.Before(d) {
+		d, w.armed = win.End.Add(graceAfterEnd), true
 	}
 	return w.conn.c.SetDeadline(d)
 }
@@ -362,11 +322,11 @@ func (w *worker) setReady() {
 func (w *worker) run() {
 	defer w.setReady()
 	defer w.close()
-	for time.Now().Before(w.win.Load().end) {
+	for time.Now().Before(w.win.Load().End) {
 		if w.conn == nil {
 			if err := w.connect(); err != nil {
 				w.fail(err)
-				time.Sleep(min(10*time.Millisecond, time.Until(w.win.Load().end)))
+				time.Sleep(min(10*time.Millisecond, time.Until(w.win.Load().End)))
 				continue
 			}
 		}
@@ -435,14 +395,14 @@ func (w *worker) do(eom bool, k int) (done bool, err error) {
 	}
 	end := time.Now()
 	win := w.win.Load()
-	if win.start.After(end) {
+	if win.Start.After(end) {
 		w.setReady() // setting up: the first reply unblocks the next dial
-	} else if !end.After(win.end) && !start.Before(win.start) {
+	} else if win.Holds(start, end) {
 		w.hist.Record(end.Sub(start))
 		w.word = firstWord(w.word, act)
 		w.actions.add(w.word)
 	}
-	return end.After(win.end), nil
+	return end.After(win.End), nil
 }
 
 // probeTimeout bounds a whole -probe run.
@@ -451,7 +411,7 @@ const probeTimeout = 2 * time.Minute
 // runProbe sends cfg.probe one-recipient messages from the probe sender on
 // one connection and reports which were refused.
 func runProbe(cfg config, logw io.Writer) probeResult {
-	res := probeResult{Target: cfg.label, Probe: cfg.probe}
+	res := probeResult{Target: cfg.Label, Probe: cfg.probe}
 	p := buildParts(1, cfg.senders, cfg.probeSender)
 	c, err := dial(cfg.addr)
 	if err != nil {

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/bench/internal/fakeserver"
+	"sluice/bench/internal/loadgen"
 )
 
 // fakePolicy is a minimal policy server. It counts messages per sender at
@@ -24,10 +27,8 @@ type fakePolicy struct {
 	countRCPT bool
 	reply     string // if not empty, sent verbatim as every reply
 
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	srv *fakeserver.Server
+	mu  sync.Mutex
 
 	// Guarded by mu.
 	counts    map[string]int
@@ -46,48 +47,14 @@ func startFake(t *testing.T, f *fakePolicy) *fakePolicy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.ln = ln
-	f.conns = map[net.Conn]struct{}{}
 	f.counts = map[string]int{}
 	f.instances = map[string]bool{}
 	f.ports = map[string]bool{}
-	f.wg.Go(f.serve)
-	t.Cleanup(f.close)
+	f.srv = fakeserver.Start(t, ln, f.handle)
 	return f
 }
 
-func (f *fakePolicy) addr() string { return f.ln.Addr().String() }
-
-func (f *fakePolicy) close() {
-	_ = f.ln.Close()
-	f.mu.Lock()
-	for c := range f.conns {
-		_ = c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
-func (f *fakePolicy) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.conns[c] = struct{}{}
-		f.mu.Unlock()
-		f.wg.Go(func() {
-			defer func() {
-				f.mu.Lock()
-				delete(f.conns, c)
-				f.mu.Unlock()
-				_ = c.Close()
-			}()
-			f.handle(c)
-		})
-	}
-}
+func (f *fakePolicy) addr() string { return f.srv.Addr() }
 
 // wantAttrs is Postfix 3.7's attribute list as policyload sends it.
 var wantAttrs = strings.Fields(`request protocol_state protocol_name client_address client_name
@@ -207,13 +174,10 @@ func (f *fakePolicy) count(sender string) string {
 
 func testConfig(addr string) config {
 	return config{
+		Flags:       loadgen.Flags{Conns: 4, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Label: "fake"},
 		addr:        addr,
-		conns:       4,
-		duration:    300 * time.Millisecond,
-		warmup:      50 * time.Millisecond,
 		clients:     1000,
 		senders:     1000,
-		label:       "fake",
 		seed:        1,
 		probeSender: "probe@probe.example",
 	}
@@ -298,8 +262,8 @@ func TestDialFailureIsAnError(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := testConfig(addr)
-	cfg.duration = 50 * time.Millisecond
-	cfg.warmup = 0
+	cfg.Duration = 50 * time.Millisecond
+	cfg.Warmup = 0
 	res := run(cfg, io.Discard)
 	if res.Errors == 0 || res.Reqs != 0 {
 		t.Errorf("errors = %d, reqs = %d; want errors and no requests", res.Errors, res.Reqs)

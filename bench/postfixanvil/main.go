@@ -9,15 +9,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"sluice/bench/internal/postfixrun"
 	"sluice/internal/testutil/postfixtest"
 )
 
@@ -47,39 +45,7 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		*dir = d
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if isPipe(stdin) {
-		go func() {
-			_, _ = io.Copy(io.Discard, stdin)
-			stop()
-		}()
-	}
-
-	startCtx, cancel := context.WithTimeout(ctx, *startTimeout)
-	inst, err := postfixtest.Start(startCtx, postfixtest.Options{
-		Dir:      *dir,
-		SMTPPort: 0,
-		OwnAnvil: true,
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "postfixanvil: starting Postfix: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "socket=%s\n", inst.AnvilSocketPath())
-
-	<-ctx.Done()
-	if err := inst.Stop(); err != nil {
-		fmt.Fprintf(stderr, "postfixanvil: stopping Postfix: %v\n", err)
-		return 1
-	}
-	return 0
-}
-
-// isPipe reports whether f is a pipe or FIFO, so that its end of file means
-// the parent went away (a terminal or /dev/null does not).
-func isPipe(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeNamedPipe != 0
+	o := postfixtest.Options{Dir: *dir, SMTPPort: 0, OwnAnvil: true}
+	return postfixrun.Run("postfixanvil", o, *startTimeout, stdin, stdout, stderr,
+		func(inst *postfixtest.Instance) string { return "socket=" + inst.AnvilSocketPath() })
 }

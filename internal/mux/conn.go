@@ -21,8 +21,7 @@ import (
 // would block registers the descriptor with the runtime's poller (as an
 // *os.File), from where deadlines and Server.Close work as for any file.
 // The system calls on bare descriptors are raw (rawRW), and connection
-// goroutines outlive their connections and accept from the backlog
-// themselves (Serve).
+// goroutines outlive their connections (Serve).
 
 // fdConn is one accepted connection, used by its connection goroutine
 // only, except for f, which Server.Close may close (under Server.mu). A
@@ -260,36 +259,6 @@ func accept4(lfd uintptr) (int, syscall.Errno) {
 		if e != syscall.EINTR && e != syscall.ECONNABORTED {
 			return int(r), e
 		}
-	}
-}
-
-// acceptTry takes a connection from a listener's backlog without
-// waiting, for a connection goroutine (conn.go's Serve comment); its
-// function is bound once, so a try allocates nothing.
-type acceptTry struct {
-	fd int
-	fn func(uintptr)
-}
-
-// accept returns a descriptor as acceptor.accept does, or false when the
-// backlog is empty, the listener closed, or accept4 failed (Serve, which
-// waits on the listener, sees the error again and handles it).
-func (t *acceptTry) accept(a *acceptor) (int, bool) {
-	if t.fn == nil {
-		t.fn = t.accept4
-	}
-	t.fd = -1
-	// Control holds a reference to the descriptor: Close cannot make
-	// its number another file's meanwhile.
-	if err := a.rc.Control(t.fn); err != nil || t.fd < 0 {
-		return -1, false
-	}
-	return t.fd, true
-}
-
-func (t *acceptTry) accept4(lfd uintptr) {
-	if fd, e := accept4(lfd); e == 0 {
-		t.fd = fd
 	}
 }
 

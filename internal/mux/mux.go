@@ -148,14 +148,21 @@ func New(o Options) *Server {
 // Serve.
 //
 // Connections are served by connection goroutines that outlive them: a
-// goroutine done with one takes the next from the listener's backlog
-// itself while other connections are in flight (connWorker), and
-// otherwise waits for Serve to hand it one (up to maxIdleConnWorkers
-// wait); a new one starts only when none waits. A goroutine per
-// connection would cost its creation and, on every connection, the
-// growth of its stack to what serving needs; taking the next connection
-// at once saves the poller's report of the listener, a hand-off and a
-// wake-up.
+// goroutine done with one waits for Serve to hand it the next (up to
+// maxIdleConnWorkers wait); a new one starts only when none waits. A
+// goroutine per connection would cost its creation and, on every
+// connection, the growth of its stack to what serving needs.
+//
+// Only Serve accepts. Connection goroutines used to take the next
+// connection from the backlog themselves, which saved a hand-off per
+// request but kept goroutines runnable in a chain: the runtime consults
+// its poller only when no goroutine is runnable (or every 10 ms from
+// sysmon), so a connection that had to wait there for its request line
+// waited behind the chain. Under 64 clients sending status, sluice's p99
+// was several times the reference's and the floor's (18.6 against 5.3
+// and 3.3 ms; 5.5 ms without the chain, in the same run), its clients
+// served unevenly, and the chain gained throughput for status only
+// (docs/mux.md#performance).
 func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.mu.Lock()
 	if s.closed {
@@ -168,7 +175,7 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	ls := &listenerState{acc: acc, hand: make(chan int), privileged: privileged}
+	ls := &listenerState{hand: make(chan int), privileged: privileged}
 	var delay time.Duration
 	for {
 		var c net.Conn
@@ -227,7 +234,6 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 // handOff gives fd, an admitted connection, to a waiting connection
 // goroutine, or to a new one.
 func (s *Server) handOff(ls *listenerState, fd int) {
-	ls.active.Add(1)
 	select {
 	case ls.hand <- fd:
 	default:
@@ -238,10 +244,8 @@ func (s *Server) handOff(ls *listenerState, fd int) {
 
 // listenerState is what the connection goroutines of one listener share.
 type listenerState struct {
-	acc        *acceptor
 	hand       chan int     // accepted descriptors to waiting connection goroutines
 	idle       atomic.Int32 // connection goroutines waiting on hand
-	active     atomic.Int32 // connections being served
 	privileged bool
 }
 
@@ -269,33 +273,16 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// connWorker serves fd, then the next connections, until the server
-// closes or enough others wait.
+// connWorker serves fd, then the connections Serve hands it, until the
+// server closes or enough others wait.
 func (s *Server) connWorker(ls *listenerState, fd int) {
 	defer s.wg.Done()
 	buf := new(reqBuf)
 	c := &fdConn{fd: fd, s: s}
-	var try acceptTry
 	for {
 		s.serve(c, ls.privileged, buf)
 		c.Close()
 		s.connDone(ls.privileged)
-		if ls.active.Add(-1) > 0 && s.o.Pool.PollWaiters() == 0 {
-			// One connection from the backlog, if there is one (more
-			// would cost a failing accept4 per request; Serve takes the
-			// rest when the poller reports them). Not while a client
-			// waits on the poller for its worker's reply: the runtime
-			// polls only when no goroutine is runnable, and a chain of
-			// connections taken at once would keep that worker busy.
-			if fd, ok := try.accept(ls.acc); ok {
-				if s.admit(ls.privileged) {
-					ls.active.Add(1)
-					c.fd = fd
-					continue
-				}
-				syscall.Close(fd)
-			}
-		}
 		if ls.idle.Add(1) > maxIdleConnWorkers {
 			ls.idle.Add(-1)
 			return
