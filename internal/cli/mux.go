@@ -57,42 +57,14 @@ const (
 	muxFlagOpts = "hvTuZdlDAGEk"
 )
 
-// muxOptions is the parsed and clamped command line.
+// muxOptions is the parsed and clamped command line: the daemon's options
+// and what only the command line acts on.
 type muxOptions struct {
-	help, version bool
-	foreground    bool   // -D
-	user          string // -U
-	spool         string // -z
-	socket        string // -s
-	restricted    string // -a
-	program       string // -f
-	rules         string // -F
-	pidFile       string // -p
-	lockFile      string // -o (or <pidfile>.lock)
-	group         bool   // -G
-	verbose       bool   // -l
-
-	minWorkers, maxWorkers, maxRequests int // -m -x -r
-	lifetime                            int // -V seconds, <= 0 unlimited
-	idle, busy, cmd, slew, spacing      int // -i -b -c -w -W seconds
-	queue, queueTimeout                 int // -q, -Q seconds
-	domainLimit                         int // -y
-	backlog                             int // -I
-
-	facility, label       string // -S -Y
-	stats                 string // -t
-	statsSyslog, flush    bool   // -T -u
-	statusPipe            bool   // -Z
-	debugEvents, schedLog bool   // -d -A
-	embedded, autoscale   bool   // -E -k
-	rss, mem              int    // -R -M kB
-	logInterval           int    // -L
-	tick, ticks           int    // -X -P
-	notifySock            string // -O
-	mapSock               string // -N (socket map, docs/protocols/mimedefang-multiplexor.md, "Socket map")
+	muxd.Options
+	help, version         bool
+	embedded              bool // -E, accepted and ignored
 	notices               []string
 	backlogSet, lockGiven bool
-	eventLog              string // -d's file (tests move it)
 }
 
 // muxWebEnv names the environment variable that gives `sluice mux` a
@@ -119,21 +91,21 @@ type fatalText string
 func (f fatalText) Error() string { return string(f) }
 
 func defaultMuxOptions() *muxOptions {
-	return &muxOptions{
-		spool:        "/var/spool/MIMEDefang",
-		program:      "/usr/bin/mimedefang.pl",
-		maxWorkers:   2,
-		maxRequests:  500,
-		idle:         300,
-		busy:         120,
-		cmd:          10,
-		slew:         3,
-		queueTimeout: 30,
-		ticks:        1,
-		facility:     "mail",
-		label:        ReferenceName,
-		eventLog:     muxEventLog,
-	}
+	return &muxOptions{Options: muxd.Options{
+		Spool:        "/var/spool/MIMEDefang",
+		Program:      "/usr/bin/mimedefang.pl",
+		MaxWorkers:   2,
+		MaxRequests:  500,
+		Idle:         300 * time.Second,
+		Busy:         120 * time.Second,
+		Cmd:          10 * time.Second,
+		Slew:         3 * time.Second,
+		QueueTimeout: 30 * time.Second,
+		Ticks:        1,
+		Facility:     "mail",
+		Label:        ReferenceName,
+		EventLog:     muxEventLog,
+	}}
 }
 
 // parseMuxArgs parses args as the reference's getopt does (clustered
@@ -200,125 +172,115 @@ func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, er
 
 // set applies one option; numbers are read as sscanf("%d") does.
 func (o *muxOptions) set(c byte, val string) error {
-	num := func(p *int) error {
-		n, ok := scanDecimal(val)
-		if !ok {
-			return errUsage
-		}
-		*p = n
+	if p := o.flag(c); p != nil {
+		*p = true
+		return nil
+	}
+	if p := o.text(c); p != nil {
+		*p = val
 		return nil
 	}
 	switch c {
-	case 'h':
-		o.help = true
-	case 'v':
-		o.version = true
-	case 'D':
-		o.foreground = true
-	case 'G':
-		o.group = true
-	case 'l':
-		o.verbose = true
-	case 'T':
-		o.statsSyslog = true
-	case 'u':
-		o.flush = true
-	case 'Z':
-		o.statusPipe = true
-	case 'd':
-		o.debugEvents = true
-	case 'A':
-		o.schedLog = true
-	case 'E':
-		o.embedded = true
-	case 'k':
-		o.autoscale = true
-	case 'U':
-		o.user = val
-	case 'z':
-		o.spool = val
-	case 's':
-		o.socket = val
-	case 'a':
-		o.restricted = val
 	case 'f':
 		if !strings.HasPrefix(val, "/") {
 			return fatalText("-f: You must supply an absolute path for filter program")
 		}
-		o.program = val
-	case 'F':
-		o.rules = val
-	case 'p':
-		o.pidFile = val
+		o.Program = val
 	case 'o':
-		o.lockFile, o.lockGiven = val, true
-	case 't':
-		o.stats = val
-	case 'Y':
-		o.label = val
-	case 'N':
-		o.mapSock = val
-	case 'O':
-		o.notifySock = val
+		o.LockFile, o.lockGiven = val, true
 	case 'S':
 		if _, ok := syslog.FacilityCode(val); !ok {
 			return fatalText("Unknown syslog facility " + val)
 		}
-		o.facility = val
-	case 'q':
-		if err := num(&o.queue); err != nil {
-			return err
-		}
-		if o.queue > 128 {
-			return fatalText(fmt.Sprintf("Request queue size %d too big (128 max)", o.queue))
-		}
-	case 'I':
-		o.backlogSet = true
-		return num(&o.backlog)
+		o.Facility = val
 	default:
-		p := map[byte]*int{
-			'm': &o.minWorkers, 'x': &o.maxWorkers, 'r': &o.maxRequests, 'V': &o.lifetime,
-			'i': &o.idle, 'b': &o.busy, 'c': &o.cmd, 'w': &o.slew, 'W': &o.spacing,
-			'Q': &o.queueTimeout, 'y': &o.domainLimit, 'R': &o.rss, 'M': &o.mem,
-			'L': &o.logInterval, 'X': &o.tick, 'P': &o.ticks,
-		}[c]
-		return num(p)
+		n, ok := scanDecimal(val)
+		if !ok {
+			return errUsage
+		}
+		return o.number(c, n)
+	}
+	return nil
+}
+
+// flag is the field of a flag without an argument, or nil.
+func (o *muxOptions) flag(c byte) *bool {
+	return map[byte]*bool{
+		'h': &o.help, 'v': &o.version, 'D': &o.Foreground, 'G': &o.Group, 'l': &o.Verbose,
+		'T': &o.StatsSyslog, 'u': &o.Flush, 'Z': &o.StatusPipe, 'd': &o.DebugEvents,
+		'A': &o.SchedLog, 'E': &o.embedded, 'k': &o.Autoscale,
+	}[c]
+}
+
+// text is the field of an option whose argument is kept as given, or nil.
+func (o *muxOptions) text(c byte) *string {
+	return map[byte]*string{
+		'U': &o.User, 'z': &o.Spool, 's': &o.Socket, 'a': &o.Restricted, 'F': &o.Rules,
+		'p': &o.PidFile, 't': &o.Stats, 'Y': &o.Label, 'N': &o.MapSocket, 'O': &o.NotifySocket,
+	}[c]
+}
+
+// number applies an option whose argument is a number: a count, seconds
+// or kB.
+func (o *muxOptions) number(c byte, n int) error {
+	switch c {
+	case 'q':
+		if n > 128 {
+			return fatalText(fmt.Sprintf("Request queue size %d too big (128 max)", n))
+		}
+		o.Queue = n
+	case 'I':
+		o.Backlog, o.backlogSet = n, true
+	case 'R':
+		o.RLimitRSS = uint64(max(n, 0)) * 1024
+	case 'M':
+		o.RLimitAS = uint64(max(n, 0)) * 1024
+	}
+	if p := map[byte]*int{'m': &o.MinWorkers, 'x': &o.MaxWorkers, 'r': &o.MaxRequests, 'y': &o.DomainLimit, 'P': &o.Ticks}[c]; p != nil {
+		*p = n
+	}
+	if p := map[byte]*time.Duration{
+		'V': &o.Lifetime, 'i': &o.Idle, 'b': &o.Busy, 'c': &o.Cmd, 'w': &o.Slew, 'W': &o.Spacing,
+		'Q': &o.QueueTimeout, 'L': &o.LogInterval, 'X': &o.Tick,
+	}[c]; p != nil {
+		*p = time.Duration(n) * time.Second
 	}
 	return nil
 }
 
 // clamp applies the reference's adjustments (docs/protocols/mimedefang-multiplexor.md, "Startup" step 8 and "Command-line options").
 func (o *muxOptions) clamp() {
-	o.maxWorkers = max(o.maxWorkers, 1)
-	o.minWorkers = min(max(o.minWorkers, 1), o.maxWorkers)
-	if o.domainLimit < 0 || o.domainLimit >= o.maxWorkers {
-		o.domainLimit = 0
+	const sec = time.Second
+	o.MaxWorkers = max(o.MaxWorkers, 1)
+	o.MinWorkers = min(max(o.MinWorkers, 1), o.MaxWorkers)
+	if o.DomainLimit < 0 || o.DomainLimit >= o.MaxWorkers {
+		o.DomainLimit = 0
 	}
-	o.maxRequests = max(o.maxRequests, 1)
-	o.lifetime = max(o.lifetime, 0)
-	o.idle = max(o.idle, 10)
-	o.busy = max(o.busy, 10)
-	o.cmd = max(o.cmd, 10)
-	o.slew = max(o.slew, 1)
-	o.spacing = max(o.spacing, 0)
-	o.queue = max(o.queue, 0)
-	o.queueTimeout = min(max(o.queueTimeout, 1), 600)
+	o.MaxRequests = max(o.MaxRequests, 1)
+	o.Lifetime = max(o.Lifetime, 0)
+	o.Idle = max(o.Idle, 10*sec)
+	o.Busy = max(o.Busy, 10*sec)
+	o.Cmd = max(o.Cmd, 10*sec)
+	o.Slew = max(o.Slew, sec)
+	o.Spacing = max(o.Spacing, 0)
+	o.Queue = max(o.Queue, 0)
+	o.QueueTimeout = min(max(o.QueueTimeout, sec), 600*sec)
 	if !o.backlogSet {
-		o.backlog = o.maxWorkers / 4
+		o.Backlog = o.MaxWorkers / 4
 	}
-	o.backlog = min(max(o.backlog, 5), 200)
-	if o.logInterval < 0 {
-		o.logInterval = 0
-	} else if o.logInterval > 0 && o.logInterval < 5 {
-		o.logInterval = 5
+	o.Backlog = min(max(o.Backlog, 5), 200)
+	if o.LogInterval < 0 {
+		o.LogInterval = 0
+	} else if o.LogInterval > 0 && o.LogInterval < 5*sec {
+		o.LogInterval = 5 * sec
 	}
-	o.tick = max(o.tick, 0)
-	o.ticks = min(max(o.ticks, 1), 30)
-	if o.socket == "" {
-		o.socket = o.spool + "/mimedefang-multiplexor.sock"
+	o.Tick = max(o.Tick, 0)
+	o.Ticks = min(max(o.Ticks, 1), 30)
+	if o.Socket == "" {
+		o.Socket = o.Spool + "/mimedefang-multiplexor.sock"
 	}
-	if !o.lockGiven && o.pidFile != "" {
-		o.lockFile = o.pidFile + ".lock"
+	if !o.lockGiven && o.PidFile != "" {
+		o.LockFile = o.PidFile + ".lock"
 	}
 }
 
@@ -443,26 +405,7 @@ func muxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, n := range o.notices {
 		fmt.Fprintln(stderr, n)
 	}
-	return muxd.Run(ctx, o.daemon(prog), stderr)
-}
-
-// daemon is the options as the daemon takes them; the environment adds
-// the status page and the syslog socket.
-func (o *muxOptions) daemon(prog string) muxd.Options {
-	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	return muxd.Options{
-		Prog: prog, Version: versionString(), Foreground: o.foreground, User: o.user,
-		Spool: o.spool, Socket: o.socket, Restricted: o.restricted, Program: o.program, Rules: o.rules,
-		PidFile: o.pidFile, LockFile: o.lockFile, Group: o.group, Verbose: o.verbose,
-		MinWorkers: o.minWorkers, MaxWorkers: o.maxWorkers, MaxRequests: o.maxRequests,
-		Lifetime: sec(o.lifetime), Idle: sec(o.idle), Busy: sec(o.busy), Cmd: sec(o.cmd),
-		Slew: sec(o.slew), Spacing: sec(o.spacing),
-		Queue: o.queue, QueueTimeout: sec(o.queueTimeout), DomainLimit: o.domainLimit, Backlog: o.backlog,
-		Facility: o.facility, Label: o.label, Stats: o.stats, StatsSyslog: o.statsSyslog, Flush: o.flush,
-		StatusPipe: o.statusPipe, DebugEvents: o.debugEvents, SchedLog: o.schedLog, Autoscale: o.autoscale,
-		RLimitRSS: uint64(max(o.rss, 0)) * 1024, RLimitAS: uint64(max(o.mem, 0)) * 1024,
-		LogInterval: sec(o.logInterval), Tick: sec(o.tick), Ticks: o.ticks,
-		NotifySocket: o.notifySock, MapSocket: o.mapSock,
-		EventLog: o.eventLog, SyslogSocket: os.Getenv(muxSyslogEnv), Web: os.Getenv(muxWebEnv),
-	}
+	o.Prog, o.Version = prog, versionString()
+	o.SyslogSocket, o.Web = os.Getenv(muxSyslogEnv), os.Getenv(muxWebEnv)
+	return muxd.Run(ctx, o.Options, stderr)
 }

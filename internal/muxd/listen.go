@@ -10,6 +10,49 @@ import (
 	"syscall"
 )
 
+// listener is one bound client socket.
+type listener struct {
+	ln         net.Listener
+	privileged bool
+	unlink     string // removed at exit
+}
+
+// bind creates the -s socket and, with -a, the unprivileged one; on
+// failure it returns the reference's error text, with nothing left bound.
+func (d *daemon) bind() ([]listener, string) {
+	mainMask := 0o077
+	if d.o.Group {
+		mainMask = 0o007
+	}
+	mainAddr, err := parseSocket(d.o.Socket, false)
+	if err != nil {
+		return nil, err.Error()
+	}
+	mainLn, err := listen(mainAddr, d.o.Backlog, mainMask, d.fileMask())
+	if err != nil {
+		return nil, "Unable to create listening socket."
+	}
+	listeners := []listener{{mainLn, true, mainAddr.path}}
+	if d.o.Restricted == "" {
+		return listeners, ""
+	}
+	a, err := parseSocket(d.o.Restricted, true)
+	var ln net.Listener
+	if err == nil {
+		ln, err = listen(a, d.o.Backlog, 0, d.fileMask())
+	}
+	if err != nil {
+		mainLn.Close()
+		_ = os.Remove(mainAddr.path)
+		return nil, "Unable to create unprivileged listening socket"
+	}
+	unlink := ""
+	if strings.HasPrefix(a.path, "/") {
+		unlink = a.path
+	}
+	return append(listeners, listener{ln, false, unlink}), ""
+}
+
 // addr is a parsed socket argument (docs/protocols/mimedefang-multiplexor.md, "Framing").
 type addr struct {
 	network string // "unix", "tcp4" or "tcp6"

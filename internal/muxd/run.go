@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strings"
 	"syscall"
 )
 
@@ -17,13 +15,6 @@ type daemon struct {
 	report *os.File // the daemonize pipe (detached child only)
 	pid    *os.File
 	lock   *os.File
-}
-
-// listener is one bound client socket.
-type listener struct {
-	ln         net.Listener
-	privileged bool
-	unlink     string // removed at exit
 }
 
 // Run is the reference's startup (docs/protocols/mimedefang-multiplexor.md,
@@ -137,42 +128,6 @@ func (d *daemon) takeFiles() string {
 		d.pid = nil
 	}
 	return ""
-}
-
-// bind creates the -s socket and, with -a, the unprivileged one; on
-// failure it returns the reference's error text, with nothing left bound.
-func (d *daemon) bind() ([]listener, string) {
-	mainMask := 0o077
-	if d.o.Group {
-		mainMask = 0o007
-	}
-	mainAddr, err := parseSocket(d.o.Socket, false)
-	if err != nil {
-		return nil, err.Error()
-	}
-	mainLn, err := listen(mainAddr, d.o.Backlog, mainMask, d.fileMask())
-	if err != nil {
-		return nil, "Unable to create listening socket."
-	}
-	listeners := []listener{{mainLn, true, mainAddr.path}}
-	if d.o.Restricted == "" {
-		return listeners, ""
-	}
-	a, err := parseSocket(d.o.Restricted, true)
-	var ln net.Listener
-	if err == nil {
-		ln, err = listen(a, d.o.Backlog, 0, d.fileMask())
-	}
-	if err != nil {
-		mainLn.Close()
-		_ = os.Remove(mainAddr.path)
-		return nil, "Unable to create unprivileged listening socket"
-	}
-	unlink := ""
-	if strings.HasPrefix(a.path, "/") {
-		unlink = a.path
-	}
-	return append(listeners, listener{ln, false, unlink}), ""
 }
 
 // ready tells the waiting parent, if any, that the daemon is serving.
