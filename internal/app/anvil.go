@@ -7,12 +7,6 @@ import (
 	"sluice/internal/governor"
 )
 
-// anvilHandler adapts the anvil front end to the governor in force at the
-// time of each request, so a reload applies to streams already open.
-type anvilHandler struct{ d *Daemon }
-
-func (h anvilHandler) NewSession() anvil.Session { return &anvilSession{d: h.d} }
-
 type anvilSession struct {
 	d  *Daemon
 	st governor.AnvilStream

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,85 +182,6 @@ func WithStateDir(dir string) Option {
 // is an error, since its clients would wait on it for ever.
 func WithSockets(s *sdlisten.Sockets) Option {
 	return func(d *Daemon) { d.sockets = s }
-}
-
-// bind creates the front ends and binds their listeners.
-func (d *Daemon) bind(cfg *config.Config) error {
-	if a := cfg.Anvil; a.Enabled {
-		d.anvil = anvil.NewServer(anvil.Options{
-			Handler:        anvilHandler{d},
-			Logger:         d.log,
-			NoAnnounce:     !a.Announce,
-			MaxConns:       a.MaxConns,
-			IdleTimeout:    idle(a.IdleTimeout.D()),
-			RequestTimeout: a.RequestTimeout.D(),
-			MaxLine:        a.MaxLine,
-		})
-		if err := d.listenAll(cfg, "anvil", a.Listen, a.Socket, d.anvil.Serve); err != nil {
-			return err
-		}
-	}
-	if p := cfg.Policy; p.Enabled {
-		d.policy = policy.NewServer(policy.Options{
-			Handler:        policyHandler{d},
-			Logger:         d.log,
-			MaxConns:       p.MaxConns,
-			IdleTimeout:    idle(p.IdleTimeout.D()),
-			RequestTimeout: p.RequestTimeout.D(),
-			Limits:         policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
-		})
-		if err := d.listenAll(cfg, "policy", p.Listen, p.Socket, d.policy.Serve); err != nil {
-			return err
-		}
-	}
-	if t := cfg.Throttle; t.Enabled {
-		d.throttle = throttle.NewServer(throttle.Options{
-			Handler:        throttleHandler{d},
-			Logger:         d.log,
-			MaxConns:       t.MaxConns,
-			RequestTimeout: t.RequestTimeout.D(),
-			LogDefer:       d.logThrottleDefer,
-		})
-		if err := d.listenAll(cfg, "throttle", t.Listen, t.Socket, d.throttle.Serve); err != nil {
-			return err
-		}
-	}
-	if m := cfg.Milter; m.Enabled {
-		o := milterOptions(m)
-		o.Handler, o.Logger = d.milterHandler(cfg), d.log
-		o.Protocol = milterNoReply(o.Handler)
-		d.milter = milter.NewServer(o)
-		if err := d.listenAll(cfg, "milter", m.Listen, m.Socket, d.milter.Serve); err != nil {
-			return err
-		}
-		if m.PauseWhenFull {
-			// The gate wraps the listener itself, so that closing it
-			// (Shutdown's first stage) also ends a paused Accept.
-			full := func() bool { return d.gov.Load().ClassesFull(context.Background()) }
-			for i, bl := range d.listeners {
-				if bl.door == "milter" {
-					d.listeners[i].l = newGatedListener(bl.l, full, d.milterGate, d.log)
-				}
-			}
-		}
-	}
-	if w := cfg.Web; len(w.Listen) > 0 {
-		o := web.Options{Source: web.SourceFunc(d.Status), Logger: d.log, MaxStreams: w.MaxStreams}
-		if w.MaxStreams == 0 {
-			o.MaxStreams = -1 // none: pages poll
-		}
-		if d.registry != nil {
-			o.Gatherer = d.registry
-		}
-		d.web = web.New(o)
-		if err := d.listenAll(cfg, "web", w.Listen, w.Socket, d.web.Serve); err != nil {
-			return err
-		}
-	}
-	if left := d.sockets.Unclaimed(); len(left) > 0 {
-		return fmt.Errorf("systemd passed sockets that no listen address in the configuration names: %s (name them in a listen list, or remove them from the socket unit)", strings.Join(left, ", "))
-	}
-	return nil
 }
 
 // observer returns the verdict observer, or nil (not a nil *observer,

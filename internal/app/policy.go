@@ -8,12 +8,6 @@ import (
 	"sluice/internal/policy"
 )
 
-// policyHandler adapts the policy front end to the governor in force at
-// the time of each request.
-type policyHandler struct{ d *Daemon }
-
-func (h policyHandler) NewSession() policy.Session { return &policySession{d: h.d} }
-
 type policySession struct {
 	d  *Daemon
 	ps governor.PolicySession

@@ -327,18 +327,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	cfg, errs := loadConfig(*path)
-	if *stateDir != "" && cfg != nil {
-		cfg.StateDir = *stateDir
-	}
-	if len(errs) == 0 {
-		errs = cfg.CheckAccess()
-	}
-	if len(errs) > 0 {
-		for _, e := range errs {
-			fmt.Fprintln(stderr, e)
-		}
-		fmt.Fprintln(stderr, "sluice serve: configuration has errors; not starting")
+	cfg := serveConfig(*path, *stateDir, stderr)
+	if cfg == nil {
 		return 1
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
@@ -363,12 +353,52 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	d.SetVersion(versionString())
 	d.Start()
 	sd := notifySystemd(log)
-	// reload tells systemd a reload is under way and how it ended, for
-	// SIGHUP and for a change of the file alike.
-	var reloadMu sync.Mutex
-	reload := func() {
-		reloadMu.Lock()
-		defer reloadMu.Unlock()
+	reload := reloader(d, sd, log)
+	defer background(func(ctx context.Context) {
+		if err := d.Watch(ctx, 500*time.Millisecond, reload); err != nil {
+			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
+		}
+	})()
+	src := "embedded defaults"
+	if *path != "" {
+		src = *path
+	}
+	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
+	_ = sd.Ready("serving")
+	defer background(func(ctx context.Context) {
+		sd.Watchdog(ctx, func() bool { return d.Alive(sd.WatchdogInterval() / 2) })
+	})()
+	return serveUntilStop(ctx, d, sd, log, *grace, sigs, reload)
+}
+
+// serveConfig loads the configuration for serve, with -state-dir applied,
+// and checks that its files can be reached; on errors it prints them and
+// returns nil.
+func serveConfig(path, stateDir string, stderr io.Writer) *config.Config {
+	cfg, errs := loadConfig(path)
+	if stateDir != "" && cfg != nil {
+		cfg.StateDir = stateDir
+	}
+	if len(errs) == 0 {
+		errs = cfg.CheckAccess()
+	}
+	if len(errs) == 0 {
+		return cfg
+	}
+	for _, e := range errs {
+		fmt.Fprintln(stderr, e)
+	}
+	fmt.Fprintln(stderr, "sluice serve: configuration has errors; not starting")
+	return nil
+}
+
+// reloader returns the reload action: it tells systemd a reload is under
+// way and how it ended, for SIGHUP and for a change of the file alike.
+func reloader(d *app.Daemon, sd *sdnotify.Notifier, log *slog.Logger) func() {
+	var mu sync.Mutex
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
 		_ = sd.Reloading()
 		status := "serving"
 		if err := d.Reload(); err != nil {
@@ -377,48 +407,43 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		_ = sd.Ready(status)
 	}
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
+}
+
+// background runs fn in a goroutine until the returned stop is called;
+// stop cancels fn's context and waits for fn to return.
+func background(fn func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		defer close(watchDone)
-		if err := d.Watch(watchCtx, 500*time.Millisecond, reload); err != nil {
-			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
-		}
+		defer close(done)
+		fn(ctx)
 	}()
-	defer func() { stopWatch(); <-watchDone }()
-	src := "embedded defaults"
-	if *path != "" {
-		src = *path
-	}
-	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
-	_ = sd.Ready("serving")
-	wdCtx, stopWatchdog := context.WithCancel(context.Background())
-	wdDone := make(chan struct{})
-	go func() {
-		defer close(wdDone)
-		sd.Watchdog(wdCtx, func() bool { return d.Alive(sd.WatchdogInterval() / 2) })
-	}()
-	defer func() { stopWatchdog(); <-wdDone }()
+	return func() { cancel(); <-done }
+}
+
+// serveUntilStop reloads on SIGHUP and shuts down on another signal, when
+// ctx ends or when a listener fails (then exiting 1, so that the service
+// manager restarts us).
+func serveUntilStop(ctx context.Context, d *app.Daemon, sd *sdnotify.Notifier, log *slog.Logger, grace time.Duration, sigs <-chan os.Signal, reload func()) int {
 	for {
 		select {
 		case <-ctx.Done():
 			_ = sd.Stopping()
-			return shutdown(d, log, *grace, sigs)
+			return shutdown(d, log, grace, sigs)
 		case err := <-d.Failed():
-			// A door that stopped accepting leaves its clients waiting:
-			// stop, and exit 1 so that the service manager restarts us.
-			log.Error("shutting down: a listener failed", "err", err, "grace", *grace)
+			// A door that stopped accepting leaves its clients waiting.
+			log.Error("shutting down: a listener failed", "err", err, "grace", grace)
 			_ = sd.Stopping()
-			shutdown(d, log, *grace, sigs)
+			shutdown(d, log, grace, sigs)
 			return 1
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
 				reload()
 				continue
 			}
-			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", *grace)
+			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", grace)
 			_ = sd.Stopping()
-			return shutdown(d, log, *grace, sigs)
+			return shutdown(d, log, grace, sigs)
 		}
 	}
 }

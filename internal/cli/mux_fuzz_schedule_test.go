@@ -153,8 +153,8 @@ func newFuzzSchedule(seed uint64) *fuzzSchedule {
 	if err != nil {
 		panic(fmt.Sprintf("schedule %d: flags %q: %v", seed, s.args, err))
 	}
-	s.min, s.max = o.minWorkers, o.maxWorkers
-	queue := o.queue
+	s.min, s.max = o.MinWorkers, o.MaxWorkers
+	queue := o.Queue
 	for range 2 + r.IntN(4) {
 		var ph fuzzPhase
 		for range 1 + r.IntN(s.max+queue+2) {

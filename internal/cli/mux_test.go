@@ -90,8 +90,8 @@ func TestMuxInvoked(t *testing.T) {
 func TestMuxFlags(t *testing.T) {
 	def := func(f func(o *muxOptions)) *muxOptions {
 		o := defaultMuxOptions()
-		o.minWorkers, o.backlog = 1, 5
-		o.socket = "/var/spool/MIMEDefang/mimedefang-multiplexor.sock"
+		o.MinWorkers, o.Backlog = 1, 5
+		o.Socket = "/var/spool/MIMEDefang/mimedefang-multiplexor.sock"
 		f(o)
 		return o
 	}
@@ -101,41 +101,51 @@ func TestMuxFlags(t *testing.T) {
 	}{
 		{nil, def(func(*muxOptions) {})},
 		// Clamps of docs/protocols/mimedefang-multiplexor.md, "Startup" step 8 and "Command-line options".
-		{[]string{"-x", "0", "-m", "5"}, def(func(o *muxOptions) { o.maxWorkers, o.minWorkers = 1, 1 })},
-		{[]string{"-x", "8", "-m", "20", "-y", "8"}, def(func(o *muxOptions) { o.maxWorkers, o.minWorkers = 8, 8 })},
-		{[]string{"-x", "8", "-y", "-1"}, def(func(o *muxOptions) { o.maxWorkers = 8 })},
-		{[]string{"-x", "8", "-y", "7"}, def(func(o *muxOptions) { o.maxWorkers, o.domainLimit = 8, 7 })},
+		{[]string{"-x", "0", "-m", "5"}, def(func(o *muxOptions) { o.MaxWorkers, o.MinWorkers = 1, 1 })},
+		{[]string{"-x", "8", "-m", "20", "-y", "8"}, def(func(o *muxOptions) { o.MaxWorkers, o.MinWorkers = 8, 8 })},
+		{[]string{"-x", "8", "-y", "-1"}, def(func(o *muxOptions) { o.MaxWorkers = 8 })},
+		{[]string{"-x", "8", "-y", "7"}, def(func(o *muxOptions) { o.MaxWorkers, o.DomainLimit = 8, 7 })},
 		{[]string{"-r", "0", "-V", "-5", "-i", "3", "-b", "9", "-c", "1", "-w", "0", "-W", "-2"}, def(func(o *muxOptions) {
-			o.maxRequests, o.lifetime, o.idle, o.busy, o.cmd, o.slew, o.spacing = 1, 0, 10, 10, 10, 1, 0
+			o.MaxRequests, o.Lifetime, o.Idle, o.Busy, o.Cmd, o.Slew, o.Spacing = 1, 0, 10*time.Second, 10*time.Second, 10*time.Second, time.Second, 0
 		})},
-		{[]string{"-q", "128", "-Q", "0"}, def(func(o *muxOptions) { o.queue, o.queueTimeout = 128, 1 })},
-		{[]string{"-q", "-3", "-Q", "9999"}, def(func(o *muxOptions) { o.queueTimeout = 600 })},
-		{[]string{"-x", "100"}, def(func(o *muxOptions) { o.maxWorkers, o.backlog = 100, 25 })},
-		{[]string{"-x", "2000"}, def(func(o *muxOptions) { o.maxWorkers, o.backlog = 2000, 200 })},
+		{[]string{"-q", "128", "-Q", "0"}, def(func(o *muxOptions) { o.Queue, o.QueueTimeout = 128, time.Second })},
+		{[]string{"-q", "-3", "-Q", "9999"}, def(func(o *muxOptions) { o.QueueTimeout = 600 * time.Second })},
+		{[]string{"-x", "100"}, def(func(o *muxOptions) { o.MaxWorkers, o.Backlog = 100, 25 })},
+		{[]string{"-x", "2000"}, def(func(o *muxOptions) { o.MaxWorkers, o.Backlog = 2000, 200 })},
 		{[]string{"-I", "1"}, def(func(o *muxOptions) { o.backlogSet = true })},
-		{[]string{"-I", "37"}, def(func(o *muxOptions) { o.backlog, o.backlogSet = 37, true })},
-		{[]string{"-I", "999"}, def(func(o *muxOptions) { o.backlog, o.backlogSet = 200, true })},
+		{[]string{"-I", "37"}, def(func(o *muxOptions) { o.Backlog, o.backlogSet = 37, true })},
+		{[]string{"-I", "999"}, def(func(o *muxOptions) { o.Backlog, o.backlogSet = 200, true })},
 		{[]string{"-L", "2", "-X", "-1", "-P", "99"}, def(func(o *muxOptions) {
-			o.logInterval, o.ticks = 5, 30
+			o.LogInterval, o.Ticks = 5*time.Second, 30
 		})},
 		{[]string{"-L", "-1", "-P", "0"}, def(func(*muxOptions) {})},
 		// sscanf("%d"): trailing garbage ignored, white space skipped.
-		{[]string{"-x", "5x", "-m", " 3"}, def(func(o *muxOptions) { o.maxWorkers, o.minWorkers, o.backlog = 5, 3, 5 })},
+		{[]string{"-x", "5x", "-m", " 3"}, def(func(o *muxOptions) { o.MaxWorkers, o.MinWorkers, o.Backlog = 5, 3, 5 })},
 		// getopt: clustered flags, attached arguments, permutation, "--".
 		{[]string{"-DGl", "-x4", "extra", "-Udefang", "--", "-m"}, def(func(o *muxOptions) {
-			o.foreground, o.group, o.verbose, o.maxWorkers, o.user = true, true, true, 4, "defang"
+			o.Foreground, o.Group, o.Verbose, o.MaxWorkers, o.User = true, true, true, 4, "defang"
 			o.notices = []string{"sluice mux: extra arguments ignored: extra -m"}
 		})},
 		// Paths.
 		{[]string{"-z", "/sp", "-p", "/run/m.pid", "-a", "inet:4000", "-f", "/bin/w", "-F", "/etc/f"}, def(func(o *muxOptions) {
-			o.spool, o.socket, o.pidFile, o.lockFile = "/sp", "/sp/mimedefang-multiplexor.sock", "/run/m.pid", "/run/m.pid.lock"
-			o.restricted, o.program, o.rules = "inet:4000", "/bin/w", "/etc/f"
+			o.Spool, o.Socket, o.PidFile, o.LockFile = "/sp", "/sp/mimedefang-multiplexor.sock", "/run/m.pid", "/run/m.pid.lock"
+			o.Restricted, o.Program, o.Rules = "inet:4000", "/bin/w", "/etc/f"
 		})},
 		{[]string{"-p", "/run/m.pid", "-o", "/run/lock", "-s", "/x.sock"}, def(func(o *muxOptions) {
-			o.pidFile, o.lockFile, o.lockGiven, o.socket = "/run/m.pid", "/run/lock", true, "/x.sock"
+			o.PidFile, o.LockFile, o.lockGiven, o.Socket = "/run/m.pid", "/run/lock", true, "/x.sock"
+		})},
+		// Every other option lands in its own field.
+		{[]string{"-TuZdAkE", "-t", "/s", "-N", "/n", "-O", "/o", "-R", "100", "-M", "-5", "-X", "7", "-V", "9",
+			"-W", "2", "-b", "30", "-c", "20", "-i", "40", "-w", "5", "-r", "9", "-P", "3", "-L", "60", "-q", "4"}, def(func(o *muxOptions) {
+			o.StatsSyslog, o.Flush, o.StatusPipe, o.DebugEvents, o.SchedLog, o.Autoscale, o.embedded = true, true, true, true, true, true, true
+			o.Stats, o.MapSocket, o.NotifySocket, o.RLimitRSS, o.RLimitAS = "/s", "/n", "/o", 102400, 0
+			o.Tick, o.Lifetime, o.Spacing, o.Busy, o.Cmd, o.Idle, o.Slew = 7*time.Second, 9*time.Second, 2*time.Second,
+				30*time.Second, 20*time.Second, 40*time.Second, 5*time.Second
+			o.MaxRequests, o.Ticks, o.LogInterval, o.Queue = 9, 3, time.Minute, 4
+			o.notices = []string{"mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag."}
 		})},
 		{[]string{"-S", "LOG_Local3", "-Y", "md"}, def(func(o *muxOptions) {
-			o.facility, o.label = "LOG_Local3", "md"
+			o.Facility, o.Label = "LOG_Local3", "md"
 		})},
 	}
 	for _, c := range cases {
@@ -212,61 +222,6 @@ func TestMuxUsageAndErrors(t *testing.T) {
 		if !strings.Contains(out, c.stdoutHas) {
 			t.Errorf("%q: stdout %q", c.args, out)
 		}
-	}
-}
-
-func TestMuxSocketForms(t *testing.T) {
-	for in, want := range map[string]muxAddr{
-		"/run/x.sock":      {network: "unix", path: "/run/x.sock"},
-		"unix:/run/x":      {network: "unix", path: "/run/x"},
-		"local:rel":        {network: "unix", path: "rel"},
-		"bogus:1":          {network: "unix", path: "bogus:1"},
-		"inet:4000":        {network: "tcp4", ip: net.IPv4(127, 0, 0, 1), port: 4000},
-		"inet_any:4000":    {network: "tcp4", ip: net.IPv4zero, port: 4000},
-		"inet6:4000":       {network: "tcp6", ip: net.IPv6loopback, port: 4000},
-		"inet6_any:65535":  {network: "tcp6", ip: net.IPv6unspecified, port: 65535},
-		"inet:0":           {},
-		"inet:99999":       {},
-		"inet6_any:abc":    {},
-		"inet_any:":        {},
-		"unix:inet:weird:": {network: "unix", path: "inet:weird:"},
-	} {
-		got, err := parseMuxSocket(in, true)
-		if want.network == "" {
-			if err == nil {
-				t.Errorf("%q: no error", in)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("%q: %+v %v, want %+v", in, got, err, want)
-		}
-	}
-	if _, err := parseMuxSocket("inet:4000", false); err == nil || err.Error() != "Argument to -s option must be a UNIX-domain socket, not a TCP socket." {
-		t.Errorf("-s inet: %v", err)
-	}
-	// Real listeners on every inet form (loopback ones only); listenMux
-	// sets the process umask.
-	mask := syscall.Umask(0o022)
-	defer syscall.Umask(mask)
-	for _, s := range []string{"inet:0", "inet6:0"} {
-		a, _ := parseMuxSocket(strings.Replace(s, ":0", ":1", 1), true)
-		a.port = 0
-		ln, err := listenMux(a, 7, 0o077, 0o077)
-		if err != nil {
-			if s == "inet6:0" {
-				t.Logf("no IPv6 loopback: %v", err)
-				continue
-			}
-			t.Fatal(err)
-		}
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Errorf("%s: %v", s, err)
-		} else {
-			c.Close()
-		}
-		ln.Close()
 	}
 }
 

@@ -238,51 +238,42 @@ func writeStatus(w io.Writer, st *status.Status) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w)
-	if len(st.Classes) == 0 {
-		fmt.Fprintln(w, "classes: none")
-	} else {
-		fmt.Fprintln(w, "classes (sessions / cap; - = no cap)")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  class\tincoming/refuse\ttotal/queue")
-		for _, c := range st.Classes {
-			fmt.Fprintf(tw, "  %s\t%s\t%s%s\n", safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c))
-		}
-		tw.Flush()
+	var classes, talkers, deferrals []string
+	for _, c := range st.Classes {
+		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s", safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c)))
 	}
-
-	fmt.Fprintln(w)
-	if len(st.Talkers) == 0 {
-		fmt.Fprintln(w, "top talkers: nobody is talking")
-	} else {
-		fmt.Fprintln(w, "top talkers (busiest against their limits)")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  key\trule\tcount/limit\trate")
-		for i, t := range st.Talkers {
-			if i == statusTalkers {
-				fmt.Fprintf(tw, "  … %d more (sluice status -json)\t\t\t\n", len(st.Talkers)-i)
-				break
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", safe(t.Key), safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate))
-		}
-		tw.Flush()
+	for _, t := range st.Talkers {
+		talkers = append(talkers, fmt.Sprintf("%s\t%s\t%s\t%s", safe(t.Key), safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate)))
 	}
+	for _, d := range st.Deferrals {
+		deferrals = append(deferrals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
+			perPeriod(d.Count, d.Limit, d.Period), safe(d.Algorithm), safe(d.Verdict), safe(d.Reply)))
+	}
+	writeTable(w, "classes: none", "classes (sessions / cap; - = no cap)", "class\tincoming/refuse\ttotal/queue", classes, 0)
+	writeTable(w, "top talkers: nobody is talking", "top talkers (busiest against their limits)", "key\trule\tcount/limit\trate", talkers, statusTalkers)
+	writeTable(w, "recent deferrals: none", "recent deferrals (newest first)",
+		"when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply", deferrals, statusDeferrals)
+}
 
+// writeTable prints one section after a blank line: empty when there are
+// no rows, else the title, then the column heads and the rows (columns
+// separated by tabs) aligned and indented; rows past limit (when not 0)
+// are counted instead.
+func writeTable(w io.Writer, empty, title, heads string, rows []string, limit int) {
 	fmt.Fprintln(w)
-	if len(st.Deferrals) == 0 {
-		fmt.Fprintln(w, "recent deferrals: none")
+	if len(rows) == 0 {
+		fmt.Fprintln(w, empty)
 		return
 	}
-	fmt.Fprintln(w, "recent deferrals (newest first)")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply")
-	for i, d := range st.Deferrals {
-		if i == statusDeferrals {
-			fmt.Fprintf(tw, "  … %d more (sluice status -json)\t\t\t\t\t\t\t\n", len(st.Deferrals)-i)
+	fmt.Fprintln(w, title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  %s\n", heads)
+	for i, r := range rows {
+		if i == limit && limit > 0 {
+			fmt.Fprintf(tw, "  … %d more (sluice status -json)%s\n", len(rows)-i, strings.Repeat("\t", strings.Count(heads, "\t")))
 			break
 		}
-		fmt.Fprintf(tw, "  %s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
-			perPeriod(d.Count, d.Limit, d.Period), safe(d.Algorithm), safe(d.Verdict), safe(d.Reply))
+		fmt.Fprintf(tw, "  %s\n", r)
 	}
 	tw.Flush()
 }

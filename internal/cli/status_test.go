@@ -329,6 +329,34 @@ func TestWriteStatus(t *testing.T) {
 	}
 }
 
+// Rows past the limit of a section are counted, not printed.
+func TestWriteStatusLongLists(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := status.Status{Now: now}
+	for i := range statusTalkers + 2 {
+		st.Talkers = append(st.Talkers, status.Talker{Rule: "rate", Key: fmt.Sprintf("k%02d", i), Count: 1, Limit: 9, Period: "1m"})
+	}
+	for i := range statusDeferrals + 1 {
+		st.Deferrals = append(st.Deferrals, status.Deferral{At: now, Door: "policy", Rule: fmt.Sprintf("r%02d", i), Key: "k"})
+	}
+	var b bytes.Buffer
+	writeStatus(&b, &st)
+	out := b.String()
+	for _, want := range []string{
+		`(?m)^  k09 .*\n  … 2 more \(sluice status -json\) *\n\nrecent deferrals`,
+		`(?m)^  0s ago +policy +r09 .*\n  … 1 more \(sluice status -json\) *\n$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("lacks %s:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"k10", "r10"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s printed past the limit:\n%s", bad, out)
+		}
+	}
+}
+
 func TestStatusFormatting(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		-time.Second: "0s", 59 * time.Second: "59s", time.Minute: "1m", 61 * time.Second: "1m01s",

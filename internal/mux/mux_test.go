@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 	"sluice/internal/pool/pooltest"
@@ -25,29 +23,9 @@ import (
 
 var fakeWorker string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "muxtest")
-	if err != nil {
-		panic(err)
-	}
-	// The reference runs its workers as another user: let it read them.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		panic(err)
-	}
-	fakeWorker, err = pooltest.BuildFakeWorker(dir)
-	if err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("os/signal.signal_recv")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain builds the fake worker where the reference, which runs its
+// workers as another user, can read it.
+func TestMain(m *testing.M) { os.Exit(pooltest.Main(m, &fakeWorker)) }
 
 // target is a running multiplexor: its main and restricted sockets.
 type target struct {

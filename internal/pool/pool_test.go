@@ -4,18 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"sluice/internal/pool"
 	"sluice/internal/pool/pooltest"
@@ -23,25 +19,7 @@ import (
 
 var fakeWorker string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pooltest")
-	if err != nil {
-		panic(err)
-	}
-	fakeWorker, err = pooltest.BuildFakeWorker(dir)
-	if err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("os/signal.signal_recv")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pooltest.Main(m, &fakeWorker)) }
 
 func baseConfig() pool.Config {
 	return pool.Config{
@@ -61,39 +39,7 @@ func baseConfig() pool.Config {
 
 // start runs a pool for the test and stops it (reaping every child) at
 // cleanup, checking that no worker process survives.
-func start(t testing.TB, cfg pool.Config) *pool.Pool {
-	t.Helper()
-	p, err := pool.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var pids []int
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		if snap, ok := p.Snapshot(); ok {
-			mu.Lock()
-			for _, s := range snap.Slots {
-				if s.PID > 0 {
-					pids = append(pids, s.PID)
-				}
-			}
-			mu.Unlock()
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("worker pid %d still exists after shutdown (kill 0: %v)", pid, err)
-			}
-		}
-	})
-	return p
-}
+func start(t testing.TB, cfg pool.Config) *pool.Pool { return pooltest.Start(t, cfg) }
 
 func do(t *testing.T, p *pool.Pool, line string) pool.Result {
 	t.Helper()

@@ -1,0 +1,182 @@
+package muxd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// daemon is one run's state.
+type daemon struct {
+	o      *Options
+	stderr io.Writer
+	report *os.File // the daemonize pipe (detached child only)
+	pid    *os.File
+	lock   *os.File
+}
+
+// Run is the reference's startup (docs/protocols/mimedefang-multiplexor.md,
+// "Startup", from step 1), serving and shutdown. Errors go to stderr
+// prefixed with o.Prog, in the reference's words; the result is the exit
+// status. It returns when SIGTERM arrives or ctx ends.
+func Run(ctx context.Context, o Options, stderr io.Writer) int {
+	d := &daemon{o: &o, stderr: stderr}
+	syscall.Umask(0o077)
+	if os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid() {
+		fmt.Fprintf(stderr, "%s: refusing to run setuid or setgid\n", o.Prog)
+		return 1
+	}
+	child := os.Getenv(childEnv) != ""
+	if child {
+		d.inherit()
+	} else if o.PidFile != "" {
+		// Opened before the privilege drop, as the reference does.
+		f, err := os.OpenFile(o.PidFile, os.O_WRONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: cannot open pid file: %v\n", o.Prog, err)
+			return 1
+		}
+		_ = f.Chmod(0o644)
+		d.pid = f
+	}
+	exe, exeErr := os.Executable()
+	if msg := d.becomeUser(); msg != "" {
+		fmt.Fprintln(stderr, msg)
+		d.cleanup()
+		return 1
+	}
+	if !child {
+		if err := os.Chdir(o.Spool); err != nil {
+			fmt.Fprintf(stderr, "%s: Unable to chdir(%s): %s\n", o.Prog, o.Spool, errnoText(err))
+			d.cleanup()
+			return 1
+		}
+		if !o.Foreground {
+			if exeErr != nil {
+				fmt.Fprintf(stderr, "%s: cannot find my own executable to daemonize (use -D): %v\n", o.Prog, exeErr)
+				d.cleanup()
+				return 1
+			}
+			return d.daemonize(exe)
+		}
+	}
+	syscall.Umask(d.fileMask())
+	if msg := d.takeFiles(); msg != "" {
+		return d.fail(msg)
+	}
+	listeners, msg := d.bind()
+	if msg != "" {
+		d.removeFiles()
+		return d.fail(msg)
+	}
+	return d.serve(ctx, listeners)
+}
+
+// inherit takes the report pipe and the pid file the parent passed to
+// the detached child.
+func (d *daemon) inherit() {
+	os.Unsetenv(childEnv) // the workers inherit the environment
+	syscall.CloseOnExec(3)
+	d.report = os.NewFile(3, "report pipe")
+	if d.o.PidFile != "" {
+		syscall.CloseOnExec(4)
+		d.pid = os.NewFile(4, d.o.PidFile)
+	}
+}
+
+// becomeUser drops to -U and refuses to go on as root; it returns the
+// error line to print, or "".
+func (d *daemon) becomeUser() string {
+	if d.o.User != "" {
+		if msg := dropPrivileges(d.o.User); msg != "" {
+			return d.o.Prog + ": " + msg
+		}
+	}
+	if os.Getuid() == 0 || os.Geteuid() == 0 {
+		return "ERROR: You must not run mimedefang-multiplexor as root.\nUse the -U option to set a non-root user."
+	}
+	return ""
+}
+
+// fileMask is the umask files are created under (-G: group-readable).
+func (d *daemon) fileMask() int {
+	if d.o.Group {
+		return 0o027
+	}
+	return 0o077
+}
+
+// takeFiles locks the lock file and writes the pid file; it returns the
+// reference's error text, or "".
+func (d *daemon) takeFiles() string {
+	if d.o.LockFile != "" {
+		f, err := os.OpenFile(d.o.LockFile, os.O_RDWR|os.O_CREATE, 0o666)
+		if err == nil {
+			d.lock = f
+			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_WRLCK})
+		}
+		if err != nil {
+			return "Cannot lock lockfile: Is another copy running?"
+		}
+	}
+	if d.pid != nil {
+		_ = d.pid.Truncate(0)
+		_, _ = fmt.Fprintf(d.pid, "%d\n", os.Getpid())
+		d.pid.Close()
+		d.pid = nil
+	}
+	return ""
+}
+
+// ready tells the waiting parent, if any, that the daemon is serving.
+func (d *daemon) ready() {
+	if d.report != nil {
+		_, _ = d.report.WriteString("X")
+		d.report.Close()
+		d.report = nil
+	}
+}
+
+// fail reports a startup error: to the waiting parent when detached, else
+// on stderr. It returns the exit status.
+func (d *daemon) fail(msg string) int {
+	if d.report != nil {
+		_, _ = d.report.WriteString("E" + msg)
+		d.report.Close()
+		d.report = nil
+	} else {
+		fmt.Fprintln(d.stderr, msg)
+	}
+	d.cleanup()
+	return 1
+}
+
+func (d *daemon) cleanup() {
+	if d.pid != nil {
+		d.pid.Close()
+	}
+	if d.lock != nil {
+		d.lock.Close()
+	}
+}
+
+// removeFiles unlinks the pid file and the lock file.
+func (d *daemon) removeFiles() {
+	if d.o.PidFile != "" {
+		_ = os.Remove(d.o.PidFile)
+	}
+	if d.o.LockFile != "" {
+		_ = os.Remove(d.o.LockFile)
+	}
+}
+
+func (d *daemon) removeAll(listeners []listener) {
+	d.removeFiles()
+	for _, l := range listeners {
+		if l.unlink != "" {
+			_ = os.Remove(l.unlink)
+		}
+	}
+}

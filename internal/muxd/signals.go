@@ -1,0 +1,59 @@
+package muxd
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// The daemon's signals (docs/protocols/mimedefang-multiplexor.md,
+// "Signals"); SIGPIPE is ignored.
+var handled = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+
+// notifySignals starts catching the daemon's signals; it is called before
+// the daemon reports it is serving, so none is lost after.
+func notifySignals() chan os.Signal {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, handled...)
+	signal.Ignore(syscall.SIGPIPE)
+	return sigs
+}
+
+func stopSignals(sigs chan os.Signal) { signal.Stop(sigs) }
+
+// wait runs each signal's action until one says stop or ctx ends.
+func (r *running) wait(ctx context.Context, sigs <-chan os.Signal) {
+	actions := map[os.Signal]func() (stop bool){
+		syscall.SIGINT:  r.reread,
+		syscall.SIGHUP:  r.reopenStats,
+		syscall.SIGTERM: terminate,
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sigs:
+			if actions[s]() {
+				return
+			}
+		}
+	}
+}
+
+// reread is SIGINT: a new worker generation reads the filter rules again.
+func (r *running) reread() bool {
+	r.pool.Reread()
+	return false
+}
+
+// reopenStats is SIGHUP: the stats file is reopened (after rotation).
+func (r *running) reopenStats() bool {
+	if r.stats != nil {
+		r.stats.Reopen()
+	}
+	return false
+}
+
+// terminate is SIGTERM: stop.
+func terminate() bool { return true }
