@@ -315,7 +315,17 @@ concurrency = 1
 		t.Fatal(err)
 	}
 	defer holder.Process.Kill()
-	time.Sleep(300 * time.Millisecond) // the holder has its slot
+	// The holder has its slot once it runs its command.
+	waitFor(t, "the holder running its command", func() bool {
+		// Any of its threads may have forked the command.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", holder.Process.Pid))
+		for _, f := range tasks {
+			if b, _ := os.ReadFile(f); len(strings.Fields(string(b))) > 0 {
+				return true
+			}
+		}
+		return false
+	})
 	type res struct {
 		code int
 		out  string
@@ -331,7 +341,14 @@ concurrency = 1
 			results <- res{code, out}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // they wait behind the holder
+	waitFor(t, "three senders waiting behind the holder", func() bool {
+		for _, door := range d.Status().Doors {
+			if door.Name == "throttle" {
+				return door.Conns == 4
+			}
+		}
+		return false
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d.Shutdown(ctx)
