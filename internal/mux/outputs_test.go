@@ -40,6 +40,13 @@ func (s *syncBuf) String() string {
 func startNotifier(t *testing.T) (*mux.Notifier, string) {
 	t.Helper()
 	n := mux.NewNotifier(slog.New(slog.NewTextHandler(&syncBuf{}, nil)), 10*time.Second)
+	return n, serveNotifier(t, n)
+}
+
+// serveNotifier serves n on a fresh socket, closed at the test's end, and
+// returns the socket's path.
+func serveNotifier(t *testing.T, n *mux.Notifier) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "notify.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -51,7 +58,7 @@ func startNotifier(t *testing.T) (*mux.Notifier, string) {
 		n.Close()
 		<-done
 	})
-	return n, path
+	return path
 }
 
 type client struct {

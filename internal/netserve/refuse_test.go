@@ -1,0 +1,83 @@
+package netserve
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRefuse: past MaxConns, Refuse writes its reply before the
+// connection is closed; a panic in it is logged and closes that
+// connection only.
+func TestRefuse(t *testing.T) {
+	var logs lockedBuf
+	s := New(Options{
+		Name: "one", Logger: slog.New(slog.NewTextHandler(&logs, nil)), MaxConns: 1,
+		IdleTimeout: -1, RequestTimeout: -1,
+		Refuse: func(c net.Conn) {
+			if strings.Contains(logs.String(), "refused_total=2") {
+				panic("refuse bug")
+			}
+			io.WriteString(c, "busy\n")
+		},
+	}, func(c *Conn) {
+		sc := bufio.NewScanner(c.Reader())
+		for sc.Scan() {
+			if _, err := io.WriteString(c, sc.Text()+"\n"); err != nil {
+				return
+			}
+			c.Done()
+		}
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
+		return c, bufio.NewReader(c)
+	}
+	first, fr := dial()
+	io.WriteString(first, "hi\n")
+	if got, err := fr.ReadString('\n'); err != nil || got != "hi\n" {
+		t.Fatalf("first: %q %v", got, err)
+	}
+	_, sr := dial()
+	if got, err := sr.ReadString('\n'); err != nil || got != "busy\n" {
+		t.Fatalf("second: %q %v, want busy", got, err)
+	}
+	if _, err := sr.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("second after busy: %v", err)
+	}
+	_, tr := dial() // the log says refused_total=2: Refuse panics
+	if got, err := tr.ReadString('\n'); !errors.Is(err, io.EOF) {
+		t.Fatalf("third: %q %v, want EOF", got, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "refuse bug"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("panic not logged: %q", logs.String())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
