@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/redistest"
 )
@@ -51,23 +52,8 @@ limit = ["10/60s exact"]
 	return path
 }
 
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// lockedBuffer is a log destination safe for several goroutines.
+type lockedBuffer = logbuf.Buffer
 
 // policyConn is one policy connection to a daemon.
 type policyConn struct {

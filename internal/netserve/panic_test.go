@@ -2,35 +2,20 @@ package netserve
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
 )
 
-// lockedBuf is a log destination safe for the handler goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuf is a log destination safe for several goroutines.
+type lockedBuf = logbuf.Buffer
 
 // TestHandlerPanic: a handler that panics costs only its own connection:
 // it is closed, the panic is logged, the other connections keep being

@@ -2,7 +2,6 @@ package socketmap
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,28 +9,11 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
 )
-
-// lockedBuf is a log destination safe for the connection goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startServer serves h on a fresh unix socket; dial connects to it.
 func startServer(t *testing.T, h Handler, o Options) (s *Server, served chan error, dial func() (net.Conn, *bufio.Reader)) {
@@ -70,7 +52,7 @@ func ask(t *testing.T, c net.Conn, r *bufio.Reader, req, want string) {
 // panic is logged, the other connections are still served and new ones
 // accepted.
 func TestHandlerPanic(t *testing.T) {
-	var logs lockedBuf
+	var logs logbuf.Buffer
 	h := HandlerFunc(func(ctx context.Context, name, key string) (string, error) {
 		if name == "panic" {
 			panic("lookup bug")

@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,34 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
 )
-
-// lockedBuf is a log destination safe for the connection goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The debug line of a grant names its sender: on a unix socket the
 // process that connected (here, this one), so a sender's slots can be
 // told apart from others' for the same key.
 func TestGrantLogNamesSender(t *testing.T) {
-	var logs lockedBuf
+	var logs logbuf.Buffer
 	s := NewServer(Options{Handler: &gate{at: time.Unix(1700000000, 5)},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "throttle"))

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/testutil/logbuf"
 )
 
 // The failover tests (Sentinel and Cluster) share this harness: two
@@ -51,23 +51,8 @@ func senderChecks(sender int) []limiter.Check {
 	}
 }
 
-// syncBuffer is a log sink safe for the store's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log destination safe for several goroutines.
+type syncBuffer = logbuf.Buffer
 
 // senderRec is what the load saw of one sender.
 type senderRec struct {
