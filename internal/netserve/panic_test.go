@@ -22,24 +22,8 @@ type lockedBuf = logbuf.Buffer
 // served and new ones accepted.
 func TestHandlerPanic(t *testing.T) {
 	var logs lockedBuf
-	s := New(Options{Name: "echo", Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(c *Conn) {
-		sc := bufio.NewScanner(c.Reader())
-		for sc.Scan() {
-			if sc.Text() == "panic" {
-				panic("handler bug")
-			}
-			if _, err := io.WriteString(c, sc.Text()+"\n"); err != nil {
-				return
-			}
-			c.Done()
-		}
-	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(l) }()
+	s := New(Options{Name: "echo", Logger: slog.New(slog.NewTextHandler(&logs, nil))}, echoLines)
+	served, dial := serveTCP(t, s)
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -50,16 +34,6 @@ func TestHandlerPanic(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
-	dial := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
-		return c, bufio.NewReader(c)
-	}
 	echo := func(c net.Conn, r *bufio.Reader, msg string) {
 		t.Helper()
 		if _, err := io.WriteString(c, msg+"\n"); err != nil {
@@ -90,4 +64,41 @@ func TestHandlerPanic(t *testing.T) {
 	echo(bystander, br, "after")
 	late, lr := dial()
 	echo(late, lr, "new")
+}
+
+// echoLines is a handler that echoes each line, and panics on the line
+// "panic".
+func echoLines(c *Conn) {
+	sc := bufio.NewScanner(c.Reader())
+	for sc.Scan() {
+		if sc.Text() == "panic" {
+			panic("handler bug")
+		}
+		if _, err := io.WriteString(c, sc.Text()+"\n"); err != nil {
+			return
+		}
+		c.Done()
+	}
+}
+
+// serveTCP serves s on a loopback port; dial connects a client, closed at
+// the test's end.
+func serveTCP(t *testing.T, s *Server) (served chan error, dial func() (net.Conn, *bufio.Reader)) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served = make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	return served, func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
+		return c, bufio.NewReader(c)
+	}
 }

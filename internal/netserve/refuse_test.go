@@ -1,7 +1,6 @@
 package netserve
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -26,31 +25,8 @@ func TestRefuse(t *testing.T) {
 			}
 			io.WriteString(c, "busy\n")
 		},
-	}, func(c *Conn) {
-		sc := bufio.NewScanner(c.Reader())
-		for sc.Scan() {
-			if _, err := io.WriteString(c, sc.Text()+"\n"); err != nil {
-				return
-			}
-			c.Done()
-		}
-	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(l) }()
-	dial := func() (net.Conn, *bufio.Reader) {
-		t.Helper()
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
-		return c, bufio.NewReader(c)
-	}
+	}, echoLines)
+	served, dial := serveTCP(t, s)
 	first, fr := dial()
 	io.WriteString(first, "hi\n")
 	if got, err := fr.ReadString('\n'); err != nil || got != "hi\n" {
