@@ -14,13 +14,14 @@ import (
 
 	"sluice/internal/mux"
 	"sluice/internal/netserve"
+	"sluice/internal/testutil/logbuf"
 )
 
 // A panic serving one listener costs that listener only: it is closed and
 // its slot freed, the panic is logged, the other listeners keep getting
 // their messages.
 func TestNotifierPanic(t *testing.T) {
-	var logs syncBuf
+	var logs logbuf.Buffer
 	n := mux.NewNotifier(slog.New(slog.NewTextHandler(&logs, nil)), 10*time.Second)
 	n.SetOnSubscribe(func(line []byte) {
 		if string(line) == "?boom" {
@@ -40,15 +41,7 @@ func TestNotifierPanic(t *testing.T) {
 		t.Fatalf("after the panic the listener is still open: read %q %v", l, err)
 	}
 	// The listener is closed while the panic unwinds, before it is logged.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		out := logs.String()
-		if strings.Contains(out, "notification socket: panic serving a connection") && strings.Contains(out, "subscribe bug") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("panic not logged: %q", out)
-		}
-	}
+	logs.WaitFor(t, "notification socket: panic serving a connection", "subscribe bug")
 	n.Notify("F 7")
 	for l := bystander.line(t); l != "F 7\n"; l = bystander.line(t) {
 		if l != "R\n" { // late copies of notifyUntil's message

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +42,5 @@ func TestGrantLogNamesSender(t *testing.T) {
 	}
 	want := fmt.Sprintf(`msg="throttle: slot granted" key=mx.example.org at=%s sender="pid %d"`,
 		time.Unix(1700000000, 5).Format(time.RFC3339Nano), os.Getpid())
-	waitFor(t, func() bool { return strings.Contains(logs.String(), want) })
+	logs.WaitFor(t, want)
 }

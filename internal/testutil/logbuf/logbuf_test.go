@@ -26,3 +26,19 @@ func TestConcurrentWrites(t *testing.T) {
 		t.Fatalf("%d lines, want 800", n)
 	}
 }
+
+func TestLinesAndWaitFor(t *testing.T) {
+	var b Buffer
+	if got := b.Lines(""); got != nil {
+		t.Fatalf("empty buffer: %q", got)
+	}
+	fmt.Fprint(&b, "level=INFO a\nlevel=DEBUG b\n\nlevel=INFO c\n")
+	if got := b.Lines("level=INFO"); strings.Join(got, "|") != "level=INFO a|level=INFO c" {
+		t.Fatalf("Lines: %q", got)
+	}
+	if got := b.Lines(""); len(got) != 3 {
+		t.Fatalf("all lines: %q", got)
+	}
+	go fmt.Fprint(&b, "late\n")
+	b.WaitFor(t, "late", "DEBUG b")
+}
