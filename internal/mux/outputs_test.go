@@ -2,40 +2,26 @@ package mux_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 )
 
 // syncBuf is a goroutine-safe buffer for loggers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = logbuf.Buffer
 
 func startNotifier(t *testing.T) (*mux.Notifier, string) {
 	t.Helper()
