@@ -26,6 +26,7 @@ import (
 	"sluice/internal/loglimit"
 	"sluice/internal/metrics"
 	"sluice/internal/milter"
+	"sluice/internal/netserve"
 	"sluice/internal/policy"
 	"sluice/internal/privdrop"
 	"sluice/internal/sdlisten"
@@ -189,13 +190,11 @@ func WithSockets(s *sdlisten.Sockets) Option {
 func (d *Daemon) bind(cfg *config.Config) error {
 	if a := cfg.Anvil; a.Enabled {
 		d.anvil = anvil.NewServer(anvil.Options{
-			Handler:        anvilHandler{d},
-			Logger:         d.log,
-			NoAnnounce:     !a.Announce,
-			MaxConns:       a.MaxConns,
-			IdleTimeout:    idle(a.IdleTimeout.D()),
-			RequestTimeout: a.RequestTimeout.D(),
-			MaxLine:        a.MaxLine,
+			Handler:    anvilHandler{d},
+			Logger:     d.log,
+			NoAnnounce: !a.Announce,
+			ConnLimits: netserve.ConnLimits{MaxConns: a.MaxConns, IdleTimeout: idle(a.IdleTimeout.D()), RequestTimeout: a.RequestTimeout.D()},
+			MaxLine:    a.MaxLine,
 		})
 		if err := d.listenAll(cfg, "anvil", a.Listen, a.Socket, d.anvil.Serve); err != nil {
 			return err
@@ -203,12 +202,10 @@ func (d *Daemon) bind(cfg *config.Config) error {
 	}
 	if p := cfg.Policy; p.Enabled {
 		d.policy = policy.NewServer(policy.Options{
-			Handler:        policyHandler{d},
-			Logger:         d.log,
-			MaxConns:       p.MaxConns,
-			IdleTimeout:    idle(p.IdleTimeout.D()),
-			RequestTimeout: p.RequestTimeout.D(),
-			Limits:         policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
+			Handler:    policyHandler{d},
+			Logger:     d.log,
+			ConnLimits: netserve.ConnLimits{MaxConns: p.MaxConns, IdleTimeout: idle(p.IdleTimeout.D()), RequestTimeout: p.RequestTimeout.D()},
+			Limits:     policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
 		})
 		if err := d.listenAll(cfg, "policy", p.Listen, p.Socket, d.policy.Serve); err != nil {
 			return err

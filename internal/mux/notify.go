@@ -59,8 +59,8 @@ func NewNotifier(log *slog.Logger, timeout time.Duration) *Notifier {
 	}
 	n := &Notifier{log: log, timeout: timeout, ls: map[*listener]struct{}{}}
 	n.srv = netserve.New(netserve.Options{
-		Name: "notification socket", Logger: log, MaxConns: maxListeners,
-		IdleTimeout: -1, RequestTimeout: -1, Refuse: n.refuse,
+		Name: "notification socket", Logger: log, Refuse: n.refuse,
+		ConnLimits: netserve.ConnLimits{MaxConns: maxListeners, IdleTimeout: -1, RequestTimeout: -1},
 	}, n.serveListener)
 	return n
 }

@@ -20,26 +20,32 @@ import (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("server closed")
 
-// Options configure a Server.
-type Options struct {
-	// Name prefixes log messages ("anvil", "policy").
-	Name   string
-	Logger *slog.Logger
+// ConnLimits are the connection limits each door's configuration sets
+// (docs/config.md); the protocol packages' Options embed them.
+type ConnLimits struct {
 	// MaxConns caps concurrent connections (default 4096); more are closed
-	// at once (or handed to Refuse), with a log line at 1, 2, 4, 8...
-	// refusals.
+	// at once (or handed to Options.Refuse), with a log line at 1, 2, 4,
+	// 8... refusals.
 	MaxConns int
-	// Refuse, when set, is given each connection refused for MaxConns, in
-	// its own goroutine (Wait waits for it; a panic is logged), to write a
-	// reply before the connection is closed. It must not block without a
-	// deadline; the connection is closed when it returns, or by Close.
-	Refuse func(net.Conn)
 	// IdleTimeout closes a connection idle between requests this long
 	// (default 1h; negative: never).
 	IdleTimeout time.Duration
 	// RequestTimeout bounds reading the rest of a request once its first
 	// byte arrived (default 10s; negative: never).
 	RequestTimeout time.Duration
+}
+
+// Options configure a Server.
+type Options struct {
+	// Name prefixes log messages ("anvil", "policy").
+	Name   string
+	Logger *slog.Logger
+	ConnLimits
+	// Refuse, when set, is given each connection refused for MaxConns, in
+	// its own goroutine (Wait waits for it; a panic is logged), to write a
+	// reply before the connection is closed. It must not block without a
+	// deadline; the connection is closed when it returns, or by Close.
+	Refuse func(net.Conn)
 }
 
 // Server runs a handler per connection. Create it with New.

@@ -17,8 +17,8 @@ import (
 func TestRefuse(t *testing.T) {
 	var logs lockedBuf
 	s := New(Options{
-		Name: "one", Logger: slog.New(slog.NewTextHandler(&logs, nil)), MaxConns: 1,
-		IdleTimeout: -1, RequestTimeout: -1,
+		Name: "one", Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		ConnLimits: ConnLimits{MaxConns: 1, IdleTimeout: -1, RequestTimeout: -1},
 		Refuse: func(c net.Conn) {
 			if strings.Contains(logs.String(), "refused_total=2") {
 				panic("refuse bug")

@@ -82,8 +82,8 @@ func NewServer(h Handler, o Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{h: h, o: o, ctx: ctx, cancel: cancel}
 	s.Server = netserve.New(netserve.Options{
-		Name: "socket map", Logger: o.Logger, MaxConns: o.MaxConns,
-		IdleTimeout: -1, RequestTimeout: -1,
+		Name: "socket map", Logger: o.Logger,
+		ConnLimits: netserve.ConnLimits{MaxConns: o.MaxConns, IdleTimeout: -1, RequestTimeout: -1},
 	}, s.serveConn)
 	return s
 }

@@ -68,8 +68,9 @@ func NewServer(o Options) *Server {
 	// A waiting or sending client says nothing for as long as it waits or
 	// sends: no idle timeout; the request itself must come quickly.
 	s.Server = netserve.New(netserve.Options{
-		Name: "throttle", Logger: o.Logger, MaxConns: o.MaxConns,
-		IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+		Name: "throttle", Logger: o.Logger, ConnLimits: netserve.ConnLimits{
+			MaxConns: o.MaxConns, IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+		},
 	}, s.serve)
 	return s
 }
