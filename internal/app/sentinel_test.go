@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,33 +21,12 @@ import (
 // g, found through its Sentinels.
 func sentinelConfig(t *testing.T, g *redistest.SentinelGroup, failMode string) string {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sluice.toml")
-	body := fmt.Sprintf(`state_dir = %q
-[store]
-kind = "redis"
-[store.redis]
-addrs = ["%s"]
+	return redisStoreConfig(t, fmt.Sprintf(`addrs = ["%s"]
 master_set = %q
 key_prefix = "sentinel:"
 deadline = "200ms"
 fail_mode = %q
-[anvil]
-enabled = false
-[throttle]
-enabled = false
-[policy]
-listen = ["inet:127.0.0.1:0"]
-[[policy.rule]]
-name = "sender"
-count = "messages"
-key = ["sender"]
-limit = ["10/60s exact"]
-`, dir, strings.Join(g.SentinelAddrs(), `", "`), g.Name, failMode)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, strings.Join(g.SentinelAddrs(), `", "`), g.Name, failMode), "[throttle]\nenabled = false\n"+senderPolicyDoor)
 }
 
 // lockedBuffer is a log destination safe for several goroutines.
