@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/servetest"
 )
 
 // lockedBuf is a log destination safe for several goroutines.
@@ -49,14 +50,7 @@ func TestHandlerPanic(t *testing.T) {
 	if _, err := io.WriteString(victim, "panic\n"); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := vr.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after the panic the connection is still open: read %q %v", b, err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); s.Conns() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want the bystander's only", s.Conns())
-		}
-	}
+	servetest.ClosedAlone(t, vr, s.Conns, 1)
 	logs.WaitFor(t, "echo: panic serving a connection", "handler bug")
 	echo(bystander, br, "after")
 	late, lr := dial()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/servetest"
 )
 
 // startServer serves h on a fresh unix socket; dial connects to it.
@@ -66,14 +67,7 @@ func TestHandlerPanic(t *testing.T) {
 	if _, err := victim.Write(AppendNetstring(nil, "panic now")); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := vr.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after the panic the connection is still open: read %q %v", b, err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); s.Conns() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want the bystander's only", s.Conns())
-		}
-	}
+	servetest.ClosedAlone(t, vr, s.Conns, 1)
 	logs.WaitFor(t, "socket map: panic serving a connection", "lookup bug")
 	ask(t, bystander, br, "m after", "OK m|after")
 	late, lr := dial()
