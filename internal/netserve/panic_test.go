@@ -23,17 +23,7 @@ type lockedBuf = logbuf.Buffer
 func TestHandlerPanic(t *testing.T) {
 	var logs lockedBuf
 	s := New(Options{Name: "echo", Logger: slog.New(slog.NewTextHandler(&logs, nil))}, echoLines)
-	served, dial := serveTCP(t, s)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	dial := serveTCP(t, s)
 	echo := func(c net.Conn, r *bufio.Reader, msg string) {
 		t.Helper()
 		if _, err := io.WriteString(c, msg+"\n"); err != nil {
@@ -72,17 +62,27 @@ func echoLines(c *Conn) {
 	}
 }
 
-// serveTCP serves s on a loopback port; dial connects a client, closed at
-// the test's end.
-func serveTCP(t *testing.T, s *Server) (served chan error, dial func() (net.Conn, *bufio.Reader)) {
+// serveTCP serves s on a loopback port, and shuts it down at the test's
+// end, which must go cleanly; dial connects a client, closed before.
+func serveTCP(t *testing.T, s *Server) (dial func() (net.Conn, *bufio.Reader)) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	served = make(chan error, 1)
+	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
-	return served, func() (net.Conn, *bufio.Reader) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return func() (net.Conn, *bufio.Reader) {
 		t.Helper()
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {

@@ -1,14 +1,12 @@
 package netserve
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestRefuse: past MaxConns, Refuse writes its reply before the
@@ -26,7 +24,7 @@ func TestRefuse(t *testing.T) {
 			io.WriteString(c, "busy\n")
 		},
 	}, echoLines)
-	served, dial := serveTCP(t, s)
+	dial := serveTCP(t, s)
 	first, fr := dial()
 	io.WriteString(first, "hi\n")
 	if got, err := fr.ReadString('\n'); err != nil || got != "hi\n" {
@@ -44,12 +42,4 @@ func TestRefuse(t *testing.T) {
 		t.Fatalf("third: %q %v, want EOF", got, err)
 	}
 	logs.WaitFor(t, "one: panic refusing a connection", "refuse bug")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
-		t.Fatalf("Serve: %v", err)
-	}
 }
