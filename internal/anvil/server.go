@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"sluice/internal/netserve"
 )
@@ -46,15 +45,11 @@ type Options struct {
 	// NoAnnounce skips the "protocol=anvil_protocol" greeting, for Postfix
 	// releases before 3.6.
 	NoAnnounce bool
-	// MaxConns caps concurrent client streams (default 4096).
-	MaxConns int
-	// IdleTimeout closes a stream idle between requests this long
-	// (default 1h, like Postfix's ipc_timeout; negative: never).
-	IdleTimeout time.Duration
-	// RequestTimeout bounds reading the rest of a request once its first
-	// byte arrived (default 10s), so a client that never ends its request
-	// does not hold a stream forever.
-	RequestTimeout time.Duration
+	// ConnLimits: one connection is one client stream (one smtpd
+	// process); the idle default, 1h, is Postfix's ipc_timeout; the
+	// request timeout keeps a client that never ends its request from
+	// holding a stream forever.
+	netserve.ConnLimits
 	// MaxLine caps one request line (default DefaultMaxLine).
 	MaxLine int
 }
@@ -78,10 +73,7 @@ func NewServer(o Options) *Server {
 		o.MaxLine = DefaultMaxLine
 	}
 	s := &Server{o: o}
-	s.Server = netserve.New(netserve.Options{
-		Name: "anvil", Logger: o.Logger, MaxConns: o.MaxConns,
-		IdleTimeout: o.IdleTimeout, RequestTimeout: o.RequestTimeout,
-	}, s.serve)
+	s.Server = netserve.New(netserve.Options{Name: "anvil", Logger: o.Logger, ConnLimits: o.ConnLimits}, s.serve)
 	return s
 }
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/netserve"
+
 	"go.uber.org/goleak"
 )
 
@@ -195,7 +197,7 @@ func TestMalformedClosesOnlyThatStream(t *testing.T) {
 // TestStalledRequestTimesOut: a client that never ends its request is
 // cut off after RequestTimeout, and its session is closed.
 func TestStalledRequestTimesOut(t *testing.T) {
-	_, path, rec := start(t, Options{RequestTimeout: 100 * time.Millisecond})
+	_, path, rec := start(t, Options{ConnLimits: netserve.ConnLimits{RequestTimeout: 100 * time.Millisecond}})
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +225,7 @@ func TestStalledRequestTimesOut(t *testing.T) {
 }
 
 func TestMaxConns(t *testing.T) {
-	s, path, _ := start(t, Options{MaxConns: 2})
+	s, path, _ := start(t, Options{ConnLimits: netserve.ConnLimits{MaxConns: 2}})
 	a, err := Dial("unix", path, false)
 	if err != nil {
 		t.Fatal(err)

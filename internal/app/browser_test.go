@@ -11,13 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/config"
 	"sluice/internal/milter/wire"
@@ -131,22 +132,7 @@ func muxAsk(sock, req string) (string, error) {
 }
 
 // syncWriter collects a child's output.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
+type syncWriter = logbuf.Buffer
 
 // TestBrowserDaemonStatus: the status page of a running daemon, loaded in
 // headless Chromium, shows what the test made happen in that daemon: two

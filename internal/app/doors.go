@@ -9,6 +9,7 @@ import (
 	"sluice/internal/anvil"
 	"sluice/internal/config"
 	"sluice/internal/milter"
+	"sluice/internal/netserve"
 	"sluice/internal/policy"
 	"sluice/internal/throttle"
 	"sluice/internal/web"
@@ -66,25 +67,21 @@ func (f sessions[S]) NewSession() S { return f() }
 
 func (d *Daemon) newAnvil(a config.Anvil) func(net.Listener) error {
 	d.anvil = anvil.NewServer(anvil.Options{
-		Handler:        sessions[anvil.Session](func() anvil.Session { return &anvilSession{d: d} }),
-		Logger:         d.log,
-		NoAnnounce:     !a.Announce,
-		MaxConns:       a.MaxConns,
-		IdleTimeout:    idle(a.IdleTimeout.D()),
-		RequestTimeout: a.RequestTimeout.D(),
-		MaxLine:        a.MaxLine,
+		Handler:    sessions[anvil.Session](func() anvil.Session { return &anvilSession{d: d} }),
+		Logger:     d.log,
+		NoAnnounce: !a.Announce,
+		ConnLimits: netserve.ConnLimits{MaxConns: a.MaxConns, IdleTimeout: idle(a.IdleTimeout.D()), RequestTimeout: a.RequestTimeout.D()},
+		MaxLine:    a.MaxLine,
 	})
 	return d.anvil.Serve
 }
 
 func (d *Daemon) newPolicy(p config.Policy) func(net.Listener) error {
 	d.policy = policy.NewServer(policy.Options{
-		Handler:        sessions[policy.Session](func() policy.Session { return &policySession{d: d} }),
-		Logger:         d.log,
-		MaxConns:       p.MaxConns,
-		IdleTimeout:    idle(p.IdleTimeout.D()),
-		RequestTimeout: p.RequestTimeout.D(),
-		Limits:         policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
+		Handler:    sessions[policy.Session](func() policy.Session { return &policySession{d: d} }),
+		Logger:     d.log,
+		ConnLimits: netserve.ConnLimits{MaxConns: p.MaxConns, IdleTimeout: idle(p.IdleTimeout.D()), RequestTimeout: p.RequestTimeout.D()},
+		Limits:     policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
 	})
 	return d.policy.Serve
 }

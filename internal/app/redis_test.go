@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/testutil/redistest"
 	"sluice/internal/throttle"
@@ -31,30 +32,40 @@ func startRedis(t *testing.T) *redistest.Server {
 	return srv
 }
 
-// redisConfig writes a config sharing limits through srv.
-func redisConfig(t *testing.T, srv *redistest.Server, prefix, failMode, extra string) string {
+// redisStoreConfig writes a config in a new directory: limits shared
+// through Redis (redisOpts are the [store.redis] lines), anvil off, and
+// doors after that.
+func redisStoreConfig(t *testing.T, redisOpts, doors string) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sluice.toml")
-	body := fmt.Sprintf(`state_dir = %q
-[store]
-kind = "redis"
-[store.redis]
-addrs = [%q]
-key_prefix = %q
-deadline = "100ms"
-lease_ttl = "2s"
-fail_mode = %q
-[anvil]
-enabled = false
-[policy]
+	body := fmt.Sprintf("state_dir = %q\n[store]\nkind = \"redis\"\n[store.redis]\n%s[anvil]\nenabled = false\n%s", dir, redisOpts, doors)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// senderPolicyDoor is a policy door on a free loopback port admitting 10
+// messages a minute per sender.
+const senderPolicyDoor = `[policy]
 listen = ["inet:127.0.0.1:0"]
 [[policy.rule]]
 name = "sender"
 count = "messages"
 key = ["sender"]
 limit = ["10/60s exact"]
-[throttle]
+`
+
+// redisConfig writes a config sharing limits through srv.
+func redisConfig(t *testing.T, srv *redistest.Server, prefix, failMode, extra string) string {
+	t.Helper()
+	return redisStoreConfig(t, fmt.Sprintf(`addrs = [%q]
+key_prefix = %q
+deadline = "100ms"
+lease_ttl = "2s"
+fail_mode = %q
+`, srv.Addr(), prefix, failMode), senderPolicyDoor+`[throttle]
 listen = ["unix:throttle"]
 [[throttle.policy]]
 name = "relay"
@@ -62,11 +73,7 @@ match = ["*"]
 limit = "1000/1s"
 concurrency = 2
 shared = true
-%s`, dir, srv.Addr(), prefix, failMode, extra)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`+extra)
 }
 
 // policyAsk sends one END-OF-MESSAGE query and returns the action verb.

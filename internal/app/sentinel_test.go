@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/redistest"
 )
@@ -22,52 +21,16 @@ import (
 // g, found through its Sentinels.
 func sentinelConfig(t *testing.T, g *redistest.SentinelGroup, failMode string) string {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sluice.toml")
-	body := fmt.Sprintf(`state_dir = %q
-[store]
-kind = "redis"
-[store.redis]
-addrs = ["%s"]
+	return redisStoreConfig(t, fmt.Sprintf(`addrs = ["%s"]
 master_set = %q
 key_prefix = "sentinel:"
 deadline = "200ms"
 fail_mode = %q
-[anvil]
-enabled = false
-[throttle]
-enabled = false
-[policy]
-listen = ["inet:127.0.0.1:0"]
-[[policy.rule]]
-name = "sender"
-count = "messages"
-key = ["sender"]
-limit = ["10/60s exact"]
-`, dir, strings.Join(g.SentinelAddrs(), `", "`), g.Name, failMode)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, strings.Join(g.SentinelAddrs(), `", "`), g.Name, failMode), "[throttle]\nenabled = false\n"+senderPolicyDoor)
 }
 
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// lockedBuffer is a log destination safe for several goroutines.
+type lockedBuffer = logbuf.Buffer
 
 // policyConn is one policy connection to a daemon.
 type policyConn struct {

@@ -9,11 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/anvil"
 )

@@ -10,12 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 )
 
 const referenceCtl = "/usr/bin/md-mx-ctrl"

@@ -14,13 +14,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/anvil"
 )

@@ -30,22 +30,7 @@ func TestRefusalFloodLogVolume(t *testing.T) {
 		bin = buildSluice(t)
 	}
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "sluice.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`state_dir = %q
-[anvil]
-enabled = false
-[milter]
-enabled = false
-[throttle]
-enabled = false
-[policy]
-listen = ["unix:policy"]
-[[policy.rule]]
-name = "sender"
-count = "messages"
-key = ["sender"]
-limit = ["1/60s exact"]
-`, dir)), 0o644)
+	cfg := writeServeConfig(t, dir, senderPolicy("unix:policy", "1/60s exact"), "anvil", "milter", "throttle")
 	sock := filepath.Join(dir, "policy")
 	p := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
 	startBytes := len(p.stderr.String())

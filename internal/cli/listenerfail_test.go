@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,25 +24,13 @@ func TestServeExitsWhenAListenerFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	cfg := filepath.Join(dir, "sluice.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`state_dir = %q
-[anvil]
-enabled = false
-[milter]
-enabled = false
-[throttle]
-enabled = false
-[policy]
-listen = ["inet:%s"]
-`, dir, tl.Addr())), 0o644)
+	cfg := writeServeConfig(t, dir, fmt.Sprintf("[policy]\nlisten = [\"inet:%s\"]\n", tl.Addr()), "anvil", "milter", "throttle")
 	lf, err := tl.File()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	p := servePassedSocket(t, bin, lf, "policy", "serve", "-c", cfg, "-grace", "10s")
-	waitUntil(t, "the daemon serves the passed socket", func() bool { return strings.Contains(p.stderr.String(), "from_systemd=true") },
-		func() string { return p.stderr.String() })
+	p := serveFromSystemd(t, bin, lf, "policy", "serve", "-c", cfg, "-grace", "10s")
 	// shutdown(2) acts on the socket both descriptors share: the
 	// daemon's accept fails with EINVAL, which is not retried.
 	if err := syscall.Shutdown(int(lf.Fd()), syscall.SHUT_RD); err != nil {

@@ -15,89 +15,20 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/peer"
+
 	"sluice/internal/anvil"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 )
-
-// relProc is a sluice process (serve or mux) started by a test and killed
-// at its end if still running.
-type relProc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	err    error // after done
-}
-
-// relStart starts bin with args and waits until every unix socket in
-// socks accepts a connection.
-func relStart(t *testing.T, bin string, args []string, socks ...string) *relProc {
-	t.Helper()
-	p := &relProc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	p.waitSockets(t, socks...)
-	return p
-}
-
-func (p *relProc) waitSockets(t *testing.T, socks ...string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range socks {
-		for {
-			c, err := net.DialTimeout("unix", s, time.Second)
-			if err == nil {
-				c.Close()
-				break
-			}
-			select {
-			case <-p.done:
-				t.Fatalf("%s exited (%v) before %s answered:\n%s", p.cmd.Path, p.err, s, p.stderr.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never answered: %v\n%s", s, err, p.stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
-func (p *relProc) pid() int { return p.cmd.Process.Pid }
-
-// wait waits up to limit for the process to exit and returns its error.
-func (p *relProc) wait(t *testing.T, limit time.Duration) error {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(limit):
-		t.Fatalf("%s still runs after %v:\n%s", p.cmd.Path, limit, p.stderr.String())
-		return nil
-	}
-}
 
 // procStatus returns a field of /proc/PID/status in bytes (for kB
 // fields) or as a count.

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
+
+	"sluice/internal/testutil/peer"
 )
 
 // dropinScript runs docs/mux.md's drop-in recipe in private mount and pid

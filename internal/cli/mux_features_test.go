@@ -17,12 +17,13 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 )
 
 // featDaemon is a multiplexor a test started in the foreground.

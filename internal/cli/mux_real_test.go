@@ -19,12 +19,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/testutil/postfixtest"
 )

@@ -12,13 +12,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"go.uber.org/goleak"
 

@@ -22,24 +22,51 @@ import (
 	"time"
 )
 
-func persistConfig(t *testing.T, dir, interval string, guard bool, doors string) string {
+// persistConfig writes a config that logs at debug level, snapshots the
+// store every interval, with the restart guard on or off, and serves
+// doors; anvil, milter and the doors in off are disabled.
+func persistConfig(t *testing.T, dir, interval string, guard bool, doors string, off ...string) string {
 	t.Helper()
-	body := fmt.Sprintf(`state_dir = %q
-[log]
+	body := fmt.Sprintf(`[log]
 level = "debug"
 [store.snapshot]
 interval = %q
 restart_guard = %v
-[anvil]
-enabled = false
-[milter]
-enabled = false
-%s`, dir, interval, guard, doors)
-	path := filepath.Join(dir, "sluice.toml")
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+%s`, interval, guard, doors)
+	return writeServeConfig(t, dir, body, append([]string{"anvil", "milter"}, off...)...)
+}
+
+// restartCase is how a restart test stops its first daemon: SIGTERM
+// (the final snapshot; a periodic one every 5 s) or kill -9 (no periodic
+// snapshot since the start: every hour; the restart guard on).
+type restartCase struct {
+	name     string
+	sig      syscall.Signal
+	interval string
+	guard    bool
+}
+
+var restartCases = []restartCase{
+	{"SIGTERM", syscall.SIGTERM, "5s", false},
+	{"SIGKILL guarded", syscall.SIGKILL, "1h", true},
+}
+
+// restart stops p with c's signal, waits for it to exit and until pause
+// has passed since the signal, and starts the daemon again with cfg; it
+// returns the new daemon and when it started. After SIGTERM the old one
+// must have written its final snapshot.
+func (c restartCase) restart(t *testing.T, p *relProc, pause time.Duration, bin, cfg, sock string) (*relProc, time.Time) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(c.sig); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	stopped := time.Now()
+	p.wait(t, 60*time.Second)
+	if c.sig == syscall.SIGTERM && !strings.Contains(p.stderr.String(), "store snapshot written") {
+		t.Fatalf("no final snapshot:\n%s", p.stderr.String())
+	}
+	time.Sleep(time.Until(stopped.Add(pause)))
+	return relStart(t, bin, []string{"serve", "-c", cfg}, sock), time.Now()
 }
 
 // wrappers runs n `sluice throttle -qmail-remote` senders at once, in the
@@ -103,22 +130,12 @@ func TestThrottleRestartKeepsWindow(t *testing.T) {
 		t.Skip("two daemons, 15 senders, three windows")
 	}
 	bin := buildSluice(t)
-	for _, c := range []struct {
-		name     string
-		sig      syscall.Signal
-		interval string
-		guard    bool
-	}{
-		{"SIGTERM", syscall.SIGTERM, "5s", false},
-		{"SIGKILL", syscall.SIGKILL, "1h", true},
-	} {
+	for _, c := range restartCases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			// The margin absorbs the fake relay's start-up (a shell and
 			// date) on a loaded machine; the window is still 2 s.
-			cfg := persistConfig(t, dir, c.interval, c.guard, `[policy]
-enabled = false
-[throttle]
+			cfg := persistConfig(t, dir, c.interval, c.guard, `[throttle]
 listen = ["unix:throttle"]
 [[throttle.policy]]
 name = "relay"
@@ -127,23 +144,14 @@ limit = "5/2s"
 margin = "750ms"
 max_wait = "30s"
 shared = true
-`)
+`, "policy")
 			sock := filepath.Join(dir, "throttle")
 			fake, sendLog := fakeQmailRemote(t, dir)
 			p1 := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
 			first := wrappers(t, bin, sock, fake, 0, 10)
 			waitUntil(t, "10 slots booked", func() bool { return strings.Count(p1.stderr.String(), "throttle grant") == 10 },
 				func() string { return p1.stderr.String() })
-			if err := p1.cmd.Process.Signal(c.sig); err != nil {
-				t.Fatal(err)
-			}
-			stopped := time.Now()
-			p1.wait(t, 60*time.Second)
-			if c.sig == syscall.SIGTERM && !strings.Contains(p1.stderr.String(), "store snapshot written") {
-				t.Fatalf("no final snapshot:\n%s", p1.stderr.String())
-			}
-			time.Sleep(time.Until(stopped.Add(500 * time.Millisecond)))
-			p2 := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
+			p2, _ := c.restart(t, p1, 500*time.Millisecond, bin, cfg, sock)
 			second := wrappers(t, bin, sock, fake, 10, 5)
 			first()
 			second()
@@ -202,27 +210,10 @@ func TestPolicyDeferredAcrossRestart(t *testing.T) {
 		t.Skip("two daemons")
 	}
 	bin := buildSluice(t)
-	for _, c := range []struct {
-		name     string
-		sig      syscall.Signal
-		interval string
-		guard    bool
-	}{
-		{"SIGTERM", syscall.SIGTERM, "5s", false},
-		{"SIGKILL guarded", syscall.SIGKILL, "1h", true},
-	} {
+	for _, c := range restartCases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := persistConfig(t, dir, c.interval, c.guard, `[throttle]
-enabled = false
-[policy]
-listen = ["unix:policy"]
-[[policy.rule]]
-name = "sender"
-count = "messages"
-key = ["sender"]
-limit = ["10/3s exact"]
-`)
+			cfg := persistConfig(t, dir, c.interval, c.guard, senderPolicy("unix:policy", "10/3s exact"), "throttle")
 			sock := filepath.Join(dir, "policy")
 			p1 := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
 			begin := time.Now() // every counted event is at or after this
@@ -235,10 +226,7 @@ limit = ["10/3s exact"]
 			if a := policyOnce(t, sock, "s@example.org"); !strings.HasPrefix(a, "DEFER_IF_PERMIT") {
 				t.Fatalf("11th request: %s", a)
 			}
-			p1.cmd.Process.Signal(c.sig)
-			p1.wait(t, 60*time.Second)
-			p2 := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
-			restarted := time.Now()
+			p2, restarted := c.restart(t, p1, 0, bin, cfg, sock)
 			if a := policyOnce(t, sock, "s@example.org"); !strings.HasPrefix(a, "DEFER_IF_PERMIT") {
 				t.Fatalf("right after the restart (%v after the 10th): %s, want still deferred", restarted.Sub(end).Round(time.Millisecond), a)
 			}

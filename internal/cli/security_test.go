@@ -8,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 )
 
 // TestMuxNeverRunsWorkersAsRoot: run as root, `sluice mux` refuses to

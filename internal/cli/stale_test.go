@@ -2,8 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,16 +26,8 @@ func TestThrottleStalledSenderAsksAgain(t *testing.T) {
 	}
 	bin := buildSluice(t)
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "sluice.toml")
-	body := fmt.Sprintf(`state_dir = %q
-[log]
+	cfg := writeServeConfig(t, dir, `[log]
 level = "debug"
-[anvil]
-enabled = false
-[policy]
-enabled = false
-[milter]
-enabled = false
 [throttle]
 listen = ["unix:throttle"]
 [[throttle.policy]]
@@ -46,10 +36,7 @@ match = ["*"]
 limit = "1/1s"
 margin = "200ms"
 max_wait = "30s"
-`, dir)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, "anvil", "policy", "milter")
 	sock := filepath.Join(dir, "throttle")
 	fake, sendLog := fakeQmailRemote(t, dir)
 	d := relStart(t, bin, []string{"serve", "-c", cfg}, sock)

@@ -1,23 +1,8 @@
 package cli
 
 import (
-	"bytes"
-	"sync"
+	"sluice/internal/testutil/logbuf"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log destination safe for several goroutines.
+type syncBuffer = logbuf.Buffer

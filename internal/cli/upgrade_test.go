@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,22 +28,7 @@ func TestRestartWithPassedSocket(t *testing.T) {
 	}
 	bin, _ := muxBinaries(t)
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "sluice.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`state_dir = %q
-[anvil]
-enabled = false
-[milter]
-enabled = false
-[throttle]
-enabled = false
-[policy]
-listen = ["unix:policy"]
-[[policy.rule]]
-name = "sender"
-count = "messages"
-key = ["sender"]
-limit = ["1000000/60s exact"]
-`, dir)), 0o644)
+	cfg := writeServeConfig(t, dir, senderPolicy("unix:policy", "1000000/60s exact"), "anvil", "milter", "throttle")
 	sock := filepath.Join(dir, "policy")
 	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -57,10 +40,7 @@ limit = ["1000000/60s exact"]
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	start := func() *relProc { return servePassedSocket(t, bin, lf, "policy", "serve", "-c", cfg) }
-	p1 := start()
-	waitUntil(t, "the first daemon serves the passed socket", func() bool { return strings.Contains(p1.stderr.String(), "from_systemd=true") },
-		func() string { return p1.stderr.String() })
+	p1 := serveFromSystemd(t, bin, lf, "policy", "serve", "-c", cfg)
 
 	const conns = 64
 	var ok, firstFail, failed atomic.Int64
@@ -130,7 +110,7 @@ limit = ["1000000/60s exact"]
 		t.Fatalf("first daemon: %v\n%s", err, p1.stderr.String())
 	}
 	exited := time.Now()
-	p2 := start()
+	p2 := servePassedSocket(t, bin, lf, "policy", "serve", "-c", cfg)
 	waitUntil(t, "the second daemon answers", func() bool { return ok.Load() > before+20_000 }, func() string { return p2.stderr.String() })
 	close(stop)
 	wg.Wait()
@@ -142,28 +122,4 @@ limit = ["1000000/60s exact"]
 	if !strings.Contains(p2.stderr.String(), "from_systemd=true") {
 		t.Fatalf("second daemon did not take the socket:\n%s", p2.stderr.String())
 	}
-}
-
-// servePassedSocket starts bin with args and the listening socket lf as
-// systemd passes it (fd 3, named name), and kills it when the test ends
-// if it still runs.
-func servePassedSocket(t *testing.T, bin string, lf *os.File, name string, args ...string) *relProc {
-	t.Helper()
-	p := &relProc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	p.cmd.ExtraFiles = []*os.File{lf} // fd 3
-	p.cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES="+name, "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
 }

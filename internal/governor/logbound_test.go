@@ -1,42 +1,20 @@
 package governor
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/testutil/logbuf"
 
 	"sluice/internal/rules"
 )
 
 // lockedBuffer is a log destination for several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(level string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		if strings.Contains(s, "level="+level) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+type lockedBuffer = logbuf.Buffer
 
 // TestPolicyFloodLogsBounded: 10,000 refused requests for one key within
 // one window (10 per 60 s) write one INFO line at the first refusal and
@@ -57,17 +35,17 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 				f.check(t, &ps, &q)
 			}
 			rl.Flush() // inside the window: nothing due
-			info := buf.lines("INFO")
+			info := buf.Lines("level=INFO")
 			if len(info) != 1 || !strings.Contains(info[0], "policy: over the limit") || !strings.Contains(info[0], "count=10") {
 				t.Fatalf("within the window: %d INFO lines, want the first refusal with its count:\n%s", len(info), strings.Join(info, "\n"))
 			}
 			f.clk.Advance(time.Minute)
 			rl.Flush()
-			info = buf.lines("INFO")
+			info = buf.Lines("level=INFO")
 			if len(info) != 2 || !strings.Contains(info[1], "policy: 9999 more refused for sender=spam@example.net in the last 1m") {
 				t.Fatalf("after the window: %d INFO lines, want a summary of 9999 more:\n%s", len(info), strings.Join(info, "\n"))
 			}
-			if n := len(buf.lines("DEBUG")); level == slog.LevelDebug && n < 10_000 {
+			if n := len(buf.Lines("level=DEBUG")); level == slog.LevelDebug && n < 10_000 {
 				t.Fatalf("debug: %d lines, want each refusal", n)
 			}
 			// The next window starts with a first line again; another key
@@ -78,7 +56,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 					f.check(t, &ps, &q)
 				}
 			}
-			if info = buf.lines("INFO"); len(info) != 4 {
+			if info = buf.Lines("level=INFO"); len(info) != 4 {
 				t.Fatalf("new window and new key: %d INFO lines, want 4:\n%s", len(info), strings.Join(info, "\n"))
 			}
 		})
@@ -98,7 +76,7 @@ func TestRefusalLogLongWindowAndCap(t *testing.T) {
 		now = now.Add(time.Second)
 		rl.Flush()
 	}
-	info := buf.lines("INFO")
+	info := buf.Lines("level=INFO")
 	if len(info) != 1+5 || !strings.Contains(info[1], "policy: 59 more refused for k in the last 1m0s") {
 		t.Fatalf("%d lines, want the first and 5 summaries, one a minute:\n%s", len(info), strings.Join(info, "\n"))
 	}
@@ -106,7 +84,7 @@ func TestRefusalLogLongWindowAndCap(t *testing.T) {
 		rl.Refused(ctx, "policy", "r", k, time.Hour, "policy: over the limit", "key", k)
 	}
 	rl.Flush()
-	info = buf.lines("INFO")
+	info = buf.Lines("level=INFO")
 	last := info[len(info)-1]
 	if !strings.Contains(last, "3 more refusals of other keys not logged (over 2 keys refused at once)") {
 		t.Fatalf("cap: %s", strings.Join(info, "\n"))

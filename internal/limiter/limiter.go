@@ -185,16 +185,44 @@ type Peak struct {
 
 // Peaks tracks peak figures. The fast path (no new peak) is one atomic load.
 type Peaks struct {
-	m       sync.Map // stat name -> *peakCell
-	sizeMax atomic.Int64
-	mu      sync.Mutex
-	size    Peak
+	m    sync.Map // stat name -> *peakCell
+	size peakCell
 }
 
+// peakCell holds one figure's peak.
 type peakCell struct {
 	max atomic.Int64
 	mu  sync.Mutex
 	p   Peak
+}
+
+// offer makes p the peak if its value is higher.
+func (c *peakCell) offer(p Peak) {
+	if p.Value <= c.max.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.Value > c.p.Value {
+		c.p = p
+		c.max.Store(p.Value)
+	}
+}
+
+// get returns the peak; take returns it and resets it.
+func (c *peakCell) get() Peak {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.p
+}
+
+func (c *peakCell) take() Peak {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.p
+	c.p = Peak{}
+	c.max.Store(0)
+	return p
 }
 
 func (ps *Peaks) observe(stat, def, key string, v int64, per time.Duration, now time.Time) {
@@ -208,72 +236,40 @@ func (ps *Peaks) observe(stat, def, key string, v int64, per time.Duration, now 
 	if !ok {
 		ci, _ = ps.m.LoadOrStore(stat, &peakCell{})
 	}
-	c := ci.(*peakCell)
-	if v <= c.max.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v > c.p.Value {
-		c.p = Peak{Stat: stat, Value: v, Key: key, Per: per, When: now}
-		c.max.Store(v)
-	}
+	ci.(*peakCell).offer(Peak{Stat: stat, Value: v, Key: key, Per: per, When: now})
 }
 
 func (ps *Peaks) observeSize(n int64, now time.Time) {
-	if n <= ps.sizeMax.Load() {
-		return
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if n > ps.size.Value {
-		ps.size = Peak{Stat: "table size", Value: n, When: now}
-		ps.sizeMax.Store(n)
-	}
+	ps.size.offer(Peak{Stat: "table size", Value: n, When: now})
+}
+
+// each calls f with every figure's cell, the table size's last.
+func (ps *Peaks) each(f func(*peakCell)) {
+	ps.m.Range(func(_, ci any) bool {
+		f(ci.(*peakCell))
+		return true
+	})
+	f(&ps.size)
 }
 
 // Snapshot returns the current peaks (figures with a non-zero value).
 func (ps *Peaks) Snapshot() []Peak {
 	var out []Peak
-	ps.m.Range(func(_, ci any) bool {
-		c := ci.(*peakCell)
-		c.mu.Lock()
-		if c.p.Value > 0 {
-			out = append(out, c.p)
+	ps.each(func(c *peakCell) {
+		if p := c.get(); p.Value > 0 {
+			out = append(out, p)
 		}
-		c.mu.Unlock()
-		return true
 	})
-	ps.mu.Lock()
-	if ps.size.Value > 0 {
-		out = append(out, ps.size)
-	}
-	ps.mu.Unlock()
 	return out
 }
 
 // Report logs every peak in anvil's words and resets them.
 func (ps *Peaks) Report(log *slog.Logger) {
-	ps.m.Range(func(_, ci any) bool {
-		c := ci.(*peakCell)
-		c.mu.Lock()
-		p := c.p
-		c.p = Peak{}
-		c.max.Store(0)
-		c.mu.Unlock()
-		if p.Value > 0 {
+	ps.each(func(c *peakCell) {
+		if p := c.take(); p.Value > 0 {
 			logPeak(log, p)
 		}
-		return true
 	})
-	ps.mu.Lock()
-	p := ps.size
-	ps.size = Peak{}
-	ps.sizeMax.Store(0)
-	ps.mu.Unlock()
-	if p.Value > 0 {
-		logPeak(log, p)
-	}
 }
 
 func logPeak(log *slog.Logger, p Peak) {

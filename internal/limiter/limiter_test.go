@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/store/memory"
 	"sluice/internal/store/storetest"
+	"sluice/internal/testutil/logbuf"
 )
 
 func masks(ss ...string) []hostmask.Mask {
@@ -123,22 +123,8 @@ func TestFailMode(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log destination safe for several goroutines.
+type syncBuffer = logbuf.Buffer
 
 func TestPeaksReport(t *testing.T) {
 	var buf syncBuffer

@@ -75,3 +75,19 @@ func CheckRequest(n int64, checks []Check, out []Decision) error {
 	}
 	return nil
 }
+
+// CheckReservation is the argument check every store applies to Reserve:
+// an Exact, valid limit, n at least 1 (ErrBadRequest), and n that fits
+// in one window (ErrTooLong: such a booking could never be given).
+func CheckReservation(lim Limit, n int64) error {
+	if lim.Algorithm != Exact || n < 1 {
+		return fmt.Errorf("%w: reservations need an exact limit and n >= 1", ErrBadRequest)
+	}
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if n > lim.N {
+		return fmt.Errorf("%w: %d events can never fit in %s", ErrTooLong, n, lim)
+	}
+	return nil
+}

@@ -1,38 +1,20 @@
 package loglimit
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type buf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buf) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.b.String())
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
+// buf is the log the tests read.
+type buf = logbuf.Buffer
 
 // TestCeiling: 1,000 lines in one second under a ceiling of 10 write 10,
 // then, when the next second's first line comes, one line saying 990 were
@@ -52,12 +34,12 @@ func TestCeiling(t *testing.T) {
 			sub.Info("flood", "i", i)
 		}
 	}
-	if n := len(out.lines()); n != 10 {
+	if n := len(out.Lines("")); n != 10 {
 		t.Fatalf("%d lines in the first second, ceiling 10", n)
 	}
 	now = now.Add(time.Second)
 	log.Info("next second")
-	l := out.lines()
+	l := out.Lines("")
 	if len(l) != 12 || !strings.Contains(l[10], "log: 990 lines suppressed") || !strings.Contains(l[10], "suppressed=990") || !strings.Contains(l[11], "next second") {
 		t.Fatalf("after the flood:\n%s", strings.Join(l, "\n"))
 	}
@@ -65,7 +47,7 @@ func TestCeiling(t *testing.T) {
 		log.Info("again")
 	}
 	h.Close()
-	l = out.lines()
+	l = out.Lines("")
 	if last := l[len(l)-1]; !strings.Contains(last, "log: 6 lines suppressed") {
 		t.Fatalf("Close: %s", last)
 	}
@@ -82,9 +64,9 @@ func TestNoticeWithoutFurtherLines(t *testing.T) {
 		log.Info("x")
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(strings.Join(out.lines(), "\n"), "lines suppressed") {
+	for !strings.Contains(strings.Join(out.Lines(""), "\n"), "lines suppressed") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no notice:\n%s", strings.Join(out.lines(), "\n"))
+			t.Fatalf("no notice:\n%s", strings.Join(out.Lines(""), "\n"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -98,7 +80,7 @@ func TestNoCeiling(t *testing.T) {
 	for range 500 {
 		slog.New(h).Info("x")
 	}
-	if n := len(out.lines()); n != 500 {
+	if n := len(out.Lines("")); n != 500 {
 		t.Fatalf("%d lines, want 500", n)
 	}
 }

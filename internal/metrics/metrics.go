@@ -144,47 +144,32 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 	m := &Metrics{
 		reg:   reg,
 		parts: parts,
-		decisions: newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "decisions_total",
-			Help: "Decisions made, by door, rule and verdict.",
-		}, []string{"door", "rule", "verdict"})),
-		classSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "class_sessions",
-			Help: "Open sessions of a peer class: incoming ones, and the total of incoming and outgoing.",
-		}, []string{"class", "direction"}),
-		classCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "class_cap_sessions",
-			Help: "A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.",
-		}, []string{"class", "direction"}),
+		decisions: newCounters(counterVec("", "decisions_total",
+			"Decisions made, by door, rule and verdict.",
+			"door", "rule", "verdict")),
+		classSessions: gaugeVec("", "class_sessions",
+			"Open sessions of a peer class: incoming ones, and the total of incoming and outgoing.",
+			"class", "direction"),
+		classCap: gaugeVec("", "class_cap_sessions",
+			"A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.",
+			"class", "direction"),
 		classNames: map[string]struct{}{},
-		poolSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "slots",
-			Help: "Worker slots by state (stopped, idle, busy, killed).",
-		}, []string{"state"}),
-		poolQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "queue_length",
-			Help: "Requests waiting in the pool's queue for a free worker.",
-		}),
-		poolQueueSize: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "queue_size",
-			Help: "The pool queue's capacity.",
-		}),
-		poolActivations: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "activations_total",
-			Help: "Worker processes started.",
-		}),
-		poolKills: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "kills_total",
-			Help: "Worker processes told to exit, by reason.",
-		}, []string{"reason"}),
-		poolBusyTimeout: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "pool", Name: "busy_timeouts_total",
-			Help: "Requests whose worker did not answer within the busy timeout.",
-		}),
-		throttleWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Subsystem: "throttle", Name: "waiters",
-			Help: "Throttled senders holding a reservation and waiting for their slot.",
-		}),
+		poolSlots: gaugeVec("pool", "slots",
+			"Worker slots by state (stopped, idle, busy, killed).",
+			"state"),
+		poolQueued: gauge("pool", "queue_length",
+			"Requests waiting in the pool's queue for a free worker."),
+		poolQueueSize: gauge("pool", "queue_size",
+			"The pool queue's capacity."),
+		poolActivations: counter("pool", "activations_total",
+			"Worker processes started."),
+		poolKills: counterVec("pool", "kills_total",
+			"Worker processes told to exit, by reason.",
+			"reason"),
+		poolBusyTimeout: counter("pool", "busy_timeouts_total",
+			"Requests whose worker did not answer within the busy timeout."),
+		throttleWaiters: gauge("throttle", "waiters",
+			"Throttled senders holding a reservation and waiting for their slot."),
 		throttleGrant: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Subsystem: "throttle", Name: "grant_wait_seconds",
 			Help:    "How long a throttled sender was told to wait for its slot.",
@@ -195,18 +180,14 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 			Help:    "Latency of limiter store operations, by operation.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"op"})),
-		storeErrors: newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "store", Name: "errors_total",
-			Help: "Limiter store operations that failed, by operation.",
-		}, []string{"op"})),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: "config", Name: "reloads_total",
-			Help: "Configuration reloads, by result (success, failure).",
-		}, []string{"result"}),
-		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
-			Help: "When the configuration was last loaded successfully (Unix seconds).",
-		}),
+		storeErrors: newCounters(counterVec("store", "errors_total",
+			"Limiter store operations that failed, by operation.",
+			"op")),
+		reloads: counterVec("config", "reloads_total",
+			"Configuration reloads, by result (success, failure).",
+			"result"),
+		lastReload: gauge("config", "last_reload_success_timestamp_seconds",
+			"When the configuration was last loaded successfully (Unix seconds)."),
 	}
 	for _, st := range slotStates {
 		m.poolSlots.WithLabelValues(st)
@@ -231,6 +212,28 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// opts names a series sluice_<subsystem>_<name> (sluice_<name> without
+// a subsystem).
+func opts(subsystem, name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: Namespace, Subsystem: subsystem, Name: name, Help: help}
+}
+
+func gauge(subsystem, name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts(opts(subsystem, name, help)))
+}
+
+func gaugeVec(subsystem, name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts(opts(subsystem, name, help)), labels)
+}
+
+func counter(subsystem, name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts(opts(subsystem, name, help)))
+}
+
+func counterVec(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts(opts(subsystem, name, help)), labels)
 }
 
 // collectors returns the collectors of each part.

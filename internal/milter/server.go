@@ -171,8 +171,9 @@ func NewServer(o Options) *Server {
 	s.steps.abort, _ = h.(AbortHandler)
 	s.steps.unknown, _ = h.(UnknownHandler)
 	s.ns = netserve.New(netserve.Options{
-		Name: "milter", Logger: o.Logger, MaxConns: o.MaxSessions,
-		IdleTimeout: -1, // the engine arms its own deadlines
+		Name: "milter", Logger: o.Logger,
+		// The engine arms its own deadlines.
+		ConnLimits: netserve.ConnLimits{MaxConns: o.MaxSessions, IdleTimeout: -1},
 	}, s.serveConn)
 	return s
 }

@@ -70,6 +70,11 @@ var Differences = []Difference{
 		Detail: "`sluice ctl`: the connect (30 s) and the exchange (5 min) are bounded where md-mx-ctrl waits forever; " +
 			"a server that closes early gives an error and status 1 rather than death by SIGPIPE; " +
 			"missing numbers in a reply print 0 rather than uninitialised memory."},
+	{ID: "socketmap-conns",
+		Summary: "the socket map (`-N`) serves at most 4096 connections at once, closing more at once",
+		Detail: "The socket map (`-N`) serves at most 4096 connections at once (`netserve.DefaultMaxConns`); a connection " +
+			"beyond that is closed at once, with a log line at the 1st, 2nd, 4th, 8th... refusal. The reference has no cap " +
+			"below its descriptor limit. A panic serving one map or notification connection closes that connection only."},
 }
 
 // LookupDifference returns the difference with id.

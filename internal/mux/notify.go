@@ -1,11 +1,13 @@
 package mux
 
 import (
-	"errors"
+	"context"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
+
+	"sluice/internal/netserve"
 )
 
 // Notification socket limits (docs/protocols/mimedefang-multiplexor.md, "Notifications").
@@ -21,15 +23,17 @@ const (
 // Notifier is the -O notification socket (docs/protocols/mimedefang-multiplexor.md, "Notifications"): up to five listeners, each
 // greeted with "*OK", each choosing message types with a "?" line, each
 // fed by its own writer so that a slow one never holds up the pool (it
-// loses messages instead, as with the reference).
+// loses messages instead, as with the reference). Connections run on
+// netserve: a panic serving one listener costs that listener only.
 type Notifier struct {
-	log       *slog.Logger
-	timeout   time.Duration // -c: for the "no free slots" reply
-	mu        sync.Mutex
-	ls        map[*listener]struct{}
-	listeners map[net.Listener]struct{}
-	closed    bool
-	wg        sync.WaitGroup
+	srv     *netserve.Server
+	log     *slog.Logger
+	timeout time.Duration // -c: for the "no free slots" reply
+	mu      sync.Mutex
+	ls      map[*listener]struct{}
+	closed  bool
+	// onSubscribe, when set (by tests), sees each "?" line.
+	onSubscribe func(line []byte)
 }
 
 type listener struct {
@@ -37,10 +41,11 @@ type listener struct {
 	conn net.Conn
 	wake chan struct{} // capacity 1: the writer has work
 	// Guarded by n.mu.
-	types   [notifyTypeCount]bool
-	pending []byte // messages waiting while a write is in progress
-	writing bool   // a write is in progress (or about to start)
-	gone    bool
+	types     [notifyTypeCount]bool
+	pending   []byte // messages waiting while a write is in progress
+	writing   bool   // a write is in progress (or about to start)
+	finishing bool   // Shutdown: drop once pending is written
+	gone      bool
 }
 
 // NewNotifier returns a Notifier; timeout is the -c client timeout, used
@@ -52,66 +57,46 @@ func NewNotifier(log *slog.Logger, timeout time.Duration) *Notifier {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &Notifier{log: log, timeout: timeout, ls: map[*listener]struct{}{}, listeners: map[net.Listener]struct{}{}}
+	n := &Notifier{log: log, timeout: timeout, ls: map[*listener]struct{}{}}
+	n.srv = netserve.New(netserve.Options{
+		Name: "notification socket", Logger: log, Refuse: n.refuse,
+		ConnLimits: netserve.ConnLimits{MaxConns: maxListeners, IdleTimeout: -1, RequestTimeout: -1},
+	}, n.serveListener)
+	return n
 }
 
-// Serve accepts listeners on l until Close.
-func (n *Notifier) Serve(l net.Listener) error {
+// Serve accepts listeners on l until Shutdown or Close.
+func (n *Notifier) Serve(l net.Listener) error { return n.srv.Serve(l) }
+
+// refuse answers a listener beyond the five slots.
+func (n *Notifier) refuse(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(n.timeout))
+	_, _ = c.Write([]byte(notifyNoSlots))
+}
+
+// serveListener runs one listener: its writer in a goroutine of its own,
+// its reader here; it returns once both are done.
+func (n *Notifier) serveListener(c *netserve.Conn) {
+	l := &listener{n: n, conn: c.Conn, wake: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		l.Close()
-		return ErrServerClosed
-	}
-	n.listeners[l] = struct{}{}
-	n.wg.Add(1)
-	n.mu.Unlock()
-	defer n.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			n.mu.Lock()
-			closed := n.closed
-			n.mu.Unlock()
-			if closed {
-				return ErrServerClosed
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		n.accept(c)
-	}
-}
-
-func (n *Notifier) accept(c net.Conn) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		c.Close()
 		return
 	}
-	if len(n.ls) >= maxListeners {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			_ = c.SetWriteDeadline(time.Now().Add(n.timeout))
-			_, _ = c.Write([]byte(notifyNoSlots))
-			c.Close()
-		}()
-		return
-	}
-	l := &listener{n: n, conn: c, wake: make(chan struct{}, 1)}
 	n.ls[l] = struct{}{}
-	n.wg.Add(2)
-	go l.read()
-	go l.write()
 	l.enqueueLocked(notifyBanner)
+	n.mu.Unlock()
+	written := make(chan struct{})
+	go func() { defer close(written); l.write() }()
+	defer func() {
+		if c.Closing() {
+			l.finish()
+		} else {
+			l.drop()
+		}
+		<-written
+	}()
+	l.read()
 }
 
 // Notify sends msg (one line, without its newline) to every listener that
@@ -121,6 +106,9 @@ func (n *Notifier) Notify(msg string) {
 	line := msg + "\n"
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
 	for l := range n.ls {
 		if c := line[0]; c >= 'A' && c <= 'Z' && !l.types[c-'A'] {
 			continue
@@ -154,9 +142,9 @@ func (l *listener) enqueueLocked(line string) {
 }
 
 // write sends what is pending, one batch at a time, each under the 10 s
-// timeout; a failed or timed-out write drops the listener.
+// timeout; a failed or timed-out write drops the listener, and so does
+// an empty buffer once Shutdown began.
 func (l *listener) write() {
-	defer l.n.wg.Done()
 	for range l.wake {
 		for {
 			l.n.mu.Lock()
@@ -166,7 +154,12 @@ func (l *listener) write() {
 			}
 			if len(l.pending) == 0 {
 				l.writing = false
+				finished := l.finishing
 				l.n.mu.Unlock()
+				if finished {
+					l.drop()
+					return
+				}
 				break
 			}
 			buf := l.pending
@@ -184,9 +177,9 @@ func (l *listener) write() {
 // read takes "?" lines as the reference reads them (up to a newline or
 // 256 bytes, the last byte dropped, the rest of that read ignored): their
 // letters A-Z, or '*' for all, replace the listener's subscription. Other
-// lines are ignored; EOF drops the listener. There is no read timeout.
+// lines are ignored. It returns on EOF or a read error. There is no read
+// timeout.
 func (l *listener) read() {
-	defer l.n.wg.Done()
 	buf := make([]byte, maxNotifyMsg)
 	got := 0
 	for {
@@ -200,7 +193,6 @@ func (l *listener) read() {
 			got = 0
 		}
 		if err != nil {
-			l.drop()
 			return
 		}
 	}
@@ -209,6 +201,9 @@ func (l *listener) read() {
 func (l *listener) subscribe(line []byte) {
 	if len(line) == 0 || line[0] != '?' {
 		return
+	}
+	if f := l.n.onSubscribe; f != nil {
+		f(line)
 	}
 	var types [notifyTypeCount]bool
 	for _, c := range line[1:] {
@@ -242,22 +237,34 @@ func (l *listener) drop() {
 	close(l.wake)
 }
 
+// finish drops the listener once its pending messages are written.
+func (l *listener) finish() {
+	l.n.mu.Lock()
+	l.finishing = true
+	idle := !l.writing
+	l.n.mu.Unlock()
+	if idle {
+		l.drop()
+	}
+}
+
+// Shutdown stops accepting, lets each listener's writer send what is
+// pending, then drops it; when ctx ends first, it closes the rest.
+// Messages notified after Shutdown began are not sent.
+func (n *Notifier) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	return n.srv.Shutdown(ctx)
+}
+
 // Close stops accepting, drops every listener and waits for their
 // goroutines.
 func (n *Notifier) Close() error {
 	n.mu.Lock()
 	n.closed = true
-	for l := range n.listeners {
-		l.Close()
-	}
-	var all []*listener
-	for l := range n.ls {
-		all = append(all, l)
-	}
 	n.mu.Unlock()
-	for _, l := range all {
-		l.drop()
-	}
-	n.wg.Wait()
+	n.srv.Close()
+	n.srv.Wait()
 	return nil
 }

@@ -2,44 +2,37 @@ package mux_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 )
 
 // syncBuf is a goroutine-safe buffer for loggers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = logbuf.Buffer
 
 func startNotifier(t *testing.T) (*mux.Notifier, string) {
 	t.Helper()
 	n := mux.NewNotifier(slog.New(slog.NewTextHandler(&syncBuf{}, nil)), 10*time.Second)
+	return n, serveNotifier(t, n)
+}
+
+// serveNotifier serves n on a fresh socket, closed at the test's end, and
+// returns the socket's path.
+func serveNotifier(t *testing.T, n *mux.Notifier) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "notify.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -51,7 +44,7 @@ func startNotifier(t *testing.T) (*mux.Notifier, string) {
 		n.Close()
 		<-done
 	})
-	return n, path
+	return path
 }
 
 type client struct {

@@ -1,7 +1,9 @@
 // Package netserve is the connection lifecycle shared by sluice's
-// line-protocol servers (anvil, policy): accept with back-off, a cap on
-// concurrent connections, idle and per-request read deadlines, and a
-// two-stage Shutdown in the shape of net/http's.
+// servers (anvil, policy, throttle, milter, the mux's socket map and
+// notification socket): accept with back-off, a cap on concurrent
+// connections, idle and per-request read deadlines, a panic in one
+// connection's handler costing that connection only, and a two-stage
+// Shutdown in the shape of net/http's.
 package netserve
 
 import (
@@ -18,20 +20,32 @@ import (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("server closed")
 
-// Options configure a Server.
-type Options struct {
-	// Name prefixes log messages ("anvil", "policy").
-	Name   string
-	Logger *slog.Logger
+// ConnLimits are the connection limits each door's configuration sets
+// (docs/config.md); the protocol packages' Options embed them.
+type ConnLimits struct {
 	// MaxConns caps concurrent connections (default 4096); more are closed
-	// at once, with a log line at 1, 2, 4, 8... refusals.
+	// at once (or handed to Options.Refuse), with a log line at 1, 2, 4,
+	// 8... refusals.
 	MaxConns int
 	// IdleTimeout closes a connection idle between requests this long
 	// (default 1h; negative: never).
 	IdleTimeout time.Duration
 	// RequestTimeout bounds reading the rest of a request once its first
-	// byte arrived (default 10s).
+	// byte arrived (default 10s; negative: never).
 	RequestTimeout time.Duration
+}
+
+// Options configure a Server.
+type Options struct {
+	// Name prefixes log messages ("anvil", "policy").
+	Name   string
+	Logger *slog.Logger
+	ConnLimits
+	// Refuse, when set, is given each connection refused for MaxConns, in
+	// its own goroutine (Wait waits for it; a panic is logged), to write a
+	// reply before the connection is closed. It must not block without a
+	// deadline; the connection is closed when it returns, or by Close.
+	Refuse func(net.Conn)
 }
 
 // Server runs a handler per connection. Create it with New.
@@ -41,6 +55,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
+	refusing  map[net.Conn]struct{} // being refused by Options.Refuse
 	closing   atomic.Bool
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
@@ -61,10 +76,10 @@ func New(o Options, handle func(*Conn)) *Server {
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
-	if o.RequestTimeout <= 0 {
+	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}}
+	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}, refusing: map[net.Conn]struct{}{}}
 }
 
 // Conns returns the number of open connections.
@@ -107,7 +122,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if n := s.refused.Add(1); n&(n-1) == 0 {
 				s.o.Logger.Warn(s.o.Name+": too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
 			}
-			c.Close()
+			s.refuse(c)
 			continue
 		}
 		cn := &Conn{Conn: c, s: s}
@@ -123,6 +138,36 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Unlock()
 		go cn.run()
 	}
+}
+
+// refuse closes c, refused for MaxConns, after Options.Refuse if set.
+func (s *Server) refuse(c net.Conn) {
+	if s.o.Refuse == nil {
+		c.Close()
+		return
+	}
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.refusing[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				s.o.Logger.Error(s.o.Name+": panic refusing a connection; closed it", "panic", r)
+			}
+			c.Close()
+			s.mu.Lock()
+			delete(s.refusing, c)
+			s.mu.Unlock()
+			s.wg.Done()
+		}()
+		s.o.Refuse(c)
+	}()
 }
 
 func isTemporary(err error) bool {
@@ -148,6 +193,9 @@ func (s *Server) Close() error {
 	}
 	for c := range s.conns {
 		c.Conn.Close()
+	}
+	for c := range s.refusing {
+		c.Close()
 	}
 	s.mu.Unlock()
 	return nil
@@ -225,7 +273,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 		if c.s.closing.Load() { // Shutdown may have raced the deadline above
 			return 0, os.ErrDeadlineExceeded
 		}
-	} else if !r.deadline {
+	} else if !r.deadline && o.RequestTimeout > 0 {
 		// The request needs more than one read: bound the rest.
 		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
 		r.deadline = true

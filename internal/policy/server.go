@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"sluice/internal/netserve"
 )
@@ -30,15 +29,10 @@ type Handler interface {
 type Options struct {
 	Handler Handler
 	Logger  *slog.Logger
-	// MaxConns caps concurrent connections (default 4096). Postfix opens
-	// one per busy smtpd process.
-	MaxConns int
-	// IdleTimeout closes a connection idle this long (default 1h; Postfix
-	// closes its end after smtpd_policy_service_max_idle, 300s).
-	IdleTimeout time.Duration
-	// RequestTimeout bounds reading one request once begun (default 10s).
-	RequestTimeout time.Duration
-	Limits         Limits
+	// ConnLimits: Postfix opens one connection per busy smtpd process,
+	// and closes its end after smtpd_policy_service_max_idle (300s).
+	netserve.ConnLimits
+	Limits Limits
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -58,10 +52,7 @@ func NewServer(o Options) *Server {
 	}
 	o.Limits.defaults()
 	s := &Server{o: o}
-	s.Server = netserve.New(netserve.Options{
-		Name: "policy", Logger: o.Logger, MaxConns: o.MaxConns,
-		IdleTimeout: o.IdleTimeout, RequestTimeout: o.RequestTimeout,
-	}, s.serve)
+	s.Server = netserve.New(netserve.Options{Name: "policy", Logger: o.Logger, ConnLimits: o.ConnLimits}, s.serve)
 	return s
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/netserve"
+
 	"go.uber.org/goleak"
 )
 
@@ -157,7 +159,7 @@ func TestBadInputClosesWithoutReply(t *testing.T) {
 // TestNeverEndingRequest: a client that starts a request and stalls is
 // cut off after the request timeout.
 func TestNeverEndingRequest(t *testing.T) {
-	addr, _ := startServer(t, Options{RequestTimeout: 100 * time.Millisecond})
+	addr, _ := startServer(t, Options{ConnLimits: netserve.ConnLimits{RequestTimeout: 100 * time.Millisecond}})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

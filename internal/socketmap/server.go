@@ -6,10 +6,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"time"
+
+	"sluice/internal/netserve"
 )
 
 // Replies the server writes itself for malformed requests (docs/protocols/mimedefang-multiplexor.md, "Socket map").
@@ -49,25 +49,27 @@ type Options struct {
 	// There is no read timeout: map connections are persistent and may
 	// stay idle as long as the client likes.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger
+	// MaxConns caps concurrent map connections (default
+	// netserve.DefaultMaxConns); more are closed at once.
+	MaxConns int
+	Logger   *slog.Logger
 }
 
 // Server serves the socket map protocol on persistent connections, one
-// request at a time per connection.
+// request at a time per connection, on netserve's connection lifecycle:
+// Serve, Shutdown (stop accepting, let each connection finish the
+// request it is in), Close, and a panicking Handler costing its own
+// connection only.
 type Server struct {
-	h         Handler
-	o         Options
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	closed    bool
-	ctx       context.Context // cancelled by Close: ends lookups in flight
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	*netserve.Server
+	h      Handler
+	o      Options
+	ctx    context.Context // cancelled by Close: ends lookups in flight
+	cancel context.CancelFunc
 }
 
-// ErrServerClosed is returned by Serve after Close.
-var ErrServerClosed = errors.New("socketmap: server closed")
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = netserve.ErrServerClosed
 
 // NewServer returns a Server answering with h.
 func NewServer(h Handler, o Options) *Server {
@@ -78,88 +80,51 @@ func NewServer(h Handler, o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{h: h, o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	s := &Server{h: h, o: o, ctx: ctx, cancel: cancel}
+	s.Server = netserve.New(netserve.Options{
+		Name: "socket map", Logger: o.Logger,
+		ConnLimits: netserve.ConnLimits{MaxConns: o.MaxConns, IdleTimeout: -1, RequestTimeout: -1},
+	}, s.serveConn)
+	return s
 }
 
-// Serve accepts connections on l until Close.
-func (s *Server) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
-		return ErrServerClosed
-	}
-	s.listeners[l] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return ErrServerClosed
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
-			// EMFILE and the like: back off and go on.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.o.Logger.Warn("socket map: accept", "err", err)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serveConn(c)
-	}
+// Shutdown stops accepting and closes each connection once it is between
+// requests; when ctx ends first, it cancels the lookups in flight and
+// closes the rest.
+func (s *Server) Shutdown(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	return s.Server.Shutdown(ctx)
 }
 
 // Close stops every listener, closes every connection and waits for the
 // connection goroutines; lookups in flight see their context cancelled.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
 	s.cancel()
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.Server.Close()
+	s.Server.Wait()
 	return nil
 }
 
-func (s *Server) serveConn(c net.Conn) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	ServeConn(s.ctx, c, s.h, s.o.WriteTimeout)
+func (s *Server) serveConn(c *netserve.Conn) {
+	serve(s.ctx, c.Reader(), c, s.h, s.o.WriteTimeout, func() bool {
+		c.Done()
+		return !c.Closing()
+	})
 }
 
 // ServeConn answers requests on rw until EOF, a bad length prefix (the
 // reference closes without a reply), a failed write, or a Handler error.
 // Each reply is written under writeTimeout when rw has deadlines.
 func ServeConn(ctx context.Context, rw io.ReadWriter, h Handler, writeTimeout time.Duration) {
-	r := bufio.NewReader(rw)
-	dl, _ := rw.(interface{ SetWriteDeadline(time.Time) error })
+	serve(ctx, rw, rw, h, writeTimeout, func() bool { return true })
+}
+
+// serve is ServeConn reading from in and writing to w; after each reply
+// it asks next whether to read another request.
+func serve(ctx context.Context, in io.Reader, w io.Writer, h Handler, writeTimeout time.Duration, next func() bool) {
+	r := bufio.NewReader(in)
+	dl, _ := w.(interface{ SetWriteDeadline(time.Time) error })
 	var out []byte
 	for {
 		payload, err := ReadNetstring(r)
@@ -184,7 +149,10 @@ func ServeConn(ctx context.Context, rw io.ReadWriter, h Handler, writeTimeout ti
 		if dl != nil {
 			_ = dl.SetWriteDeadline(time.Now().Add(writeTimeout))
 		}
-		if _, err := rw.Write(out); err != nil {
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+		if !next() {
 			return
 		}
 	}

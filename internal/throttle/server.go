@@ -68,8 +68,9 @@ func NewServer(o Options) *Server {
 	// A waiting or sending client says nothing for as long as it waits or
 	// sends: no idle timeout; the request itself must come quickly.
 	s.Server = netserve.New(netserve.Options{
-		Name: "throttle", Logger: o.Logger, MaxConns: o.MaxConns,
-		IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+		Name: "throttle", Logger: o.Logger, ConnLimits: netserve.ConnLimits{
+			MaxConns: o.MaxConns, IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+		},
 	}, s.serve)
 	return s
 }
@@ -145,6 +146,11 @@ func (s *Server) serve(c *netserve.Conn) {
 	// slot stays used, so the next daemon (restoring the store's
 	// snapshot) books nobody else into it.
 	defer func() { g.Done(used.Load() || c.Closing()) }()
+	if s.o.Logger.Enabled(ctx, slog.LevelDebug) {
+		// Names the sender, so that a sender's slots can be told apart
+		// from others' for the same key (and after it asked again).
+		s.o.Logger.Debug("throttle: slot granted", "key", key, "at", g.At.Format(time.RFC3339Nano), "sender", sender(c.Conn))
+	}
 	if _, err := c.Write([]byte(FormatOK(g.At, g.Latest))); err != nil {
 		return
 	}

@@ -5,7 +5,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"slices"
@@ -433,14 +432,8 @@ func (s *Store) Undo(_ context.Context, now, at time.Time, n int64, checks []lim
 
 // Reserve implements limiter.Store.
 func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limiter.Limit, n int64, maxWait time.Duration) (limiter.Reservation, error) {
-	if lim.Algorithm != limiter.Exact || n < 1 {
-		return limiter.Reservation{}, fmt.Errorf("%w: reservations need an exact limit and n >= 1", limiter.ErrBadRequest)
-	}
-	if err := lim.Validate(); err != nil {
-		return limiter.Reservation{}, fmt.Errorf("%w: %v", limiter.ErrBadRequest, err)
-	}
-	if n > lim.N {
-		return limiter.Reservation{}, fmt.Errorf("%w: %d events can never fit in %s", limiter.ErrTooLong, n, lim)
+	if err := limiter.CheckReservation(lim, n); err != nil {
+		return limiter.Reservation{}, err
 	}
 	sh := s.shardOf(key)
 	sh.mu.Lock()

@@ -123,17 +123,13 @@ func TestClusterFailover(t *testing.T) {
 	}
 	freedCh := watchLeases(r.stores[0], leaseKey, leaseCap, 60*time.Second)
 
-	before, after := failoverEnv()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { r.load(stop); close(done) }()
-	time.Sleep(before)
-	if err := victim.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	victim.Kill() // reaps it; Alive is false from here on
-	if err := redistest.WaitFor(30*time.Second, func() error {
+	killed, switched := r.failover(t, func() error {
+		if err := victim.Signal(syscall.SIGKILL); err != nil {
+			return err
+		}
+		victim.Kill() // reaps it; Alive is false from here on
+		return nil
+	}, func() error {
 		m, err := c.MasterOf(slot)
 		if err == nil && m != heir {
 			err = fmt.Errorf("slot %d is served by %s", slot, m.Addr())
@@ -142,26 +138,9 @@ func TestClusterFailover(t *testing.T) {
 			_, err = r.stores[0].Held(ctx, time.Now(), leaseKey)
 		}
 		return err
-	}); err != nil {
-		close(stop)
-		<-done
-		t.Fatalf("no failover: %v", err)
-	}
-	switched := time.Since(killed)
-	time.Sleep(after)
-	close(stop)
-	<-done
-
-	freed := <-freedCh
-	if freed.IsZero() {
-		t.Fatalf("the dead host's leases were still held a minute after its crash")
-	}
-	r.finish()
-	f, recovered := r.figures(killed)
-	adm, fail := r.admitExactly(-1, 100, 8)
-	report(t, "cluster", f, killed, recovered, switched, crashed, freed, adm, fail)
+	})
+	f := r.conclude(t, "cluster", freedCh, killed, switched, crashed)
 	t.Logf("cluster failover: %d failed decisions of senders on the other masters", f.failedElsewhere)
-	checkFailover(t, r, f, killed, recovered, crashed, freed, adm, fail)
 	// cluster-require-full-coverage no: the other masters keep serving.
 	if f.failedElsewhere != 0 {
 		t.Errorf("%d decisions of senders on the surviving masters failed", f.failedElsewhere)

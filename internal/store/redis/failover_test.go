@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/redistest"
 )
 
 // The failover tests (Sentinel and Cluster) share this harness: two
@@ -51,23 +52,8 @@ func senderChecks(sender int) []limiter.Check {
 	}
 }
 
-// syncBuffer is a log sink safe for the store's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log destination safe for several goroutines.
+type syncBuffer = logbuf.Buffer
 
 // senderRec is what the load saw of one sender.
 type senderRec struct {
@@ -280,6 +266,51 @@ func leaseHolder(t *testing.T, o Options, prefix, key string, capacity int64) ti
 	}
 	crash(s)
 	return time.Now()
+}
+
+// failover runs the load, kills the master (kill) after failoverEnv's
+// pause before, waits up to 30 s until switchedOver reports the new
+// master serving, keeps the load for the pause after, and stops it. It
+// returns when the master was killed and how long the switch took.
+func (r *failoverRun) failover(t *testing.T, kill, switchedOver func() error) (killed time.Time, switched time.Duration) {
+	t.Helper()
+	before, after := failoverEnv()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { r.load(stop); close(done) }()
+	time.Sleep(before)
+	if err := kill(); err != nil {
+		close(stop)
+		<-done
+		t.Fatal(err)
+	}
+	killed = time.Now()
+	if err := redistest.WaitFor(30*time.Second, switchedOver); err != nil {
+		close(stop)
+		<-done
+		t.Fatalf("no failover: %v\nlogs:\n%s", err, r.logs)
+	}
+	switched = time.Since(killed)
+	time.Sleep(after)
+	close(stop)
+	<-done
+	return killed, switched
+}
+
+// conclude waits for the dead host's leases to be freed, finishes the
+// run, logs its figures and checks what every failover test promises.
+func (r *failoverRun) conclude(t *testing.T, name string, freedCh <-chan time.Time, killed time.Time, switched time.Duration, crashed time.Time) failoverFigures {
+	t.Helper()
+	freed := <-freedCh
+	if freed.IsZero() {
+		t.Fatalf("the dead host's leases were still held a minute after its crash")
+	}
+	r.finish()
+	f, recovered := r.figures(killed)
+	adm, fail := r.admitExactly(-1, 100, 8)
+	report(t, name, f, killed, recovered, switched, crashed, freed, adm, fail)
+	checkFailover(t, r, f, killed, recovered, crashed, freed, adm, fail)
+	return f
 }
 
 // watchLeases polls, through s, until fewer than capacity leases of key

@@ -67,34 +67,21 @@ func (s *Store) decisions(op string, v []int64, t1 time.Time, out []limiter.Deci
 
 // Hit implements limiter.Store.
 func (s *Store) Hit(ctx context.Context, now time.Time, n int64, mode limiter.Mode, checks []limiter.Check, out []limiter.Decision) error {
-	if err := checkArgs(n, checks, out); err != nil {
-		return err
-	}
-	if len(checks) == 0 {
-		return nil
-	}
-	keys, err := s.checkKeys(checks)
-	if err != nil {
-		return err
-	}
-	args, err := s.timeArgs(now, make([]string, 0, 4+6*len(checks)))
-	if err != nil {
-		return err
-	}
 	strict := "0"
 	if mode == limiter.Strict {
 		strict = "1"
 	}
-	args, set := appendChecks(append(args, itoa(n), strict), checks)
-	v, t1, err := s.eval(ctx, "hit", hitScripts[set], keys, args)
-	if err != nil {
-		return err
-	}
-	return s.decisions("hit", v, t1, out[:len(checks)])
+	return s.decide(ctx, "hit", &hitScripts, now, n, checks, out, strict)
 }
 
 // Peek implements limiter.Store.
 func (s *Store) Peek(ctx context.Context, now time.Time, n int64, checks []limiter.Check, out []limiter.Decision) error {
+	return s.decide(ctx, "peek", &peekScripts, now, n, checks, out)
+}
+
+// decide runs Hit's or Peek's script (op names it in errors): the time
+// arguments, n, extra, then the checks; it fills out.
+func (s *Store) decide(ctx context.Context, op string, scripts *[8]*script, now time.Time, n int64, checks []limiter.Check, out []limiter.Decision, extra ...string) error {
 	if err := checkArgs(n, checks, out); err != nil {
 		return err
 	}
@@ -105,16 +92,16 @@ func (s *Store) Peek(ctx context.Context, now time.Time, n int64, checks []limit
 	if err != nil {
 		return err
 	}
-	args, err := s.timeArgs(now, make([]string, 0, 3+6*len(checks)))
+	args, err := s.timeArgs(now, make([]string, 0, 3+len(extra)+6*len(checks)))
 	if err != nil {
 		return err
 	}
-	args, set := appendChecks(append(args, itoa(n)), checks)
-	v, t1, err := s.eval(ctx, "peek", peekScripts[set], keys, args)
+	args, set := appendChecks(append(append(args, itoa(n)), extra...), checks)
+	v, t1, err := s.eval(ctx, op, scripts[set], keys, args)
 	if err != nil {
 		return err
 	}
-	return s.decisions("peek", v, t1, out[:len(checks)])
+	return s.decisions(op, v, t1, out[:len(checks)])
 }
 
 // Undo implements limiter.Store. With Redis TIME, at (the caller's clock)
@@ -167,14 +154,8 @@ const maxResv = 1 << 16
 // reply's travel time, so that a caller sleeping until At never starts
 // early.
 func (s *Store) Reserve(ctx context.Context, now time.Time, key string, lim limiter.Limit, n int64, maxWait time.Duration) (limiter.Reservation, error) {
-	if lim.Algorithm != limiter.Exact || n < 1 {
-		return limiter.Reservation{}, fmt.Errorf("%w: reservations need an exact limit and n >= 1", limiter.ErrBadRequest)
-	}
-	if err := lim.Validate(); err != nil {
-		return limiter.Reservation{}, fmt.Errorf("%w: %v", limiter.ErrBadRequest, err)
-	}
-	if n > lim.N {
-		return limiter.Reservation{}, fmt.Errorf("%w: %d events can never fit in %s", limiter.ErrTooLong, n, lim)
+	if err := limiter.CheckReservation(lim, n); err != nil {
+		return limiter.Reservation{}, err
 	}
 	args, err := s.timeArgs(now, make([]string, 0, 6))
 	if err != nil {

@@ -71,17 +71,8 @@ func TestSentinelFailover(t *testing.T) {
 	}
 
 	freedCh := watchLeases(r.stores[0], leaseKey, leaseCap, 60*time.Second)
-	before, after := failoverEnv()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { r.load(stop); close(done) }()
-	time.Sleep(before)
-	if err := g.Master.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
 	// The Sentinels promote the replica; wait until both stores decide again.
-	if err := redistest.WaitFor(30*time.Second, func() error {
+	killed, switched := r.failover(t, func() error { return g.Master.Signal(syscall.SIGKILL) }, func() error {
 		for i, s := range r.stores {
 			if m := s.c.primary(); m != g.Replicas[0].Addr() {
 				return fmt.Errorf("store %d follows %q", i, m)
@@ -91,30 +82,13 @@ func TestSentinelFailover(t *testing.T) {
 			return fmt.Errorf("sentinel names %q (%v)", m, err)
 		}
 		return nil
-	}); err != nil {
-		close(stop)
-		<-done
-		t.Fatalf("no failover: %v\nlogs:\n%s", err, r.logs)
-	}
-	switched := time.Since(killed)
-	time.Sleep(after)
-	close(stop)
-	<-done
+	})
 	g.Master.Kill()
-
-	freed := <-freedCh
-	if freed.IsZero() {
-		t.Fatalf("the dead host's leases were still held a minute after its crash")
-	}
-	r.finish()
-	f, recovered := r.figures(killed)
-	adm, fail := r.admitExactly(-1, 100, 8)
-	report(t, "sentinel", f, killed, recovered, switched, crashed, freed, adm, fail)
+	r.conclude(t, "sentinel", freedCh, killed, switched, crashed)
 
 	if !strings.Contains(r.logs.String(), "switched the master") {
 		t.Errorf("the switch to the new master was not logged:\n%s", r.logs)
 	}
-	checkFailover(t, r, f, killed, recovered, crashed, freed, adm, fail)
 }
 
 // report logs a failover test's figures.

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sluice/internal/testutil/peer"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/peer"
 
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"

@@ -279,16 +279,9 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 	if o.SMTPPort < 0 || o.SMTPPort > 65535 {
 		return nil, fmt.Errorf("postfixtest: SMTPPort %d out of range", o.SMTPPort)
 	}
-	abs, err := filepath.Abs(o.Dir)
+	dir, err := smtptest.InstanceDir(o.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("resolve instance dir %s: %w", o.Dir, err)
-	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("create instance dir: %w", err)
-	}
-	dir, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return nil, fmt.Errorf("resolve instance dir %s: %w", o.Dir, err)
+		return nil, err
 	}
 	if strings.ContainsAny(dir, "$\n\r\t ,") {
 		return nil, fmt.Errorf("postfixtest: instance dir %q contains characters that main.cf would mangle ($, blanks, commas)", dir)
@@ -678,20 +671,5 @@ func (i *Instance) Log() (string, error) {
 // logs asynchronously through postlogd, so a line may appear shortly after
 // the event it describes.
 func (i *Instance) WaitLog(ctx context.Context, substr string) error {
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		log, err := i.Log()
-		if err != nil {
-			return err
-		}
-		if strings.Contains(log, substr) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %q in %s: %w", substr, i.logPath, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return smtptest.WaitLog(ctx, pollInterval, i.logPath, i.Log, substr)
 }

@@ -84,6 +84,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"sluice/internal/testutil/smtptest"
 )
 
 // Hostname is the instance's host name ($j): Sendmail's greeting and
@@ -285,16 +287,9 @@ func Prepare(ctx context.Context, o Options) (*Instance, error) {
 			return nil, err
 		}
 	}
-	abs, err := filepath.Abs(o.Dir)
+	dir, err := smtptest.InstanceDir(o.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("resolve instance dir %s: %w", o.Dir, err)
-	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("create instance dir: %w", err)
-	}
-	dir, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return nil, fmt.Errorf("resolve instance dir %s: %w", o.Dir, err)
+		return nil, err
 	}
 	if !safePath(dir) {
 		return nil, fmt.Errorf("sendmailtest: instance dir %q holds characters other than letters, digits and /._-+=@", dir)
@@ -451,22 +446,7 @@ func readFile(path, what string) (string, error) {
 // WaitLog polls the maillog until it contains substr or ctx ends. Sendmail
 // may log a line after the reply it describes has reached the client.
 func (i *Instance) WaitLog(ctx context.Context, substr string) error {
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		log, err := i.Log()
-		if err != nil {
-			return err
-		}
-		if strings.Contains(log, substr) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %q in %s: %w", substr, i.logPath(), ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return smtptest.WaitLog(ctx, pollInterval, i.logPath(), i.Log, substr)
 }
 
 // Stop closes every session still open (killing its sendmail), checks

@@ -1,6 +1,7 @@
 // Package smtptest holds what the MTA test harnesses (postfixtest,
-// sendmailtest) share: the SMTP reply reader of their clients and the
-// bounded buffer that keeps their daemons' output.
+// sendmailtest) share: the SMTP reply reader of their clients, the
+// bounded buffer that keeps their daemons' output, the making of their
+// instance directories and the polling of their maillogs.
 package smtptest
 
 import (
