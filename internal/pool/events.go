@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 )
 
@@ -36,14 +35,6 @@ func (p *Pool) notify(msg string) {
 	}
 }
 
-// notifyTag sends "S <n> <tag>" (the tag cut to 200 bytes); an empty tag
-// is not sent.
-func (p *Pool) notifyTag(s *slot) {
-	if s.tag != "" && p.cfg.Notify != nil {
-		p.notify("S " + strconv.Itoa(s.n) + " " + truncate(s.tag, 200))
-	}
-}
-
 // vlog logs a message the reference logs only with -l.
 func (p *Pool) vlog(level slog.Level, format string, args ...any) {
 	if p.cfg.Verbose {
@@ -68,24 +59,4 @@ func (p *Pool) statusLog() {
 	p.alog(slog.LevelInfo, "Worker status: Stopped=%d Idle=%d Busy=%d Killed=%d Queued=%d Msgs=%d Activations=%d",
 		p.count(Stopped), p.count(Idle), p.count(Busy), p.count(Killed), len(p.queue), p.msgs, p.activations)
 	p.after(p.cfg.StatusLogInterval, p.statusLog)
-}
-
-// tagEvent is what a -Z status pipe delivered in one read.
-type tagEvent struct {
-	slot int
-	proc *process
-	tag  string // the tag the reference would end up with if busy
-}
-
-// handleTag is docs/protocols/mimedefang-multiplexor.md, "Status tags" for a worker's own tag: it applies only while the
-// worker is busy, and the (non-empty) result is notified.
-func (p *Pool) handleTag(ev tagEvent) {
-	s := p.slots[ev.slot]
-	if s.proc != ev.proc {
-		return
-	}
-	if s.state == Busy {
-		s.tag = ev.tag
-	}
-	p.notifyTag(s)
 }

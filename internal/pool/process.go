@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -194,59 +193,6 @@ func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
 		if len(line) > 0 {
 			p.log.Info(fmt.Sprintf("%sWorker %d stderr: %s", prefix, n, line))
 		}
-	}
-}
-
-// readStatus reads a worker's -Z status pipe (docs/protocols/mimedefang-multiplexor.md, "Status tags"). Each chunk, less
-// one trailing newline, yields the tag the reference would set: the text
-// after its last newline (or, when that is empty, the piece before it),
-// cut to 63 bytes and percent-decoded. One event per read reaches the
-// owner, which applies the tag only while the worker is busy.
-func (p *Pool) readStatus(n int, pr *process) {
-	defer p.wg.Done()
-	buf := make([]byte, 4096)
-	for {
-		m, err := pr.status.Read(buf)
-		changed, tag := false, ""
-		for off := 0; off < m; off += chunk {
-			if t, ok := statusChunkTag(buf[off:min(off+chunk, m)]); ok {
-				changed, tag = true, t
-			}
-		}
-		if changed {
-			select {
-			case p.tags <- tagEvent{slot: n, proc: pr, tag: tag}:
-			case <-p.done:
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// statusChunkTag is the reference's update_worker_status for one chunk:
-// ok is false when the chunk (less a trailing newline) is empty.
-func statusChunkTag(b []byte) (tag string, ok bool) {
-	b = bytes.TrimSuffix(b, []byte{'\n'})
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	if len(b) == 0 {
-		return "", false
-	}
-	rest := b
-	for {
-		tag = PercentDecode(string(rest[:min(len(rest), chunk)]))
-		if i := strings.IndexByte(tag, 0); i >= 0 {
-			tag = tag[:i]
-		}
-		j := bytes.IndexByte(rest, '\n')
-		if j < 0 || j+1 == len(rest) {
-			return tag, true
-		}
-		rest = rest[j+1:]
 	}
 }
 

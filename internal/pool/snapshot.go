@@ -1,123 +1,9 @@
 package pool
 
 import (
-	"bytes"
 	"strings"
 	"time"
 )
-
-// Per-second buckets for 600 s and hourly buckets for 24 h, as the
-// reference keeps them for its load commands.
-const (
-	histSecs  = 600
-	histHours = 24
-)
-
-type bucket struct {
-	sec                int64 // the second (or hour) the bucket holds; -1 empty
-	count, busy        int
-	ms                 int64
-	activated, reaped  int
-	firstSeen, lastSee int64 // hourly buckets: first and last sample second
-}
-
-type history struct {
-	secs  [histSecs]bucket
-	hours [histHours]bucket
-}
-
-func newHistory() *history {
-	h := &history{}
-	for i := range h.secs {
-		h.secs[i].sec = -1
-	}
-	for i := range h.hours {
-		h.hours[i].sec = -1
-	}
-	return h
-}
-
-func (h *history) add(now time.Time, f func(*bucket)) {
-	sec := now.Unix()
-	b := &h.secs[sec%histSecs]
-	if b.sec != sec {
-		*b = bucket{sec: sec}
-	}
-	f(b)
-	hour := sec / 3600
-	hb := &h.hours[hour%histHours]
-	if hb.sec != hour {
-		*hb = bucket{sec: hour, firstSeen: sec}
-	}
-	f(hb)
-	hb.lastSee = sec
-}
-
-// Window is what a history holds for one time window.
-type Window struct {
-	Count     int   // commands finished
-	BusySum   int   // sum of the busy-worker counts when each finished
-	MsSum     int64 // sum of their durations in milliseconds
-	Activated int   // workers started (scan history only)
-	Reaped    int   // workers reaped (scan history only)
-	Span      int64 // hourly windows: seconds from first to last sample
-}
-
-// AvgBusy is BusySum/Count, or ifNone when Count is 0.
-func (w Window) AvgBusy(ifNone float64) float64 {
-	if w.Count == 0 {
-		return ifNone
-	}
-	return float64(w.BusySum) / float64(w.Count)
-}
-
-// AvgMs is MsSum/Count, or 0 when Count is 0.
-func (w Window) AvgMs() float64 {
-	if w.Count == 0 {
-		return 0
-	}
-	return float64(w.MsSum) / float64(w.Count)
-}
-
-func (h *history) window(now time.Time, back int64) Window {
-	var w Window
-	sec := now.Unix()
-	for i := range h.secs {
-		b := &h.secs[i]
-		if b.sec >= 0 && b.sec > sec-back && b.sec <= sec {
-			w.Count += b.count
-			w.BusySum += b.busy
-			w.MsSum += b.ms
-			w.Activated += b.activated
-			w.Reaped += b.reaped
-		}
-	}
-	return w
-}
-
-func (h *history) hourWindow(now time.Time, hours int64) Window {
-	var w Window
-	hour := now.Unix() / 3600
-	var first, last int64 = -1, -1
-	for i := range h.hours {
-		b := &h.hours[i]
-		if b.sec >= 0 && b.sec > hour-hours && b.sec <= hour {
-			w.Count += b.count
-			w.BusySum += b.busy
-			w.MsSum += b.ms
-			if first < 0 || b.firstSeen < first {
-				first = b.firstSeen
-			}
-			if b.lastSee > last {
-				last = b.lastSee
-			}
-		}
-	}
-	if first >= 0 {
-		w.Span = last - first
-	}
-	return w
-}
 
 // SlotInfo is one slot as the status commands show it.
 type SlotInfo struct {
@@ -227,45 +113,6 @@ func (s *Snapshot) BusyWith(k Kind) int {
 
 // Uptime is the whole seconds since the pool started.
 func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }
-
-// commandTag is the status tag for a command (docs/protocols/mimedefang-multiplexor.md, "Status tags"), as the reference
-// makes it: the command up to its second space, cut to 63 bytes,
-// percent-decoded (up to a decoded NUL), with bytes outside 0x20..0x7E
-// made spaces.
-func commandTag(line string) string {
-	raw := line
-	if i := strings.IndexByte(raw, ' '); i >= 0 {
-		if j := strings.IndexByte(raw[i+1:], ' '); j >= 0 {
-			raw = raw[:i+1+j]
-		}
-	}
-	if len(raw) > 63 {
-		raw = raw[:63]
-	}
-	if plainTag(raw) {
-		return raw // the common case, without a copy
-	}
-	t := []byte(PercentDecode(raw))
-	if i := bytes.IndexByte(t, 0); i >= 0 {
-		t = t[:i]
-	}
-	for i, c := range t {
-		if c < 0x20 || c > 0x7e {
-			t[i] = ' '
-		}
-	}
-	return string(t)
-}
-
-// plainTag: s is its own tag (no '%', every byte in 0x20..0x7E).
-func plainTag(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
-			return false
-		}
-	}
-	return true
-}
 
 // PercentDecode turns %XX (either case) into its byte and leaves any other
 // '%' alone (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").

@@ -1,0 +1,187 @@
+package pool
+
+import (
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+)
+
+// reap collects every child that has exited (docs/protocols/mimedefang-multiplexor.md, "Killing and reaping").
+func (p *Pool) reap() {
+	for _, s := range p.slots {
+		proc := s.proc
+		if proc == nil || proc.reaped {
+			continue
+		}
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
+		if err != nil && err != syscall.EINTR && err != syscall.ECHILD {
+			p.alog(slog.LevelError, "wait4(%d): %v", proc.pid, err)
+			continue
+		}
+		if pid != proc.pid && err != syscall.ECHILD {
+			continue
+		}
+		proc.reaped = true
+		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
+		p.logReaped(s, ws, &ru, s.state == Killed)
+		if s.state == Busy && s.call != nil {
+			// Let the I/O goroutine report what the worker wrote before it
+			// died; its stdout has hit or is about to hit EOF.
+			s.reapPending = true
+			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
+			continue
+		}
+		p.finishReap(s)
+	}
+}
+
+// logReaped is the reference's logWorkerReaped and
+// log_worker_resource_usage (with -l only); killed is true for a worker
+// that was told to exit (and for every worker at shutdown).
+func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, killed bool) {
+	defer p.vlog(slog.LevelInfo, "Worker %d resource usage: req=%d, scans=%d, user=%d.%03d, sys=%d.%03d, nswap=%d, majflt=%d, minflt=%d, maxrss=%d, bi=%d, bo=%d",
+		s.n, s.numRequests, s.numScans, ru.Utime.Sec, ru.Utime.Usec/1000, ru.Stime.Sec, ru.Stime.Usec/1000,
+		ru.Nswap, ru.Majflt, ru.Minflt, ru.Maxrss, ru.Inblock, ru.Oublock)
+	level, extra := slog.LevelDebug, ""
+	if !killed {
+		level, extra = slog.LevelError, " (WORKER DIED UNEXPECTEDLY)"
+	}
+	pid := s.proc.pid
+	switch {
+	case ws.Exited():
+		p.vlog(level, "Reap: worker %d (pid %d) exited normally with status %d%s", s.n, pid, ws.ExitStatus(), extra)
+	case ws.Signaled() && killed && (ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGKILL):
+		p.vlog(level, "Reap: worker %d (pid %d) exited due to SIGTERM/SIGKILL as expected.", s.n, pid)
+	case ws.Signaled():
+		p.vlog(level, "Reap: worker %d (pid %d) exited due to signal %d%s", s.n, pid, ws.Signal(), extra)
+	default:
+		p.vlog(level, "Reap: worker %d (pid %d) exited for unknown reason%s", s.n, pid, extra)
+	}
+}
+
+func (p *Pool) finishReap(s *slot) {
+	proc := s.proc
+	closeProc(proc)
+	s.killTimer.cancel(p)
+	s.deadTimer.cancel(p)
+	s.busyTimer.cancel(p)
+	s.killTimer, s.deadTimer, s.busyTimer = nil, nil, nil
+	if s.state != Killed {
+		p.notify("U")
+	}
+	s.proc = nil
+	s.activated, s.firstReq = time.Time{}, time.Time{}
+	p.setState(s, Stopped)
+	s.dead, s.reapPending = false, false
+	// The last command kind stays until the next activation, as the
+	// reference's last_cmd does: `workers` shows it on a stopped slot.
+	s.cur = Other
+	p.stopped = append([]int{s.n}, p.stopped...)
+	p.stat(s, "ReapWorker", "")
+	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
+	if p.running() < p.cfg.MinWorkers {
+		p.scheduleBringUp()
+	}
+	p.serveQueue()
+}
+
+// closeProc closes the parent's ends of a reaped worker's pipes, which
+// ends its I/O goroutines.
+func closeProc(proc *process) {
+	closeStdin(proc)
+	proc.stdout.Close()
+	proc.stderr.Close()
+	if proc.status != nil {
+		proc.status.Close()
+	}
+}
+
+// shutdown is the SIGTERM sequence of docs/protocols/mimedefang-multiplexor.md, "Signals", minus the socket cleanup
+// (the front ends own their sockets).
+func (p *Pool) shutdown(sigchld <-chan os.Signal) {
+	for _, c := range p.queue {
+		c.finish(Result{Err: ErrClosed})
+	}
+	p.queue = nil
+	for _, s := range p.slots {
+		if s.call != nil {
+			s.call.finish(Result{Err: ErrClosed})
+			s.call = nil
+		}
+		if s.proc != nil {
+			signalProc(s.proc, syscall.SIGCONT)
+			closeStdin(s.proc)
+		}
+	}
+	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
+	for step := 0; ; step++ {
+		deadline := time.Now().Add(p.cfg.KillGrace)
+		for p.reapAllNow() > 0 && time.Now().Before(deadline) {
+			select {
+			case <-sigchld:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if p.reapAllNow() == 0 {
+			return
+		}
+		if step >= len(steps) {
+			return
+		}
+		for _, s := range p.slots {
+			if s.proc != nil && !s.proc.reaped {
+				signalProc(s.proc, steps[step])
+			}
+		}
+		if steps[step] == syscall.SIGKILL {
+			// SIGKILL cannot be ignored: wait for the exits.
+			for _, s := range p.slots {
+				if s.proc != nil && !s.proc.reaped {
+					var ws syscall.WaitStatus
+					var ru syscall.Rusage
+					if pid, _ := syscall.Wait4(s.proc.pid, &ws, 0, &ru); pid == s.proc.pid {
+						p.logReaped(s, ws, &ru, true)
+					}
+					s.proc.reaped = true
+				}
+			}
+			p.reapAllNow()
+			return
+		}
+	}
+}
+
+// reapAllNow reaps what has exited during shutdown and returns how many
+// children are left.
+func (p *Pool) reapAllNow() int {
+	left := 0
+	for _, s := range p.slots {
+		proc := s.proc
+		if proc == nil {
+			continue
+		}
+		if !proc.reaped {
+			var ws syscall.WaitStatus
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
+			if pid == proc.pid || err == syscall.ECHILD {
+				proc.reaped = true
+				if pid == proc.pid {
+					p.logReaped(s, ws, &ru, true)
+				}
+			}
+		}
+		if !proc.reaped {
+			left++
+			continue
+		}
+		closeProc(proc)
+		s.proc = nil
+		p.setState(s, Stopped)
+		p.stat(s, "ReapWorker", "")
+	}
+	return left
+}
