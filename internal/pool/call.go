@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"sync/atomic"
 	"time"
 )
 
@@ -27,9 +26,9 @@ type call struct {
 	// Set by the owner when it grants a worker (see io.go).
 	slot int
 	proc *process
-	// io is the state of a granted call (ioRunning...), shared by the
+	// io decides who ends a granted call (handoff.go), shared by the
 	// owner and the grant's holder; ior is the holder's progress.
-	io    atomic.Int32
+	io    handoff
 	ior   ioProgress
 	watch ctxWatch // the client's (clientIO)
 }
