@@ -152,7 +152,7 @@ func New(cfg Config) (*Pool, error) {
 	}
 	for i := range cfg.MaxWorkers {
 		s := &slot{n: i}
-		s.busyT = timerEntry{index: -1, fn: func() { p.busyTimeout(s, s.busyProc) }}
+		s.timers.busyEntry = timerEntry{index: -1, fn: func() { p.busyTimeout(s, s.timers.busyProc) }}
 		p.slots = append(p.slots, s)
 		p.stopped = append(p.stopped, i)
 	}

@@ -16,5 +16,47 @@
 // claims the call, answers the client itself and interrupts the client's
 // read; every such claim kills the worker. A client whose context ends
 // hands its unfinished read to a helper goroutine. io.go has the whole
-// protocol.
+// protocol, handoff.go the claim.
+//
+// # Who owns what
+//
+//   - The owner goroutine (Run, loop.go) alone reads and writes every
+//     slot, the stopped list, the queue, the timer heap, the load
+//     histories and the counters. Everything else reaches them through
+//     Pool.in (calls, I/O events, functions run by exec) or Pool.tags.
+//     Config.Notify, Config.Stats and Config.Events are called on it.
+//   - A granted call's process pipes and buffers (process.buf, wbuf and
+//     the raw I/O fields of rawio.go) belong to the grant's holder until
+//     the call's handoff leaves running: the client in Do, a helper once
+//     the client left (finishAbandoned), or a tick's goroutine.
+//   - Each process has a stderr reader (drainStderr) and, with -Z, a
+//     status reader (readStatus); they share only process.qid and
+//     process.oom (atomics) and send on Pool.tags.
+//   - Context watch groups (watch.go) are guarded by Pool.wmu; the poll
+//     waiter count (PollWaiters) is an atomic.
+//   - Every goroutine the pool starts is counted in Pool.wg, which Run
+//     waits for before it returns.
+//
+// # Slot states
+//
+// A slot changes state only through setState, on the owner goroutine:
+//
+//	Stopped -> Idle    activate: a process starts (the slot leaves the stopped list)
+//	Idle    -> Busy    dispatch: a call is granted, the busy timer armed
+//	Busy    -> Idle    handleIO: the call ended with a reply or its worker's EOF
+//	Idle    -> Killed  kill: idle timeout, recycling, reread, dead stdout, autoscale
+//	Busy    -> Killed  kill: busy timeout, error talking to the worker
+//	any     -> Stopped finishReap (or reapAllNow at shutdown): the process was reaped
+//
+// and while Run serves, these hold between two messages of the owner loop
+// (export_test.go checks them whenever a test looks at the states):
+//
+//   - state is Stopped exactly when proc is nil, and exactly the Stopped
+//     slots are on the stopped list;
+//   - a slot has a call in flight (cmd.call) or a busy timer only when
+//     Busy; an Idle slot's current kind is Other;
+//   - a Killed slot is never chosen for a request; its kill timer
+//     escalates (SIGTERM, SIGKILL) until it is reaped;
+//   - a queued call is queued only while no worker could take it, and
+//     has a queue timeout in the heap.
 package pool

@@ -30,12 +30,12 @@ func (p *Pool) activate(s *slot, reason string) error {
 		}
 	}
 	s.proc = proc
-	s.numRequests, s.numScans = 0, 0
-	s.activated, s.firstReq = now, time.Time{}
-	s.activationNo = p.activations
-	s.generation = p.generation
-	s.last, s.cur = Other, Other
-	s.dead, s.reapPending = false, false
+	s.life.numRequests, s.life.numScans = 0, 0
+	s.life.activated, s.life.firstReq = now, time.Time{}
+	s.life.activationNo = p.activations
+	s.life.generation = p.generation
+	s.cmd.last, s.cmd.cur = Other, Other
+	s.life.dead, s.life.reapPending = false, false
 	p.setState(s, Idle)
 	s.idleSince = now
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
@@ -62,25 +62,25 @@ func (p *Pool) kill(s *slot, reason string) {
 	}
 	wasBusy := s.state == Busy
 	now := p.clk.Now()
-	age := secs(now, s.activated)
+	age := secs(now, s.life.activated)
 	p.vlog(slog.LevelInfo, "Killing %s worker %d (pid %d) req=%d age=%d req_age=%d: %s",
-		strings.ToLower(s.state.String()), s.n, proc.pid, s.numRequests, age, secs(now, s.firstReq), reason)
+		strings.ToLower(s.state.String()), s.n, proc.pid, s.life.numRequests, age, secs(now, s.life.firstReq), reason)
 	signalProc(proc, syscall.SIGCONT)
 	if wasBusy {
 		signalProc(proc, syscall.SIGTERM)
 	}
-	if s.call != nil {
-		c := s.call
-		s.call = nil
+	if s.cmd.call != nil {
+		c := s.cmd.call
+		s.cmd.call = nil
 		c.finish(Result{Err: ErrClosed})
 	}
-	s.busyTimer.cancel(p)
-	s.busyTimer = nil
-	s.deadTimer.cancel(p)
-	s.deadTimer = nil
+	s.timers.busy.cancel(p)
+	s.timers.busy = nil
+	s.timers.dead.cancel(p)
+	s.timers.dead = nil
 	p.setState(s, Killed)
 	closeStdin(proc)
-	s.killTimer = p.after(p.cfg.KillGrace, func() {
+	s.timers.kill = p.after(p.cfg.KillGrace, func() {
 		if s.proc != proc || proc.reaped {
 			return
 		}
@@ -92,7 +92,7 @@ func (p *Pool) kill(s *slot, reason string) {
 		}
 		p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking too long to exit; sending SIGTERM", s.n, proc.pid)
 		signalProc(proc, syscall.SIGTERM)
-		s.killTimer = p.after(p.cfg.KillGrace, func() {
+		s.timers.kill = p.after(p.cfg.KillGrace, func() {
 			if s.proc == proc && !proc.reaped {
 				p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking way too long to exit; sending SIGKILL", s.n, proc.pid)
 				signalProc(proc, syscall.SIGCONT)
@@ -100,7 +100,7 @@ func (p *Pool) kill(s *slot, reason string) {
 			}
 		})
 	})
-	p.stat(s, "KillWorker", fmt.Sprintf(`req=%d age=%d reason="%s"`, s.numRequests, age, reason))
+	p.stat(s, "KillWorker", fmt.Sprintf(`req=%d age=%d reason="%s"`, s.life.numRequests, age, reason))
 }
 
 func secs(now, t time.Time) int64 {
@@ -172,7 +172,7 @@ func (p *Pool) idleTimer() {
 	alive := p.running()
 	if p.cfg.MaxLifetime > 0 {
 		for _, s := range p.idleList() {
-			if !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime {
+			if !s.life.firstReq.IsZero() && now.Sub(s.life.firstReq) > p.cfg.MaxLifetime {
 				alive--
 				p.kill(s, fmt.Sprintf("Worker has exceeded maximum lifetime of %d seconds", int(p.cfg.MaxLifetime/time.Second)))
 			}

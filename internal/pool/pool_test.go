@@ -109,6 +109,9 @@ func wantReply(t *testing.T, r pool.Result, want string) {
 
 func states(t *testing.T, p *pool.Pool) string {
 	t.Helper()
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatalf("pool invariants: %v", err)
+	}
 	snap, ok := p.Snapshot()
 	if !ok {
 		t.Fatal("pool stopped")

@@ -27,10 +27,10 @@ func (p *Pool) reap() {
 		proc.reaped = true
 		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
 		p.logReaped(s, ws, &ru, s.state == Killed)
-		if s.state == Busy && s.call != nil {
+		if s.state == Busy && s.cmd.call != nil {
 			// Let the I/O goroutine report what the worker wrote before it
 			// died; its stdout has hit or is about to hit EOF.
-			s.reapPending = true
+			s.life.reapPending = true
 			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
 			continue
 		}
@@ -43,7 +43,7 @@ func (p *Pool) reap() {
 // that was told to exit (and for every worker at shutdown).
 func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, killed bool) {
 	defer p.vlog(slog.LevelInfo, "Worker %d resource usage: req=%d, scans=%d, user=%d.%03d, sys=%d.%03d, nswap=%d, majflt=%d, minflt=%d, maxrss=%d, bi=%d, bo=%d",
-		s.n, s.numRequests, s.numScans, ru.Utime.Sec, ru.Utime.Usec/1000, ru.Stime.Sec, ru.Stime.Usec/1000,
+		s.n, s.life.numRequests, s.life.numScans, ru.Utime.Sec, ru.Utime.Usec/1000, ru.Stime.Sec, ru.Stime.Usec/1000,
 		ru.Nswap, ru.Majflt, ru.Minflt, ru.Maxrss, ru.Inblock, ru.Oublock)
 	level, extra := slog.LevelDebug, ""
 	if !killed {
@@ -65,20 +65,20 @@ func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, kil
 func (p *Pool) finishReap(s *slot) {
 	proc := s.proc
 	closeProc(proc)
-	s.killTimer.cancel(p)
-	s.deadTimer.cancel(p)
-	s.busyTimer.cancel(p)
-	s.killTimer, s.deadTimer, s.busyTimer = nil, nil, nil
+	s.timers.kill.cancel(p)
+	s.timers.dead.cancel(p)
+	s.timers.busy.cancel(p)
+	s.timers.kill, s.timers.dead, s.timers.busy = nil, nil, nil
 	if s.state != Killed {
 		p.notify("U")
 	}
 	s.proc = nil
-	s.activated, s.firstReq = time.Time{}, time.Time{}
+	s.life.activated, s.life.firstReq = time.Time{}, time.Time{}
 	p.setState(s, Stopped)
-	s.dead, s.reapPending = false, false
+	s.life.dead, s.life.reapPending = false, false
 	// The last command kind stays until the next activation, as the
 	// reference's last_cmd does: `workers` shows it on a stopped slot.
-	s.cur = Other
+	s.cmd.cur = Other
 	p.stopped = append([]int{s.n}, p.stopped...)
 	p.stat(s, "ReapWorker", "")
 	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
@@ -107,9 +107,9 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 	}
 	p.queue = nil
 	for _, s := range p.slots {
-		if s.call != nil {
-			s.call.finish(Result{Err: ErrClosed})
-			s.call = nil
+		if s.cmd.call != nil {
+			s.cmd.call.finish(Result{Err: ErrClosed})
+			s.cmd.call = nil
 		}
 		if s.proc != nil {
 			signalProc(s.proc, syscall.SIGCONT)

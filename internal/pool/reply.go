@@ -13,17 +13,17 @@ func (p *Pool) handleIO(ev ioEvent) {
 	if s.proc != ev.proc {
 		return
 	}
-	if s.state != Busy || s.call == nil {
+	if s.state != Busy || s.cmd.call == nil {
 		// A killed worker's late answer.
-		if s.reapPending {
+		if s.life.reapPending {
 			p.finishReap(s)
 		}
 		return
 	}
-	c := s.call
-	s.call = nil
-	s.busyTimer.cancel(p)
-	s.busyTimer = nil
+	c := s.cmd.call
+	s.cmd.call = nil
+	s.timers.busy.cancel(p)
+	s.timers.busy = nil
 	if p.cfg.EventLog != nil {
 		p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
 	}
@@ -31,7 +31,7 @@ func (p *Pool) handleIO(ev ioEvent) {
 		p.vlog(slog.LevelError, "handleWorkerReceivedCommand(%d): Timeout or error: %v", s.n, ev.writeErr)
 		c.finish(Result{Err: ErrTalk})
 		p.kill(s, "Error talking to worker process")
-		if s.reapPending {
+		if s.life.reapPending {
 			p.finishReap(s)
 		}
 		return
@@ -40,12 +40,12 @@ func (p *Pool) handleIO(ev ioEvent) {
 	if ev.eof {
 		// Its stdout is gone: it is never chosen again, and if it does not
 		// exit by itself it is killed.
-		s.dead = true
+		s.life.dead = true
 	}
 	if c.req.Map && noData {
 		c.finish(Result{Err: ErrNoResponse})
 		p.kill(s, "Busy timeout")
-		if s.reapPending {
+		if s.life.reapPending {
 			p.finishReap(s)
 		}
 		return
@@ -59,23 +59,23 @@ func (p *Pool) handleIO(ev ioEvent) {
 	} else {
 		r.Reply = ev.reply
 	}
-	s.numRequests++
+	s.life.numRequests++
 	p.finishCommand(s, c)
 	c.finish(r)
 	p.setState(s, Idle)
 	s.idleSince = p.now()
-	s.cur = Other
+	s.cmd.cur = Other
 	p.checkExpiry(s)
-	if c.tick < 0 && !c.req.Map && s.workdir != "" && p.cfg.Stats != nil {
-		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.numRequests))
+	if c.tick < 0 && !c.req.Map && s.cmd.workdir != "" && p.cfg.Stats != nil {
+		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.life.numRequests))
 	}
-	if s.reapPending {
+	if s.life.reapPending {
 		p.finishReap(s)
 		return
 	}
-	if s.dead && s.state == Idle {
+	if s.life.dead && s.state == Idle {
 		proc := s.proc
-		s.deadTimer = p.after(p.cfg.KillGrace, func() {
+		s.timers.dead = p.after(p.cfg.KillGrace, func() {
 			if s.proc == proc && s.state == Idle {
 				p.kill(s, "EventTcp_ReadBuf failed")
 			}
@@ -109,7 +109,7 @@ func (p *Pool) finishCommand(s *slot, c *call) {
 		})
 	}
 	if c.kind == Scan {
-		s.numScans++
+		s.life.numScans++
 		p.msgs++
 	}
 }
@@ -117,7 +117,7 @@ func (p *Pool) finishCommand(s *slot, c *call) {
 // checkExpiry is docs/protocols/mimedefang-multiplexor.md, "After each reply": serve the queue (unless this worker is far past its
 // request limit), else recycle on request count, lifetime or generation.
 func (p *Pool) checkExpiry(s *slot) {
-	if len(p.queue) > 0 && s.numRequests < 3*p.cfg.MaxRequests {
+	if len(p.queue) > 0 && s.life.numRequests < 3*p.cfg.MaxRequests {
 		c := p.popQueue()
 		if t := p.findFree(c.kind); t != nil {
 			p.dispatch(t, c)
@@ -129,23 +129,23 @@ func (p *Pool) checkExpiry(s *slot) {
 	}
 	now := p.now()
 	switch {
-	case s.numRequests >= p.cfg.MaxRequests:
-		p.kill(s, fmt.Sprintf("Worker has processed %d requests", s.numRequests))
-	case p.cfg.MaxLifetime > 0 && !s.firstReq.IsZero() && now.Sub(s.firstReq) > p.cfg.MaxLifetime:
+	case s.life.numRequests >= p.cfg.MaxRequests:
+		p.kill(s, fmt.Sprintf("Worker has processed %d requests", s.life.numRequests))
+	case p.cfg.MaxLifetime > 0 && !s.life.firstReq.IsZero() && now.Sub(s.life.firstReq) > p.cfg.MaxLifetime:
 		p.kill(s, fmt.Sprintf("Worker has exceeded maximum lifetime of %d seconds", int(p.cfg.MaxLifetime/time.Second)))
-	case s.generation < p.generation:
+	case s.life.generation < p.generation:
 		p.kill(s, "New generation -- forcing reread of filter rules")
 	}
 }
 
 // busyTimeout is docs/protocols/mimedefang-multiplexor.md, "Busy timeout".
 func (p *Pool) busyTimeout(s *slot, proc *process) {
-	s.busyTimer = nil
-	if s.proc != proc || s.state != Busy || s.call == nil {
+	s.timers.busy = nil
+	if s.proc != proc || s.state != Busy || s.cmd.call == nil {
 		return
 	}
-	c := s.call
-	s.call = nil
+	c := s.cmd.call
+	s.cmd.call = nil
 	p.elog("busy timeout worker=%d", s.n)
 	if c.req.Map {
 		c.finish(Result{Err: ErrBusyTimeout})
@@ -153,14 +153,14 @@ func (p *Pool) busyTimeout(s *slot, proc *process) {
 		return
 	}
 	busy := p.busy()
-	s.numRequests++
+	s.life.numRequests++
 	p.finishCommand(s, c)
 	c.finish(Result{Err: ErrBusyTimeout, BusyWorkers: busy})
 	if c.tick < 0 {
 		p.notify("B")
 	}
 	p.kill(s, "Busy timeout")
-	if c.tick < 0 && s.workdir != "" && p.cfg.Stats != nil {
-		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.numRequests))
+	if c.tick < 0 && s.cmd.workdir != "" && p.cfg.Stats != nil {
+		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.life.numRequests))
 	}
 }

@@ -14,7 +14,7 @@ func (p *Pool) submit(c *call) {
 		if d, ok := RecipokDomain(c.req.Line); ok {
 			n := 0
 			for _, s := range p.slots {
-				if s.state == Busy && s.cur == RecipOK && strings.EqualFold(s.domain, d) {
+				if s.state == Busy && s.cmd.cur == RecipOK && strings.EqualFold(s.cmd.domain, d) {
 					n++
 				}
 			}
@@ -69,20 +69,20 @@ func (p *Pool) queueTimeout(c *call) {
 func (p *Pool) findFree(k Kind) *slot {
 	idle := p.idleBuf[:0]
 	for _, s := range p.slots {
-		if s.state == Idle && !s.dead && !s.reapPending {
+		if s.state == Idle && !s.life.dead && !s.life.reapPending {
 			idle = append(idle, s)
 		}
 	}
 	p.idleBuf = idle[:0]
 	slices.SortFunc(idle, func(a, b *slot) int { return cmp.Compare(b.idleSeq, a.idleSeq) })
-	matches := func(s *slot) bool { return k != Other && s.last == k }
+	matches := func(s *slot) bool { return k != Other && s.cmd.last == k }
 	var best, same *slot
 	for _, s := range idle {
-		if best == nil || s.activationNo < best.activationNo {
+		if best == nil || s.life.activationNo < best.life.activationNo {
 			best = s
 		}
-		if matches(s) || s.last == Other {
-			if same == nil || !matches(same) || s.activationNo < same.activationNo {
+		if matches(s) || s.cmd.last == Other {
+			if same == nil || !matches(same) || s.life.activationNo < same.life.activationNo {
 				same = s
 			}
 		}
@@ -95,11 +95,11 @@ func (p *Pool) findFree(k Kind) *slot {
 	}
 	if best != nil && p.cfg.LogScheduling {
 		act := uint64(0)
-		if best.activationNo > 0 {
-			act = best.activationNo - 1
+		if best.life.activationNo > 0 {
+			act = best.life.activationNo - 1
 		}
 		p.alog(slog.LevelInfo, "Scheduling %s worker %d for cmdno %d (activated=%d, last=%d)",
-			best.state, best.n, int(k)-1, act, lastCmdNo(best.last))
+			best.state, best.n, int(k)-1, act, lastCmdNo(best.cmd.last))
 	}
 	return best
 }
@@ -145,29 +145,29 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	}
 	now := p.now()
 	p.setState(s, Busy)
-	s.cur = c.kind
+	s.cmd.cur = c.kind
 	if c.kind != Other {
-		s.last = c.kind
+		s.cmd.last = c.kind
 	}
-	s.domain = ""
+	s.cmd.domain = ""
 	if c.kind == RecipOK {
-		s.domain, _ = RecipokDomain(c.req.Line)
+		s.cmd.domain, _ = RecipokDomain(c.req.Line)
 	}
-	s.call = c
+	s.cmd.call = c
 	c.start = now
 	proc := s.proc
 	if c.tick >= 0 {
-		s.tag = fmt.Sprintf("tick %d", c.tick)
+		s.cmd.tag = fmt.Sprintf("tick %d", c.tick)
 	} else {
-		s.tag = commandTag(c.req.Line)
+		s.cmd.tag = commandTag(c.req.Line)
 		p.notifyTag(s)
 		p.noteCommand(s, c)
 	}
 	if p.cfg.EventLog != nil {
 		p.elog("dispatch worker=%d pid=%d cmd=%q", s.n, proc.pid, truncate(c.req.Line, 100))
 	}
-	s.busyProc = proc
-	s.busyTimer = p.schedule(&s.busyT, p.cfg.BusyTimeout)
+	s.timers.busyProc = proc
+	s.timers.busy = p.schedule(&s.timers.busyEntry, p.cfg.BusyTimeout)
 	c.slot = s.n
 	// The stats line comes before the hand-off: once the worker has the
 	// command its reply can reach the client, and the record must not
@@ -192,7 +192,7 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		return "", false
 	}
 	if c.req.Map {
-		s.workdir = ""
+		s.cmd.workdir = ""
 		return
 	}
 	qid := ""
@@ -204,16 +204,16 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 		}
 		qid = q
 		if d, ok := field(2, 511); ok {
-			s.workdir = d
+			s.cmd.workdir = d
 		}
 	case c.kind == SenderOK:
-		s.workdir = ""
+		s.cmd.workdir = ""
 		qid, _ = field(6, 31)
 	case c.kind == RecipOK:
-		s.workdir = ""
+		s.cmd.workdir = ""
 		qid, _ = field(8, 31)
 	default:
-		s.workdir = ""
+		s.cmd.workdir = ""
 	}
 	if *s.proc.qid.Load() != qid {
 		q := qid // only a changed id is allocated

@@ -9,43 +9,61 @@ import (
 )
 
 type slot struct {
-	n            int
-	state        State
-	proc         *process
-	numRequests  int
-	numScans     int
-	activated    time.Time
-	firstReq     time.Time
-	idleSince    time.Time
-	lastChange   time.Time
-	activationNo uint64
-	generation   int
-	tag          string
-	cur, last    Kind
-	domain       string
-	call         *call
-	busyTimer    *timerEntry
-	// busyT is the entry busyTimer points to while set, and busyProc the
-	// process it was set for (no allocation per request).
-	busyT       timerEntry
-	busyProc    *process
-	killTimer   *timerEntry
-	deadTimer   *timerEntry
-	dead        bool // stdout ended: never chosen again
-	reapPending bool // reaped while busy: finish once the I/O reports
+	n     int      // the slot's number, as `status` and the logs show it
+	state State    // changed only by setState
+	proc  *process // the worker in the slot; nil when Stopped
+	// lastChange is when state last changed; idleSince when the worker
+	// last went idle (the idle timeout counts from it).
+	lastChange, idleSince time.Time
 	// idleSeq orders idle slots as the reference's idle list does (the
 	// most recently idle first), which its worker choice depends on.
 	idleSeq uint64
+
+	life   procLife    // the current process's life, reset by activate
+	cmd    slotCommand // the command in flight and what is kept of the last
+	timers slotTimers  // the slot's pending timers (nil: none)
+}
+
+// procLife is what a slot keeps about the process it runs now.
+type procLife struct {
+	activated    time.Time // when the process started
+	firstReq     time.Time // its first request (zero before): -V counts from it
+	activationNo uint64    // the pool's activation count at its start (oldest first)
+	generation   int       // the pool's generation at its start (reread)
+	numRequests  int       // requests handled (-r recycles on it)
+	numScans     int       // scans among them
+	dead         bool      // stdout ended: never chosen again
+	reapPending  bool      // reaped while busy: finish once the I/O reports
+}
+
+// slotCommand is the command a slot's worker runs, and what the reference
+// keeps about the last one.
+type slotCommand struct {
+	call      *call  // the call in flight while Busy (nil once ended)
+	cur, last Kind   // the current command's kind (Other when idle) and the last counted kind
+	domain    string // the recipok domain in flight (-y counts it)
+	tag       string // the status tag (cleared on every state change)
 	// workdir is the scan directory of the last scan (cleared by other
 	// client commands): EndFilter is logged only when it is set.
 	workdir string
+}
+
+// slotTimers are a slot's timer entries in the pool's heap.
+type slotTimers struct {
+	busy *timerEntry // the busy timeout (-b) while Busy
+	// busyEntry is the entry busy points to while set, and busyProc the
+	// process it was set for (no allocation per request).
+	busyEntry timerEntry
+	busyProc  *process
+	kill      *timerEntry // the next kill escalation step
+	dead      *timerEntry // the kill of an idle worker whose stdout ended
 }
 
 // setState is the reference's putOnList: the tag is always cleared; a
 // real change is notified (docs/protocols/mimedefang-multiplexor.md, "Notifications": the StateChange line, then F when the free
 // count changed, then Z or Y), timed, and counted in the busy histogram.
 func (p *Pool) setState(s *slot, st State) {
-	s.tag = ""
+	s.cmd.tag = ""
 	if s.state == st {
 		return
 	}
@@ -61,8 +79,8 @@ func (p *Pool) setState(s *slot, st State) {
 	switch st {
 	case Busy:
 		p.histo[p.busy()-1]++
-		if s.firstReq.IsZero() {
-			s.firstReq = now
+		if s.life.firstReq.IsZero() {
+			s.life.firstReq = now
 		}
 	case Idle:
 		p.idleSeq++

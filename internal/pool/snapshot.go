@@ -68,8 +68,8 @@ func (p *Pool) SnapshotLoad(qs ...LoadQuery) (snap Snapshot, ok bool) {
 		}
 		snap.Slots = make([]SlotInfo, 0, len(p.slots))
 		for _, s := range p.slots {
-			si := SlotInfo{State: s.state, Current: s.cur, Last: s.last, NumRequests: s.numRequests,
-				NumScans: s.numScans, Activated: s.activated, FirstReq: s.firstReq, LastChange: s.lastChange, Tag: s.tag}
+			si := SlotInfo{State: s.state, Current: s.cmd.cur, Last: s.cmd.last, NumRequests: s.life.numRequests,
+				NumScans: s.life.numScans, Activated: s.life.activated, FirstReq: s.life.firstReq, LastChange: s.lastChange, Tag: s.cmd.tag}
 			if s.proc != nil {
 				si.PID = s.proc.pid
 			}

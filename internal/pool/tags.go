@@ -48,8 +48,8 @@ func plainTag(s string) bool {
 // notifyTag sends "S <n> <tag>" (the tag cut to 200 bytes); an empty tag
 // is not sent.
 func (p *Pool) notifyTag(s *slot) {
-	if s.tag != "" && p.cfg.Notify != nil {
-		p.notify("S " + strconv.Itoa(s.n) + " " + truncate(s.tag, 200))
+	if s.cmd.tag != "" && p.cfg.Notify != nil {
+		p.notify("S " + strconv.Itoa(s.n) + " " + truncate(s.cmd.tag, 200))
 	}
 }
 
@@ -68,7 +68,7 @@ func (p *Pool) handleTag(ev tagEvent) {
 		return
 	}
 	if s.state == Busy {
-		s.tag = ev.tag
+		s.cmd.tag = ev.tag
 	}
 	p.notifyTag(s)
 }
