@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"strings"
 	"time"
 )
 
@@ -113,53 +112,3 @@ func (s *Snapshot) BusyWith(k Kind) int {
 
 // Uptime is the whole seconds since the pool started.
 func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }
-
-// PercentDecode turns %XX (either case) into its byte and leaves any other
-// '%' alone (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
-func PercentDecode(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-			continue
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
-}
-
-// PercentEncode writes bytes <= 0x20, >= 0x7F and % \ ' " as %XX (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
-func PercentEncode(s string) string {
-	const hexdig = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= 0x20 || c >= 0x7f || c == '%' || c == '\\' || c == '\'' || c == '"' {
-			b.WriteByte('%')
-			b.WriteByte(hexdig[c>>4])
-			b.WriteByte(hexdig[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c >= 'a':
-		return c - 'a' + 10
-	default:
-		return c - 'A' + 10
-	}
-}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"bytes"
+	"sluice/internal/percent"
 	"strconv"
 	"strings"
 )
@@ -23,7 +24,7 @@ func commandTag(line string) string {
 	if plainTag(raw) {
 		return raw // the common case, without a copy
 	}
-	t := []byte(PercentDecode(raw))
+	t := []byte(percent.Decode(raw))
 	if i := bytes.IndexByte(t, 0); i >= 0 {
 		t = t[:i]
 	}
@@ -114,7 +115,7 @@ func statusChunkTag(b []byte) (tag string, ok bool) {
 	}
 	rest := b
 	for {
-		tag = PercentDecode(string(rest[:min(len(rest), chunk)]))
+		tag = percent.Decode(string(rest[:min(len(rest), chunk)]))
 		if i := strings.IndexByte(tag, 0); i >= 0 {
 			tag = tag[:i]
 		}
