@@ -676,7 +676,7 @@ func (d *muxDaemon) serve(ctx context.Context, listeners []muxListener) int {
 		MaxLifetime: sec(o.lifetime), IdleTime: sec(o.idle), BusyTimeout: sec(o.busy),
 		CmdTimeout: sec(o.cmd), SlewTime: sec(o.slew), ActivationSpacing: sec(o.spacing),
 		QueueSize: o.queue, QueueTimeout: sec(o.queueTimeout), DomainLimit: o.domainLimit,
-		LogStderr: o.verbose, Verbose: o.verbose, Logger: log,
+		LogStderr: o.verbose, Events: mux.PoolLog{Logger: log, Verbose: o.verbose}.Event,
 		StatusPipe: o.statusPipe, TickInterval: sec(o.tick), TickBands: o.ticks,
 		StatusLogInterval: sec(o.logInterval), LogScheduling: o.schedLog,
 		RLimitRSS: uint64(max(o.rss, 0)) * 1024, RLimitAS: uint64(max(o.mem, 0)) * 1024,

@@ -41,12 +41,9 @@ type Config struct {
 	// KillGrace is the wait before each kill escalation step (the
 	// reference's fixed 10 s; 0 means 10 s).
 	KillGrace time.Duration
-	// LogStderr logs workers' stderr lines (-l); otherwise it is discarded.
+	// LogStderr (-l) makes each line a worker writes on stderr an
+	// EvStderr event; otherwise stderr is read and discarded.
 	LogStderr bool
-	// Verbose is -l: the reference's optional log messages (worker starts,
-	// kills, reaps, queueing...) are logged. Without it only what the
-	// reference always logs is (errors, -L status lines, -A decisions).
-	Verbose bool
 
 	// StatusPipe is -Z: each worker gets the write end of a pipe as fd 3
 	// and the tags it writes there while busy become its status tag (docs/protocols/mimedefang-multiplexor.md, "Status tags").
@@ -59,7 +56,8 @@ type Config struct {
 	// StatusLogInterval is -L: the "Worker status: ..." line is logged
 	// at Info this often; 0 disables it.
 	StatusLogInterval time.Duration
-	// LogScheduling is -A: every choice of a worker is logged at Info.
+	// LogScheduling is -A: every choice of a worker is an EvScheduling
+	// event (otherwise none is made: it would cost on every request).
 	LogScheduling bool
 	// RLimitRSS and RLimitAS are -R and -M in bytes (0: no limit): a
 	// worker runs with RLIMIT_RSS, and RLIMIT_AS and RLIMIT_DATA, set to
@@ -75,12 +73,17 @@ type Config struct {
 	// Stats receives each stats-file event of docs/protocols/mimedefang-multiplexor.md, "Stats file" on the owner
 	// goroutine; it must not block. nil: none.
 	Stats func(StatsEvent)
+	// Events receives what the pool reports for its log (Event; package
+	// mux writes the reference's syslog lines from them). It is called on
+	// the owner goroutine, except for EvStderr events, which come from the
+	// worker's stderr reader: it must be safe for concurrent use and must
+	// not block. nil: none.
+	Events func(Event)
 	// EventLog, when set, gets a debug line for each event the owner
 	// loop handles (-d).
 	EventLog *slog.Logger
 
-	Clock  clock.Clock  // nil: the real clock
-	Logger *slog.Logger // nil: slog.Default()
+	Clock clock.Clock // nil: the real clock
 }
 
 // Request is one command for a worker.
@@ -137,13 +140,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	p := &Pool{
 		cfg:     cfg,
 		clk:     cfg.Clock,
-		log:     cfg.Logger,
 		in:      make(chan ownerMsg, inBuffer),
 		tags:    make(chan tagEvent),
 		done:    make(chan struct{}),

@@ -2,8 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"log/slog"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -12,13 +10,13 @@ import (
 func (p *Pool) activate(s *slot, reason string) error {
 	now := p.now()
 	if !p.mayActivate() {
-		p.vlog(slog.LevelDebug, "Did not start worker %d: Not enough time elapsed since last worker activation", s.n)
+		p.emit(Event{Kind: EvActivationSpacing, Worker: s.n})
 		return fmt.Errorf("pool: activation spacing")
 	}
 	proc, err := spawn(&p.cfg)
 	p.nowSet = false // a fork takes a while
 	if err != nil {
-		p.alog(slog.LevelError, "Could not start worker %d: %v", s.n, err)
+		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
 		return err
 	}
 	p.lastActivation = now
@@ -39,7 +37,7 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.setState(s, Idle)
 	s.idleSince = now
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
-	p.vlog(slog.LevelInfo, "Starting worker %d (pid %d) (%d running): %s", s.n, proc.pid, p.running(), reason)
+	p.emit(Event{Kind: EvStartWorker, Worker: s.n, PID: proc.pid, Running: p.running(), Reason: reason})
 	p.stat(s, "StartWorker", `reason="`+reason+`"`)
 	n := 1
 	if proc.status != nil {
@@ -63,8 +61,8 @@ func (p *Pool) kill(s *slot, reason string) {
 	wasBusy := s.state == Busy
 	now := p.clk.Now()
 	age := secs(now, s.life.activated)
-	p.vlog(slog.LevelInfo, "Killing %s worker %d (pid %d) req=%d age=%d req_age=%d: %s",
-		strings.ToLower(s.state.String()), s.n, proc.pid, s.life.numRequests, age, secs(now, s.life.firstReq), reason)
+	p.emit(Event{Kind: EvKillWorker, Worker: s.n, PID: proc.pid, State: s.state, Requests: s.life.numRequests,
+		Age: age, ReqAge: secs(now, s.life.firstReq), Reason: reason})
 	signalProc(proc, syscall.SIGCONT)
 	if wasBusy {
 		signalProc(proc, syscall.SIGTERM)
@@ -86,15 +84,15 @@ func (p *Pool) kill(s *slot, reason string) {
 		}
 		signalProc(proc, syscall.SIGCONT)
 		if wasBusy {
-			p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking way too long to exit; sending SIGKILL", s.n, proc.pid)
+			p.emit(Event{Kind: EvKillEscalate, Worker: s.n, PID: proc.pid, Signal: syscall.SIGKILL})
 			signalProc(proc, syscall.SIGKILL)
 			return
 		}
-		p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking too long to exit; sending SIGTERM", s.n, proc.pid)
+		p.emit(Event{Kind: EvKillEscalate, Worker: s.n, PID: proc.pid, Signal: syscall.SIGTERM})
 		signalProc(proc, syscall.SIGTERM)
 		s.timers.kill = p.after(p.cfg.KillGrace, func() {
 			if s.proc == proc && !proc.reaped {
-				p.vlog(slog.LevelInfo, "Worker %d (pid %d) taking way too long to exit; sending SIGKILL", s.n, proc.pid)
+				p.emit(Event{Kind: EvKillEscalate, Worker: s.n, PID: proc.pid, Signal: syscall.SIGKILL})
 				signalProc(proc, syscall.SIGCONT)
 				signalProc(proc, syscall.SIGKILL)
 			}

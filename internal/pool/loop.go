@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"os/signal"
 	"sluice/internal/clock"
@@ -27,9 +26,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	for _, s := range p.slots {
 		s.lastChange = p.start
 	}
-	p.vlog(slog.LevelInfo, "started; minWorkers=%d, maxWorkers=%d, maxRequests=%d, maxLifetime=%d, maxIdleTime=%d, busyTimeout=%d, clientTimeout=%d",
-		p.cfg.MinWorkers, p.cfg.MaxWorkers, p.cfg.MaxRequests, int(p.cfg.MaxLifetime/time.Second),
-		int(p.cfg.IdleTime/time.Second), int(p.cfg.BusyTimeout/time.Second), int(p.cfg.CmdTimeout/time.Second))
+	p.emit(Event{Kind: EvStarted, Worker: -1, Config: &p.cfg})
 	p.bringUpCheck()
 	p.after(p.cfg.IdleTime, p.idleTimer)
 	if p.cfg.StatusLogInterval > 0 {

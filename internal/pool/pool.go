@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 type Pool struct {
 	cfg Config
 	clk clock.Clock
-	log *slog.Logger
 	// in carries calls, worker I/O results and functions to run to the
 	// owner loop, in the order they were sent (so a client that reported
 	// its worker's reply and then asks for a snapshot sees the worker

@@ -185,13 +185,10 @@ func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
 	if !p.cfg.LogStderr {
 		return
 	}
-	prefix := ""
-	if q := *pr.qid.Load(); q != "" {
-		prefix = q + ": "
-	}
+	qid := *pr.qid.Load()
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if len(line) > 0 {
-			p.log.Info(fmt.Sprintf("%sWorker %d stderr: %s", prefix, n, line))
+			p.emit(Event{Kind: EvStderr, Worker: n, QID: qid, Line: string(line)})
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"log/slog"
 	"os"
 	"syscall"
 	"time"
@@ -18,7 +17,7 @@ func (p *Pool) reap() {
 		var ru syscall.Rusage
 		pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
 		if err != nil && err != syscall.EINTR && err != syscall.ECHILD {
-			p.alog(slog.LevelError, "wait4(%d): %v", proc.pid, err)
+			p.emit(Event{Kind: EvWaitFailed, Worker: s.n, PID: proc.pid, Err: err})
 			continue
 		}
 		if pid != proc.pid && err != syscall.ECHILD {
@@ -42,24 +41,8 @@ func (p *Pool) reap() {
 // log_worker_resource_usage (with -l only); killed is true for a worker
 // that was told to exit (and for every worker at shutdown).
 func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, killed bool) {
-	defer p.vlog(slog.LevelInfo, "Worker %d resource usage: req=%d, scans=%d, user=%d.%03d, sys=%d.%03d, nswap=%d, majflt=%d, minflt=%d, maxrss=%d, bi=%d, bo=%d",
-		s.n, s.life.numRequests, s.life.numScans, ru.Utime.Sec, ru.Utime.Usec/1000, ru.Stime.Sec, ru.Stime.Usec/1000,
-		ru.Nswap, ru.Majflt, ru.Minflt, ru.Maxrss, ru.Inblock, ru.Oublock)
-	level, extra := slog.LevelDebug, ""
-	if !killed {
-		level, extra = slog.LevelError, " (WORKER DIED UNEXPECTEDLY)"
-	}
-	pid := s.proc.pid
-	switch {
-	case ws.Exited():
-		p.vlog(level, "Reap: worker %d (pid %d) exited normally with status %d%s", s.n, pid, ws.ExitStatus(), extra)
-	case ws.Signaled() && killed && (ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGKILL):
-		p.vlog(level, "Reap: worker %d (pid %d) exited due to SIGTERM/SIGKILL as expected.", s.n, pid)
-	case ws.Signaled():
-		p.vlog(level, "Reap: worker %d (pid %d) exited due to signal %d%s", s.n, pid, ws.Signal(), extra)
-	default:
-		p.vlog(level, "Reap: worker %d (pid %d) exited for unknown reason%s", s.n, pid, extra)
-	}
+	p.emit(Event{Kind: EvReaped, Worker: s.n, PID: s.proc.pid, Wait: ws, Killed: killed})
+	p.emit(Event{Kind: EvResourceUsage, Worker: s.n, Requests: s.life.numRequests, Scans: s.life.numScans, Usage: ru})
 }
 
 func (p *Pool) finishReap(s *slot) {

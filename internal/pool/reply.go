@@ -2,7 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"log/slog"
 	"strconv"
 	"time"
 )
@@ -28,7 +27,7 @@ func (p *Pool) handleIO(ev ioEvent) {
 		p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
 	}
 	if ev.writeErr != nil {
-		p.vlog(slog.LevelError, "handleWorkerReceivedCommand(%d): Timeout or error: %v", s.n, ev.writeErr)
+		p.emit(Event{Kind: EvTalkError, Worker: s.n, Err: ev.writeErr})
 		c.finish(Result{Err: ErrTalk})
 		p.kill(s, "Error talking to worker process")
 		if s.life.reapPending {
@@ -86,14 +85,7 @@ func (p *Pool) handleIO(ev ioEvent) {
 // logDied is the reference's error for a worker that closed its stdout
 // without answering; it is logged even without -l.
 func (p *Pool) logDied(s *slot) {
-	switch {
-	case s.proc.oom.Load():
-		p.alog(slog.LevelError, "Worker %d ran out of memory -- possible DoS attack due to complex MIME?", s.n)
-	case p.cfg.Verbose:
-		p.alog(slog.LevelError, "Worker %d died prematurely -- check your filter rules", s.n)
-	default:
-		p.alog(slog.LevelError, "Worker %d died prematurely -- check your filter rules and use the '-l' flag on mimedefang-multiplexor to see Perl error messages", s.n)
-	}
+	p.emit(Event{Kind: EvWorkerDied, Worker: s.n, OOM: s.proc.oom.Load()})
 }
 
 // finishCommand counts a command that ended (answered, timed out or died).
@@ -122,7 +114,7 @@ func (p *Pool) checkExpiry(s *slot) {
 		if t := p.findFree(c.kind); t != nil {
 			p.dispatch(t, c)
 		} else {
-			p.vlog(slog.LevelWarn, "No free workers")
+			p.emit(Event{Kind: EvNoFreeWorkers, Worker: -1})
 			c.finish(Result{Err: ErrNoFreeWorkers})
 		}
 		return

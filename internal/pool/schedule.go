@@ -3,7 +3,6 @@ package pool
 import (
 	"cmp"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 )
@@ -19,7 +18,7 @@ func (p *Pool) submit(c *call) {
 				}
 			}
 			if n >= p.cfg.DomainLimit {
-				p.vlog(slog.LevelWarn, "Hit per-domain recipok limit (%d) for domain %s", p.cfg.DomainLimit, d)
+				p.emit(Event{Kind: EvDomainLimit, Worker: -1, Limit: p.cfg.DomainLimit, Domain: d})
 				c.finish(Result{Err: ErrDomainLimit})
 				return
 			}
@@ -32,18 +31,12 @@ func (p *Pool) submit(c *call) {
 				p.queue = append(p.queue, c)
 				c.qtimer = timerEntry{index: -1, c: c}
 				c.timer = p.schedule(&c.qtimer, p.cfg.QueueTimeout)
-				if p.cfg.Verbose {
-					p.vlog(slog.LevelInfo, "All workers are busy: Queueing request (%d queued)", len(p.queue))
-				}
+				p.emit(Event{Kind: EvQueued, Worker: -1, Queued: len(p.queue)})
 				return
 			}
-			p.vlog(slog.LevelInfo, "Cannot queue request: request queue is full")
+			p.emit(Event{Kind: EvQueueFull, Worker: -1})
 		}
-		if c.req.Map {
-			p.alog(slog.LevelWarn, "map command failed: No free workers")
-		} else {
-			p.vlog(slog.LevelWarn, "No free workers")
-		}
+		p.emit(Event{Kind: EvNoFreeWorkers, Worker: -1, Map: c.req.Map})
 		c.finish(Result{Err: ErrNoFreeWorkers})
 		return
 	}
@@ -98,19 +91,9 @@ func (p *Pool) findFree(k Kind) *slot {
 		if best.life.activationNo > 0 {
 			act = best.life.activationNo - 1
 		}
-		p.alog(slog.LevelInfo, "Scheduling %s worker %d for cmdno %d (activated=%d, last=%d)",
-			best.state, best.n, int(k)-1, act, lastCmdNo(best.cmd.last))
+		p.emit(Event{Kind: EvScheduling, Worker: best.n, State: best.state, Cmd: k, Activation: act, Last: best.cmd.last})
 	}
 	return best
-}
-
-// lastCmdNo is the reference's number for a slot's last command: -2 for
-// none, 0-3 for scan, relayok, senderok, recipok.
-func lastCmdNo(k Kind) int {
-	if k == Other {
-		return -2
-	}
-	return int(k) - 1
 }
 
 // activationReason is the log's reason for starting a worker for c.
@@ -133,11 +116,11 @@ func (p *Pool) dispatch(s *slot, c *call) {
 		if err := p.activate(s, activationReason(c)); err != nil {
 			switch {
 			case c.tick >= 0:
-				p.vlog(slog.LevelWarn, "Tick %d skipped -- unable to activate worker %d", c.tick, s.n)
+				p.emit(Event{Kind: EvTickSkipped, Worker: s.n, Band: c.tick})
 			case c.req.Map:
-				p.alog(slog.LevelWarn, "map command failed: No free workers")
+				p.emit(Event{Kind: EvNoFreeWorkers, Worker: -1, Map: true})
 			default:
-				p.vlog(slog.LevelError, "Unable to activate worker %d", s.n)
+				p.emit(Event{Kind: EvActivateFailed, Worker: s.n})
 			}
 			c.finish(Result{Err: ErrActivate})
 			return
