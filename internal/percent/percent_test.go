@@ -5,44 +5,42 @@ import (
 	"testing"
 )
 
-func TestEncodeDecode(t *testing.T) {
-	for _, c := range []struct{ in, enc string }{
-		{"", ""},
-		{"plain-text_1.2@x", "plain-text_1.2@x"},
-		{"a b\tc\n", "a%20b%09c%0A"},
-		{"%\\'\"", "%25%5C%27%22"},
-		{"\x00\x01\x7f\x80\xff~!", "%00%01%7F%80%FF~!"},
-		{"é", "%C3%A9"},
-		{"scan Q1 /var/spool", "scan%20Q1%20/var/spool"},
-	} {
-		if got := Encode(c.in); got != c.enc {
-			t.Errorf("Encode(%q) = %q, want %q", c.in, got, c.enc)
-		}
-		if got := Decode(c.enc); got != c.in {
-			t.Errorf("Decode(%q) = %q, want %q", c.enc, got, c.in)
-		}
-	}
+// codings: Decode(enc) is dec; for a canonical enc (canon), Encode(dec)
+// is enc again. The rest are malformed or non-canonical encodings: a %
+// without two hex digits after it is kept, lower-case hex is decoded.
+var codings = []struct {
+	enc, dec string
+	canon    bool
+}{
+	{"", "", true},
+	{"plain-text_1.2@x", "plain-text_1.2@x", true},
+	{"a%20b%09c%0A", "a b\tc\n", true},
+	{"%25%5C%27%22", "%\\'\"", true},
+	{"%00%01%7F%80%FF~!", "\x00\x01\x7f\x80\xff~!", true},
+	{"%C3%A9", "é", true},
+	{"scan%20Q1%20/var/spool", "scan Q1 /var/spool", true},
+	{"%", "%", false},
+	{"100%", "100%", false},
+	{"%4", "%4", false},
+	{"%4g", "%4g", false},
+	{"%g4", "%g4", false},
+	{"%zz%2", "%zz%2", false},
+	{"%41%", "A%", false},
+	{"%%41", "%A", false},
+	{"%e9%E9", "\xe9\xe9", false},
+	{"%41%4a%4A", "AJJ", false},
+	{"%00x", "\x00x", false},
+	{"%%%", "%%%", false},
+	{"a%2", "a%2", false},
 }
 
-// TestDecodeMalformed: a % without two hex digits after it is kept.
-func TestDecodeMalformed(t *testing.T) {
-	for in, want := range map[string]string{
-		"%":         "%",
-		"100%":      "100%",
-		"%4":        "%4",
-		"%4g":       "%4g",
-		"%g4":       "%g4",
-		"%zz%2":     "%zz%2",
-		"%41%":      "A%",
-		"%%41":      "%A",
-		"%e9%E9":    "\xe9\xe9",
-		"%41%4a%4A": "AJJ",
-		"%00x":      "\x00x",
-		"%%%":       "%%%",
-		"a%2":       "a%2",
-	} {
-		if got := Decode(in); got != want {
-			t.Errorf("Decode(%q) = %q, want %q", in, got, want)
+func TestCodings(t *testing.T) {
+	for _, c := range codings {
+		if got := Decode(c.enc); got != c.dec {
+			t.Errorf("Decode(%q) = %q, want %q", c.enc, got, c.dec)
+		}
+		if got := Encode(c.dec); c.canon && got != c.enc {
+			t.Errorf("Encode(%q) = %q, want %q", c.dec, got, c.enc)
 		}
 	}
 }

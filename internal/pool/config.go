@@ -154,6 +154,7 @@ func New(cfg Config) (*Pool, error) {
 		s.timers.busyEntry = timerEntry{index: -1, fn: func() { p.busyTimeout(s, s.timers.busyProc) }}
 		p.slots = append(p.slots, s)
 		p.stopped = append(p.stopped, i)
+		p.inState[Stopped]++
 	}
 	for k := range p.hist {
 		p.hist[k] = newHistory()

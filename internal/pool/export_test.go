@@ -33,6 +33,13 @@ func (p *Pool) invariants() []error {
 			bad(s, "current kind %v", s.cmd.cur)
 		}
 	}
+	var in [4]int
+	for _, s := range p.slots {
+		in[s.state]++
+	}
+	if in != p.inState {
+		errs = append(errs, fmt.Errorf("slots per state %v, counted %v", in, p.inState))
+	}
 	if len(p.stopped) != p.count(Stopped) {
 		errs = append(errs, fmt.Errorf("stopped list %v, %d slots Stopped", p.stopped, p.count(Stopped)))
 	}

@@ -75,15 +75,24 @@ func (w Window) AvgMs() float64 {
 	return float64(w.MsSum) / float64(w.Count)
 }
 
+// covers reports whether bucket b holds a time unit in (now-back, now].
+func (b *bucket) covers(now, back int64) bool {
+	return b.sec >= 0 && b.sec > now-back && b.sec <= now
+}
+
+// addCommands adds b's finished commands to w.
+func (w *Window) addCommands(b *bucket) {
+	w.Count += b.count
+	w.BusySum += b.busy
+	w.MsSum += b.ms
+}
+
+// window sums the last back seconds.
 func (h *history) window(now time.Time, back int64) Window {
 	var w Window
-	sec := now.Unix()
 	for i := range h.secs {
-		b := &h.secs[i]
-		if b.sec >= 0 && b.sec > sec-back && b.sec <= sec {
-			w.Count += b.count
-			w.BusySum += b.busy
-			w.MsSum += b.ms
+		if b := &h.secs[i]; b.covers(now.Unix(), back) {
+			w.addCommands(b)
 			w.Activated += b.activated
 			w.Reaped += b.reaped
 		}
@@ -91,22 +100,18 @@ func (h *history) window(now time.Time, back int64) Window {
 	return w
 }
 
+// hourWindow sums the last hours hours; Span is the seconds from their
+// first sample to their last.
 func (h *history) hourWindow(now time.Time, hours int64) Window {
 	var w Window
-	hour := now.Unix() / 3600
 	var first, last int64 = -1, -1
 	for i := range h.hours {
-		b := &h.hours[i]
-		if b.sec >= 0 && b.sec > hour-hours && b.sec <= hour {
-			w.Count += b.count
-			w.BusySum += b.busy
-			w.MsSum += b.ms
+		if b := &h.hours[i]; b.covers(now.Unix()/3600, hours) {
+			w.addCommands(b)
 			if first < 0 || b.firstSeen < first {
 				first = b.firstSeen
 			}
-			if b.lastSee > last {
-				last = b.lastSee
-			}
+			last = max(last, b.lastSee)
 		}
 	}
 	if first >= 0 {

@@ -26,7 +26,8 @@ type Pool struct {
 
 	// Owned by the loop goroutine.
 	slots          []*slot
-	stopped        []int // Stopped slots, the next to start first
+	stopped        []int  // Stopped slots, the next to start first
+	inState        [4]int // the number of slots in each State (setState keeps it)
 	queue          []*call
 	timers         timerHeap
 	generation     int

@@ -73,6 +73,8 @@ func (p *Pool) setState(s *slot, st State) {
 	if p.cfg.EventLog != nil {
 		p.elog("worker=%d %s -> %s", s.n, s.state, st)
 	}
+	p.inState[s.state]--
+	p.inState[st]++
 	s.state = st
 	now := p.now()
 	s.lastChange = now
@@ -112,15 +114,7 @@ func (p *Pool) idleList() []*slot {
 	return idle
 }
 
-func (p *Pool) count(st State) int {
-	n := 0
-	for _, s := range p.slots {
-		if s.state == st {
-			n++
-		}
-	}
-	return n
-}
+func (p *Pool) count(st State) int { return p.inState[st] }
 
 func (p *Pool) busy() int { return p.count(Busy) }
 
