@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // maxReply is the reference's reply buffer: a longer reply is cut to its
@@ -24,21 +23,12 @@ type process struct {
 	stdout *os.File
 	stderr *os.File
 	// buf and wbuf are the reply and command buffers of the request in
-	// flight, used only by the holder of its grant (io.go), as are the
-	// raw I/O state and functions below.
-	buf, wbuf         []byte
-	stdinRC, stdoutRC syscall.RawConn
-	writeFn, readFn   func(fd uintptr) bool
-	wleft             []byte
-	werr              error
-	wblocked          bool
-	wtimeout          time.Duration
-	rbuf              []byte
-	rn                int
-	rerr              error
-	watch             *ctxWatch
-	pool              *Pool
-	waiting           bool // counted in pool.pollWaiters
+	// flight, used only by the holder of its grant (io.go), as are pipes
+	// and watch (the holder's ctx watch, armed when a read waits).
+	buf, wbuf []byte
+	pipes     *rawPipes
+	watch     *ctxWatch
+	pool      *Pool
 	// status is the read end of the -Z status pipe (nil without -Z).
 	status *os.File
 	// qid is the queue id of the worker's last scan, senderok or recipok
@@ -78,12 +68,7 @@ func spawn(cfg *Config) (*process, error) {
 	}
 	// Pipes' raw conns cannot fail; asked for before the fork, so that no
 	// child needs reaping on this error path.
-	inRC, err := files[1].SyscallConn()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	outRC, err := files[2].SyscallConn()
+	pipes, err := newRawPipes(files[1], files[2])
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -127,18 +112,17 @@ func spawn(cfg *Config) (*process, error) {
 		return nil, fmt.Errorf("starting %s: %w", cfg.Program, err)
 	}
 	pr := &process{
-		pid:      pid,
-		stdinRC:  inRC,
-		stdoutRC: outRC,
-		stdin:    files[1],
-		stdout:   files[2],
-		stderr:   files[4],
-		status:   files[6],
-		buf:      make([]byte, maxReply+512),
+		pid:    pid,
+		pipes:  pipes,
+		stdin:  files[1],
+		stdout: files[2],
+		stderr: files[4],
+		status: files[6],
+		buf:    make([]byte, maxReply+512),
 	}
 	empty := ""
 	pr.qid.Store(&empty)
-	pr.writeFn, pr.readFn = pr.writeSome, pr.readSome
+	pipes.blocked = pr.readBlocked
 	return pr, nil
 }
 

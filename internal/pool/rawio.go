@@ -8,92 +8,160 @@ import (
 	"unsafe"
 )
 
-// The worker's pipes are read and written with raw system calls under the
-// poller (syscall.RawConn), through functions bound once per process, so
-// that the common case costs one system call and nothing else (a
-// RawSyscall: the pipes are non-blocking, and entersyscall/exitsyscall
-// cost more than such a call takes): the
-// command timeout's deadline (a time.Now and a runtime timer) is set only
-// when a write would block, and the ctx watch is armed only when a read
-// would.
+// rawPipes writes commands to a worker's stdin and reads its replies
+// from its stdout. The pipes are non-blocking and served by the runtime's
+// poller; rawPipes uses them through syscall.RawConn with functions bound
+// once per process, so that the common case (the command fits in the
+// pipe, the reply is there by the time it is read) costs one RawSyscall
+// and nothing else: entersyscall/exitsyscall cost more than such a call
+// takes, the write deadline (a time.Now and a runtime timer) is set only
+// when a write would block, and blocked is called only when a read would
+// wait (the pool then arms the client's ctx watch and counts a poll
+// waiter for PollWaiters).
+//
+// What it buys over os.File.Write with a deadline and os.File.Read with
+// the watch armed for every read, measured in the commit that made it one
+// type (see that commit message for the runs and the load they ran under):
+// BenchmarkDo, BenchmarkDoParallel (pool) and BenchmarkForwarded,
+// BenchmarkForwardedParallel (mux), and bench/mux.sh's ratios.
+//
+// One goroutine at a time uses a rawPipes: the holder of the call's grant.
+type rawPipes struct {
+	stdin, stdout   *os.File
+	inRC, outRC     syscall.RawConn
+	writeFn, readFn func(fd uintptr) bool
 
-// writeCmd writes pr.wbuf to the worker's stdin within timeout of the
-// first time the write would block; errors are those of os.File.Write.
-func (pr *process) writeCmd(timeout time.Duration) error {
-	pr.wleft, pr.werr, pr.wblocked, pr.wtimeout = pr.wbuf, nil, false, timeout
-	err := pr.stdinRC.Write(pr.writeFn)
-	if pr.wblocked {
-		_ = pr.stdin.SetWriteDeadline(time.Time{})
+	// The write in progress.
+	wleft    []byte
+	werr     error
+	wblocked bool
+	wtimeout time.Duration
+
+	// The read in progress.
+	rbuf   []byte
+	rn     int
+	rerr   error
+	waited bool
+	// blocked, when set, is called each time a read would wait; first is
+	// true the first time in a read.
+	blocked func(first bool)
+}
+
+// newRawPipes binds the raw I/O of stdin and stdout (the parent's ends of
+// a worker's pipes, as os.Pipe makes them).
+func newRawPipes(stdin, stdout *os.File) (*rawPipes, error) {
+	inRC, err := stdin.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	outRC, err := stdout.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	rp := &rawPipes{stdin: stdin, stdout: stdout, inRC: inRC, outRC: outRC}
+	rp.writeFn, rp.readFn = rp.writeSome, rp.readSome
+	return rp, nil
+}
+
+// write writes b to stdin, within timeout of the first time the write
+// would block; errors are those of os.File.Write.
+func (rp *rawPipes) write(b []byte, timeout time.Duration) error {
+	rp.wleft, rp.werr, rp.wblocked, rp.wtimeout = b, nil, false, timeout
+	err := rp.inRC.Write(rp.writeFn)
+	if rp.wblocked {
+		_ = rp.stdin.SetWriteDeadline(time.Time{})
 	}
 	if err == nil {
-		err = pr.werr
+		err = rp.werr
 	}
+	rp.wleft = nil
 	if err != nil {
-		return &os.PathError{Op: "write", Path: pr.stdin.Name(), Err: err}
+		return &os.PathError{Op: "write", Path: rp.stdin.Name(), Err: err}
 	}
 	return nil
 }
 
-func (pr *process) writeSome(fd uintptr) bool {
-	for len(pr.wleft) > 0 {
-		n, _, err := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(pr.wleft))), uintptr(len(pr.wleft)))
+func (rp *rawPipes) writeSome(fd uintptr) bool {
+	for len(rp.wleft) > 0 {
+		n, _, err := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rp.wleft))), uintptr(len(rp.wleft)))
 		switch err {
 		case 0:
-			pr.wleft = pr.wleft[n:]
+			rp.wleft = rp.wleft[n:]
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			if !pr.wblocked {
-				pr.wblocked = true
-				_ = pr.stdin.SetWriteDeadline(time.Now().Add(pr.wtimeout))
+			if !rp.wblocked {
+				rp.wblocked = true
+				_ = rp.stdin.SetWriteDeadline(time.Now().Add(rp.wtimeout))
 			}
 			return false
 		default:
-			pr.werr = err
+			rp.werr = err
 			return true
 		}
 	}
 	return true
 }
 
-// readReply reads from the worker's stdout as os.File.Read does (io.EOF
-// at the end), arming pr.watch before it waits.
-func (pr *process) readReply(b []byte) (int, error) {
-	pr.rbuf, pr.rn, pr.rerr, pr.waiting = b, 0, nil, false
-	err := pr.stdoutRC.Read(pr.readFn)
-	if pr.waiting {
-		pr.pool.pollWaiters.Add(-1)
-	}
-	pr.rbuf = nil
+// read reads from stdout as os.File.Read does (io.EOF at the end; a
+// deadline set on stdout interrupts it); waited says whether it had to
+// wait for the poller.
+func (rp *rawPipes) read(b []byte) (n int, waited bool, err error) {
+	rp.rbuf, rp.rn, rp.rerr, rp.waited = b, 0, nil, false
+	err = rp.outRC.Read(rp.readFn)
+	rp.rbuf = nil
 	if err != nil {
-		return 0, err
+		return 0, rp.waited, err
 	}
-	return pr.rn, pr.rerr
+	return rp.rn, rp.waited, rp.rerr
 }
 
-func (pr *process) readSome(fd uintptr) bool {
+func (rp *rawPipes) readSome(fd uintptr) bool {
 	for {
-		n, _, err := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(pr.rbuf))), uintptr(len(pr.rbuf)))
+		n, _, err := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rp.rbuf))), uintptr(len(rp.rbuf)))
 		switch {
-		case err == 0 && n == 0 && len(pr.rbuf) > 0:
-			pr.rerr = io.EOF
+		case err == 0 && n == 0 && len(rp.rbuf) > 0:
+			rp.rerr = io.EOF
 			return true
 		case err == 0:
-			pr.rn = int(n)
+			rp.rn = int(n)
 			return true
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN:
-			if pr.watch != nil {
-				pr.pool.arm(pr.watch)
-			}
-			if !pr.waiting {
-				pr.waiting = true
-				pr.pool.pollWaiters.Add(1)
+			first := !rp.waited
+			rp.waited = true
+			if rp.blocked != nil {
+				rp.blocked(first)
 			}
 			return false
 		default:
-			pr.rerr = err
+			rp.rerr = err
 			return true
 		}
+	}
+}
+
+// writeCmd writes pr.wbuf to the worker's stdin (CmdTimeout: timeout).
+func (pr *process) writeCmd(timeout time.Duration) error {
+	return pr.pipes.write(pr.wbuf, timeout)
+}
+
+// readReply reads the worker's stdout for the holder of its grant.
+func (pr *process) readReply(b []byte) (int, error) {
+	n, waited, err := pr.pipes.read(b)
+	if waited {
+		pr.pool.pollWaiters.Add(-1)
+	}
+	return n, err
+}
+
+// readBlocked is rawPipes.blocked: a read waits, so the client's ctx
+// watch is armed and, once per read, a poll waiter counted.
+func (pr *process) readBlocked(first bool) {
+	if pr.watch != nil {
+		pr.pool.arm(pr.watch)
+	}
+	if first {
+		pr.pool.pollWaiters.Add(1)
 	}
 }
