@@ -280,13 +280,10 @@ func (s *Server) connWorker(ls *listenerState, fd int) {
 		s.serve(c, ls.privileged, buf)
 		c.Close()
 		s.connDone(ls.privileged)
-		if ls.active.Add(-1) > 0 && s.o.Pool.PollWaiters() == 0 {
+		if ls.active.Add(-1) > 0 {
 			// One connection from the backlog, if there is one (more
 			// would cost a failing accept4 per request; Serve takes the
-			// rest when the poller reports them). Not while a client
-			// waits on the poller for its worker's reply: the runtime
-			// polls only when no goroutine is runnable, and a chain of
-			// connections taken at once would keep that worker busy.
+			// rest when the poller reports them).
 			if fd, ok := try.accept(ls.acc); ok {
 				if s.admit(ls.privileged) {
 					ls.active.Add(1)

@@ -32,8 +32,7 @@
 //   - Each process has a stderr reader (drainStderr) and, with -Z, a
 //     status reader (readStatus); they share only process.qid and
 //     process.oom (atomics) and send on Pool.tags.
-//   - Context watch groups (watch.go) are guarded by Pool.wmu; the poll
-//     waiter count (PollWaiters) is an atomic.
+//   - Context watch groups (watch.go) are guarded by Pool.wmu.
 //   - Every goroutine the pool starts is counted in Pool.wg, which Run
 //     waits for before it returns.
 //

@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sluice/internal/clock"
@@ -48,10 +47,6 @@ type Pool struct {
 
 	ema         float64
 	lastScaleIn time.Time
-
-	// pollWaiters counts the clients waiting on the poller for a
-	// worker's reply (PollWaiters).
-	pollWaiters atomic.Int32
 
 	// wmu guards groups, the watch groups of clients' contexts (io.go).
 	wmu    sync.Mutex
@@ -98,14 +93,6 @@ func (p *Pool) Do(ctx context.Context, req Request) Result {
 	}
 	return p.clientIO(ctx, c, c.proc)
 }
-
-// PollWaiters is the number of clients waiting on the runtime's poller
-// for a worker's reply. The poller is consulted only when no goroutine
-// is runnable, so a caller that could go on with more work (mux's
-// connection goroutines taking the next connection at once) should rather
-// wait while it is not zero: replies that have come are then read, and
-// their workers freed, without delay.
-func (p *Pool) PollWaiters() int { return int(p.pollWaiters.Load()) }
 
 // Reread starts a new generation, as the `reread` command and SIGINT do:
 // idle workers are killed now, busy ones when they finish.
