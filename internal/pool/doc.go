@@ -24,7 +24,8 @@
 //     slot, the stopped list, the queue, the timer heap, the load
 //     histories and the counters. Everything else reaches them through
 //     Pool.in (calls, I/O events, functions run by exec) or Pool.tags.
-//     Config.Notify, Config.Stats and Config.Events are called on it.
+//     Config.Notify, Config.Stats and Config.Events are called on it
+//     (Events also from the stderr readers, for EvStderr).
 //   - A granted call's process pipes and buffers (process.buf, wbuf and
 //     the raw I/O fields of rawio.go) belong to the grant's holder until
 //     the call's handoff leaves running: the client in Do, a helper once
