@@ -1,6 +1,7 @@
 package mux_test
 
 import (
+	"sluice/internal/testutil/cputime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,6 +33,8 @@ func benchConn(b *testing.B, req, prefix string, parallel bool) {
 	waitIdle(b, tg, 8)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cputime.Now()
+	defer cputime.Report(b, cpu)
 	if !parallel {
 		for b.Loop() {
 			if r := query(b, tg.main, req, false); !strings.HasPrefix(r, prefix) {

@@ -132,25 +132,34 @@ func hloadQueries(k pool.Kind) []pool.LoadQuery {
 // formatLoad: the 29 fields of `load` and `load-<cmd>`; sn.Loads holds
 // loadQueries(k).
 func formatLoad(sn *pool.Snapshot) string {
-	w := sn.Loads
-	var f []string
-	for i := range w {
-		f = append(f, fmt.Sprint(w[i].Count))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprintf("%f", w[i].AvgBusy(1)))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprintf("%f", w[i].AvgMs()))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprint(w[i].Activated))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprint(w[i].Reaped))
-	}
+	f := columns(sn.Loads, colCount, colAvgBusy(1), colAvgMs, colActivated, colReaped)
 	f = append(f, counts(sn)...)
 	return strings.Join(f, " ") + "\n"
+}
+
+// columns is the fields of windows w column by column: each column's
+// field for every window, then the next column.
+func columns(w []pool.Window, cols ...func(pool.Window) string) []string {
+	f := make([]string, 0, len(cols)*len(w))
+	for _, col := range cols {
+		for i := range w {
+			f = append(f, col(w[i]))
+		}
+	}
+	return f
+}
+
+// The columns of the load replies.
+func colCount(w pool.Window) string     { return fmt.Sprint(w.Count) }
+func colAvgMs(w pool.Window) string     { return fmt.Sprintf("%f", w.AvgMs()) }
+func colActivated(w pool.Window) string { return fmt.Sprint(w.Activated) }
+func colReaped(w pool.Window) string    { return fmt.Sprint(w.Reaped) }
+func colSpan(w pool.Window) string      { return fmt.Sprint(w.Span) }
+
+// colAvgBusy is the average busy workers column, ifNone for a window
+// without a command.
+func colAvgBusy(ifNone float64) func(pool.Window) string {
+	return func(w pool.Window) string { return fmt.Sprintf("%f", w.AvgBusy(ifNone)) }
 }
 
 // counts: busy idle stopped killed msgs activations queueSize queued uptime.
@@ -168,7 +177,7 @@ func counts(sn *pool.Snapshot) []string {
 func formatLoad1(sn *pool.Snapshot, back int) string {
 	var f []string
 	for _, w := range sn.Loads {
-		f = append(f, fmt.Sprint(w.Count), fmt.Sprintf("%f", w.AvgBusy(0)), fmt.Sprintf("%f", w.AvgMs()))
+		f = append(f, colCount(w), colAvgBusy(0)(w), colAvgMs(w))
 	}
 	f = append(f, counts(sn)...)
 	f = append(f, fmt.Sprint(back))
@@ -181,21 +190,7 @@ func formatLoad1(sn *pool.Snapshot, back int) string {
 // formatHLoad: the 16 fields of `hload` and `hload-<cmd>`; sn.Loads
 // holds hloadQueries(k).
 func formatHLoad(sn *pool.Snapshot) string {
-	w := sn.Loads
-	var f []string
-	for i := range w {
-		f = append(f, fmt.Sprint(w[i].Count))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprintf("%f", w[i].AvgBusy(0)))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprintf("%f", w[i].AvgMs()))
-	}
-	for i := range w {
-		f = append(f, fmt.Sprint(w[i].Span))
-	}
-	return strings.Join(f, " ") + "\n"
+	return strings.Join(columns(sn.Loads, colCount, colAvgBusy(0), colAvgMs, colSpan), " ") + "\n"
 }
 
 // formatHisto: `%4d %u` per slot.

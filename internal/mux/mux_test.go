@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,7 +55,6 @@ func startSluice(t testing.TB, st settings) target {
 		IdleTime: 300 * time.Second, BusyTimeout: time.Duration(st.busy) * time.Second,
 		CmdTimeout: 10 * time.Second, SlewTime: cmp.Or(st.slew, time.Second),
 		QueueSize: st.queue, QueueTimeout: time.Duration(st.queueTime) * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

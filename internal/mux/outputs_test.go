@@ -226,7 +226,7 @@ func TestAutoscaleCommand(t *testing.T) {
 			Program: fakeWorker, Args: []string{"-server"}, Dir: t.TempDir(),
 			MinWorkers: 1, MaxWorkers: 1, IdleTime: time.Hour, BusyTimeout: 10 * time.Second,
 			CmdTimeout: 10 * time.Second, SlewTime: time.Second, QueueTimeout: time.Second,
-			Autoscale: on, Logger: slog.New(slog.NewTextHandler(&syncBuf{}, nil)),
+			Autoscale: on,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -259,7 +259,7 @@ func TestEventLog(t *testing.T) {
 		Program: fakeWorker, Args: []string{"-server"}, Dir: t.TempDir(),
 		MinWorkers: 1, MaxWorkers: 1, IdleTime: time.Hour, BusyTimeout: 10 * time.Second,
 		CmdTimeout: 10 * time.Second, SlewTime: time.Second, QueueTimeout: time.Second,
-		EventLog: slog.New(mux.NewEventLogHandler(&b)), Logger: slog.New(slog.NewTextHandler(&syncBuf{}, nil)),
+		EventLog: slog.New(mux.NewEventLogHandler(&b)),
 	})
 	if err != nil {
 		t.Fatal(err)

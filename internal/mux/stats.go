@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"sluice/internal/dropq"
 	"sluice/internal/pool"
 )
 
@@ -41,12 +41,8 @@ type StatsOptions struct {
 // a writer goroutine, so a slow or full disk never blocks the pool: write
 // errors are logged (once until writing works again) and the lines lost.
 type StatsLog struct {
-	o       StatsOptions
-	ch      chan statsMsg
-	done    chan struct{}
-	mu      sync.Mutex // guards closed and dropped
-	closed  bool
-	dropped int
+	o StatsOptions
+	q *dropq.Queue[statsMsg]
 }
 
 type statsMsg struct {
@@ -64,11 +60,9 @@ func OpenStats(o StatsOptions) *StatsLog {
 	if o.Location == nil {
 		o.Location = time.Local
 	}
-	s := &StatsLog{o: o, ch: make(chan statsMsg, statsQueue), done: make(chan struct{})}
 	w := &statsWriter{o: o}
 	w.open()
-	go s.run(w)
-	return s
+	return &StatsLog{o: o, q: dropq.Start(statsQueue, w.run)}
 }
 
 // FormatStatsLine is the stats line for ev (docs/protocols/mimedefang-multiplexor.md, "Stats file"):
@@ -97,21 +91,11 @@ func (s *StatsLog) Event(ev pool.StatsEvent) {
 }
 
 func (s *StatsLog) send(m statsMsg) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
+	ok, first := s.q.Put(m)
+	if first {
+		s.o.Logger.Error("stats file: the writer is stuck; dropping stats lines")
 	}
-	select {
-	case s.ch <- m:
-		return true
-	default:
-		if s.dropped == 0 {
-			s.o.Logger.Error("stats file: the writer is stuck; dropping stats lines")
-		}
-		s.dropped++
-		return false
-	}
+	return ok
 }
 
 // Reopen closes and reopens the file (SIGHUP, for log rotation), after
@@ -125,21 +109,14 @@ func (s *StatsLog) Reopen() {
 
 // Close writes what is pending, flushes and closes the file.
 func (s *StatsLog) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.ch)
-	s.mu.Unlock()
-	<-s.done
+	s.q.Close()
 	return nil
 }
 
-func (s *StatsLog) run(w *statsWriter) {
-	defer close(s.done)
-	for m := range s.ch {
+// run is the writer goroutine: it writes the lines and reopens the file
+// as the messages come, and closes the file at the end.
+func (w *statsWriter) run(msgs <-chan statsMsg) {
+	for m := range msgs {
 		if m.reopen {
 			w.close()
 			w.open()

@@ -1,7 +1,7 @@
 // Package muxctl is the client side of mimedefang-multiplexor's control
 // socket as MIMEDefang's md-mx-ctrl (3.3) speaks it: one request line per
 // connection, the reply read until the server closes, md-mx-ctrl's
-// percent-encoding of command-line words, and its formatted views of the
+// percent-encoding of command-line words (package percent), and its formatted views of the
 // status and load replies (docs/protocols/mimedefang-multiplexor.md, "Built-in commands" and "md-mx-ctrl").
 //
 // The reference client has no timeouts; this one bounds the connect and the
@@ -12,11 +12,10 @@ package muxctl
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
-	"strings"
+	"sluice/internal/percent"
 	"syscall"
 	"time"
 )
@@ -183,54 +182,6 @@ func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	}
 }
 
-// Encode is md-mx-ctrl's percent-encoding of one command-line word: bytes
-// up to space, from DEL up, and % \ ' " become %XX.
-func Encode(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if needsEncoding(c) {
-			fmt.Fprintf(&b, "%%%02X", c)
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-func needsEncoding(c byte) bool {
-	return c <= ' ' || c > '~' || c == '%' || c == '\\' || c == '\'' || c == '"'
-}
-
-// Decode undoes percent-encoding: % and two hex digits (either case)
-// become that byte; any other % stays.
-func Decode(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	for i := 0; i < len(b); i++ {
-		if b[i] == '%' && i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2]) {
-			out = append(out, unhex(b[i+1])<<4|unhex(b[i+2]))
-			i += 2
-			continue
-		}
-		out = append(out, b[i])
-	}
-	return out
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c >= 'a':
-		return c - 'a' + 10
-	}
-	return c - 'A' + 10
-}
-
 // Line is the request md-mx-ctrl builds from its command-line words: each
 // encoded, joined by single spaces, ending in a newline. Like the
 // reference it stays under MaxLine: a word that would not fit is cut
@@ -244,11 +195,11 @@ func Line(words []string) string {
 		room := MaxLine - len(b)
 		n := 0
 		for j := 0; j < len(w) && room > 1; j++ {
-			if c := w[j]; needsEncoding(c) {
+			if c := w[j]; percent.NeedsEncoding(c) {
 				if n >= room-3 {
 					break
 				}
-				b = fmt.Appendf(b, "%%%02X", c)
+				b = percent.AppendByte(b, c)
 				n += 3
 			} else {
 				b = append(b, c)

@@ -15,36 +15,6 @@ import (
 	"time"
 )
 
-func TestEncodeDecode(t *testing.T) {
-	for _, c := range []struct{ in, enc string }{
-		{"", ""},
-		{"plain-text_1.2@x", "plain-text_1.2@x"},
-		{"a b\tc\n", "a%20b%09c%0A"},
-		{"%\\'\"", "%25%5C%27%22"},
-		{"\x00\x01\x7f\x80\xff~!", "%00%01%7F%80%FF~!"},
-		{"é", "%C3%A9"},
-	} {
-		if got := Encode(c.in); got != c.enc {
-			t.Errorf("Encode(%q) = %q, want %q", c.in, got, c.enc)
-		}
-		if got := string(Decode([]byte(c.enc))); got != c.in {
-			t.Errorf("Decode(%q) = %q, want %q", c.enc, got, c.in)
-		}
-	}
-	for in, want := range map[string]string{
-		"%":      "%",
-		"%4":     "%4",
-		"%4g":    "%4g",
-		"%41%":   "A%",
-		"%e9%E9": "\xe9\xe9",
-		"%%41":   "%A",
-	} {
-		if got := string(Decode([]byte(in))); got != want {
-			t.Errorf("Decode(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestLine(t *testing.T) {
 	for _, c := range []struct {
 		words []string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sluice/internal/percent"
 	"strconv"
 	"strings"
 )
@@ -91,7 +92,7 @@ func (c *Client) passThrough(ctx context.Context, req string, decode bool, out, 
 	}
 	r := cstring(reply)
 	if decode {
-		r = cstring(Decode(r))
+		r = cstring([]byte(percent.Decode(string(r))))
 	}
 	if len(r) > 0 && r[len(r)-1] != '\n' {
 		r = append(r, '\n')

@@ -134,7 +134,7 @@ func (r *running) poolConfig() pool.Config {
 		MaxLifetime: o.Lifetime, IdleTime: o.Idle, BusyTimeout: o.Busy,
 		CmdTimeout: o.Cmd, SlewTime: o.Slew, ActivationSpacing: o.Spacing,
 		QueueSize: o.Queue, QueueTimeout: o.QueueTimeout, DomainLimit: o.DomainLimit,
-		LogStderr: o.Verbose, Verbose: o.Verbose, Logger: r.log,
+		LogStderr: o.Verbose, Events: mux.PoolLog{Logger: r.log, Verbose: o.Verbose}.Event,
 		StatusPipe: o.StatusPipe, TickInterval: o.Tick, TickBands: o.Ticks,
 		StatusLogInterval: o.LogInterval, LogScheduling: o.SchedLog,
 		RLimitRSS: o.RLimitRSS, RLimitAS: o.RLimitAS,

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"sluice/internal/pool"
+	"sluice/internal/testutil/cputime"
 )
 
 // startBench runs a pool of n fake workers for a benchmark and waits for
@@ -32,11 +33,13 @@ func BenchmarkDo(b *testing.B) {
 	p := startBench(b, 1)
 	req := pool.Request{Line: benchRelayok, Queue: true}
 	b.ReportAllocs()
+	cpu := cputime.Now()
 	for b.Loop() {
 		if r := p.Do(context.Background(), req); r.Err != nil || !strings.HasPrefix(string(r.Reply), "ok 1 ") {
 			b.Fatalf("reply %q err %v", r.Reply, r.Err)
 		}
 	}
+	cputime.Report(b, cpu)
 }
 
 // BenchmarkDoParallel: many clients sharing 8 workers (some queue).
@@ -46,6 +49,7 @@ func BenchmarkDoParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	var failed atomic.Bool
+	cpu := cputime.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if r := p.Do(context.Background(), req); r.Err != nil {
@@ -53,6 +57,7 @@ func BenchmarkDoParallel(b *testing.B) {
 			}
 		}
 	})
+	cputime.Report(b, cpu)
 	if failed.Load() {
 		b.Fatal("a request failed")
 	}

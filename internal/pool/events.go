@@ -1,11 +1,97 @@
 package pool
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"strconv"
+	"syscall"
 	"time"
+)
+
+// Event is one thing the pool reports for its log: the reference logs
+// each as a syslog line, which package mux writes from it. Kind says
+// which; the fields each kind sets are listed with it, the others are
+// zero. Worker is the slot (-1 when none) for every kind.
+type Event struct {
+	Kind   EventKind
+	Worker int
+	PID    int
+	// State: EvKillWorker, the state the worker was killed in;
+	// EvScheduling, the chosen slot's.
+	State State
+	// Reason: EvStartWorker and EvKillWorker, why.
+	Reason string
+	// Err: EvStartFailed, EvWaitFailed, EvTalkError.
+	Err error
+	// Running: EvStartWorker, the running workers, this one included.
+	Running int
+	// Requests and Scans: EvKillWorker and EvResourceUsage, the
+	// worker's counts.
+	Requests, Scans int
+	// Age and ReqAge: EvKillWorker, whole seconds since the worker started
+	// and since its first request (-1: none yet).
+	Age, ReqAge int64
+	// Signal: EvKillEscalate, SIGTERM or SIGKILL.
+	Signal syscall.Signal
+	// Wait and Killed: EvReaped, how the worker ended and whether it was
+	// told to (every worker is at shutdown).
+	Wait   syscall.WaitStatus
+	Killed bool
+	// Usage: EvResourceUsage, the worker's rusage.
+	Usage *syscall.Rusage
+	// Map: EvNoFreeWorkers, the request was a socket-map lookup.
+	Map bool
+	// Queued: EvQueued and EvStatus, the requests queued.
+	Queued int
+	// Limit and Domain: EvDomainLimit, the -y cap and the domain at it.
+	Limit  int
+	Domain string
+	// Cmd, Activation and Last: EvScheduling, the request's kind, the
+	// chosen worker's activation number (0 for a stopped slot) and its
+	// last command's kind.
+	Cmd        Kind
+	Activation uint64
+	Last       Kind
+	// Band: EvTickSkipped, the tick band (Worker is the slot that could
+	// not be started, or -1 when no worker was free).
+	Band int
+	// OOM: EvWorkerDied, the worker wrote "Out of memory!" on stderr.
+	OOM bool
+	// Counts, Msgs and Activations: EvStatus, the slots in each State,
+	// the scans and the activations since the start.
+	Counts      [4]int
+	Msgs        int
+	Activations uint64
+	// QID and Line: EvStderr, the worker's last queue id ("" for none)
+	// and one line it wrote on stderr.
+	QID, Line string
+	// Config: EvStarted, the pool's configuration.
+	Config *Config
+}
+
+// EventKind says which event an Event is.
+type EventKind int
+
+// The events, with the fields (besides Kind and Worker) each sets.
+const (
+	EvStarted           EventKind = iota // Run began: Config
+	EvStartWorker                        // a worker started: PID, Running, Reason
+	EvActivationSpacing                  // a worker was not started for -W
+	EvStartFailed                        // a worker could not be started: Err
+	EvKillWorker                         // a worker is told to exit: PID, State, Requests, Age, ReqAge, Reason
+	EvKillEscalate                       // a killed worker is signalled again: PID, Signal
+	EvWaitFailed                         // wait4 failed: PID, Err
+	EvReaped                             // a worker was reaped: PID, Wait, Killed
+	EvResourceUsage                      // a reaped worker's usage: Requests, Scans, Usage
+	EvNoFreeWorkers                      // a request found no worker: Map
+	EvQueued                             // a request was queued: Queued
+	EvQueueFull                          // a request could not be queued
+	EvDomainLimit                        // a recipok hit the -y cap: Limit, Domain
+	EvScheduling                         // -A: a worker was chosen: State, Cmd, Activation, Last
+	EvTickSkipped                        // a tick was not sent: Band
+	EvActivateFailed                     // a chosen stopped slot could not start for a request
+	EvTalkError                          // writing a command to a worker failed: Err
+	EvWorkerDied                         // a worker closed its stdout without a reply: OOM
+	EvStatus                             // -L: Counts, Queued, Msgs, Activations
+	EvStderr                             // with LogStderr, a worker's stderr line: QID, Line
 )
 
 // StatsEvent is one line of the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"), before formatting.
@@ -36,24 +122,11 @@ func (p *Pool) notify(msg string) {
 	}
 }
 
-// notifyTag sends "S <n> <tag>" (the tag cut to 200 bytes); an empty tag
-// is not sent.
-func (p *Pool) notifyTag(s *slot) {
-	if s.tag != "" && p.cfg.Notify != nil {
-		p.notify("S " + strconv.Itoa(s.n) + " " + truncate(s.tag, 200))
+// emit hands ev to Config.Events (nil: the event is dropped).
+func (p *Pool) emit(ev Event) {
+	if p.cfg.Events != nil {
+		p.cfg.Events(ev)
 	}
-}
-
-// vlog logs a message the reference logs only with -l.
-func (p *Pool) vlog(level slog.Level, format string, args ...any) {
-	if p.cfg.Verbose {
-		p.log.Log(context.Background(), level, fmt.Sprintf(format, args...))
-	}
-}
-
-// alog logs a message the reference always logs.
-func (p *Pool) alog(level slog.Level, format string, args ...any) {
-	p.log.Log(context.Background(), level, fmt.Sprintf(format, args...))
 }
 
 // elog writes an event-loop debug line (-d).
@@ -65,27 +138,10 @@ func (p *Pool) elog(format string, args ...any) {
 
 // statusLog is -L: the worker counts, every StatusLogInterval.
 func (p *Pool) statusLog() {
-	p.alog(slog.LevelInfo, "Worker status: Stopped=%d Idle=%d Busy=%d Killed=%d Queued=%d Msgs=%d Activations=%d",
-		p.count(Stopped), p.count(Idle), p.count(Busy), p.count(Killed), len(p.queue), p.msgs, p.activations)
+	ev := Event{Kind: EvStatus, Worker: -1, Queued: len(p.queue), Msgs: p.msgs, Activations: p.activations}
+	for st := range ev.Counts {
+		ev.Counts[st] = p.count(State(st))
+	}
+	p.emit(ev)
 	p.after(p.cfg.StatusLogInterval, p.statusLog)
-}
-
-// tagEvent is what a -Z status pipe delivered in one read.
-type tagEvent struct {
-	slot int
-	proc *process
-	tag  string // the tag the reference would end up with if busy
-}
-
-// handleTag is docs/protocols/mimedefang-multiplexor.md, "Status tags" for a worker's own tag: it applies only while the
-// worker is busy, and the (non-empty) result is notified.
-func (p *Pool) handleTag(ev tagEvent) {
-	s := p.slots[ev.slot]
-	if s.proc != ev.proc {
-		return
-	}
-	if s.state == Busy {
-		s.tag = ev.tag
-	}
-	p.notifyTag(s)
 }

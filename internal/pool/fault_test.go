@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -124,7 +123,11 @@ func TestStderrFloodBounded(t *testing.T) {
 			cfg.BusyTimeout = 60 * time.Second
 			cfg.LogStderr = tc.logged
 			var logged countWriter
-			cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			cfg.Events = func(ev pool.Event) {
+				if ev.Kind == pool.EvStderr {
+					logged.Write([]byte(ev.Line))
+				}
+			}
 			p := start(t, cfg)
 			wantReply(t, do(t, p, "x"), "echo \"x\"\n")
 			runtime.GC()
@@ -140,6 +143,9 @@ func TestStderrFloodBounded(t *testing.T) {
 			runtime.ReadMemStats(&after)
 			grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 			t.Logf("%d MB of worker stderr in %v: live heap grew by %d KB; %d KB of log written", tc.mb, took.Round(time.Millisecond), grew>>10, logged.n()>>10)
+			if tc.logged && logged.n() < int64(tc.mb)<<19 {
+				t.Fatalf("%d KB of stderr lines reached Config.Events, want most of the %d MB written", logged.n()>>10, tc.mb)
+			}
 			if grew > 16<<20 {
 				t.Fatalf("live heap grew by %d MB after a %d MB stderr flood", grew>>20, tc.mb)
 			}

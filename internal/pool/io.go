@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
-	"syscall"
 	"time"
-	"unsafe"
 )
 
 // The worker I/O of a request is done by the requester's own goroutine
@@ -18,12 +15,12 @@ import (
 //
 //   - The owner dispatches the call: the slot goes Busy, the busy timer
 //     starts, call.proc is set, and the grant (the process) is sent on
-//     call.ch. From then until the call's io state leaves ioRunning, the
+//     call.ch. From then until the call's handoff leaves running, the
 //     process's pipes' data (stdin writes, stdout reads, process.buf and
 //     process.wbuf) belong to whoever holds the grant; the slot itself
 //     stays the owner's and is touched by nobody else.
 //   - The holder writes the line and reads one reply line, then claims
-//     the call (io: ioRunning -> ioClient). If that succeeds, its result
+//     the call (handoff.claimHolder). If that succeeds, its result
 //     is final; it is computed from the I/O alone (ioResult), exactly as
 //     the owner's handleIO computes it. Either way the holder then sends
 //     the ioEvent to the owner, which does the bookkeeping (counters,
@@ -31,14 +28,14 @@ import (
 //     event is sent before the client returns, so anything the client
 //     asks the pool afterwards sees the worker's new state.
 //   - The owner may end a call first (busy timeout, kill, shutdown); it
-//     claims it (ioRunning or ioAbandoned -> ioOwner), sends the result on
+//     claims it (handoff.claimOwner), sends the result on
 //     call.ch and interrupts the holder's read (a read deadline in the
 //     past; stdin is closed by the kill that always follows). The holder's
 //     claim then fails: it reports its (late) event and returns the
 //     owner's result. Since every owner claim kills the worker, the
 //     interrupted pipes are never used again.
 //   - A client whose ctx ends (the server closing) must not wait for the
-//     worker: the ctx callback marks the call ioAbandoned and interrupts
+//     worker: the ctx callback marks the call abandoned (handoff.abandon) and interrupts
 //     the read; the client hands what it has read so far to a new
 //     goroutine, which resumes the read and reports the event as a client
 //     would (the result is dropped), and Do returns ErrClosed. The helper
@@ -47,14 +44,6 @@ import (
 //     lost.
 //
 // Ticks, which have no client, are served by a goroutine per tick.
-
-// I/O states of a granted call (call.io).
-const (
-	ioRunning   int32 = iota // the grant's holder does the worker I/O
-	ioClient                 // the holder finished and its result stands
-	ioOwner                  // the owner ended the call and sent its result
-	ioAbandoned              // the client left; a helper finishes the I/O
-)
 
 // ioProgress is how far a call's worker I/O has got, so that it can be
 // resumed by another goroutine.
@@ -77,7 +66,7 @@ func interrupt(pr *process) {
 // has claimed it already, r is sent to the client (or given to onDone).
 func (c *call) finish(r Result) {
 	if c.proc != nil {
-		if !c.io.CompareAndSwap(ioRunning, ioOwner) && !c.io.CompareAndSwap(ioAbandoned, ioOwner) {
+		if !c.io.claimOwner() {
 			// The holder's own result stands.
 			if c.onDone != nil {
 				c.onDone(r)
@@ -103,7 +92,7 @@ func (p *Pool) grant(c *call, pr *process) {
 		go func() {
 			defer p.wg.Done()
 			ev, _ := p.workerIO(c, pr, false, nil)
-			c.io.CompareAndSwap(ioRunning, ioClient)
+			c.io.claimHolder()
 			p.send(ev)
 		}()
 		return
@@ -111,108 +100,12 @@ func (p *Pool) grant(c *call, pr *process) {
 	c.ch <- struct{}{}
 }
 
-// ctxWatch interrupts a client's read of its worker's reply when its ctx
-// ends. It is armed only when a read would block (most replies are there
-// by the time the client reads), and then joins the client to its
-// context's watchGroup: one context.AfterFunc per client context (in
-// practice one per server), not one per request, which would cost a
-// lock, map operations and three allocations each time.
-type ctxWatch struct {
-	ctx   context.Context
-	c     *call
-	group *watchGroup // set while armed
-	// prev and next link the calls of group.
-	prev, next *call
-}
-
-// watchGroup is the armed calls of one context.
-type watchGroup struct {
-	done  <-chan struct{}
-	stop  func() bool
-	first *call
-}
-
-// maxWatchGroups: beyond this many, a group is dropped once it is empty.
-const maxWatchGroups = 4
-
-// arm adds w's call to its context's group (grant holder only).
-func (p *Pool) arm(w *ctxWatch) {
-	done := w.ctx.Done()
-	if w.group != nil || done == nil {
-		return
-	}
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	g := p.groups[done]
-	if g == nil {
-		g = &watchGroup{done: done}
-		if p.groups == nil {
-			p.groups = map[<-chan struct{}]*watchGroup{}
-		}
-		p.groups[done] = g
-		g.stop = context.AfterFunc(w.ctx, func() { p.ctxEnded(g) })
-	}
-	c := w.c
-	w.group, w.prev, w.next = g, nil, g.first
-	if g.first != nil {
-		g.first.watch.prev = c
-	}
-	g.first = c
-}
-
-// disarm takes w's call out of its group again.
-func (p *Pool) disarm(w *ctxWatch) {
-	g := w.group
-	if g == nil {
-		return
-	}
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	if w.prev != nil {
-		w.prev.watch.next = w.next
-	} else if g.first == w.c {
-		g.first = w.next
-	}
-	if w.next != nil {
-		w.next.watch.prev = w.prev
-	}
-	w.group, w.prev, w.next = nil, nil, nil
-	if g.first == nil && len(p.groups) > maxWatchGroups && p.groups[g.done] == g {
-		delete(p.groups, g.done)
-		g.stop()
-	}
-}
-
-// ctxEnded interrupts the reads of g's calls: their clients have left.
-func (p *Pool) ctxEnded(g *watchGroup) {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	if p.groups[g.done] == g {
-		delete(p.groups, g.done)
-	}
-	for c := g.first; c != nil; c = c.watch.next {
-		if c.io.CompareAndSwap(ioRunning, ioAbandoned) {
-			_ = c.proc.stdout.SetReadDeadline(aLongTimeAgo)
-		}
-	}
-}
-
-// stopWatches unregisters every group (the pool has stopped).
-func (p *Pool) stopWatches() {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	for done, g := range p.groups {
-		g.stop()
-		delete(p.groups, done)
-	}
-}
-
 // clientIO does c's worker I/O on pr for Do and returns its result.
 func (p *Pool) clientIO(ctx context.Context, c *call, pr *process) Result {
 	c.watch = ctxWatch{ctx: ctx, c: c}
 	ev, cut := p.workerIO(c, pr, true, &c.watch)
 	p.disarm(&c.watch)
-	if !cut && c.io.Load() == ioAbandoned {
+	if !cut && c.io.abandoned() {
 		// ctx ended after the reply was read: ctxEnded (done, since
 		// disarm took its lock) set a past read deadline that no read
 		// saw. Clear it, or the worker's next command would fail at once.
@@ -223,7 +116,7 @@ func (p *Pool) clientIO(ctx context.Context, c *call, pr *process) Result {
 		go p.finishAbandoned(c, pr)
 		return Result{Err: ErrClosed}
 	}
-	if c.io.CompareAndSwap(ioRunning, ioClient) || c.io.CompareAndSwap(ioAbandoned, ioClient) {
+	if c.io.claimHolder() {
 		r := ioResult(&ev)
 		if !p.send(ev) {
 			return Result{Err: ErrClosed}
@@ -245,7 +138,7 @@ func (p *Pool) finishAbandoned(c *call, pr *process) {
 	defer p.wg.Done()
 	_ = pr.stdout.SetReadDeadline(time.Time{})
 	var ev ioEvent
-	if c.io.Load() == ioAbandoned {
+	if c.io.abandoned() {
 		// An owner's claim from now on interrupts this read.
 		ev, _ = p.workerIO(c, pr, false, nil)
 	} else {
@@ -253,7 +146,7 @@ func (p *Pool) finishAbandoned(c *call, pr *process) {
 		// cleared): report what there is.
 		ev = ioEvent{slot: c.slot, proc: pr, reply: bytes.Clone(pr.buf[:c.ior.got]), eof: true}
 	}
-	c.io.CompareAndSwap(ioAbandoned, ioClient)
+	c.io.claimHolder()
 	p.send(ev)
 }
 
@@ -315,102 +208,12 @@ func (p *Pool) workerIO(c *call, pr *process, resumable bool, w *ctxWatch) (ev i
 			}
 		}
 		if err != nil {
-			if resumable && errors.Is(err, os.ErrDeadlineExceeded) && c.io.Load() == ioAbandoned {
+			if resumable && errors.Is(err, os.ErrDeadlineExceeded) && c.io.abandoned() {
 				return ev, true
 			}
 			ev.reply = bytes.Clone(buf[:st.got])
 			ev.eof = true
 			return ev, false
-		}
-	}
-}
-
-// The worker's pipes are read and written with raw system calls under the
-// poller (syscall.RawConn), through functions bound once per process, so
-// that the common case costs one system call and nothing else (a
-// RawSyscall: the pipes are non-blocking, and entersyscall/exitsyscall
-// cost more than such a call takes): the
-// command timeout's deadline (a time.Now and a runtime timer) is set only
-// when a write would block, and the ctx watch is armed only when a read
-// would.
-
-// writeCmd writes pr.wbuf to the worker's stdin within timeout of the
-// first time the write would block; errors are those of os.File.Write.
-func (pr *process) writeCmd(timeout time.Duration) error {
-	pr.wleft, pr.werr, pr.wblocked, pr.wtimeout = pr.wbuf, nil, false, timeout
-	err := pr.stdinRC.Write(pr.writeFn)
-	if pr.wblocked {
-		_ = pr.stdin.SetWriteDeadline(time.Time{})
-	}
-	if err == nil {
-		err = pr.werr
-	}
-	if err != nil {
-		return &os.PathError{Op: "write", Path: pr.stdin.Name(), Err: err}
-	}
-	return nil
-}
-
-func (pr *process) writeSome(fd uintptr) bool {
-	for len(pr.wleft) > 0 {
-		n, _, err := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(pr.wleft))), uintptr(len(pr.wleft)))
-		switch err {
-		case 0:
-			pr.wleft = pr.wleft[n:]
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			if !pr.wblocked {
-				pr.wblocked = true
-				_ = pr.stdin.SetWriteDeadline(time.Now().Add(pr.wtimeout))
-			}
-			return false
-		default:
-			pr.werr = err
-			return true
-		}
-	}
-	return true
-}
-
-// readReply reads from the worker's stdout as os.File.Read does (io.EOF
-// at the end), arming pr.watch before it waits.
-func (pr *process) readReply(b []byte) (int, error) {
-	pr.rbuf, pr.rn, pr.rerr, pr.waiting = b, 0, nil, false
-	err := pr.stdoutRC.Read(pr.readFn)
-	if pr.waiting {
-		pr.pool.pollWaiters.Add(-1)
-	}
-	pr.rbuf = nil
-	if err != nil {
-		return 0, err
-	}
-	return pr.rn, pr.rerr
-}
-
-func (pr *process) readSome(fd uintptr) bool {
-	for {
-		n, _, err := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(pr.rbuf))), uintptr(len(pr.rbuf)))
-		switch {
-		case err == 0 && n == 0 && len(pr.rbuf) > 0:
-			pr.rerr = io.EOF
-			return true
-		case err == 0:
-			pr.rn = int(n)
-			return true
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			if pr.watch != nil {
-				pr.pool.arm(pr.watch)
-			}
-			if !pr.waiting {
-				pr.waiting = true
-				pr.pool.pollWaiters.Add(1)
-			}
-			return false
-		default:
-			pr.rerr = err
-			return true
 		}
 	}
 }

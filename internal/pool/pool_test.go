@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,7 +31,6 @@ func baseConfig() pool.Config {
 		SlewTime:     50 * time.Millisecond,
 		QueueTimeout: time.Second,
 		KillGrace:    300 * time.Millisecond,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 
@@ -55,6 +52,9 @@ func wantReply(t *testing.T, r pool.Result, want string) {
 
 func states(t *testing.T, p *pool.Pool) string {
 	t.Helper()
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatalf("pool invariants: %v", err)
+	}
 	snap, ok := p.Snapshot()
 	if !ok {
 		t.Fatal("pool stopped")
@@ -427,30 +427,10 @@ func TestBadProgram(t *testing.T) {
 	}
 }
 
-func TestPercentCoding(t *testing.T) {
-	for in, want := range map[string]string{"a%20b": "a b", "%41%4a%4A": "AJJ", "100%": "100%", "%zz%2": "%zz%2"} {
-		if got := pool.PercentDecode(in); got != want {
-			t.Errorf("decode %q = %q, want %q", in, got, want)
-		}
-	}
-	if got := pool.PercentEncode("a b%\\'\"\x7f~"); got != "a%20b%25%5C%27%22%7F~" {
-		t.Errorf("encode: %q", got)
-	}
+func TestRecipokDomain(t *testing.T) {
 	for line, want := range map[string]string{"recipok <u@Slow.example> x": "Slow.example", "recipok a@b": "b", "recipok <x> y": ""} {
 		if got, _ := pool.RecipokDomain(line); got != want {
 			t.Errorf("domain of %q = %q, want %q", line, got, want)
 		}
 	}
-}
-
-func FuzzPercentDecode(f *testing.F) {
-	for _, s := range []string{"a%20b", "%", "%4", "%41", "%%41", "scan%20Q1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got := pool.PercentDecode(pool.PercentEncode(s)); got != s {
-			t.Fatalf("round trip of %q gave %q", s, got)
-		}
-		_ = pool.PercentDecode(s)
-	})
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // maxReply is the reference's reply buffer: a longer reply is cut to its
@@ -25,21 +23,12 @@ type process struct {
 	stdout *os.File
 	stderr *os.File
 	// buf and wbuf are the reply and command buffers of the request in
-	// flight, used only by the holder of its grant (io.go), as are the
-	// raw I/O state and functions below.
-	buf, wbuf         []byte
-	stdinRC, stdoutRC syscall.RawConn
-	writeFn, readFn   func(fd uintptr) bool
-	wleft             []byte
-	werr              error
-	wblocked          bool
-	wtimeout          time.Duration
-	rbuf              []byte
-	rn                int
-	rerr              error
-	watch             *ctxWatch
-	pool              *Pool
-	waiting           bool // counted in pool.pollWaiters
+	// flight, used only by the holder of its grant (io.go), as are pipes
+	// and watch (the holder's ctx watch, armed when a read waits).
+	buf, wbuf []byte
+	pipes     *rawPipes
+	watch     *ctxWatch
+	pool      *Pool
 	// status is the read end of the -Z status pipe (nil without -Z).
 	status *os.File
 	// qid is the queue id of the worker's last scan, senderok or recipok
@@ -79,12 +68,7 @@ func spawn(cfg *Config) (*process, error) {
 	}
 	// Pipes' raw conns cannot fail; asked for before the fork, so that no
 	// child needs reaping on this error path.
-	inRC, err := files[1].SyscallConn()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	outRC, err := files[2].SyscallConn()
+	pipes, err := newRawPipes(files[1], files[2])
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -128,18 +112,17 @@ func spawn(cfg *Config) (*process, error) {
 		return nil, fmt.Errorf("starting %s: %w", cfg.Program, err)
 	}
 	pr := &process{
-		pid:      pid,
-		stdinRC:  inRC,
-		stdoutRC: outRC,
-		stdin:    files[1],
-		stdout:   files[2],
-		stderr:   files[4],
-		status:   files[6],
-		buf:      make([]byte, maxReply+512),
+		pid:    pid,
+		pipes:  pipes,
+		stdin:  files[1],
+		stdout: files[2],
+		stderr: files[4],
+		status: files[6],
+		buf:    make([]byte, maxReply+512),
 	}
 	empty := ""
 	pr.qid.Store(&empty)
-	pr.writeFn, pr.readFn = pr.writeSome, pr.readSome
+	pipes.blocked = pr.readBlocked
 	return pr, nil
 }
 
@@ -186,67 +169,11 @@ func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
 	if !p.cfg.LogStderr {
 		return
 	}
-	prefix := ""
-	if q := *pr.qid.Load(); q != "" {
-		prefix = q + ": "
-	}
+	qid := *pr.qid.Load()
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if len(line) > 0 {
-			p.log.Info(fmt.Sprintf("%sWorker %d stderr: %s", prefix, n, line))
+			p.emit(Event{Kind: EvStderr, Worker: n, QID: qid, Line: string(line)})
 		}
-	}
-}
-
-// readStatus reads a worker's -Z status pipe (docs/protocols/mimedefang-multiplexor.md, "Status tags"). Each chunk, less
-// one trailing newline, yields the tag the reference would set: the text
-// after its last newline (or, when that is empty, the piece before it),
-// cut to 63 bytes and percent-decoded. One event per read reaches the
-// owner, which applies the tag only while the worker is busy.
-func (p *Pool) readStatus(n int, pr *process) {
-	defer p.wg.Done()
-	buf := make([]byte, 4096)
-	for {
-		m, err := pr.status.Read(buf)
-		changed, tag := false, ""
-		for off := 0; off < m; off += chunk {
-			if t, ok := statusChunkTag(buf[off:min(off+chunk, m)]); ok {
-				changed, tag = true, t
-			}
-		}
-		if changed {
-			select {
-			case p.tags <- tagEvent{slot: n, proc: pr, tag: tag}:
-			case <-p.done:
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// statusChunkTag is the reference's update_worker_status for one chunk:
-// ok is false when the chunk (less a trailing newline) is empty.
-func statusChunkTag(b []byte) (tag string, ok bool) {
-	b = bytes.TrimSuffix(b, []byte{'\n'})
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	if len(b) == 0 {
-		return "", false
-	}
-	rest := b
-	for {
-		tag = PercentDecode(string(rest[:min(len(rest), chunk)]))
-		if i := strings.IndexByte(tag, 0); i >= 0 {
-			tag = tag[:i]
-		}
-		j := bytes.IndexByte(rest, '\n')
-		if j < 0 || j+1 == len(rest) {
-			return tag, true
-		}
-		rest = rest[j+1:]
 	}
 }
 

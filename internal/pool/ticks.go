@@ -2,7 +2,6 @@ package pool
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
 )
 
@@ -20,7 +19,7 @@ func (p *Pool) scheduleTick(band int) {
 func (p *Pool) doTick(band int) {
 	s := p.findFree(Other)
 	if s == nil {
-		p.vlog(slog.LevelWarn, "Tick %d skipped -- no free workers", band)
+		p.emit(Event{Kind: EvTickSkipped, Worker: -1, Band: band})
 		p.scheduleTick(band)
 		return
 	}

@@ -2,7 +2,6 @@ package poolstatus
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"os"
 	"reflect"
@@ -27,7 +26,7 @@ func TestSnapshotAndPollAgree(t *testing.T) {
 		MinWorkers: 2, MaxWorkers: 3, MaxRequests: 500,
 		IdleTime: time.Hour, BusyTimeout: time.Hour, CmdTimeout: 10 * time.Second,
 		SlewTime: 10 * time.Millisecond, QueueSize: 4, QueueTimeout: 5 * time.Second,
-		KillGrace: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		KillGrace: 200 * time.Millisecond,
 	})
 	sock := dir + "/mx.sock"
 	ln, err := net.Listen("unix", sock)

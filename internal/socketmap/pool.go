@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"sluice/internal/percent"
 	"sluice/internal/pool"
 )
 
@@ -26,7 +27,7 @@ type PoolHandler struct {
 
 // Command is the worker command for a lookup (without its newline).
 func Command(mapName, key string) string {
-	return "map " + pool.PercentEncode(mapName) + " " + pool.PercentEncode(key)
+	return "map " + percent.Encode(mapName) + " " + percent.Encode(key)
 }
 
 // Lookup implements Handler. It fails only with pool.ErrClosed.
@@ -39,7 +40,7 @@ func (h PoolHandler) Lookup(ctx context.Context, mapName, key string) (string, e
 func PoolReply(r pool.Result) (string, error) {
 	switch {
 	case r.Err == nil:
-		return pool.PercentDecode(strings.TrimSuffix(string(r.Reply), "\n")), nil
+		return percent.Decode(strings.TrimSuffix(string(r.Reply), "\n")), nil
 	case errors.Is(r.Err, pool.ErrNoFreeWorkers):
 		return ReplyNoFree, nil
 	case errors.Is(r.Err, pool.ErrActivate):

@@ -2,8 +2,6 @@ package socketmap
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -75,7 +73,7 @@ func TestPoolHandler(t *testing.T) {
 		Program: fakeWorker(t), MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
 		IdleTime: time.Hour, BusyTimeout: time.Second, CmdTimeout: time.Second,
 		SlewTime: 10 * time.Millisecond, QueueSize: 5, QueueTimeout: 5 * time.Second,
-		KillGrace: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		KillGrace: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

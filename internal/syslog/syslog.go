@@ -15,8 +15,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sluice/internal/dropq"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -65,11 +65,7 @@ type Options struct {
 // Fallback and one notice says so.
 type Client struct {
 	o        Options
-	ch       chan string
-	done     chan struct{}
-	mu       sync.Mutex
-	closed   bool
-	dropped  int
+	q        *dropq.Queue[string]
 	conn     net.Conn // writer goroutine only
 	fallback bool
 }
@@ -88,7 +84,7 @@ func Open(o Options) *Client {
 	if o.PID == 0 {
 		o.PID = os.Getpid()
 	}
-	s := &Client{o: o, ch: make(chan string, syslogQueue), done: make(chan struct{})}
+	s := &Client{o: o}
 	c, err := net.Dial("unixgram", o.Path)
 	if err != nil {
 		s.fallback = true
@@ -96,7 +92,7 @@ func Open(o Options) *Client {
 	} else {
 		s.conn = c
 	}
-	go s.run()
+	s.q = dropq.Start(syslogQueue, s.run)
 	return s
 }
 
@@ -112,21 +108,11 @@ func (s *Client) Log(sev int, msg string) {
 	} else {
 		line = fmt.Sprintf("<%d>%s %s[%d]: %s", s.o.Facility<<3|sev, now.Format(time.Stamp), s.o.Tag, s.o.PID, msg)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	select {
-	case s.ch <- line:
-	default:
-		s.dropped++
-	}
+	s.q.Put(line)
 }
 
-func (s *Client) run() {
-	defer close(s.done)
-	for line := range s.ch {
+func (s *Client) run(lines <-chan string) {
+	for line := range lines {
 		if s.fallback {
 			_, _ = io.WriteString(s.o.Fallback, line)
 			continue
@@ -159,15 +145,7 @@ func (s *Client) send(line string) error {
 
 // Close sends what is queued and closes the socket.
 func (s *Client) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.ch)
-	s.mu.Unlock()
-	<-s.done
+	s.q.Close()
 	return nil
 }
 

@@ -1,0 +1,62 @@
+// Package pool runs a pool of filter worker processes the way
+// mimedefang-multiplexor does: a fixed array of slots (Stopped, Idle, Busy,
+// Killed), one line-protocol command per busy worker over its stdin and
+// stdout, a FIFO queue, busy and idle timeouts, recycling and reaping.
+//
+// One owner goroutine holds every slot, the queue and the timers; clients
+// talk to it over channels. Timers come from an injected clock.Clock.
+// Children are reaped with wait4(WNOHANG) on SIGCHLD.
+//
+// A request's worker I/O is done by the client's own goroutine: the owner
+// grants it a Busy worker (and keeps the slot, its busy timer and all
+// bookkeeping), the client writes the command and reads the reply on the
+// worker's pipes, then claims the call with an atomic state change and
+// reports the outcome to the owner in one message, before it returns. The
+// owner can still end the call first (busy timeout, kill, shutdown): it
+// claims the call, answers the client itself and interrupts the client's
+// read; every such claim kills the worker. A client whose context ends
+// hands its unfinished read to a helper goroutine. io.go has the whole
+// protocol, handoff.go the claim.
+//
+// # Who owns what
+//
+//   - The owner goroutine (Run, loop.go) alone reads and writes every
+//     slot, the stopped list, the queue, the timer heap, the load
+//     histories and the counters. Everything else reaches them through
+//     Pool.in (calls, I/O events, functions run by exec) or Pool.tags.
+//     Config.Notify, Config.Stats and Config.Events are called on it
+//     (Events also from the stderr readers, for EvStderr).
+//   - A granted call's process pipes and buffers (process.buf, wbuf and
+//     the raw I/O fields of rawio.go) belong to the grant's holder until
+//     the call's handoff leaves running: the client in Do, a helper once
+//     the client left (finishAbandoned), or a tick's goroutine.
+//   - Each process has a stderr reader (drainStderr) and, with -Z, a
+//     status reader (readStatus); they share only process.qid and
+//     process.oom (atomics) and send on Pool.tags.
+//   - Context watch groups (watch.go) are guarded by Pool.wmu.
+//   - Every goroutine the pool starts is counted in Pool.wg, which Run
+//     waits for before it returns.
+//
+// # Slot states
+//
+// A slot changes state only through setState, on the owner goroutine:
+//
+//	Stopped -> Idle    activate: a process starts (the slot leaves the stopped list)
+//	Idle    -> Busy    dispatch: a call is granted, the busy timer armed
+//	Busy    -> Idle    handleIO: the call ended with a reply or its worker's EOF
+//	Idle    -> Killed  kill: idle timeout, recycling, reread, dead stdout, autoscale
+//	Busy    -> Killed  kill: busy timeout, error talking to the worker
+//	any     -> Stopped finishReap (or reapAllNow at shutdown): the process was reaped
+//
+// and while Run serves, these hold between two messages of the owner loop
+// (export_test.go checks them whenever a test looks at the states):
+//
+//   - state is Stopped exactly when proc is nil, and exactly the Stopped
+//     slots are on the stopped list;
+//   - a slot has a call in flight (cmd.call) or a busy timer only when
+//     Busy; an Idle slot's current kind is Other;
+//   - a Killed slot is never chosen for a request; its kill timer
+//     escalates (SIGTERM, SIGKILL) until it is reaped;
+//   - a queued call is queued only while no worker could take it, and
+//     has a queue timeout in the heap.
+package pool

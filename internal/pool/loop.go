@@ -1,0 +1,120 @@
+package pool
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sluice/internal/clock"
+	"syscall"
+	"time"
+)
+
+// Run starts the minimum workers and serves until ctx ends; then it
+// closes every worker's stdin, waits up to KillGrace for them to exit,
+// sends SIGTERM, waits again, sends SIGKILL, and reaps every child before
+// it returns. Queued and in-flight requests get ErrClosed.
+func (p *Pool) Run(ctx context.Context) error {
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
+	defer func() {
+		close(p.done)
+		p.wg.Wait()
+		p.stopWatches()
+	}()
+	p.start = p.clk.Now()
+	for _, s := range p.slots {
+		s.lastChange = p.start
+	}
+	p.emit(Event{Kind: EvStarted, Worker: -1, Config: &p.cfg})
+	p.bringUpCheck()
+	p.after(p.cfg.IdleTime, p.idleTimer)
+	if p.cfg.StatusLogInterval > 0 {
+		p.after(p.cfg.StatusLogInterval, p.statusLog)
+	}
+	if p.cfg.Autoscale {
+		p.after(autoscaleInterval, p.autoscaleTick)
+	}
+	for band := range p.cfg.TickBands {
+		p.scheduleTick(band)
+	}
+
+	var timer clock.Timer
+	var armed time.Time
+	for {
+		var tc <-chan time.Time
+		if len(p.timers) > 0 {
+			// A timer armed for a deadline that has since gone (a busy
+			// timer cancelled) is left to fire early: fireTimers then
+			// finds nothing due and the loop arms the next one. Re-arming
+			// for every request would cost a timer each.
+			when := p.timers[0].when
+			if timer == nil || when.Before(armed) {
+				if timer != nil {
+					timer.Stop()
+				}
+				timer = p.clk.NewTimer(when.Sub(p.clk.Now()))
+				armed = when
+			}
+			tc = timer.C()
+		} else if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		p.nowSet = false
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			p.shutdown(sigchld)
+			return nil
+		case m := <-p.in:
+			p.handle(m)
+			// Take what else has come without a full select (whose cost
+			// grows with its cases); a bounded batch, so that timers,
+			// signals and ctx are not starved.
+		batch:
+			for range inBatch {
+				select {
+				case m := <-p.in:
+					p.handle(m)
+				default:
+					break batch
+				}
+			}
+		case ev := <-p.tags:
+			p.handleTag(ev)
+		case <-sigchld:
+			p.reap()
+		case <-tc:
+			timer = nil
+			p.fireTimers()
+		}
+	}
+}
+
+// ownerMsg is one message on Pool.in: a call (c), a function to run (f)
+// or a worker I/O event (ev).
+type ownerMsg struct {
+	c  *call
+	f  func()
+	ev ioEvent
+}
+
+const (
+	inBuffer = 256 // capacity of Pool.in
+	inBatch  = 32  // messages taken after one select, at most
+)
+
+func (p *Pool) handle(m ownerMsg) {
+	p.nowSet = false
+	switch {
+	case m.c != nil:
+		p.submit(m.c)
+	case m.f != nil:
+		m.f()
+	default:
+		p.handleIO(m.ev)
+	}
+}

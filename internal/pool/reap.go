@@ -1,0 +1,170 @@
+package pool
+
+import (
+	"os"
+	"syscall"
+	"time"
+)
+
+// reap collects every child that has exited (docs/protocols/mimedefang-multiplexor.md, "Killing and reaping").
+func (p *Pool) reap() {
+	for _, s := range p.slots {
+		proc := s.proc
+		if proc == nil || proc.reaped {
+			continue
+		}
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
+		if err != nil && err != syscall.EINTR && err != syscall.ECHILD {
+			p.emit(Event{Kind: EvWaitFailed, Worker: s.n, PID: proc.pid, Err: err})
+			continue
+		}
+		if pid != proc.pid && err != syscall.ECHILD {
+			continue
+		}
+		proc.reaped = true
+		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
+		p.logReaped(s, ws, &ru, s.state == Killed)
+		if s.state == Busy && s.cmd.call != nil {
+			// Let the I/O goroutine report what the worker wrote before it
+			// died; its stdout has hit or is about to hit EOF.
+			s.life.reapPending = true
+			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
+			continue
+		}
+		p.finishReap(s)
+	}
+}
+
+// logReaped is the reference's logWorkerReaped and
+// log_worker_resource_usage (with -l only); killed is true for a worker
+// that was told to exit (and for every worker at shutdown).
+func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, killed bool) {
+	p.emit(Event{Kind: EvReaped, Worker: s.n, PID: s.proc.pid, Wait: ws, Killed: killed})
+	p.emit(Event{Kind: EvResourceUsage, Worker: s.n, Requests: s.life.numRequests, Scans: s.life.numScans, Usage: ru})
+}
+
+func (p *Pool) finishReap(s *slot) {
+	proc := s.proc
+	closeProc(proc)
+	s.timers.kill.cancel(p)
+	s.timers.dead.cancel(p)
+	s.timers.busy.cancel(p)
+	s.timers.kill, s.timers.dead, s.timers.busy = nil, nil, nil
+	if s.state != Killed {
+		p.notify("U")
+	}
+	s.proc = nil
+	s.life.activated, s.life.firstReq = time.Time{}, time.Time{}
+	p.setState(s, Stopped)
+	s.life.dead, s.life.reapPending = false, false
+	// The last command kind stays until the next activation, as the
+	// reference's last_cmd does: `workers` shows it on a stopped slot.
+	s.cmd.cur = Other
+	p.stopped = append([]int{s.n}, p.stopped...)
+	p.stat(s, "ReapWorker", "")
+	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
+	if p.running() < p.cfg.MinWorkers {
+		p.scheduleBringUp()
+	}
+	p.serveQueue()
+}
+
+// closeProc closes the parent's ends of a reaped worker's pipes, which
+// ends its I/O goroutines.
+func closeProc(proc *process) {
+	closeStdin(proc)
+	proc.stdout.Close()
+	proc.stderr.Close()
+	if proc.status != nil {
+		proc.status.Close()
+	}
+}
+
+// shutdown is the SIGTERM sequence of docs/protocols/mimedefang-multiplexor.md, "Signals", minus the socket cleanup
+// (the front ends own their sockets).
+func (p *Pool) shutdown(sigchld <-chan os.Signal) {
+	for _, c := range p.queue {
+		c.finish(Result{Err: ErrClosed})
+	}
+	p.queue = nil
+	for _, s := range p.slots {
+		if s.cmd.call != nil {
+			s.cmd.call.finish(Result{Err: ErrClosed})
+			s.cmd.call = nil
+		}
+		if s.proc != nil {
+			signalProc(s.proc, syscall.SIGCONT)
+			closeStdin(s.proc)
+		}
+	}
+	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
+	for step := 0; ; step++ {
+		deadline := time.Now().Add(p.cfg.KillGrace)
+		for p.reapAllNow() > 0 && time.Now().Before(deadline) {
+			select {
+			case <-sigchld:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if p.reapAllNow() == 0 {
+			return
+		}
+		if step >= len(steps) {
+			return
+		}
+		for _, s := range p.slots {
+			if s.proc != nil && !s.proc.reaped {
+				signalProc(s.proc, steps[step])
+			}
+		}
+		if steps[step] == syscall.SIGKILL {
+			// SIGKILL cannot be ignored: wait for the exits.
+			for _, s := range p.slots {
+				if s.proc != nil && !s.proc.reaped {
+					var ws syscall.WaitStatus
+					var ru syscall.Rusage
+					if pid, _ := syscall.Wait4(s.proc.pid, &ws, 0, &ru); pid == s.proc.pid {
+						p.logReaped(s, ws, &ru, true)
+					}
+					s.proc.reaped = true
+				}
+			}
+			p.reapAllNow()
+			return
+		}
+	}
+}
+
+// reapAllNow reaps what has exited during shutdown and returns how many
+// children are left.
+func (p *Pool) reapAllNow() int {
+	left := 0
+	for _, s := range p.slots {
+		proc := s.proc
+		if proc == nil {
+			continue
+		}
+		if !proc.reaped {
+			var ws syscall.WaitStatus
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(proc.pid, &ws, syscall.WNOHANG, &ru)
+			if pid == proc.pid || err == syscall.ECHILD {
+				proc.reaped = true
+				if pid == proc.pid {
+					p.logReaped(s, ws, &ru, true)
+				}
+			}
+		}
+		if !proc.reaped {
+			left++
+			continue
+		}
+		closeProc(proc)
+		s.proc = nil
+		p.setState(s, Stopped)
+		p.stat(s, "ReapWorker", "")
+	}
+	return left
+}

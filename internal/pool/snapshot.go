@@ -1,0 +1,114 @@
+package pool
+
+import (
+	"time"
+)
+
+// SlotInfo is one slot as the status commands show it.
+type SlotInfo struct {
+	State       State
+	PID         int // 0 when stopped
+	Current     Kind
+	Last        Kind
+	NumRequests int
+	NumScans    int
+	Activated   time.Time // zero when stopped
+	FirstReq    time.Time // zero before the first request
+	LastChange  time.Time
+	Tag         string
+}
+
+// Snapshot is the pool's state at one moment, for the status commands.
+type Snapshot struct {
+	Now         time.Time
+	Start       time.Time
+	Slots       []SlotInfo
+	Msgs        int
+	Activations uint64
+	QueueSize   int
+	Queued      int
+	// Histo[i] counts how often a worker went busy while exactly i+1
+	// workers were busy.
+	Histo []int
+	// Autoscale is -k; EMABusy the moving average of the busy share of
+	// running workers it acts on (docs/protocols/mimedefang-multiplexor.md, "Autoscaling").
+	Autoscale bool
+	EMABusy   float64
+	// Loads holds the windows asked of SnapshotLoad, in the order asked.
+	Loads []Window
+}
+
+// LoadQuery asks SnapshotLoad for one window of kind Kind's history: the
+// last Back seconds (10..600 are meaningful), or with Hours the last Back
+// hours (1..24).
+type LoadQuery struct {
+	Kind  Kind
+	Back  int
+	Hours bool
+}
+
+// Snapshot copies the pool's slots and counters (not its load
+// histories: see SnapshotLoad); ok is false once the pool has stopped.
+// It is what every status command but the load ones needs, and the
+// milter asks for `free` on every SMTP connection, so it stays small.
+func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
+	return p.SnapshotLoad()
+}
+
+// SnapshotLoad is Snapshot plus the windows qs of the load histories,
+// computed on the owner goroutine (the histories themselves, about 200 KB,
+// are never copied).
+func (p *Pool) SnapshotLoad(qs ...LoadQuery) (snap Snapshot, ok bool) {
+	ok = p.exec(func() {
+		snap = Snapshot{
+			Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
+			QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
+			Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
+		}
+		snap.Slots = make([]SlotInfo, 0, len(p.slots))
+		for _, s := range p.slots {
+			si := SlotInfo{State: s.state, Current: s.cmd.cur, Last: s.cmd.last, NumRequests: s.life.numRequests,
+				NumScans: s.life.numScans, Activated: s.life.activated, FirstReq: s.life.firstReq, LastChange: s.lastChange, Tag: s.cmd.tag}
+			if s.proc != nil {
+				si.PID = s.proc.pid
+			}
+			snap.Slots = append(snap.Slots, si)
+		}
+		if len(qs) > 0 {
+			snap.Loads = make([]Window, len(qs))
+			for i, q := range qs {
+				if q.Hours {
+					snap.Loads[i] = p.hist[q.Kind].hourWindow(snap.Now, int64(q.Back))
+				} else {
+					snap.Loads[i] = p.hist[q.Kind].window(snap.Now, int64(q.Back))
+				}
+			}
+		}
+	})
+	return snap, ok
+}
+
+// Count is the number of slots in state st.
+func (s *Snapshot) Count(st State) int {
+	n := 0
+	for _, x := range s.Slots {
+		if x.State == st {
+			n++
+		}
+	}
+	return n
+}
+
+// BusyWith is the number of workers busy right now with kind k.
+func (s *Snapshot) BusyWith(k Kind) int {
+	n := 0
+	for _, x := range s.Slots {
+		if x.State == Busy && x.Current == k {
+			n++
+		}
+	}
+	return n
+}
+
+// Uptime is the whole seconds since the pool started.
+func (s *Snapshot) Uptime() int64 { return s.Now.Unix() - s.Start.Unix() }

@@ -1,0 +1,82 @@
+package pool
+
+// Timers: a heap of deadlines served by one clock timer in the owner loop.
+
+import (
+	"container/heap"
+	"time"
+)
+
+type timerEntry struct {
+	when  time.Time
+	fn    func()
+	c     *call // set instead of fn: the queue timeout of c
+	index int   // -1 when not in the heap
+}
+
+type timerHeap []*timerEntry
+
+func (h timerHeap) Len() int { return len(h) }
+
+func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
+
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *timerHeap) Push(x any) {
+	e := x.(*timerEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
+}
+
+func (p *Pool) after(d time.Duration, fn func()) *timerEntry {
+	return p.schedule(&timerEntry{fn: fn, index: -1}, d)
+}
+
+// now is the clock's time, read once per message of the owner loop.
+func (p *Pool) now() time.Time {
+	if !p.nowSet {
+		p.nowT, p.nowSet = p.clk.Now(), true
+	}
+	return p.nowT
+}
+
+// schedule (re)arms e, an entry kept by its user, to fire in d.
+func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {
+	e.when = p.now().Add(d)
+	if e.index >= 0 {
+		heap.Fix(&p.timers, e.index)
+	} else {
+		heap.Push(&p.timers, e)
+	}
+	return e
+}
+
+func (e *timerEntry) cancel(p *Pool) {
+	if e != nil && e.index >= 0 {
+		heap.Remove(&p.timers, e.index)
+	}
+}
+
+func (p *Pool) fireTimers() {
+	now := p.now()
+	for len(p.timers) > 0 && !p.timers[0].when.After(now) {
+		e := heap.Pop(&p.timers).(*timerEntry)
+		if e.c != nil {
+			p.queueTimeout(e.c)
+		} else {
+			e.fn()
+		}
+	}
+}
