@@ -63,6 +63,7 @@ var requestStrings = func() (out [Lookup + 1]string) {
 	return out
 }()
 
+// String is the request's name on the wire ("connect", "message", ...).
 func (r Request) String() string {
 	if int(r) < len(requestStrings) {
 		return requestStrings[r]

@@ -44,6 +44,7 @@ type Error struct {
 	Msg  string
 }
 
+// Error is "file:line: message".
 func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
 
 // Result is what a class file holds.

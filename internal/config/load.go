@@ -26,6 +26,7 @@ type Error struct {
 	Msg  string
 }
 
+// Error is the message with its location, as sluice check prints it.
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {

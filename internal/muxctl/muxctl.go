@@ -65,8 +65,10 @@ type Error struct {
 	Err error
 }
 
+// Error names the step that failed and why.
 func (e *Error) Error() string { return "muxctl: " + e.Op + ": " + e.Err.Error() }
 
+// Unwrap returns the underlying error, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Message is md-mx-ctrl's line (without the newline) for an error from

@@ -254,6 +254,9 @@ type Reader struct {
 	deadline bool      // a request deadline is armed
 }
 
+// Read reads from the connection, arming the idle or request deadline
+// first when it is due; between requests, a server that is shutting down
+// ends the read at once.
 func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o

@@ -65,6 +65,7 @@ type StepError struct {
 	Err  error
 }
 
+// Error names the step that failed and why.
 func (e *StepError) Error() string { return e.Step + ": " + e.Err.Error() }
 
 // Unwrap returns the system call's error.

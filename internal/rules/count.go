@@ -19,6 +19,7 @@ const (
 
 var countedNames = [...]string{CountMessages: "messages", CountRecipients: "recipients", CountConnections: "connections", CountBytes: "bytes"}
 
+// String is the name a configuration uses for c ("messages", "recipients", ...).
 func (c Counted) String() string {
 	if int(c) < len(countedNames) && countedNames[c] != "" {
 		return countedNames[c]

@@ -35,6 +35,7 @@ const (
 
 var algorithmNames = [...]string{Anvil: "anvil", Exact: "exact", Smooth: "smooth"}
 
+// String is the name a configuration uses for a ("anvil", "exact", "smooth").
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
 		return algorithmNames[a]
@@ -151,6 +152,7 @@ const (
 
 var modeNames = [...]string{Leaky: "leaky", Strict: "strict"}
 
+// String is the name a configuration uses for m ("leaky", "strict").
 func (m Mode) String() string {
 	if int(m) < len(modeNames) {
 		return modeNames[m]

@@ -55,6 +55,7 @@ type Error struct {
 	Msg string
 }
 
+// Error is the refusal followed by its explanation.
 func (e *Error) Error() string { return e.Err.Error() + ": " + e.Msg }
 
 // Unwrap returns the original error.

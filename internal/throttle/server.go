@@ -28,6 +28,7 @@ type Grant struct {
 // DeferError tells a sender not to send now, and why.
 type DeferError struct{ Reason string }
 
+// Error is "defer: " and the reason.
 func (e *DeferError) Error() string { return "defer: " + e.Reason }
 
 // Handler grants send slots.

@@ -44,6 +44,7 @@ func histUpper(i int) uint64 {
 	return (m+1)<<uint(e) - 1
 }
 
+// Record counts one latency; a negative one counts as zero.
 func (h *Hist) Record(d time.Duration) {
 	if d < 0 {
 		d = 0
@@ -52,6 +53,7 @@ func (h *Hist) Record(d time.Duration) {
 	h.n++
 }
 
+// Merge adds o's counts to h's.
 func (h *Hist) Merge(o *Hist) {
 	for i, c := range o.counts {
 		h.counts[i] += c
