@@ -1,6 +1,7 @@
 // Package archtest enforces the import direction of docs/architecture.md ("Dependencies") over
 // `go list -deps`: cmd -> cli -> app -> protocol front ends, governor -> limiter -> store,
-// with config and rules below.
+// with config and rules below; cli -> muxd -> mux, socketmap -> pool, with the multiplexor's
+// side importing nothing of the governor's.
 package archtest
 
 import (
@@ -30,6 +31,13 @@ var forbidden = map[string][]string{
 	// muxd, the multiplexor daemon, sits beside app: pool and its doors,
 	// no limiter.
 	"muxd": {"limiter", "governor", "store", "app", "cli"},
+	// The multiplexor's side: nothing of the governor's side, none of the
+	// daemons; pool is imported by its doors, never the other way.
+	"pool":       {"limiter", "governor", "store", "config", "app", "muxd", "cli", "mux", "socketmap"},
+	"poolstatus": {"limiter", "governor", "store", "config", "app", "muxd", "cli"},
+	"percent":    {"limiter", "governor", "store", "config", "app", "muxd", "cli"},
+	"dropq":      {"limiter", "governor", "store", "config", "app", "muxd", "cli"},
+	"muxctl":     {"limiter", "governor", "store", "config", "app", "muxd", "cli"},
 }
 
 func init() {

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -206,11 +207,17 @@ func TestDocsReferences(t *testing.T) {
 					if !strings.HasSuffix(p, "/") && strings.Contains(path.Base(p), ".") {
 						base = path.Dir(p)
 					}
-				case strings.HasSuffix(tok, ".go") && base != "" && !strings.Contains(tok, "*"):
-					if p := path.Join(base, tok); exists(p) {
-						ctx = p
-					} else {
-						t.Errorf("%s: %s is not in %s", at, tok, base)
+				case strings.HasSuffix(tok, ".go") && (base != "" || strings.Contains(tok, "/")) && !strings.Contains(tok, "*"):
+					// A file named after a path: in its directory, or, as
+					// in "app/rules.go", in a package under internal/.
+					ctx = ""
+					for _, p := range []string{path.Join(base, tok), path.Join("internal", tok)} {
+						if ctx == "" && exists(p) {
+							ctx = p
+						}
+					}
+					if ctx == "" {
+						t.Errorf("%s: %s is neither in %s nor under internal/", at, tok, base)
 					}
 				case goSymbol.MatchString(tok):
 					sm := goSymbol.FindStringSubmatch(tok)
@@ -260,4 +267,45 @@ func anyDefines(tr goTree, name string) bool {
 		}
 	}
 	return false
+}
+
+// modulePackages lists the module's packages (relative import paths) that
+// start with one of prefixes.
+func modulePackages(t *testing.T, prefixes ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "sluice/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []string
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(p, "sluice/")
+		for _, pre := range prefixes {
+			if strings.HasPrefix(rel, pre) {
+				pkgs = append(pkgs, rel)
+				break
+			}
+		}
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages: %v", len(pkgs), pkgs)
+	}
+	return pkgs
+}
+
+// TestArchitectureListsEveryPackage: docs/architecture.md's package map
+// has a row for every package under internal/ and bench/internal/, and
+// README.md's layout names each of them.
+func TestArchitectureListsEveryPackage(t *testing.T) {
+	arch := readDoc(t, "docs/architecture.md")
+	_, readmeLayout, _ := strings.Cut(readDoc(t, "README.md"), "## Layout")
+	readmeLayout, _, _ = strings.Cut(readmeLayout, "\n## ")
+	for _, p := range modulePackages(t, "internal/", "bench/internal/") {
+		if !strings.Contains(arch, "\n| `"+p+"` |") {
+			t.Errorf("docs/architecture.md has no row for %s", p)
+		}
+		if !regexp.MustCompile(`(^|[\s/,])` + regexp.QuoteMeta(path.Base(p)) + `\b`).MatchString(readmeLayout) {
+			t.Errorf("README.md's layout does not name %s", p)
+		}
+	}
 }
