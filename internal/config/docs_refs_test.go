@@ -309,3 +309,51 @@ func TestArchitectureListsEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeNamesEveryDependency: README.md's Dependencies section names
+// every module go.mod requires directly and every tool it pins, so a new
+// dependency comes with its reason.
+func TestReadmeNamesEveryDependency(t *testing.T) {
+	gomod := readDoc(t, "go.mod")
+	_, deps, _ := strings.Cut(readDoc(t, "README.md"), "## Dependencies")
+	deps, _, _ = strings.Cut(deps, "\n## ")
+	var mods []string
+	block := ""
+	for _, line := range strings.Split(gomod, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasSuffix(line, "("):
+			block = strings.Fields(line)[0]
+			continue
+		case line == ")":
+			block = ""
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		switch {
+		case block == "require" && !strings.Contains(line, "// indirect"):
+			mods = append(mods, f[0])
+		case block == "tool":
+			mods = append(mods, f[0])
+		case block == "" && (f[0] == "require" || f[0] == "tool") && len(f) > 1 && !strings.Contains(line, "// indirect"):
+			mods = append(mods, f[1])
+		}
+	}
+	if len(mods) < 5 {
+		t.Fatalf("found only %d direct dependencies in go.mod: %v", len(mods), mods)
+	}
+	for _, m := range mods {
+		// A tool is named by its module (honnef.co/go/tools for
+		// honnef.co/go/tools/cmd/staticcheck).
+		name := m
+		if i := strings.Index(name, "/cmd/"); i > 0 {
+			name = name[:i]
+		}
+		if !strings.Contains(deps, "`"+name) {
+			t.Errorf("README.md's Dependencies section does not name %s", m)
+		}
+	}
+}
