@@ -262,11 +262,11 @@ func (m *Metrics) Decision(door, rule, verdict string) {
 // ClassState is one peer class's occupancy and caps. A cap of 0 means
 // none, as in limiter.Class.
 type ClassState struct {
-	Name        string
-	Incoming    int64 // open incoming sessions
-	Total       int64 // open sessions either way
-	IncomingCap int64 // refuse cap
-	TotalCap    int64 // queue cap
+	Name        string // the class's name
+	Incoming    int64  // open incoming sessions
+	Total       int64  // open sessions either way
+	IncomingCap int64  // refuse cap
+	TotalCap    int64  // queue cap
 }
 
 // Classes sets the occupancy and caps of every class, and drops the series

@@ -99,6 +99,7 @@ const (
 
 // Options configure a Server.
 type Options struct {
+	// Pool serves the requests the multiplexor does not answer itself.
 	Pool *pool.Pool
 	// Timeout is -c: a client has this long to send its line, and the reply
 	// is written under it too (default 10 s).
@@ -106,7 +107,8 @@ type Options struct {
 	// Version is the `version` reply, sent without a newline (default "3.3",
 	// the reference's, since clients may compare it).
 	Version string
-	Logger  *slog.Logger
+	// Logger gets sluice's own log lines (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Server answers the main (privileged) and restricted sockets.

@@ -32,6 +32,8 @@ type StatsOptions struct {
 	// Syslog is -T: it gets "stats <line without its date>" for every
 	// line (nil: none). It is called on the writer goroutine.
 	Syslog func(msg string)
+	// Logger gets the file's open, write and stall errors (default
+	// slog.Default()).
 	Logger *slog.Logger
 	// Location is the time zone of the date (nil: time.Local).
 	Location *time.Location

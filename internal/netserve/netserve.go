@@ -38,7 +38,8 @@ type ConnLimits struct {
 // Options configure a Server.
 type Options struct {
 	// Name prefixes log messages ("anvil", "policy").
-	Name   string
+	Name string
+	// Logger gets the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	ConnLimits
 	// Refuse, when set, is given each connection refused for MaxConns, in

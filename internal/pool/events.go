@@ -96,9 +96,9 @@ const (
 
 // StatsEvent is one line of the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"), before formatting.
 type StatsEvent struct {
-	Time   time.Time
-	Event  string // StartWorker, KillWorker, ReapWorker, StartFilter, EndFilter
-	Worker int
+	Time   time.Time // when it happened
+	Event  string    // StartWorker, KillWorker, ReapWorker, StartFilter, EndFilter
+	Worker int       // the slot
 	// Running and Busy are the running (idle, busy or killed) and busy
 	// worker counts after the event.
 	Running, Busy int

@@ -7,26 +7,26 @@ import (
 // SlotInfo is one slot as the status commands show it.
 type SlotInfo struct {
 	State       State
-	PID         int // 0 when stopped
-	Current     Kind
-	Last        Kind
-	NumRequests int
-	NumScans    int
+	PID         int       // 0 when stopped
+	Current     Kind      // the kind of the command in flight (Other when none)
+	Last        Kind      // the kind of the last counted command
+	NumRequests int       // requests this activation served
+	NumScans    int       // scans among them
 	Activated   time.Time // zero when stopped
 	FirstReq    time.Time // zero before the first request
-	LastChange  time.Time
-	Tag         string
+	LastChange  time.Time // when State last changed
+	Tag         string    // the status tag (the command's, a tick's, or the worker's own with -Z)
 }
 
 // Snapshot is the pool's state at one moment, for the status commands.
 type Snapshot struct {
-	Now         time.Time
-	Start       time.Time
-	Slots       []SlotInfo
-	Msgs        int
-	Activations uint64
-	QueueSize   int
-	Queued      int
+	Now         time.Time  // the pool's clock when the snapshot was taken
+	Start       time.Time  // when Run began
+	Slots       []SlotInfo // every slot, by number
+	Msgs        int        // scans since the start
+	Activations uint64     // workers started since the start
+	QueueSize   int        // the queue's capacity (-q)
+	Queued      int        // requests waiting in the queue
 	// Histo[i] counts how often a worker went busy while exactly i+1
 	// workers were busy.
 	Histo []int

@@ -52,7 +52,8 @@ type Options struct {
 	// MaxConns caps concurrent map connections (default
 	// netserve.DefaultMaxConns); more are closed at once.
 	MaxConns int
-	Logger   *slog.Logger
+	// Logger gets the server's log lines (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Server serves the socket map protocol on persistent connections, one

@@ -60,7 +60,8 @@ type Options struct {
 	Source Source
 	// Gatherer is served at /metrics; nil leaves /metrics unserved (404).
 	Gatherer prometheus.Gatherer
-	Logger   *slog.Logger
+	// Logger gets the server's log lines (default slog.Default()).
+	Logger *slog.Logger
 	// Clock paces the sampling (default the real clock).
 	Clock clock.Clock
 	// Interval between samples (default 1s).
