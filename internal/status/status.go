@@ -15,7 +15,7 @@ import "time"
 // Status is everything the status page shows. Lists are already sorted
 // and short: the server trims them to its own caps.
 type Status struct {
-	Version string    `json:"version,omitempty"`
+	Version string    `json:"version,omitempty"` // sluice's version
 	Now     time.Time `json:"now"`               // when the facts were taken
 	Started time.Time `json:"started,omitzero"`  // when the daemon started
 	Reload  Reload    `json:"reload,omitzero"`   // the configuration in force
@@ -59,11 +59,11 @@ type Door struct {
 
 // Pool is the worker pool as md-mx-ctrl shows it.
 type Pool struct {
-	Slots       []Slot  `json:"slots"`
-	Queued      int     `json:"queued"`     // requests waiting for a worker
-	QueueSize   int     `json:"queue_size"` // the queue's capacity
-	Msgs        int64   `json:"msgs"`       // messages scanned since start
-	Activations uint64  `json:"activations"`
+	Slots       []Slot  `json:"slots"`                    // every slot, by number
+	Queued      int     `json:"queued"`                   // requests waiting for a worker
+	QueueSize   int     `json:"queue_size"`               // the queue's capacity
+	Msgs        int64   `json:"msgs"`                     // messages scanned since start
+	Activations uint64  `json:"activations"`              // workers started since start
 	BusyTimeout float64 `json:"busy_timeout_s,omitempty"` // seconds; 0: none
 }
 
@@ -88,16 +88,16 @@ type Slot struct {
 // Class is one peer class's occupancy against its caps (0: no cap).
 type Class struct {
 	Name        string `json:"name"`
-	Incoming    int64  `json:"incoming"`
-	Total       int64  `json:"total"`
+	Incoming    int64  `json:"incoming"`               // open incoming sessions
+	Total       int64  `json:"total"`                  // open sessions either way
 	IncomingCap int64  `json:"incoming_cap,omitempty"` // refuse
 	TotalCap    int64  `json:"total_cap,omitempty"`    // queue
 }
 
 // Talker is one busy key under a rate rule.
 type Talker struct {
-	Rule   string  `json:"rule"`
-	Key    string  `json:"key"`
+	Rule   string  `json:"rule"`             // the rule's name
+	Key    string  `json:"key"`              // what it counts by (a client, a sender...)
 	Count  int64   `json:"count"`            // events in the current window
 	Limit  int64   `json:"limit,omitempty"`  // the rule's limit per Period
 	Period string  `json:"period,omitempty"` // the window, as the config writes it ("1m")
@@ -106,13 +106,13 @@ type Talker struct {
 
 // Deferral is one refusal and why.
 type Deferral struct {
-	At        time.Time `json:"at"`
-	Door      string    `json:"door"`
-	Rule      string    `json:"rule"`
-	Key       string    `json:"key"`
-	Count     int64     `json:"count"`
-	Limit     int64     `json:"limit"`
-	Period    string    `json:"period,omitempty"`
+	At        time.Time `json:"at"`                  // when
+	Door      string    `json:"door"`                // the door that refused (policy, anvil, milter, throttle)
+	Rule      string    `json:"rule"`                // the rule's or class's name
+	Key       string    `json:"key"`                 // the key over its limit
+	Count     int64     `json:"count"`               // its count then
+	Limit     int64     `json:"limit"`               // the limit per Period
+	Period    string    `json:"period,omitempty"`    // the window, as the config writes it
 	Algorithm string    `json:"algorithm,omitempty"` // anvil, exact, smooth, concurrency...
 	Verdict   string    `json:"verdict"`             // what the peer was told (DEFER, 421...)
 	Reply     string    `json:"reply,omitempty"`     // the reply text, if any
@@ -120,8 +120,8 @@ type Deferral struct {
 
 // Totals are running counts since the daemon started.
 type Totals struct {
-	Decisions uint64 `json:"decisions"`
-	Deferrals uint64 `json:"deferrals"`
+	Decisions uint64 `json:"decisions"` // every verdict given
+	Deferrals uint64 `json:"deferrals"` // those that refused or deferred
 }
 
 // Sample is one point of the short history.
