@@ -108,8 +108,8 @@ type Talker struct {
 type Deferral struct {
 	At        time.Time `json:"at"`                  // when
 	Door      string    `json:"door"`                // the door that refused (policy, anvil, milter, throttle)
-	Rule      string    `json:"rule"`                // the rule's or class's name
-	Key       string    `json:"key"`                 // the key over its limit
+	Rule      string    `json:"rule"`                // the rule's name ("class" for a class cap)
+	Key       string    `json:"key"`                 // the key over its limit (the class's name for a class cap)
 	Count     int64     `json:"count"`               // its count then
 	Limit     int64     `json:"limit"`               // the limit per Period
 	Period    string    `json:"period,omitempty"`    // the window, as the config writes it
@@ -121,7 +121,7 @@ type Deferral struct {
 // Totals are running counts since the daemon started.
 type Totals struct {
 	Decisions uint64 `json:"decisions"` // every verdict given
-	Deferrals uint64 `json:"deferrals"` // those that refused or deferred
+	Deferrals uint64 `json:"deferrals"` // those that refused (dry runs not counted)
 }
 
 // Sample is one point of the short history.
