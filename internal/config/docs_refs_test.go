@@ -357,3 +357,66 @@ func TestReadmeNamesEveryDependency(t *testing.T) {
 		}
 	}
 }
+
+var (
+	commentCont = regexp.MustCompile(`\n\s*//\s*`)
+	docCite     = regexp.MustCompile(`(docs/[\w/.-]+\.md)((?:,? (?:and )?"[^"]+")*)`)
+	quoted      = regexp.MustCompile(`"([^"]+)"`)
+)
+
+// TestCodeCitesDocHeadings: where Go code cites a page of docs/ (as
+// `docs/protocols/milter.md, "Negotiation"`), the page exists and has
+// every heading cited, so the code's references stay inside the
+// repository and true; nor does any Go file cite a "§N".
+func TestCodeCitesDocHeadings(t *testing.T) {
+	const root = "../.."
+	headings := map[string]map[string]bool{}
+	heading := regexp.MustCompile(`(?m)^#+ (.*)$`)
+	cited := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		flat := commentCont.ReplaceAllString(string(b), " ")
+		if outsideRef.MatchString(flat) && !strings.HasSuffix(p, "docs_refs_test.go") {
+			t.Errorf("%s points out of the repository (../shared or §N)", p)
+		}
+		for _, m := range docCite.FindAllStringSubmatch(flat, -1) {
+			page := m[1]
+			if headings[page] == nil {
+				text, err := os.ReadFile(filepath.Join(root, page))
+				if err != nil {
+					t.Errorf("%s cites %s: %v", p, page, err)
+					continue
+				}
+				headings[page] = map[string]bool{}
+				for _, h := range heading.FindAllStringSubmatch(string(text), -1) {
+					headings[page][strings.ReplaceAll(strings.TrimSpace(h[1]), "`", "")] = true
+				}
+			}
+			for _, h := range quoted.FindAllStringSubmatch(m[2], -1) {
+				cited++
+				if !headings[page][h[1]] {
+					t.Errorf("%s cites %s, %q: no such heading", p, page, h[1])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cited < 20 {
+		t.Fatalf("found only %d cited headings: is the citation form as expected?", cited)
+	}
+}
