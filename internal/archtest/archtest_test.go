@@ -1,7 +1,3 @@
-// Package archtest enforces the import direction of docs/architecture.md ("Dependencies") over
-// `go list -deps`: cmd -> cli -> app -> protocol front ends, governor -> limiter -> store,
-// with config and rules below; cli -> muxd -> mux, socketmap -> pool, with the multiplexor's
-// side importing nothing of the governor's.
 package archtest
 
 import (
