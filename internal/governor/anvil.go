@@ -33,15 +33,15 @@ var anvilStats = [numAnvilEvents]string{"connection rate", "message rate", "reci
 // the order count, then one rate per AnvilEvent. A value of 0 means "off"
 // in smtpd's terms, and "no cap" in a class override.
 type AnvilLimits struct {
-	Count int64
-	Rates [numAnvilEvents]int64
+	Count int64                 // smtpd_client_connection_count_limit
+	Rates [numAnvilEvents]int64 // the rate limits, by AnvilEvent
 }
 
 // ClassLimits overrides the smtpd limits for the clients of one class;
 // nil fields keep smtpd's limit.
 type ClassLimits struct {
-	Count *int64
-	Rates [numAnvilEvents]*int64
+	Count *int64                 // the class's connection count limit
+	Rates [numAnvilEvents]*int64 // its rate limits, by AnvilEvent
 }
 
 // AnvilRules is how sluice answers anvil requests.
@@ -262,8 +262,8 @@ func (g *Governor) AnvilNewTLSStatus(ctx context.Context, ident string) (int64, 
 
 // AnvilCounts are the true figures of one ident, unscaled.
 type AnvilCounts struct {
-	Count int64
-	Rates [numAnvilEvents]int64
+	Count int64                 // open connections
+	Rates [numAnvilEvents]int64 // events in the current window, by AnvilEvent
 }
 
 // AnvilLookup reports the true counters of ident (not scaled: lookup is

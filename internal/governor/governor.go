@@ -26,9 +26,9 @@ type Governor struct {
 
 // Options configure a Governor.
 type Options struct {
-	Limiter  *limiter.Limiter
-	Classes  *limiter.Classes
-	Anvil    AnvilRules
+	Limiter  *limiter.Limiter // the counts, shared by every Governor of a daemon
+	Classes  *limiter.Classes // the class table
+	Anvil    AnvilRules       // the rules of each door
 	Policy   PolicyRules
 	Throttle ThrottleRules
 	Milter   MilterRules
@@ -40,7 +40,8 @@ type Options struct {
 	// Refusals bounds refusal log lines; it must outlive reloads (nil:
 	// every refusal is logged).
 	Refusals *RefusalLog
-	Logger   *slog.Logger
+	// Logger gets refusals and errors (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // New returns a Governor.

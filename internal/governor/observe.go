@@ -25,7 +25,8 @@ type Verdict struct {
 	DryRun  bool
 	// Reply is what the peer was told when refused.
 	Reply string
-	At    time.Time
+	// At is when the decision was made.
+	At time.Time
 }
 
 // Observer receives every verdict as it is made. It runs on the mail

@@ -16,7 +16,9 @@ import (
 )
 
 // PolicyRequest is what the governor needs of a policy query; the app's
-// adapter fills it from the protocol's request.
+// adapter fills it from the protocol's request. Each field holds the
+// Postfix attribute of the same name in snake case (ProtocolState is
+// protocol_state, SASLUsername sasl_username...), "" or 0 when absent.
 type PolicyRequest struct {
 	ProtocolState     string
 	ClientAddress     string
@@ -69,7 +71,10 @@ func (r *PolicyRequest) attr(name string) string {
 }
 
 // PolicyMatch selects the requests a rule applies to. Every non-empty
-// list must match (AND); within a list any entry may match (OR).
+// list must match (AND); within a list any entry may match (OR). Each list
+// is matched against the request attribute of the same name; SenderDomain
+// and RecipientDomain against the address's domain, Class against the
+// client's class name.
 type PolicyMatch struct {
 	ClientAddress     []hostmask.Mask // networks
 	ClientName        []hostmask.Mask
@@ -89,9 +94,9 @@ type PolicyMatch struct {
 // reduced to a network (client_address/24/64), or a derived value
 // (sender_domain, recipient_domain, class).
 type KeyPart struct {
-	Attr     string
-	V4Prefix int // for client_address: 0 keeps the address
-	V6Prefix int
+	Attr     string // the attribute's Postfix name, or the derived value's
+	V4Prefix int    // for client_address: 0 keeps the address
+	V6Prefix int    // for client_address, with V4Prefix set: IPv6's prefix
 }
 
 // String renders the part as configured.
@@ -104,13 +109,13 @@ func (k KeyPart) String() string {
 
 // PolicyRule is one limit rule.
 type PolicyRule struct {
-	Name   string
-	Match  PolicyMatch
-	Key    []KeyPart
-	Count  rules.Counted
-	Stage  string // where the count is taken: RCPT, DATA or END-OF-MESSAGE
-	Limits []limiter.Limit
-	Mode   limiter.Mode
+	Name   string          // for logs, metrics and the status page
+	Match  PolicyMatch     // the requests it applies to
+	Key    []KeyPart       // what it counts by, joined into the store key
+	Count  rules.Counted   // what one request adds: messages, recipients, ...
+	Stage  string          // where the count is taken: RCPT, DATA or END-OF-MESSAGE
+	Limits []limiter.Limit // hit together in one Store.Hit; any over its limit refuses
+	Mode   limiter.Mode    // whether refused requests count too (strict) or not (leaky)
 	// Action is the reply when over, a template (see PolicyAction).
 	Action string
 	// DryRun answers WARN with the action's text and lets the mail pass.

@@ -17,7 +17,7 @@ import (
 // Limit (exact) sends per period, at most Concurrency at once, and nobody
 // waits longer than MaxWait.
 type ThrottlePolicy struct {
-	Name string
+	Name string // for logs, metrics and the status page
 	// Match selects keys (a destination host, relay or any string) by host
 	// mask; an address key also matches networks.
 	Match []hostmask.Mask
@@ -38,7 +38,7 @@ type ThrottlePolicy struct {
 
 // ThrottleRules are the throttle policies, first match wins.
 type ThrottleRules struct {
-	Policies []ThrottlePolicy
+	Policies []ThrottlePolicy // in the configuration's order
 }
 
 // ErrDefer means the sender should not send now: its slot would come later
@@ -48,9 +48,9 @@ var ErrDefer = errors.New("throttle: defer")
 // ThrottleGrant is permission to send at At. Pass it to ThrottleDone when
 // the send has ended (or was abandoned).
 type ThrottleGrant struct {
-	Policy string
-	Key    string
-	At     time.Time
+	Policy string    // the policy's name
+	Key    string    // the key the slot is for
+	At     time.Time // when the sender may send
 	// Latest is when the slot goes stale: a sender that wakes after it
 	// (a stalled host) must not send late into the next slots' window,
 	// and asks again. Half the policy's margin after At; zero without a
