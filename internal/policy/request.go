@@ -5,8 +5,11 @@
 package policy
 
 // Request is one policy query. Every attribute Postfix 2.1 to 3.12 sends
-// has a field; unknown attributes are ignored. An attribute Postfix leaves
-// out is empty (numbers: 0).
+// has a field, named after it (HeloName is helo_name, CCertSubject
+// ccert_subject, TLSSNI tls_sni...) and grouped under the Postfix release
+// that added it; unknown attributes are ignored. An attribute Postfix
+// leaves out is empty (numbers: 0). Postfix's SMTPD_POLICY_README gives
+// each one's meaning; internal/postfixattr lists them.
 type Request struct {
 	Request           string // always "smtpd_access_policy"
 	ProtocolState     string // CONNECT EHLO HELO MAIL RCPT DATA END-OF-MESSAGE VRFY ETRN
