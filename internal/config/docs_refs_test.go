@@ -420,3 +420,43 @@ func TestCodeCitesDocHeadings(t *testing.T) {
 		t.Fatalf("found only %d cited headings: is the citation form as expected?", cited)
 	}
 }
+
+// TestReadmeNamesEveryBenchmarkPackage: README.md's paragraph on the Go
+// benchmarks names every package that has one.
+func TestReadmeNamesEveryBenchmarkPackage(t *testing.T) {
+	const root = "../.."
+	_, para, _ := strings.Cut(readDoc(t, "README.md"), "Go benchmarks for the hot paths:")
+	para, _, _ = strings.Cut(para, "\n\n")
+	bench := regexp.MustCompile(`(?m)^func Benchmark\w*\(`)
+	found := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if !bench.Match(b) {
+			return nil
+		}
+		found++
+		rel, _ := filepath.Rel(root, filepath.Dir(p))
+		if dir := "./" + filepath.ToSlash(rel) + "/"; !strings.Contains(para, dir) {
+			t.Errorf("README.md's Go benchmarks paragraph does not name %s (%s has benchmarks)", dir, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 5 {
+		t.Fatalf("found only %d files with benchmarks", found)
+	}
+}
