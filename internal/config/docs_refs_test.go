@@ -460,3 +460,50 @@ func TestReadmeNamesEveryBenchmarkPackage(t *testing.T) {
 		t.Fatalf("found only %d files with benchmarks", found)
 	}
 }
+
+// TestMuxOptionsTable: the options table of
+// docs/protocols/mimedefang-multiplexor.md lists exactly the options
+// `sluice mux` accepts (internal/cli/mux.go's getopt letters), each with
+// an argument exactly when getopt expects one.
+func TestMuxOptionsTable(t *testing.T) {
+	code := readDoc(t, "internal/cli/mux.go")
+	letters := func(name string) string {
+		m := regexp.MustCompile(name + `\s*=\s*"(\w+)"`).FindStringSubmatch(code)
+		if m == nil {
+			t.Fatalf("internal/cli/mux.go: no %s", name)
+		}
+		return m[1]
+	}
+	withArg, without := letters("muxArgOpts"), letters("muxFlagOpts")
+	doc := readDoc(t, "docs/protocols/mimedefang-multiplexor.md")
+	_, table, ok := strings.Cut(doc, "| opt | default | notes |")
+	if !ok {
+		t.Fatal("docs/protocols/mimedefang-multiplexor.md: no options table")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	documented := map[byte]bool{}
+	opt := regexp.MustCompile("`-(\\w)( [^`]+)?`")
+	for _, row := range strings.Split(table, "\n") {
+		cells := strings.Split(row, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, m := range opt.FindAllStringSubmatch(cells[1], -1) {
+			c := m[1][0]
+			documented[c] = true
+			switch {
+			case strings.IndexByte(withArg, c) >= 0 && m[2] == "":
+				t.Errorf("-%c takes an argument; the table shows none", c)
+			case strings.IndexByte(without, c) >= 0 && m[2] != "":
+				t.Errorf("-%c takes no argument; the table shows %q", c, m[2])
+			case strings.IndexByte(withArg+without, c) < 0:
+				t.Errorf("the table lists -%c, which sluice mux does not accept", c)
+			}
+		}
+	}
+	for _, c := range []byte(withArg + without) {
+		if !documented[c] {
+			t.Errorf("sluice mux accepts -%c; the options table does not list it", c)
+		}
+	}
+}
