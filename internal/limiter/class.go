@@ -13,10 +13,10 @@ import (
 // open, outgoing ones while fewer than Queue are open. Zero means no cap
 // (XLA itself has no way to say that).
 type Class struct {
-	Name   string
-	Masks  []hostmask.Mask
-	Refuse int64
-	Queue  int64
+	Name   string          // for logs, keys and the status page
+	Masks  []hostmask.Mask // the peers it holds; any may match
+	Refuse int64           // the cap on incoming sessions
+	Queue  int64           // the cap on all sessions
 }
 
 // Direction is which way a session goes.

@@ -51,8 +51,8 @@ const Never = time.Duration(math.MaxInt64)
 // Check is one limit applied to one key. Several checks in one hit are
 // decided together: with Leaky counting, either all count or none does.
 type Check struct {
-	Key   string
-	Limit Limit
+	Key   string // the store key the limit applies to
+	Limit Limit  // the limit and its algorithm
 	// Counter selects one of up to MaxCounters counters under an Anvil key;
 	// they share one window, as anvil's per-client entry does. It must be 0
 	// for other algorithms.
@@ -67,6 +67,7 @@ const MaxCounters = 8
 
 // Decision is the outcome of one check.
 type Decision struct {
+	// Allowed is whether the hit was admitted.
 	Allowed bool
 	// Count is how many events the window holds after this hit (for Smooth:
 	// the bucket level in events, rounded up).
@@ -82,15 +83,15 @@ type Decision struct {
 
 // Lease is one held concurrency slot.
 type Lease struct {
-	Key string
-	ID  uint64
+	Key string // the key whose count it holds
+	ID  uint64 // tells this lease from the key's others, for Release
 }
 
 // Reservation is a future slot under an Exact limit.
 type Reservation struct {
-	Key   string
-	Limit Limit
-	N     int64
+	Key   string // the key booked
+	Limit Limit  // the Exact limit it was booked under
+	N     int64  // the events booked
 	// At is when the slot is the holder's.
 	At time.Time
 }

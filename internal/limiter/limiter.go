@@ -13,13 +13,15 @@ import (
 
 // Options configure a Limiter.
 type Options struct {
+	// Store keeps the counts (memory or Redis).
 	Store Store
 	// Clock gives the time of every decision (default the real clock).
 	Clock clock.Clock
 	// FailOpen admits a hit the store cannot record (full, or failing);
 	// otherwise such a hit is refused. Either way a warning is logged.
 	FailOpen bool
-	Logger   *slog.Logger
+	// Logger gets warnings and the peak reports (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Limiter is the front of the limiter core: it takes the time from its
@@ -176,11 +178,11 @@ func (l *Limiter) RunStatus(ctx context.Context, interval time.Duration) {
 
 // Peak is the largest value of one figure since the last report.
 type Peak struct {
-	Stat  string
-	Value int64
-	Key   string
+	Stat  string        // the figure ("connection rate", "class sessions"...)
+	Value int64         // its largest value
+	Key   string        // the key that reached it
 	Per   time.Duration // the window of a rate; 0 for counts and sizes
-	When  time.Time
+	When  time.Time     // when
 }
 
 // Peaks tracks peak figures. The fast path (no new peak) is one atomic load.
