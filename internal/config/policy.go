@@ -12,7 +12,10 @@ import (
 	"sluice/internal/rules"
 )
 
-// PolicyRuleSpec is a policy rule with every field parsed and checked.
+// PolicyRuleSpec is a policy rule with every field parsed and checked:
+// each field is named after the [[policy.rule]] key it comes from
+// (ClientAddress from client_address, Limits from limit; docs/config.md
+// gives their meaning), with masks, limits, count and mode parsed.
 type PolicyRuleSpec struct {
 	Name              string
 	ClientAddress     []hostmask.Mask
@@ -40,9 +43,9 @@ type PolicyRuleSpec struct {
 // KeySpec is one part of a rule's key: an attribute, or client_address
 // reduced to a network ("client_address/24/64": /24 for IPv4, /64 for IPv6).
 type KeySpec struct {
-	Attr     string
-	V4Prefix int
-	V6Prefix int
+	Attr     string // the attribute's Postfix name, or a derived one
+	V4Prefix int    // for client_address: 0 keeps the address
+	V6Prefix int    // for client_address, with V4Prefix set
 }
 
 // derivedKeys are key parts computed from attributes.
