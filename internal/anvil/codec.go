@@ -96,9 +96,10 @@ func NewDecoder(r io.Reader, maxLine int) *Decoder {
 
 // Msg is one decoded request.
 type Msg struct {
-	Req Request
+	Req Request // which request
 	// Name is the request name as sent, kept only when Req is Unknown.
-	Name  string
+	Name string
+	// Ident is the client the request is about (service:address).
 	Ident string
 }
 

@@ -9,7 +9,10 @@ import (
 	"sluice/internal/netserve"
 )
 
-// Counts is what a lookup reports for one ident.
+// Counts is what a lookup reports for one ident: its open connections
+// (Count) and, in the current window, its connections (Rate), messages,
+// recipients, new TLS sessions and AUTH commands, as anvil's lookup reply
+// names them (count, rate, mail, rcpt, newtls, auth).
 type Counts struct {
 	Count, Rate, Mail, Rcpt, NewTLS, Auth int64
 }
@@ -40,8 +43,10 @@ type Handler interface {
 
 // Options configure a Server.
 type Options struct {
+	// Handler makes each stream's Session. Required.
 	Handler Handler
-	Logger  *slog.Logger
+	// Logger gets the server's log lines (default slog.Default()).
+	Logger *slog.Logger
 	// NoAnnounce skips the "protocol=anvil_protocol" greeting, for Postfix
 	// releases before 3.6.
 	NoAnnounce bool

@@ -31,17 +31,17 @@ const (
 
 // Entry is one class line.
 type Entry struct {
-	Line   int
-	Mask   hostmask.Mask
-	Queue  int // cap on all sessions, incoming and outgoing
-	Refuse int // cap on incoming sessions
+	Line   int           // its line number in the file
+	Mask   hostmask.Mask // the peers it holds
+	Queue  int           // cap on all sessions, incoming and outgoing
+	Refuse int           // cap on incoming sessions
 }
 
 // Error is a problem on one line of a class file.
 type Error struct {
-	File string
-	Line int
-	Msg  string
+	File string // the name given to Parse
+	Line int    // 1-based
+	Msg  string // what is wrong
 }
 
 // Error is "file:line: message".
@@ -49,7 +49,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line,
 
 // Result is what a class file holds.
 type Result struct {
-	Entries []Entry
+	Entries []Entry // the classes, in the file's order
 	// Notes are non-fatal remarks (ignored XLA counter-file lines).
 	Notes []string
 }

@@ -11,7 +11,9 @@ import (
 // DefaultMargin is added to a throttle period when none is configured.
 const DefaultMargin = 250 * time.Millisecond
 
-// ThrottlePolicySpec is a throttle policy with every field parsed.
+// ThrottlePolicySpec is a throttle policy with every field parsed: each
+// field is named after the [[throttle.policy]] key it comes from
+// (MaxWait from max_wait; docs/config.md gives their meaning).
 type ThrottlePolicySpec struct {
 	Name        string
 	Match       []hostmask.Mask

@@ -85,7 +85,9 @@ func (c *Config) Validate() []error {
 	return errs
 }
 
-// ClassSpec is one class as configured, masks parsed.
+// ClassSpec is one class as configured, masks parsed: Name, Masks (from
+// match), Refuse and Queue are its [[class]] keys, Anvil its [class.anvil]
+// overrides.
 type ClassSpec struct {
 	Name   string
 	Masks  []hostmask.Mask

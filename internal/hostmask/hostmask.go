@@ -179,8 +179,8 @@ func (m Mask) String() string {
 // invalid when unknown). A network stands for a client aggregated by prefix,
 // as Postfix 3.8+ anvil idents do.
 type Peer struct {
-	Name string
-	Net  netip.Prefix
+	Name string       // the host name ("unknown" or "" when none is known)
+	Net  netip.Prefix // the address (a full-length prefix) or network; invalid when unknown
 }
 
 // PeerAddr returns a Peer for a single address.

@@ -35,7 +35,8 @@ const (
 type Options struct {
 	// Handler receives the sessions' events. Required.
 	Handler Handler
-	Logger  *slog.Logger
+	// Logger gets the server's log lines (default slog.Default()).
+	Logger *slog.Logger
 	// MaxData caps a packet's payload (default DefaultMaxData); the
 	// length is checked before anything is allocated, and a larger packet
 	// ends the session.

@@ -25,9 +25,9 @@ var ErrProtocol = errors.New("policy: protocol error")
 
 // Limits bound what a Decoder accepts.
 type Limits struct {
-	MaxLine    int
-	MaxAttrs   int
-	MaxRequest int
+	MaxLine    int // bytes of one "name=value" line (default DefaultMaxLine)
+	MaxAttrs   int // attributes of one request (default DefaultMaxAttrs)
+	MaxRequest int // bytes of one request (default DefaultMaxRequest)
 }
 
 func (l *Limits) defaults() {

@@ -27,8 +27,10 @@ type Handler interface {
 
 // Options configure a Server.
 type Options struct {
+	// Handler makes each connection's Session. Required.
 	Handler Handler
-	Logger  *slog.Logger
+	// Logger gets the server's log lines (default slog.Default()).
+	Logger *slog.Logger
 	// ConnLimits: Postfix opens one connection per busy smtpd process,
 	// and closes its end after smtpd_policy_service_max_idle (300s).
 	netserve.ConnLimits

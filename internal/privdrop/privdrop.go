@@ -17,11 +17,11 @@ import (
 
 // Account is a user to run as, with its primary and supplementary groups.
 type Account struct {
-	Name   string
+	Name   string // the user's name
 	Group  string // the primary group's name
-	UID    int
-	GID    int
-	Groups []int // supplementary groups, the primary one first
+	UID    int    // the user's id
+	GID    int    // the primary group's id
+	Groups []int  // supplementary groups, the primary one first
 }
 
 // ErrUnknownUser is returned by Lookup for a name the system does not know.

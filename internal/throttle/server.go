@@ -40,7 +40,9 @@ type Handler interface {
 
 // Options configure a Server.
 type Options struct {
-	Handler  Handler
+	// Handler decides each request. Required.
+	Handler Handler
+	// Logger gets the server's log lines (default slog.Default()).
 	Logger   *slog.Logger
 	MaxConns int // default 4096: one per waiting or sending process
 	// RequestTimeout bounds reading the request line (default 10s).

@@ -38,11 +38,11 @@ const (
 
 // Booking is one journal record.
 type Booking struct {
-	Seq uint64
-	Key string
-	At  int64 // Unix ns, lowest bit set (a reservation)
-	N   int64
-	Exp int64 // Unix ns: when the key's window holding it ends
+	Seq uint64 // its sequence number, from 1, increasing
+	Key string // the exact key booked
+	At  int64  // Unix ns, lowest bit set (a reservation)
+	N   int64  // the events booked
+	Exp int64  // Unix ns: when the key's window holding it ends
 }
 
 type journal struct {

@@ -58,8 +58,8 @@ var ErrSnapshot = errors.New("invalid store snapshot")
 
 // SnapEntry is one rate key of a snapshot.
 type SnapEntry struct {
-	Key  string
-	Algo limiter.Algorithm
+	Key  string            // the store key
+	Algo limiter.Algorithm // which state it keeps
 	// Exp is when the key holds nothing worth keeping any more (Unix ns).
 	Exp int64
 	// T, Counts and Log are as in limiter.State; Log is the exact log's
@@ -76,7 +76,8 @@ type Snapshot struct {
 	// Taken is when the copy began: what happened after it is not in it.
 	Taken time.Time
 	// Clean says it was written at a graceful stop.
-	Clean   bool
+	Clean bool
+	// Entries are the rate keys held.
 	Entries []SnapEntry
 	// Seq is the highest booking sequence number given out.
 	Seq uint64

@@ -105,11 +105,12 @@ import (
 type Options struct {
 	// Addrs are the Redis addresses, host:port (default 127.0.0.1:6379); in
 	// Cluster mode, seed nodes.
-	Addrs    []string
+	Addrs []string
+	// Username and Password authenticate (AUTH); empty: none.
 	Username string
 	Password string
-	DB       int
-	TLS      *tls.Config
+	DB       int         // the database number (not in Cluster mode)
+	TLS      *tls.Config // nil: plain TCP
 	// Cluster connects to a Redis Cluster and checks that the keys of one
 	// call share a slot (see the package comment).
 	Cluster bool
