@@ -20,10 +20,10 @@ const MaxFileSize = 4 << 20
 
 // Error is one problem in the configuration, with its place.
 type Error struct {
-	File string
+	File string // the file; "" when the configuration came from none
 	Line int    // 0 if unknown
 	Path string // key path, e.g. "class[2].refuse"
-	Msg  string
+	Msg  string // what is wrong
 }
 
 // Error is the message with its location, as sluice check prints it.

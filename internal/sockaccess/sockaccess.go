@@ -51,8 +51,8 @@ func Explain(path string, err error, fix string) error {
 
 // Error is a permission error with its explanation.
 type Error struct {
-	Err error
-	Msg string
+	Err error  // the refusal (a permission error)
+	Msg string // which directory or file stops us, and what to change
 }
 
 // Error is the refusal followed by its explanation.

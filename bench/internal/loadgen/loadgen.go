@@ -79,10 +79,10 @@ func (w Window) Holds(start, end time.Time) bool {
 
 // Latency is the summary of a run's merged histogram over secs seconds.
 type Latency struct {
-	Reqs  uint64
-	RPS   float64
-	P50us float64
-	P99us float64
+	Reqs  uint64  // exchanges in the histogram (those inside the window)
+	RPS   float64 // Reqs per second of the window
+	P50us float64 // median latency, microseconds
+	P99us float64 // 99th percentile, microseconds
 	// P999us is the 99.9th percentile, printed by the generators that
 	// print it.
 	P999us float64

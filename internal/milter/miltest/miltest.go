@@ -16,7 +16,7 @@ import (
 // MTA is one milter connection seen from the MTA. Its methods are not
 // safe for concurrent use.
 type MTA struct {
-	Conn net.Conn
+	Conn net.Conn // the connection to the milter
 	// MaxData caps a reply's payload (default wire.DefaultMaxData).
 	MaxData int
 	// Timeout bounds each wait for a reply (default 10s, like Sendmail).

@@ -50,7 +50,7 @@ func appendString(dst []byte, s, what string) ([]byte, error) {
 // MacroRequest asks the MTA for a stage's macros in the OPTNEG reply
 // (needs ActSetSymList).
 type MacroRequest struct {
-	Stage Stage
+	Stage Stage // the stage whose macros are asked for
 	// Names are macro names separated by spaces ("{client_addr} j"); an
 	// empty list asks for no macros at that stage.
 	Names string
@@ -60,10 +60,10 @@ type MacroRequest struct {
 // a version, actions and protocol flags; the milter answers with what it
 // speaks and uses, and may append macro requests.
 type OptNeg struct {
-	Version  uint32
-	Actions  Action
-	Protocol Protocol
-	Macros   []MacroRequest
+	Version  uint32         // the protocol version (2 to 6)
+	Actions  Action         // the modifications offered, or used (SMFIF_*)
+	Protocol Protocol       // the steps and replies offered, or left out (SMFIP_*)
+	Macros   []MacroRequest // the milter's macro requests (reply only)
 }
 
 // Code returns CmdOptNeg.
@@ -174,7 +174,9 @@ func (m *Macro) DecodeData(data []byte) error {
 type Connect struct {
 	// Host is the client's host name as the MTA resolved it (or
 	// "[addr]").
-	Host   string
+	Host string
+	// Family is the address family: FamilyInet, FamilyInet6, FamilyUnix
+	// or FamilyUnknown.
 	Family Family
 	// Port is the client's port (0 for FamilyUnix and FamilyUnknown).
 	Port uint16
@@ -248,9 +250,9 @@ func (h *Helo) DecodeData(data []byte) (err error) {
 // Mail is MAIL FROM ('M') or, with Rcpt set, RCPT TO ('R'): the address
 // as the client gave it (with angle brackets) and the ESMTP arguments.
 type Mail struct {
-	Rcpt bool
-	Addr string
-	Args []string
+	Rcpt bool     // RCPT TO rather than MAIL FROM
+	Addr string   // "<user@example.com>"
+	Args []string // "SIZE=1000", ...
 }
 
 // Code returns CmdRcpt or CmdMail.
@@ -530,8 +532,8 @@ func (h *ChangeHeader) DecodeData(data []byte) (err error) {
 // AddRcpt adds a recipient ('+', needs ActAddRcpt) or, with Par, a
 // recipient with ESMTP arguments ('2', ADDRCPT_PAR, needs ActAddRcptPar).
 type AddRcpt struct {
-	Par  bool
-	Addr string
+	Par  bool   // send ADDRCPT_PAR, with Args
+	Addr string // the recipient's address
 	// Args are the ESMTP arguments, space-separated, for ADDRCPT_PAR only.
 	Args string
 }

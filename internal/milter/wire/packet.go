@@ -23,7 +23,7 @@ const DefaultMaxData = 256*1024 - 1
 
 // Packet is one framed packet.
 type Packet struct {
-	Code Code
+	Code Code // the command or response code byte
 	// Data is the payload, without the length and the code.
 	Data []byte
 }

@@ -42,8 +42,8 @@ func StartReplica(dir string, master *Server, extra ...string) (*Server, error) 
 // goes: how long a master must be unreachable to be thought down, and the
 // failover timeout (also the least time between two failovers of a set).
 type SentinelTiming struct {
-	DownAfter       time.Duration
-	FailoverTimeout time.Duration
+	DownAfter       time.Duration // down-after-milliseconds
+	FailoverTimeout time.Duration // failover-timeout
 	// Conf are more sentinel.conf lines ("requirepass secret").
 	Conf []string
 }
@@ -103,9 +103,9 @@ func WaitSentinelsReady(sentinels []*Server, name string, replicas int, timeout 
 
 // SentinelGroup is a master, its replicas and the Sentinels watching them.
 type SentinelGroup struct {
-	Name      string // the master set
-	Master    *Server
-	Replicas  []*Server
+	Name      string    // the master set
+	Master    *Server   // the master at the start
+	Replicas  []*Server // its replicas at the start
 	Sentinels []*Server
 }
 
