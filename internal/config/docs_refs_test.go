@@ -507,3 +507,66 @@ func TestMuxOptionsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsCommandFlags: every flag the pages (and the example units) give
+// to `sluice serve`, `check`, `status`, `throttle` or `version` is one
+// that subcommand defines in internal/cli.
+func TestDocsCommandFlags(t *testing.T) {
+	const root = "../.."
+	defined := map[string]map[string]bool{}
+	newFlags := regexp.MustCompile(`newFlags\("(\w+)"|fs\.\w+\("([\w-]+)"`)
+	files, _ := filepath.Glob(filepath.Join(root, "internal/cli/*.go"))
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := ""
+		for _, m := range newFlags.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "" {
+				cmd = m[1]
+				defined[cmd] = map[string]bool{}
+			} else if cmd != "" {
+				defined[cmd][m[2]] = true
+			}
+		}
+	}
+	if len(defined) < 5 || !defined["serve"]["grace"] {
+		t.Fatalf("found the flags of only %v: is internal/cli laid out as expected?", defined)
+	}
+	pages := []string{"README.md"}
+	for _, glob := range []string{"docs/*.md", "docs/protocols/*.md", "examples/systemd/*"} {
+		m, _ := filepath.Glob(filepath.Join(root, glob))
+		for _, p := range m {
+			rel, _ := filepath.Rel(root, p)
+			pages = append(pages, filepath.ToSlash(rel))
+		}
+	}
+	use := regexp.MustCompile("sluice (serve|check|status|throttle|version)\\b([^`|;&]*)")
+	seen := 0
+	for _, page := range pages {
+		for i, line := range strings.Split(readDoc(t, page), "\n") {
+			for _, m := range use.FindAllStringSubmatch(line, -1) {
+				for _, tok := range strings.Fields(m[2]) {
+					if tok == "--" {
+						break
+					}
+					if len(tok) < 2 || tok[0] != '-' || tok[1] == '-' {
+						continue
+					}
+					seen++
+					name, _, _ := strings.Cut(tok[1:], "=")
+					if !defined[m[1]][name] {
+						t.Errorf("%s:%d: sluice %s has no flag -%s", page, i+1, m[1], name)
+					}
+				}
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("found only %d flags in the pages", seen)
+	}
+}
