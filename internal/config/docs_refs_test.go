@@ -570,3 +570,67 @@ func TestDocsCommandFlags(t *testing.T) {
 		t.Fatalf("found only %d flags in the pages", seen)
 	}
 }
+
+// TestDocsConfigKeys: a configuration key the pages cite by its dotted
+// path (`limiter.status_interval`, `store.redis.addrs`) is one the
+// generated reference, docs/config.md, lists.
+func TestDocsConfigKeys(t *testing.T) {
+	known := map[string]bool{}
+	section := ""
+	sectionHead := regexp.MustCompile(`^## \[+([\w.]+)\]+`)
+	keyRow := regexp.MustCompile("^\\| `(\\w+)` \\|")
+	for _, line := range strings.Split(readDoc(t, "docs/config.md"), "\n") {
+		if m := sectionHead.FindStringSubmatch(line); m != nil {
+			section = m[1]
+			known[section] = true
+		} else if strings.HasPrefix(line, "## ") {
+			section = ""
+		} else if m := keyRow.FindStringSubmatch(line); m != nil && section != "" {
+			known[section+"."+m[1]] = true
+		}
+	}
+	if len(known) < 50 {
+		t.Fatalf("docs/config.md: found only %d keys", len(known))
+	}
+	cited := regexp.MustCompile("`((?:log|limiter|store|anvil|policy|throttle|milter|web|class)(?:\\.[a-z_]+)+)`")
+	pages := []string{"README.md"}
+	for _, glob := range []string{"docs/*.md", "docs/protocols/*.md"} {
+		m, _ := filepath.Glob(filepath.Join("../..", glob))
+		for _, p := range m {
+			rel, _ := filepath.Rel("../..", p)
+			pages = append(pages, filepath.ToSlash(rel))
+		}
+	}
+	tr := loadGoTree(t, "../..")
+	seen := 0
+	for _, page := range pages {
+		if page == "docs/config.md" {
+			continue
+		}
+		for i, line := range strings.Split(readDoc(t, page), "\n") {
+			for _, m := range cited.FindAllStringSubmatch(line, -1) {
+				pkg, name, _ := strings.Cut(m[1], ".")
+				if strings.HasSuffix(m[1], ".go") || isGoName(tr, pkg, name) {
+					continue // a file (app/throttle.go) or a Go name (milter.conn)
+				}
+				seen++
+				if !known[m[1]] {
+					t.Errorf("%s:%d: `%s` is no key of docs/config.md", page, i+1, m[1])
+				}
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("found only %d keys cited", seen)
+	}
+}
+
+// isGoName reports whether name is defined in a package called pkg.
+func isGoName(tr goTree, pkg, name string) bool {
+	for _, d := range tr.pkgs[pkg] {
+		if tr.names[d][name] {
+			return true
+		}
+	}
+	return false
+}
