@@ -136,6 +136,7 @@ var (
 	repoPath   = regexp.MustCompile(`^(internal|bench|cmd|docs|scripts|examples|\.ci)/`)
 	goSymbol   = regexp.MustCompile(`^([a-z][a-z0-9]*)\.([A-Z]\w*(?:\.[A-Z]\w*)?)(?:\(\))?$`)
 	outsideRef = regexp.MustCompile(`\.\./shared|§\s*\d`)
+	urlScheme  = regexp.MustCompile(`^[a-z]+:`)
 )
 
 // TestDocsReferences: every file path, Go name (`pkg.Name`,
@@ -146,7 +147,29 @@ var (
 // specification the repository does not hold).
 func TestDocsReferences(t *testing.T) {
 	const root = "../.."
-	tr := loadGoTree(t, root)
+	pages := docPages(t, root)
+	c := refChecker{t: t, root: root, tr: loadGoTree(t, root), anchors: map[string]map[string]bool{}}
+	for _, p := range pages {
+		c.anchors[p] = headingAnchors(readDoc(t, p))
+	}
+	for _, page := range pages {
+		for i, line := range strings.Split(readDoc(t, page), "\n") {
+			at := page + ":" + strconv.Itoa(i+1)
+			if outsideRef.MatchString(line) {
+				t.Errorf("%s: points out of the repository: %s", at, line)
+			}
+			c.tokens(page, at, line)
+			c.links(page, at, line)
+		}
+	}
+	if c.checked < 200 {
+		t.Fatalf("checked only %d references: is the layout as expected?", c.checked)
+	}
+}
+
+// docPages lists README.md and the pages under docs/, relative to root.
+func docPages(t *testing.T, root string) []string {
+	t.Helper()
 	pages := []string{"README.md"}
 	for _, glob := range []string{"docs/*.md", "docs/protocols/*.md"} {
 		m, err := filepath.Glob(filepath.Join(root, glob))
@@ -161,101 +184,99 @@ func TestDocsReferences(t *testing.T) {
 	if len(pages) < 10 {
 		t.Fatalf("found only %d pages: %v", len(pages), pages)
 	}
-	anchors := map[string]map[string]bool{}
-	for _, p := range pages {
-		anchors[p] = headingAnchors(readDoc(t, p))
-	}
-	exists := func(p string) bool {
-		_, err := os.Stat(filepath.Join(root, p))
-		return err == nil
-	}
-	checked := 0
-	for _, page := range pages {
-		for i, line := range strings.Split(readDoc(t, page), "\n") {
-			at := page + ":" + strconv.Itoa(i+1)
-			if outsideRef.MatchString(line) {
-				t.Errorf("%s: points out of the repository: %s", at, line)
+	return pages
+}
+
+// refChecker checks the references of the pages' lines.
+type refChecker struct {
+	t       *testing.T
+	root    string
+	tr      goTree
+	anchors map[string]map[string]bool // page -> its headings' anchors
+	checked int
+}
+
+// exists reports whether p, relative to the root, exists.
+func (c *refChecker) exists(p string) bool {
+	_, err := os.Stat(filepath.Join(c.root, p))
+	return err == nil
+}
+
+// tokens checks a line's backticked paths and Go names, and its test
+// names against the path before them on the line, if any.
+func (c *refChecker) tokens(page, at, line string) {
+	t := c.t
+	var ctx, base string // the path a test or file name on this line belongs to
+	for _, m := range docToken.FindAllStringSubmatch(line, -1) {
+		c.checked++
+		if name := m[2]; name != "" {
+			switch {
+			case name == "TestName" || gone[name] == page:
+			case ctx != "" && !c.tr.definedIn(name, ctx):
+				t.Errorf("%s: %s is not defined in %s", at, name, ctx)
+			case ctx == "" && !anyDefines(c.tr, name):
+				t.Errorf("%s: %s is defined nowhere", at, name)
 			}
-			var ctx, base string // the path a test or file name on this line belongs to
-			for _, m := range docToken.FindAllStringSubmatch(line, -1) {
-				checked++
-				if name := m[2]; name != "" {
-					if name == "TestName" || gone[name] == page {
-						continue
-					}
-					if ctx != "" && !tr.definedIn(name, ctx) {
-						t.Errorf("%s: %s is not defined in %s", at, name, ctx)
-					} else if ctx == "" && !anyDefines(tr, name) {
-						t.Errorf("%s: %s is defined nowhere", at, name)
-					}
-					continue
+			continue
+		}
+		tok := strings.TrimRight(m[1], ".,:;)")
+		switch {
+		case strings.Contains(tok, " "):
+		case repoPath.MatchString(tok):
+			p, _, _ := strings.Cut(tok, ":")
+			p, _, _ = strings.Cut(p, "#")
+			p = strings.TrimSuffix(strings.TrimSuffix(p, "/..."), "/")
+			if !c.exists(p) {
+				if g, _ := filepath.Glob(filepath.Join(c.root, p)); len(g) == 0 {
+					t.Errorf("%s: no such path %s", at, tok)
 				}
-				tok := strings.TrimRight(m[1], ".,:;)")
-				switch {
-				case strings.Contains(tok, " "):
-				case repoPath.MatchString(tok):
-					p, _, _ := strings.Cut(tok, ":")
-					p, _, _ = strings.Cut(p, "#")
-					p = strings.TrimSuffix(strings.TrimSuffix(p, "/..."), "/")
-					if !exists(p) {
-						if g, _ := filepath.Glob(filepath.Join(root, p)); len(g) == 0 {
-							t.Errorf("%s: no such path %s", at, tok)
-						}
-						continue
-					}
-					ctx, base = p, p
-					if !strings.HasSuffix(p, "/") && strings.Contains(path.Base(p), ".") {
-						base = path.Dir(p)
-					}
-				case strings.HasSuffix(tok, ".go") && (base != "" || strings.Contains(tok, "/")) && !strings.Contains(tok, "*"):
-					// A file named after a path: in its directory, or, as
-					// in "app/rules.go", in a package under internal/.
-					ctx = ""
-					for _, p := range []string{path.Join(base, tok), path.Join("internal", tok)} {
-						if ctx == "" && exists(p) {
-							ctx = p
-						}
-					}
-					if ctx == "" {
-						t.Errorf("%s: %s is neither in %s nor under internal/", at, tok, base)
-					}
-				case goSymbol.MatchString(tok):
-					sm := goSymbol.FindStringSubmatch(tok)
-					dirs := tr.pkgs[sm[1]]
-					if len(dirs) == 0 || gone[tok] == page {
-						continue // not one of sluice's packages
-					}
-					found := false
-					for _, d := range dirs {
-						found = found || tr.names[d][sm[2]]
-					}
-					if !found {
-						t.Errorf("%s: %s is defined in no package %s (%v)", at, tok, sm[1], dirs)
-					}
+				continue
+			}
+			ctx, base = p, p
+			if strings.Contains(path.Base(p), ".") {
+				base = path.Dir(p)
+			}
+		case strings.HasSuffix(tok, ".go") && (base != "" || strings.Contains(tok, "/")) && !strings.Contains(tok, "*"):
+			// A file named after a path: in its directory, or, as in
+			// "app/rules.go", in a package under internal/.
+			ctx = ""
+			for _, p := range []string{path.Join(base, tok), path.Join("internal", tok)} {
+				if ctx == "" && c.exists(p) {
+					ctx = p
 				}
 			}
-			for _, m := range docLink.FindAllStringSubmatch(line, -1) {
-				checked++
-				link := m[1]
-				if regexp.MustCompile(`^[a-z]+:`).MatchString(link) {
-					t.Errorf("%s: a link out of the repository: %s", at, link)
-					continue
-				}
-				p, anchor, _ := strings.Cut(link, "#")
-				target := page
-				if p != "" {
-					target = path.Clean(path.Join(path.Dir(page), p))
-				}
-				if !exists(target) {
-					t.Errorf("%s: link to %s: no such file", at, link)
-				} else if a, ok := anchors[target]; ok && anchor != "" && !a[anchor] {
-					t.Errorf("%s: link to %s: %s has no such heading", at, link, target)
-				}
+			if ctx == "" {
+				t.Errorf("%s: %s is neither in %s nor under internal/", at, tok, base)
+			}
+		case goSymbol.MatchString(tok):
+			sm := goSymbol.FindStringSubmatch(tok)
+			if len(c.tr.pkgs[sm[1]]) > 0 && gone[tok] != page && !isGoName(c.tr, sm[1], sm[2]) {
+				t.Errorf("%s: %s is defined in no package %s (%v)", at, tok, sm[1], c.tr.pkgs[sm[1]])
 			}
 		}
 	}
-	if checked < 200 {
-		t.Fatalf("checked only %d references: is the layout as expected?", checked)
+}
+
+// links checks a line's markdown links: relative, to a file that exists,
+// and to a heading it has.
+func (c *refChecker) links(page, at, line string) {
+	for _, m := range docLink.FindAllStringSubmatch(line, -1) {
+		c.checked++
+		link := m[1]
+		if urlScheme.MatchString(link) {
+			c.t.Errorf("%s: a link out of the repository: %s", at, link)
+			continue
+		}
+		p, anchor, _ := strings.Cut(link, "#")
+		target := page
+		if p != "" {
+			target = path.Clean(path.Join(path.Dir(page), p))
+		}
+		if !c.exists(target) {
+			c.t.Errorf("%s: link to %s: no such file", at, link)
+		} else if a, ok := c.anchors[target]; ok && anchor != "" && !a[anchor] {
+			c.t.Errorf("%s: link to %s: %s has no such heading", at, link, target)
+		}
 	}
 }
 
@@ -593,14 +614,7 @@ func TestDocsConfigKeys(t *testing.T) {
 		t.Fatalf("docs/config.md: found only %d keys", len(known))
 	}
 	cited := regexp.MustCompile("`((?:log|limiter|store|anvil|policy|throttle|milter|web|class)(?:\\.[a-z_]+)+)`")
-	pages := []string{"README.md"}
-	for _, glob := range []string{"docs/*.md", "docs/protocols/*.md"} {
-		m, _ := filepath.Glob(filepath.Join("../..", glob))
-		for _, p := range m {
-			rel, _ := filepath.Rel("../..", p)
-			pages = append(pages, filepath.ToSlash(rel))
-		}
-	}
+	pages := docPages(t, "../..")
 	tr := loadGoTree(t, "../..")
 	seen := 0
 	for _, page := range pages {
