@@ -11,8 +11,9 @@
 // statistics.
 //
 // It takes sluice mux's command line as bench/mux.sh passes it (only -s,
-// the socket, -f, the worker program, and -x, the number of workers, are
-// used; the rest is ignored), so that it can stand in for a sluice binary:
+// the socket, -f, the worker program, -x, the number of workers, and -I,
+// the listen backlog, a quarter of -x but at least 5 by default as in the
+// multiplexors, are used; the rest is ignored), so that it can stand in for a sluice binary:
 //
 //	go build -o /tmp/muxgofloor ./bench/muxgofloor
 //	BASELINE=/tmp/muxgofloor COMMANDS=relayok CONCURRENCY=64 bench/mux.sh
@@ -48,9 +49,15 @@ func main() {
 }
 
 func run(args []string) error {
-	sock, prog, n := "", "", 8
+	sock, prog, n, backlog := "", "", 8, 0
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
+		case "-I":
+			v, err := strconv.Atoi(args[i+1])
+			if err != nil || v < 1 {
+				return fmt.Errorf("-I %q: want a positive number", args[i+1])
+			}
+			backlog = v
 		case "-s":
 			sock = args[i+1]
 		case "-f":
@@ -74,10 +81,12 @@ func run(args []string) error {
 		}
 		idle <- w
 	}
-	_ = os.Remove(sock)
-	l, err := net.Listen("unix", sock)
+	if backlog == 0 {
+		backlog = min(max(n/4, 5), 200)
+	}
+	l, err := listen(sock, backlog)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -95,6 +104,29 @@ func run(args []string) error {
 		}
 		go serve(c, idle, n)
 	}
+}
+
+// listen listens on the unix socket path with the given backlog (net.Listen
+// would take the system's maximum).
+func listen(path string, backlog int) (net.Listener, error) {
+	_ = os.Remove(path)
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // FileListener dups it
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		return nil, fmt.Errorf("bind %s: %w", path, err)
+	}
+	if err := syscall.Listen(fd, backlog); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return l, nil
 }
 
 func startWorker(prog string) (*worker, error) {
