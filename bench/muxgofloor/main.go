@@ -94,6 +94,11 @@ func run(args []string) error {
 		<-sig
 		l.Close()
 	}()
+	return serveAll(l, idle, n)
+}
+
+// serveAll serves l's connections until it is closed.
+func serveAll(l net.Listener, idle chan *worker, n int) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
