@@ -10,14 +10,15 @@
 #                    measure fork/exec of workers, not the multiplexor)
 #   -q 128           the largest queue, so that 64 clients wait for the
 #                    8 workers instead of getting "No free workers"
-# and the default listen backlog (-I: 5 for -x 8).
+# and the default listen backlog (-I: 5 for -x 8), which the floor uses too.
 #
 # The floor is the least a multiplexor can be (C, written below and built
 # in the temp dir with gcc): one thread and epoll; it accepts, reads the
 # request line, relays it over a pipe to an idle worker of the same 8 fake
 # workers (queueing it while all are busy), relays the reply line back and
-# closes; it answers status itself from the workers' states. No recycling,
-# limits, logging or statistics. What the floor cannot beat is the kernel's
+# closes; it answers status itself from the workers' states. It listens
+# with the multiplexors' backlog. No recycling, limits, logging or
+# statistics. What the floor cannot beat is the kernel's
 # per-request connect, accept and close, and the workers.
 #
 # bench/muxload connects as the mimedefang milter does: a new UNIX-socket
@@ -42,6 +43,7 @@
 #   bench/mux.sh                 5 s per run, 3 rounds
 #   QUICK=1 bench/mux.sh         1 s per run, 1 round
 #   DURATION=10s ROUNDS=5 bench/mux.sh
+#   BACKLOG=128 bench/mux.sh     every target listens with backlog 128
 #   COMMANDS=status CONCURRENCY=64 bench/mux.sh   one case only
 #   BASELINE=/tmp/sluice-old bench/mux.sh
 #       adds a fourth target, "baseline": another sluice binary (say, built
@@ -78,6 +80,19 @@ for cmd in status scan relayok; do
 	[[ " ${COMMANDS[*]} " == *" $cmd "* ]] && RATIO_COMMANDS+=("$cmd")
 done
 WORKERS=8
+# The listen backlog: BACKLOG=n passes -I n to both multiplexors; the
+# default is theirs (a quarter of -x, at least 5). The floor listens with
+# the same: the backlog decides how clients wait (a connect beyond it
+# blocks in the kernel until an accept makes room), and a floor with 128
+# against sluice with 5 measured the backlog more than the multiplexor
+# (docs/mux.md#performance).
+backlog_arg=()
+if [[ -n ${BACKLOG:-} ]]; then
+	[[ $BACKLOG =~ ^[1-9][0-9]*$ ]] || die "BACKLOG=$BACKLOG is not a positive number"
+	backlog_arg=(-I "$BACKLOG")
+else
+	BACKLOG=$((WORKERS / 4 > 5 ? WORKERS / 4 : 5))
+fi
 
 # Run the multiplexors as defang when root (the reference insists on -U).
 run_user=$(id -un)
@@ -128,8 +143,9 @@ cat >"$tmp/muxfloor.c" <<'EOF'
  * a connection, reads the request line, relays it over a pipe to an idle
  * worker (or queues it until one is idle), relays the worker's reply line
  * back and closes. "status" is answered at once from the workers' states.
- * No recycling, no limits, no logging, no statistics.
- * usage: muxfloor SOCKET WORKERS WORKER-COMMAND */
+ * No recycling, no limits, no logging, no statistics. It listens with
+ * the multiplexors' backlog (BACKLOG).
+ * usage: muxfloor SOCKET WORKERS WORKER-COMMAND BACKLOG */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -241,8 +257,8 @@ static void reply(struct worker *x) {
 }
 
 int main(int argc, char **argv) {
-	if (argc != 4 || (nw = atoi(argv[2])) < 1 || nw > MAXW) {
-		fprintf(stderr, "usage: muxfloor SOCKET WORKERS(1-%d) WORKER-COMMAND\n", MAXW);
+	if (argc != 5 || (nw = atoi(argv[2])) < 1 || nw > MAXW || atoi(argv[4]) < 1) {
+		fprintf(stderr, "usage: muxfloor SOCKET WORKERS(1-%d) WORKER-COMMAND BACKLOG\n", MAXW);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -270,7 +286,7 @@ int main(int argc, char **argv) {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", argv[1]);
 	unlink(sa.sun_path);
-	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, 128) < 0) {
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, atoi(argv[4])) < 0) {
 		perror("muxfloor: listen");
 		return 1;
 	}
@@ -330,12 +346,12 @@ start_mux() {
 	mkdir "$spool"
 	chown "$run_user" "$spool"
 	sock[$t]=$spool/mx.sock
-	local args=(-D -z "$spool" -s "${sock[$t]}" -f "$tmp/fakeworker" -m "$WORKERS" -x "$WORKERS" -w 1 -r 1000000 -q 128 "${uarg[@]}")
+	local args=(-D -z "$spool" -s "${sock[$t]}" -f "$tmp/fakeworker" -m "$WORKERS" -x "$WORKERS" -w 1 -r 1000000 -q 128 "${backlog_arg[@]}" "${uarg[@]}")
 	if [[ $t == sluice || $t == baseline ]]; then
 		"$tmp/$t" mux "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	elif [[ $t == floor ]]; then
 		# As the same user as the multiplexors, workers included.
-		(cd "$spool" && exec "${as_user[@]}" "$tmp/muxfloor" "${sock[$t]}" "$WORKERS" "$tmp/fakeworker") \
+		(cd "$spool" && exec "${as_user[@]}" "$tmp/muxfloor" "${sock[$t]}" "$WORKERS" "$tmp/fakeworker" "$BACKLOG") \
 			</dev/null >"$tmp/$t.log" 2>&1 7>&- &
 	else
 		"$REFERENCE" "${args[@]}" </dev/null >"$tmp/$t.log" 2>&1 7>&- &
@@ -371,7 +387,7 @@ done
 
 cpus=$(nproc)
 log "mimedefang-multiplexor $("$REFERENCE" -v 2>&1 | awk '{ print $NF }'), $("$tmp/sluice" version), $(go env GOVERSION), $cpus CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-log "duration $DURATION per run, $ROUNDS round(s), commands ${COMMANDS[*]}, c in ${CONCURRENCY[*]}"
+log "duration $DURATION per run, $ROUNDS round(s), commands ${COMMANDS[*]}, c in ${CONCURRENCY[*]}, listen backlog $BACKLOG"
 
 # cpu_ticks PID — user plus system CPU time of PID so far, in clock ticks.
 cpu_ticks() {

@@ -9,9 +9,11 @@
 //
 // A request's worker I/O is done by the client's own goroutine: the owner
 // grants it a Busy worker (and keeps the slot, its busy timer and all
-// bookkeeping), the client writes the command and reads the reply on the
-// worker's pipes, then claims the call with an atomic state change and
-// reports the outcome to the owner in one message, before it returns. The
+// bookkeeping) after writing the command to the worker as far as its
+// stdin pipe takes it at once, the client writes the rest (if any) and
+// reads the reply on the worker's pipes, then claims the call with an
+// atomic state change and reports the outcome to the owner in one
+// message, before it returns. The
 // owner can still end the call first (busy timeout, kill, shutdown): it
 // claims the call, answers the client itself and interrupts the client's
 // read; every such claim kills the worker. A client whose context ends
@@ -27,7 +29,9 @@
 //     Config.Notify, Config.Stats and Config.Events are called on it
 //     (Events also from the stderr readers, for EvStderr).
 //   - A granted call's process pipes and buffers (process.buf, wbuf and
-//     the raw I/O fields of rawio.go) belong to the grant's holder until
+//     the raw I/O fields of rawio.go) are the owner's until it grants the
+//     call (it writes the command's first bytes, preWrite), then belong
+//     to the grant's holder until
 //     the call's handoff leaves running: the client in Do, a helper once
 //     the client left (finishAbandoned), or a tick's goroutine.
 //   - Each process has a stderr reader (drainStderr) and, with -Z, a

@@ -14,12 +14,15 @@ import (
 // owner in one message. Who does what with a granted call:
 //
 //   - The owner dispatches the call: the slot goes Busy, the busy timer
-//     starts, call.proc is set, and the grant (the process) is sent on
-//     call.ch. From then until the call's handoff leaves running, the
-//     process's pipes' data (stdin writes, stdout reads, process.buf and
-//     process.wbuf) belong to whoever holds the grant; the slot itself
-//     stays the owner's and is touched by nobody else.
-//   - The holder writes the line and reads one reply line, then claims
+//     starts, call.proc is set, the owner writes what of the command line
+//     the worker's stdin takes without waiting (preWrite), and the grant
+//     (the process) is sent on call.ch. From then until the call's
+//     handoff leaves running, the process's pipes' data (stdin writes,
+//     stdout reads, process.buf and process.wbuf) belong to whoever holds
+//     the grant; the slot itself stays the owner's and is touched by
+//     nobody else.
+//   - The holder writes the rest of the line, if any, and reads one reply
+//     line, then claims
 //     the call (handoff.claimHolder). If that succeeds, its result
 //     is final; it is computed from the I/O alone (ioResult), exactly as
 //     the owner's handleIO computes it. Either way the holder then sends
@@ -48,6 +51,12 @@ import (
 // ioProgress is how far a call's worker I/O has got, so that it can be
 // resumed by another goroutine.
 type ioProgress struct {
+	// The owner writes what of the command the pipe takes at once when it
+	// grants the call (preWrite): built says pr.wbuf holds the line, off
+	// how much of it the worker has, werr the write's error, if any.
+	built   bool
+	off     int
+	werr    error
 	written bool
 	got     int  // reply bytes in process.buf
 	discard bool // the line was cut at maxReply: throw away its rest
@@ -84,9 +93,11 @@ func (c *call) finish(r Result) {
 }
 
 // grant hands c's worker I/O on pr to its client, or for a tick to a
-// goroutine of its own (owner only).
+// goroutine of its own (owner only), once the owner has written what of
+// the command the pipe takes at once.
 func (p *Pool) grant(c *call, pr *process) {
 	c.proc = pr
+	p.preWrite(c, pr)
 	if c.onDone != nil {
 		p.wg.Add(1)
 		go func() {
@@ -98,6 +109,20 @@ func (p *Pool) grant(c *call, pr *process) {
 		return
 	}
 	c.ch <- struct{}{}
+}
+
+// preWrite is the owner writing c's command to pr's stdin as far as the
+// pipe takes it without waiting, before it grants c (owner only; the pipe
+// is the owner's until the grant is sent). The worker starts on the
+// command at once instead of when the client's goroutine is next
+// scheduled; the holder writes the rest, if any, under the command
+// timeout, and reports a write error as its own (workerIO).
+func (p *Pool) preWrite(c *call, pr *process) {
+	st := &c.ior
+	pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
+	st.built = true
+	st.off, st.werr = pr.pipes.tryWrite(pr.wbuf)
+	st.written = st.werr == nil && st.off == len(pr.wbuf)
 }
 
 // clientIO does c's worker I/O on pr for Do and returns its result.
@@ -176,9 +201,15 @@ func (p *Pool) workerIO(c *call, pr *process, resumable bool, w *ctxWatch) (ev i
 	ev = ioEvent{slot: c.slot, proc: pr}
 	st := &c.ior
 	if !st.written {
-		pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
-		if err := pr.writeCmd(p.cfg.CmdTimeout); err != nil {
-			ev.writeErr = err
+		if !st.built {
+			pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
+			st.built = true
+		}
+		if st.werr == nil {
+			st.werr = pr.writeCmd(st.off, p.cfg.CmdTimeout)
+		}
+		if st.werr != nil {
+			ev.writeErr = st.werr
 			return ev, false
 		}
 		st.written = true

@@ -38,6 +38,7 @@ type rawPipes struct {
 	wleft    []byte
 	werr     error
 	wblocked bool
+	wtry     bool // tryWrite: stop where the write would block
 	wtimeout time.Duration
 
 	// The read in progress.
@@ -82,6 +83,22 @@ func (rp *rawPipes) write(b []byte, timeout time.Duration) error {
 	return nil
 }
 
+// tryWrite writes what of b the pipe takes now, without waiting, and
+// returns how much that was; errors are those of os.File.Write.
+func (rp *rawPipes) tryWrite(b []byte) (int, error) {
+	rp.wleft, rp.werr, rp.wtry = b, nil, true
+	err := rp.inRC.Write(rp.writeFn)
+	n := len(b) - len(rp.wleft)
+	rp.wleft, rp.wtry = nil, false
+	if err == nil {
+		err = rp.werr
+	}
+	if err != nil {
+		return n, &os.PathError{Op: "write", Path: rp.stdin.Name(), Err: err}
+	}
+	return n, nil
+}
+
 func (rp *rawPipes) writeSome(fd uintptr) bool {
 	for len(rp.wleft) > 0 {
 		n, _, err := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rp.wleft))), uintptr(len(rp.wleft)))
@@ -90,6 +107,9 @@ func (rp *rawPipes) writeSome(fd uintptr) bool {
 			rp.wleft = rp.wleft[n:]
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			if rp.wtry {
+				return true
+			}
 			if !rp.wblocked {
 				rp.wblocked = true
 				_ = rp.stdin.SetWriteDeadline(time.Now().Add(rp.wtimeout))
@@ -139,9 +159,10 @@ func (rp *rawPipes) readSome(fd uintptr) bool {
 	}
 }
 
-// writeCmd writes pr.wbuf to the worker's stdin (CmdTimeout: timeout).
-func (pr *process) writeCmd(timeout time.Duration) error {
-	return pr.pipes.write(pr.wbuf, timeout)
+// writeCmd writes pr.wbuf[off:] to the worker's stdin (CmdTimeout:
+// timeout).
+func (pr *process) writeCmd(off int, timeout time.Duration) error {
+	return pr.pipes.write(pr.wbuf[off:], timeout)
 }
 
 // readReply reads the worker's stdout for the holder of its grant.

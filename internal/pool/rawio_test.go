@@ -102,3 +102,36 @@ func TestRawPipesWriteTimeout(t *testing.T) {
 		t.Fatalf("the next write: %v", err)
 	}
 }
+
+// TestRawPipesTryWrite: tryWrite writes what the pipe takes and returns
+// at once where a write would wait, without a deadline left behind; the
+// rest then goes through write; a closed far end is the write's error.
+func TestRawPipesTryWrite(t *testing.T) {
+	rp, cmdR, _ := pipePair(t)
+	if n, err := rp.tryWrite([]byte("relayok x\n")); n != 10 || err != nil {
+		t.Fatalf("tryWrite to an empty pipe: %d, %v; want 10, nil", n, err)
+	}
+	big := bytes.Repeat([]byte("y"), 4<<20)
+	n, err := rp.tryWrite(big)
+	if err != nil || n <= 0 || n >= len(big) {
+		t.Fatalf("tryWrite to a pipe that fills: %d of %d, %v; want part of it at once", n, len(big), err)
+	}
+	done := make(chan int64)
+	go func() {
+		m, _ := io.Copy(io.Discard, cmdR)
+		done <- m
+	}()
+	if err := rp.write(big[n:], time.Minute); err != nil {
+		t.Fatalf("the rest: %v", err)
+	}
+	rp.stdin.Close()
+	if m := <-done; m != int64(10+len(big)) {
+		t.Fatalf("the worker read %d bytes, want %d", m, 10+len(big))
+	}
+	rp2, cmdR2, _ := pipePair(t)
+	cmdR2.Close()
+	var pe *os.PathError
+	if _, err := rp2.tryWrite([]byte("x\n")); !errors.As(err, &pe) || pe.Op != "write" {
+		t.Fatalf("tryWrite to a closed pipe: %v; want a write PathError", err)
+	}
+}
