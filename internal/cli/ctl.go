@@ -62,7 +62,6 @@ func runCtl(ctx context.Context, s ctlSetup, args []string, stdout, stderr io.Wr
 	client := &muxctl.Client{Socket: muxctl.DefaultSocket, DialTimeout: s.dialTimeout, Timeout: s.timeout}
 	errw := stderr // with -i, errors go with the results
 	readStdin := false
-	var operands []string
 	// -h and errors show the usage, then ask the multiplexor (the socket
 	// known so far) for its command list.
 	usage := func() {
@@ -81,46 +80,27 @@ func runCtl(ctx context.Context, s ctlSetup, args []string, stdout, stderr io.Wr
 		}
 		fmt.Fprintf(stderr, "\nPossible commands:\n%s", reply)
 	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			operands = append(operands, args[i+1:]...)
-			break
+	help := false
+	operands, err := getopt(args, "s", "ih", s.posix, func(c byte, val string) (bool, error) {
+		switch c {
+		case 'i':
+			readStdin, errw = true, stdout
+		case 'h':
+			help = true
+			return false, nil
+		case 's':
+			client.Socket = val
 		}
-		if len(a) < 2 || a[0] != '-' {
-			if s.posix {
-				operands = append(operands, args[i:]...)
-				break
-			}
-			operands = append(operands, a)
-			continue
-		}
-		for j := 1; j < len(a); j++ {
-			switch a[j] {
-			case 'i':
-				readStdin, errw = true, stdout
-			case 'h':
-				usage()
-				return 0
-			case 's':
-				switch {
-				case j+1 < len(a):
-					client.Socket = a[j+1:]
-				case i+1 < len(args):
-					i++
-					client.Socket = args[i]
-				default:
-					fmt.Fprintf(stderr, "%s: option requires an argument -- 's'\n", s.prog)
-					usage()
-					return 1
-				}
-				j = len(a)
-			default:
-				fmt.Fprintf(stderr, "%s: invalid option -- '%s'\n", s.prog, a[j:j+1])
-				usage()
-				return 1
-			}
-		}
+		return true, nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", s.prog, err)
+		usage()
+		return 1
+	}
+	if help {
+		usage()
+		return 0
 	}
 	if !readStdin {
 		if len(operands) == 0 {

@@ -115,53 +115,34 @@ func defaultMuxOptions() *muxOptions {
 func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, error) {
 	o := defaultMuxOptions()
 	seen := map[byte]bool{}
-	var extra []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			extra = append(extra, args[i+1:]...)
-			break
+	stopped := false
+	extra, err := getopt(args, muxArgOpts, muxFlagOpts, false, func(c byte, val string) (bool, error) {
+		if err := o.set(c, val); err != nil {
+			return false, err
 		}
-		if len(a) < 2 || a[0] != '-' {
-			extra = append(extra, a)
-			continue
+		// The reference acts on -h and -v inside its getopt loop: what
+		// follows them is never looked at.
+		if o.help || o.version {
+			stopped = true
+			return false, nil
 		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			var val string
-			switch {
-			case strings.IndexByte(muxArgOpts, c) >= 0:
-				if j+1 < len(a) {
-					val = a[j+1:]
-				} else if i+1 < len(args) {
-					i++
-					val = args[i]
-				} else {
-					fmt.Fprintf(stderr, "%s: option requires an argument -- '%c'\n\n", prog, c)
-					return nil, errUsage
-				}
-				j = len(a)
-			case strings.IndexByte(muxFlagOpts, c) >= 0:
-			default:
-				fmt.Fprintf(stderr, "%s: invalid option -- '%c'\n\n", prog, c)
-				return nil, errUsage
-			}
-			if err := o.set(c, val); err != nil {
-				return nil, err
-			}
-			// The reference acts on -h and -v inside its getopt loop:
-			// what follows them is never looked at.
-			if o.help {
-				return o, errUsage
-			}
-			if o.version {
-				return o, nil
-			}
-			if c == 'E' && !seen[c] { // the reference's own words, unprefixed
-				o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
-			}
-			seen[c] = true
+		if c == 'E' && !seen[c] { // the reference's own words, unprefixed
+			o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
 		}
+		seen[c] = true
+		return true, nil
+	})
+	var oe optError
+	switch {
+	case errors.As(err, &oe):
+		fmt.Fprintf(stderr, "%s: %s\n\n", prog, oe.text())
+		return nil, errUsage
+	case err != nil:
+		return nil, err
+	case stopped && o.help:
+		return o, errUsage
+	case stopped:
+		return o, nil
 	}
 	if len(extra) > 0 {
 		o.notices = append(o.notices, fmt.Sprintf("%s: extra arguments ignored: %s", prog, strings.Join(extra, " ")))
