@@ -53,6 +53,12 @@ func mapSpecial(name, key string) bool {
 	return true
 }
 
+// decode and encode are the multiplexor's percent-encoding, written out
+// here rather than taken from sluice/internal/percent: the fake worker
+// plays MIMEDefang's side of socket-map lookups, whose keys and replies
+// sluice encodes and decodes with that package, and an error there must
+// not be made good by the same error here.
+
 // decode undoes the multiplexor's percent-encoding (%XX, either case).
 func decode(s string) string {
 	var b []byte
