@@ -48,6 +48,7 @@ import (
 	"sluice/bench/internal/errlog"
 	"sluice/bench/internal/hist"
 	"sluice/bench/internal/loadgen"
+	"sluice/internal/percent"
 )
 
 func main() {
@@ -142,7 +143,7 @@ func requests(cfg config, client int) ([][]byte, func([]byte) bool) {
 	switch cfg.cmd {
 	case "scan":
 		// The directory is percent-encoded as the milter encodes it.
-		return [][]byte{[]byte("scan NOQUEUE " + encode(cfg.scanDir) + "\n")},
+		return [][]byte{[]byte("scan NOQUEUE " + percent.Encode(cfg.scanDir) + "\n")},
 			func(r []byte) bool { return string(r) == "ok\n" }
 	case "status":
 		return [][]byte{[]byte("status\n")}, validStatus
@@ -168,20 +169,6 @@ func validStatus(r []byte) bool {
 		}
 	}
 	return true
-}
-
-// encode is MIMEDefang's percent-encoding.
-func encode(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= 0x20 || c >= 0x7f || strings.IndexByte("%\\'\"", c) >= 0 {
-			fmt.Fprintf(&b, "%%%02X", c)
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
 }
 
 // run drives cfg.Conns clients until the warm-up and measured duration have

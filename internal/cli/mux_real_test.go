@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/percent"
 	"sluice/internal/testutil/peer"
-
 	"sluice/internal/testutil/postfixtest"
 )
 
@@ -221,10 +221,10 @@ func workDir(t *testing.T, u *user.User, spool, id, sender, rcpt, subject string
 		"INPUTMSG": strings.Join(headers, "\n") + "\n\nHello from the sluice real-worker test.\n",
 		"HEADERS":  strings.Join(headers, "\n") + "\n",
 		"COMMANDS": strings.Join([]string{
-			"S" + mdEncode("<"+sender+">"),
-			"R" + mdEncode("<"+rcpt+">") + " ? ? ?",
-			"U" + mdEncode(subject),
-			"X" + mdEncode("<"+id+"@sluice.test>"),
+			"S" + percent.Encode("<"+sender+">"),
+			"R" + percent.Encode("<"+rcpt+">") + " ? ? ?",
+			"U" + percent.Encode(subject),
+			"X" + percent.Encode("<"+id+"@sluice.test>"),
 			"Q" + id,
 			"I127.0.0.1",
 			"Hlocalhost",
@@ -242,20 +242,6 @@ func workDir(t *testing.T, u *user.User, spool, id, sender, rcpt, subject string
 	}
 	chownTo(t, u, dir)
 	return dir
-}
-
-// mdEncode is MIMEDefang's percent-encoding (docs/protocols/mimedefang-multiplexor.md, "Percent-encoding").
-func mdEncode(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= 0x20 || c >= 0x7f || strings.IndexByte("%\\'\"", c) >= 0 {
-			fmt.Fprintf(&b, "%%%02X", c)
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
 }
 
 // statusMsgs returns the msgs field of a status reply.
@@ -295,18 +281,18 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 			{"relayok 10.1.2.3 slowpoke.example 25 127.0.0.1 25 NOQUEUE\n", "ok -1 relay%20slowpoke.example%20later 451 4.7.1 0\n"},
 			{"relayok 10.1.2.3 mx.example 2525 127.0.0.1 25 Q1\n", "ok 1 relay%2010.1.2.3/mx.example%20ok 250 2.1.0 0\n"},
 			{"helook 10.1.2.3 mx.example helo.example 2525 127.0.0.1 25 Q1\n", "ok 1 ok 250 2.1.0 0\n"},
-			{"senderok " + mdEncode("<spammer@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1\n",
+			{"senderok " + percent.Encode("<spammer@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1\n",
 				"ok 0 sender%20<spammer@example.com>%20refused 554 5.7.1 0\n"},
-			{"senderok " + mdEncode("<vip@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1 SIZE=100\n",
+			{"senderok " + percent.Encode("<vip@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1 SIZE=100\n",
 				"ok 2 sender%20<vip@example.com>%20vip 250 2.1.0 0\n"},
-			{"senderok " + mdEncode("<alice@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1\n",
+			{"senderok " + percent.Encode("<alice@example.com>") + " 10.1.2.3 mx.example helo.example " + wd + " Q1\n",
 				"ok 1 sender%20<alice@example.com>%20via%20helo.example%20ok 250 2.1.0 0\n"},
-			{"recipok " + mdEncode("<later@example.net>") + " " + mdEncode("<alice@example.com>") + " 10.1.2.3 mx.example " +
-				mdEncode("<later@example.net>") + " helo.example " + wd + " Q1 ? ? ?\n", "ok -1 rcpt%20<later@example.net>%20later 451 4.3.0 0\n"},
-			{"recipok " + mdEncode("<blackhole@example.net>") + " " + mdEncode("<alice@example.com>") + " 10.1.2.3 mx.example " +
-				mdEncode("<later@example.net>") + " helo.example " + wd + " Q1 ? ? ?\n", "ok 3 rcpt%20<blackhole@example.net>%20dropped 250 2.1.0 0\n"},
-			{"recipok " + mdEncode("<bob@example.net>") + " " + mdEncode("<alice@example.com>") + " 10.1.2.3 mx.example " +
-				mdEncode("<bob@example.net>") + " helo.example " + wd + " Q1 smtp example.net bob@example.net\n",
+			{"recipok " + percent.Encode("<later@example.net>") + " " + percent.Encode("<alice@example.com>") + " 10.1.2.3 mx.example " +
+				percent.Encode("<later@example.net>") + " helo.example " + wd + " Q1 ? ? ?\n", "ok -1 rcpt%20<later@example.net>%20later 451 4.3.0 0\n"},
+			{"recipok " + percent.Encode("<blackhole@example.net>") + " " + percent.Encode("<alice@example.com>") + " 10.1.2.3 mx.example " +
+				percent.Encode("<later@example.net>") + " helo.example " + wd + " Q1 ? ? ?\n", "ok 3 rcpt%20<blackhole@example.net>%20dropped 250 2.1.0 0\n"},
+			{"recipok " + percent.Encode("<bob@example.net>") + " " + percent.Encode("<alice@example.com>") + " 10.1.2.3 mx.example " +
+				percent.Encode("<bob@example.net>") + " helo.example " + wd + " Q1 smtp example.net bob@example.net\n",
 				"ok 1 rcpt%20<bob@example.net>%20from%20<alice@example.com>%20ok 250 2.1.0 0\n"},
 			{"map rev hello%20world\n", "OK dlrow%20olleh\n"},
 			{"map down key\n", "TEMP map%20down%20is%20down\n"},
@@ -350,7 +336,7 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 		before := statusMsgs(t, muxQuery(t, m.sock, "status\n"))
 		for _, sc := range scans {
 			wd := workDir(t, u, m.spool, sc.id, "alice@example.com", "bob@example.net", sc.subject)
-			if got := muxQuery(t, m.sock, "scan "+sc.id+" "+mdEncode(wd)+"\n"); got != "ok\n" {
+			if got := muxQuery(t, m.sock, "scan "+sc.id+" "+percent.Encode(wd)+"\n"); got != "ok\n" {
 				t.Errorf("%s: scan %s: %q", m.name, sc.id, got)
 			}
 			b, err := os.ReadFile(filepath.Join(wd, "RESULTS"))
@@ -362,7 +348,7 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 			}
 			results[sc.id] = append(results[sc.id], string(b))
 		}
-		if got := muxQuery(t, m.sock, "scan NOQUEUE "+mdEncode(filepath.Join(m.spool, "mdefang-missing"))+"\n"); !strings.HasPrefix(got, "error: ") {
+		if got := muxQuery(t, m.sock, "scan NOQUEUE "+percent.Encode(filepath.Join(m.spool, "mdefang-missing"))+"\n"); !strings.HasPrefix(got, "error: ") {
 			t.Errorf("%s: scan of a missing dir: %q", m.name, got)
 		}
 		after := statusMsgs(t, muxQuery(t, m.sock, "status\n"))

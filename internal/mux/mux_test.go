@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sluice/internal/testutil/peer"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 	"sluice/internal/pool/pooltest"
+	"sluice/internal/testutil/peer"
 )
 
 var fakeWorker string
@@ -250,13 +251,40 @@ func differential(t *testing.T, st settings, steps []step) {
 	want := runScript(t, ref, steps)
 	same := 0
 	for i := range steps {
-		if got[i] != want[i] {
+		if !sameReply(t, got[i], want[i]) {
 			t.Errorf("request %q: sluice %q, reference %q", trunc(steps[i].req), trunc(got[i]), trunc(want[i]))
 		} else {
 			same++
 		}
 	}
 	t.Logf("%d of %d replies identical to the reference's (after normalizing pids, ago= and uptime)", same, len(steps))
+}
+
+// stateAgeRe is workerinfo's LastStateChangeAge line.
+var stateAgeRe = regexp.MustCompile(`(?m)^LastStateChangeAge (\d+)$`)
+
+// sameReply compares two normalized replies. The one difference it lets
+// through is workerinfo's LastStateChangeAge off by exactly one second:
+// each side subtracts the time of a state change from its own clock, read
+// at a slightly different moment, and rounds to whole seconds.
+func sameReply(t *testing.T, got, want string) bool {
+	if got == want {
+		return true
+	}
+	g, w := stateAgeRe.FindStringSubmatch(got), stateAgeRe.FindStringSubmatch(want)
+	if g == nil || w == nil {
+		return false
+	}
+	gs, _ := strconv.Atoi(g[1])
+	ws, _ := strconv.Atoi(w[1])
+	if gs-ws != 1 && ws-gs != 1 {
+		return false
+	}
+	if stateAgeRe.ReplaceAllString(got, "") != stateAgeRe.ReplaceAllString(want, "") {
+		return false
+	}
+	t.Logf("LastStateChangeAge: sluice %d, reference %d (clocks read a second apart)", gs, ws)
+	return true
 }
 
 func trunc(s string) string {
@@ -338,4 +366,28 @@ func TestDifferentialBusyTimeout(t *testing.T) {
 		{req: "hang\n", want: reply(mux.ReplyTimeoutFew)},
 		{req: "after\n", want: vsReference},
 	})
+}
+
+// TestSameReply: the differential comparison lets through a one-second
+// LastStateChangeAge difference and nothing else.
+func TestSameReply(t *testing.T) {
+	info := func(state string, age int) string {
+		return fmt.Sprintf("Worker 1\nState %s\nPID -1\nNumRequests 0\nNumScans 0\nAge -1\nFirstReqAge -1\nLastStateChangeAge %d\nStatusTag \n", state, age)
+	}
+	for _, c := range []struct {
+		got, want string
+		same      bool
+	}{
+		{info("S", 3), info("S", 3), true},
+		{info("S", 4), info("S", 3), true},
+		{info("S", 3), info("S", 4), true},
+		{info("S", 5), info("S", 3), false},
+		{info("I", 4), info("S", 3), false},
+		{info("S", 0), "LastStateChangeAge 1\n", false},
+		{"ago=1\n", "ago=2\n", false},
+	} {
+		if got := sameReply(t, c.got, c.want); got != c.same {
+			t.Errorf("sameReply(%q, %q) = %v, want %v", c.got, c.want, got, c.same)
+		}
+	}
 }
