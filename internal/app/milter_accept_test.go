@@ -87,24 +87,7 @@ func TestPostfixClosesMilterOnConnectAccept(t *testing.T) {
 		peer.Missing(t, "a private Postfix instance", err)
 	}
 	sock, closed := startAcceptMilter(t)
-	port, err := postfixtest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), mtaGuard)
-	defer cancel()
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{
-		Dir: t.TempDir(), SMTPPort: port, OwnAnvil: true, Logf: t.Logf,
-		MainCF: map[string]string{"smtpd_milters": "unix:" + sock, "milter_default_action": "tempfail"},
-	})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := inst.Stop(); err != nil {
-			t.Errorf("stop postfix: %v", err)
-		}
-	})
+	_, port := startPostfix(t, true, map[string]string{"smtpd_milters": "unix:" + sock, "milter_default_action": "tempfail"})
 	c, r := dialSMTP(t, port)
 	defer c.Close()
 	if r.Code != 220 {

@@ -104,31 +104,9 @@ func postfixWithMilter(t *testing.T) (*postfixtest.Instance, int, *Daemon) {
 	}
 	state := t.TempDir()
 	d, sock := startMilterDaemon(t, state, milterMTAConfig(state, "[milter.socket]\nowner = \"postfix\"\nmode = \"0600\"", ""))
-	port, err := postfixtest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), mtaGuard)
-	defer cancel()
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{
-		Dir: t.TempDir(), SMTPPort: port, OwnAnvil: true, Logf: t.Logf,
-		MainCF: map[string]string{
-			"smtpd_milters":         "unix:" + sock,
-			"milter_default_action": "tempfail",
-		},
-	})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		if err := inst.Stop(); err != nil {
-			t.Errorf("stop postfix: %v", err)
-		}
+	inst, port := startPostfix(t, true, map[string]string{
+		"smtpd_milters":         "unix:" + sock,
+		"milter_default_action": "tempfail",
 	})
 	return inst, port, d
 }

@@ -32,34 +32,15 @@ func postfixWithPolicy(t *testing.T, restriction, rules string) (*postfixtest.In
 		t.Fatal(err)
 	}
 	startDaemonLog(t, path, testLogger(t))
-	smtpPort, err := postfixtest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	check := fmt.Sprintf("check_policy_service { inet:127.0.0.1:%d, timeout=10s, default_action=DUNNO }", policyPort)
 	mainCF := map[string]string{}
 	if restriction == "smtpd_recipient_restrictions" {
-		mainCF[restriction] = "permit_mynetworks, reject"
 		mainCF["smtpd_relay_restrictions"] = "permit_mynetworks, reject"
 		mainCF[restriction] = check + ", permit_mynetworks, reject"
 	} else {
 		mainCF[restriction] = check
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{Dir: t.TempDir(), SMTPPort: smtpPort, OwnAnvil: true, MainCF: mainCF, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		inst.Stop()
-	})
-	return inst, smtpPort
+	return startPostfix(t, true, mainCF)
 }
 
 const senderRule = `

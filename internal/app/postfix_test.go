@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
 	"time"
@@ -20,31 +19,7 @@ import (
 // <queue>/private/anvil owned by postfix, as the README's recipe says.
 func postfixWithSluice(t *testing.T, mainCF map[string]string, sluiceExtra string) (*postfixtest.Instance, int, *Daemon) {
 	t.Helper()
-	if err := postfixtest.Available(); err != nil {
-		peer.Missing(t, "a private Postfix instance", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	port, err := postfixtest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{
-		Dir: t.TempDir(), SMTPPort: port, OwnAnvil: false, MainCF: mainCF, Logf: t.Logf,
-	})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		if err := inst.Stop(); err != nil {
-			t.Errorf("stop postfix: %v", err)
-		}
-	})
+	inst, port := startPostfix(t, false, mainCF)
 	state := t.TempDir()
 	body := fmt.Sprintf(`state_dir = %q
 %s
