@@ -130,8 +130,8 @@ func TestRestartNeededCoversEverySetting(t *testing.T) {
 }
 
 // TestReloadNamesRestartSettings: a reload applies a changed rule without
-// a word, and names a changed setting it cannot apply (one the old
-// hand-written comparison missed) while keeping the daemon's old value.
+// a word, and names a changed setting it cannot apply until a restart
+// (one the old hand-written comparison missed).
 func TestReloadNamesRestartSettings(t *testing.T) {
 	dir := t.TempDir()
 	path := writeConfig(t, dir, cfgText(dir, "2"))

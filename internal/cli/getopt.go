@@ -12,16 +12,14 @@ type optError struct {
 	missing bool // the option takes an argument and none followed
 }
 
-// text is the complaint after "prog: ". The character is written as the
-// byte it was, as glibc does.
-func (e optError) text() string {
+// Error is the complaint after "prog: ". The character is written as
+// the byte it was, as glibc does.
+func (e optError) Error() string {
 	if e.missing {
 		return fmt.Sprintf("option requires an argument -- '%s'", []byte{e.c})
 	}
 	return fmt.Sprintf("invalid option -- '%s'", []byte{e.c})
 }
-
-func (e optError) Error() string { return e.text() }
 
 // getopt walks args as glibc's getopt(3) does for the short options
 // withArg (each takes an argument) and flags: flags cluster ("-ih"), an

@@ -114,34 +114,31 @@ func defaultMuxOptions() *muxOptions {
 // message to print after "prog: ".
 func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, error) {
 	o := defaultMuxOptions()
-	seen := map[byte]bool{}
-	stopped := false
 	extra, err := getopt(args, muxArgOpts, muxFlagOpts, false, func(c byte, val string) (bool, error) {
+		again := c == 'E' && o.embedded
 		if err := o.set(c, val); err != nil {
 			return false, err
 		}
 		// The reference acts on -h and -v inside its getopt loop: what
 		// follows them is never looked at.
 		if o.help || o.version {
-			stopped = true
 			return false, nil
 		}
-		if c == 'E' && !seen[c] { // the reference's own words, unprefixed
+		if c == 'E' && !again { // the reference's own words, unprefixed
 			o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
 		}
-		seen[c] = true
 		return true, nil
 	})
 	var oe optError
 	switch {
 	case errors.As(err, &oe):
-		fmt.Fprintf(stderr, "%s: %s\n\n", prog, oe.text())
+		fmt.Fprintf(stderr, "%s: %v\n\n", prog, oe)
 		return nil, errUsage
 	case err != nil:
 		return nil, err
-	case stopped && o.help:
+	case o.help:
 		return o, errUsage
-	case stopped:
+	case o.version:
 		return o, nil
 	}
 	if len(extra) > 0 {

@@ -9,12 +9,13 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/rules"
 
 	vocab "sluice/internal/rules"
 )
 
 func lim(s string) limiter.Limit {
-	l, err := limiter.ParseLimit(s)
+	l, err := rules.ParseLimit(s)
 	if err != nil {
 		panic(err)
 	}

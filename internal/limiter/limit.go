@@ -30,17 +30,10 @@ const (
 	Exact     = rules.Exact
 	Smooth    = rules.Smooth
 	MaxExactN = rules.MaxExactN
-	MaxPeriod = rules.MaxPeriod
 	Unlimited = rules.Unlimited
 	Leaky     = rules.Leaky
 	Strict    = rules.Strict
 )
-
-// ParseLimit is rules.ParseLimit.
-func ParseLimit(s string) (Limit, error) { return rules.ParseLimit(s) }
-
-// ParseAlgorithm is rules.ParseAlgorithm.
-func ParseAlgorithm(s string) (Algorithm, error) { return rules.ParseAlgorithm(s) }
 
 // FormatPeriod is rules.FormatPeriod.
 func FormatPeriod(d time.Duration) string { return rules.FormatPeriod(d) }

@@ -38,7 +38,7 @@ func (l PoolLog) Event(ev pool.Event) {
 }
 
 // verboseOnly are the events the reference logs only with -l.
-var verboseOnly = map[pool.EventKind]bool{
+var verboseOnly = [...]bool{
 	pool.EvStarted: true, pool.EvStartWorker: true, pool.EvActivationSpacing: true,
 	pool.EvKillWorker: true, pool.EvKillEscalate: true, pool.EvReaped: true,
 	pool.EvResourceUsage: true, pool.EvQueued: true, pool.EvQueueFull: true,
@@ -49,7 +49,7 @@ var verboseOnly = map[pool.EventKind]bool{
 // FormatPoolEvent is the reference's log line for ev and its level; ok is
 // false when the reference writes none (a -l line without verbose).
 func FormatPoolEvent(ev pool.Event, verbose bool) (msg string, level slog.Level, ok bool) {
-	if verboseOnly[ev.Kind] && !verbose {
+	if int(ev.Kind) < len(verboseOnly) && verboseOnly[ev.Kind] && !verbose {
 		return "", 0, false
 	}
 	switch ev.Kind {

@@ -20,15 +20,11 @@ type listener struct {
 // bind creates the -s socket and, with -a, the unprivileged one; on
 // failure it returns the reference's error text, with nothing left bound.
 func (d *daemon) bind() ([]listener, string) {
-	mainMask := 0o077
-	if d.o.Group {
-		mainMask = 0o007
-	}
 	mainAddr, err := parseSocket(d.o.Socket, false)
 	if err != nil {
 		return nil, err.Error()
 	}
-	mainLn, err := listen(mainAddr, d.o.Backlog, mainMask, d.fileMask())
+	mainLn, err := listen(mainAddr, d.o.Backlog, d.sockMask(), d.fileMask())
 	if err != nil {
 		return nil, "Unable to create listening socket."
 	}
@@ -147,11 +143,7 @@ func (d *daemon) listenAux(sock string, backlog int) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	sockMask, fileMask := 0o077, 0o077
-	if d.o.Group {
-		sockMask, fileMask = 0o007, 0o027
-	}
-	return listen(a, backlog, sockMask, fileMask)
+	return listen(a, backlog, d.sockMask(), d.fileMask())
 }
 
 // refText is an error worded as the reference words it.

@@ -100,6 +100,15 @@ func (d *daemon) becomeUser() string {
 	return ""
 }
 
+// sockMask is the umask the main, -N and -O sockets are created under
+// (-G: group-writable).
+func (d *daemon) sockMask() int {
+	if d.o.Group {
+		return 0o007
+	}
+	return 0o077
+}
+
 // fileMask is the umask files are created under (-G: group-readable).
 func (d *daemon) fileMask() int {
 	if d.o.Group {

@@ -52,9 +52,8 @@ import (
 // resumed by another goroutine.
 type ioProgress struct {
 	// The owner writes what of the command the pipe takes at once when it
-	// grants the call (preWrite): built says pr.wbuf holds the line, off
-	// how much of it the worker has, werr the write's error, if any.
-	built   bool
+	// grants the call (preWrite), so pr.wbuf holds the line from then on:
+	// off is how much of it the worker has, werr the write's error, if any.
 	off     int
 	werr    error
 	written bool
@@ -120,7 +119,6 @@ func (p *Pool) grant(c *call, pr *process) {
 func (p *Pool) preWrite(c *call, pr *process) {
 	st := &c.ior
 	pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
-	st.built = true
 	st.off, st.werr = pr.pipes.tryWrite(pr.wbuf)
 	st.written = st.werr == nil && st.off == len(pr.wbuf)
 }
@@ -189,9 +187,9 @@ func ioResult(ev *ioEvent) Result {
 	return Result{Reply: ev.reply}
 }
 
-// workerIO does, or resumes, c's worker I/O on pr: write the line under
-// the command timeout, then read one reply line as the reference does (up
-// to maxReply bytes; bytes after the newline in the same read are
+// workerIO does, or resumes, c's worker I/O on pr (after preWrite):
+// write the rest of the line under the command timeout, then read one
+// reply line as the reference does (up to maxReply bytes; bytes after the newline in the same read are
 // dropped; a longer line is cut and its rest discarded). cut is true when
 // the read was interrupted for an abandoned call (only when resumable):
 // c.ior keeps the progress for finishAbandoned. Any other read error is
@@ -201,10 +199,6 @@ func (p *Pool) workerIO(c *call, pr *process, resumable bool, w *ctxWatch) (ev i
 	ev = ioEvent{slot: c.slot, proc: pr}
 	st := &c.ior
 	if !st.written {
-		if !st.built {
-			pr.wbuf = append(append(pr.wbuf[:0], c.req.Line...), '\n')
-			st.built = true
-		}
 		if st.werr == nil {
 			st.werr = pr.writeCmd(st.off, p.cfg.CmdTimeout)
 		}

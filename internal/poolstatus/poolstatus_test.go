@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,9 @@ func TestSnapshotAndPollAgree(t *testing.T) {
 	if r := p.Do(context.Background(), pool.Request{Line: "relayok 192.0.2.9 host 25 127.0.0.1 25 NOQUEUE", Queue: true}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	waitFor("the idle worker done with relayok", func() bool { return sn.Count(pool.Busy) == 1 && sn.Count(pool.Idle) == 1 })
+	waitFor("the idle worker done with relayok", func() bool {
+		return sn.Count(pool.Busy) == 1 && slices.ContainsFunc(sn.Slots, func(s pool.SlotInfo) bool { return s.State == pool.Idle && s.Last == pool.RelayOK })
+	})
 	polled, err := Poll(context.Background(), sock, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,8 @@ func New(w io.Writer, prefix string, max int) *Log {
 	return &Log{w: w, prefix: prefix, left: max}
 }
 
-// Printf describes one error, or counts it once the budget is spent.
+// Printf describes one error; once the budget is spent it says so once,
+// then drops the rest (the generators count errors themselves).
 func (l *Log) Printf(format string, args ...any) {
 	if l.quiet.Load() {
 		return
@@ -40,5 +41,5 @@ func (l *Log) Printf(format string, args ...any) {
 		return
 	}
 	l.left--
-	fmt.Fprintf(l.w, l.prefix+": "+format+"\n", args...)
+	fmt.Fprintf(l.w, "%s: %s\n", l.prefix, fmt.Sprintf(format, args...))
 }
