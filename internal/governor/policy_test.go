@@ -9,13 +9,12 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
-	"sluice/internal/rules"
 
 	vocab "sluice/internal/rules"
 )
 
 func lim(s string) limiter.Limit {
-	l, err := rules.ParseLimit(s)
+	l, err := vocab.ParseLimit(s)
 	if err != nil {
 		panic(err)
 	}
