@@ -80,7 +80,7 @@ func startMultiplexor(t *testing.T) string {
 	sock := filepath.Join(spool, "mx.sock")
 	args := append([]string{"-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-b", "600"}, uarg...)
 	cmd := exec.Command(referenceMux, args...)
-	var out syncWriter
+	var out logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -130,9 +130,6 @@ func muxAsk(sock, req string) (string, error) {
 	}
 	return bufio.NewReader(c).ReadString('\n')
 }
-
-// syncWriter collects a child's output.
-type syncWriter = logbuf.Buffer
 
 // TestBrowserDaemonStatus: the status page of a running daemon, loaded in
 // headless Chromium, shows what the test made happen in that daemon: two

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sluice/internal/config"
+	"sluice/internal/testutil/logbuf"
 )
 
 // settingKeys lists every setting of config.Config: the key of each
@@ -135,7 +136,7 @@ func TestRestartNeededCoversEverySetting(t *testing.T) {
 func TestReloadNamesRestartSettings(t *testing.T) {
 	dir := t.TempDir()
 	path := writeConfig(t, dir, cfgText(dir, "2"))
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	d := startDaemonLog(t, path, slog.New(slog.NewTextHandler(logs, nil)))
 	writeConfig(t, dir, cfgText(dir, "5"))
 	if err := d.Reload(); err != nil {

@@ -29,9 +29,6 @@ fail_mode = %q
 `, strings.Join(g.SentinelAddrs(), `", "`), g.Name, failMode), "[throttle]\nenabled = false\n"+senderPolicyDoor)
 }
 
-// lockedBuffer is a log destination safe for several goroutines.
-type lockedBuffer = logbuf.Buffer
-
 // policyConn is one policy connection to a daemon.
 type policyConn struct {
 	c net.Conn
@@ -104,7 +101,7 @@ func TestDaemonsFollowSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Kill)
-	logA := &lockedBuffer{}
+	logA := &logbuf.Buffer{}
 	open := startDaemonLog(t, sentinelConfig(t, g, "open"), slog.New(slog.NewTextHandler(logA, nil)))
 	closed := startDaemon(t, sentinelConfig(t, g, "closed"))
 	ds := []*Daemon{open, closed}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 
 	"sluice/internal/anvil"
@@ -41,7 +42,7 @@ func activate(t *testing.T, fdname string, listen []string, argv ...string) *rel
 		args = append(args, "-l", l)
 	}
 	args = append(args, argv...)
-	p := &relProc{cmd: exec.Command(sa, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &relProc{cmd: exec.Command(sa, args...), stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

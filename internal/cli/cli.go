@@ -264,10 +264,7 @@ func printAnvil(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "), time unit %s\n", a.RateTimeUnit.D())
 	names := []string{"connection count", "connection rate", "message rate", "recipient rate", "new TLS rate", "AUTH rate"}
 	smtpd := a.SMTPD.Values()
-	specs, errs := cfg.ClassTable()
-	if len(errs) > 0 {
-		fmt.Fprintf(w, "classes: %v\n", errors.Join(errs...))
-	}
+	specs, _ := cfg.ClassTable() // its errors are printed with the classes
 	fmt.Fprintln(w, "smtpd limits (main.cf) and per-class limits sluice makes smtpd enforce:")
 	for i, n := range names {
 		line := fmt.Sprintf("  %-17s smtpd %s", n, limitText(smtpd[i]))

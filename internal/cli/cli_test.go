@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/internal/anvil"
+	"sluice/internal/testutil/logbuf"
 )
 
 func run(args ...string) (int, string, string) {
@@ -99,7 +100,7 @@ func TestServeSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	notify := systemdSocket(t)
-	var errb syncBuffer
+	var errb logbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- Main(context.Background(), []string{"serve", "-c", cfg}, &bytes.Buffer{}, &errb) }()
 	waitFor(t, "start", func() bool { return strings.Contains(errb.String(), "sluice started") })
@@ -193,7 +194,7 @@ func (n notifySocket) next(t *testing.T, want string) string {
 func TestServeDefaults(t *testing.T) {
 	dir := t.TempDir()
 	done := make(chan int, 1)
-	var errb syncBuffer
+	var errb logbuf.Buffer
 	go func() {
 		done <- Main(context.Background(), []string{"serve", "-state-dir", dir, "-grace", "2s"}, &bytes.Buffer{}, &errb)
 	}()

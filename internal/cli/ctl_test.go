@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 )
 
@@ -298,7 +299,7 @@ func TestCtlTimeout(t *testing.T) {
 func startForeground(t *testing.T, name string, argv []string, network, addr string) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/recipe"
 )
@@ -212,7 +213,7 @@ func TestServeAsOrdinaryUser(t *testing.T) {
 	chownNames(t, state, "nobody", "nogroup")
 	cmd = exec.Command(bin, "serve", "-state-dir", state)
 	cmd.SysProcAttr, cmd.Env = nobody, env
-	p := &relProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &relProc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -255,7 +256,7 @@ func TestStatusOutOfTheBox(t *testing.T) {
 			env := append([]string{"PATH=/usr/bin:/bin", "NOTIFY_SOCKET=", "WATCHDOG_USEC="}, tc.env...)
 			cmd := exec.Command(bin, "serve")
 			cmd.SysProcAttr, cmd.Env = tc.cred, env
-			p := &relProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+			p := &relProc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 			cmd.Stderr = p.stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 )
 
@@ -30,7 +31,7 @@ import (
 type featDaemon struct {
 	name, spool, main string
 	pid               int
-	stderr            *syncBuffer
+	stderr            *logbuf.Buffer
 	stop              func() // SIGTERM, then wait (idempotent)
 }
 
@@ -49,7 +50,7 @@ func featStart(t *testing.T, name string, argv []string, env []string) *featDaem
 	args = append(args, uarg...)
 	cmd := exec.Command(argv[0], args...)
 	cmd.Env = append(os.Environ(), env...)
-	d := &featDaemon{name: name, spool: spool, main: spool + "/mx.sock", stderr: &syncBuffer{}}
+	d := &featDaemon{name: name, spool: spool, main: spool + "/mx.sock", stderr: &logbuf.Buffer{}}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"sluice/internal/percent"
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/postfixtest"
 )
@@ -129,7 +130,7 @@ type muxProc struct {
 	spool  string
 	sock   string
 	ticks  string
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	pid    int
 }
 
@@ -138,7 +139,7 @@ type muxProc struct {
 func startMuxProc(t *testing.T, name string, argv []string, spool, sock string) *muxProc {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	m := &muxProc{name: name, spool: spool, sock: sock, stderr: &syncBuffer{}}
+	m := &muxProc{name: name, spool: spool, sock: sock, stderr: &logbuf.Buffer{}}
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
 	if err := cmd.Start(); err != nil {
@@ -158,7 +159,7 @@ func startMuxProc(t *testing.T, name string, argv []string, spool, sock string) 
 
 // stopCmd sends SIGTERM, waits (SIGKILL after 30 s) and logs the output
 // of a failed test's process.
-func stopCmd(t *testing.T, name string, cmd *exec.Cmd, out *syncBuffer) {
+func stopCmd(t *testing.T, name string, cmd *exec.Cmd, out *logbuf.Buffer) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -439,7 +440,7 @@ func TestMuxPostfixMilterEndToEnd(t *testing.T) {
 		"-m", "2", "-x", "4", "-w", "1"}, uarg...), muxSpool, muxSock)
 
 	milter := exec.Command(milterBinary, "-D", "-U", u.Username, "-m", muxSock, "-p", "unix:"+milterSock, "-z", milterSpool, "-r", "-s", "-t")
-	milterOut := &syncBuffer{}
+	milterOut := &logbuf.Buffer{}
 	milter.Stdout, milter.Stderr = milterOut, milterOut
 	if err := milter.Start(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 
 	"go.uber.org/goleak"
@@ -449,7 +450,7 @@ func TestMuxForegroundPrivileges(t *testing.T) {
 	}
 	sock := filepath.Join(spool, "mx.sock")
 	cmd := exec.Command(bin, append([]string{"mux", "-D", "-G", "-z", spool, "-s", "unix:" + sock, "-a", "unix:" + spool + "/ro.sock", "-f", script, "-m", "2", "-w", "1"}, uarg...)...)
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

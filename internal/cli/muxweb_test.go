@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"sluice/internal/status"
+	"sluice/internal/testutil/logbuf"
 )
 
 // TestMuxWebMetrics: with SLUICE_MUX_WEB set, `sluice mux` serves its pool
@@ -28,7 +29,7 @@ func TestMuxWebMetrics(t *testing.T) {
 	webSock := filepath.Join(spool, "web.sock")
 	cmd := exec.Command(bin, append([]string{"mux", "-D", "-z", spool, "-s", "unix:" + sock, "-f", worker, "-m", "2", "-x", "3", "-w", "1", "-b", "1"}, uarg...)...)
 	cmd.Env = append(os.Environ(), muxWebEnv+"=unix:"+webSock)
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

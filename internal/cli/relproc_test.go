@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/logbuf"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // at its end if still running.
 type relProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan struct{}
 	err    error // after done
 }
@@ -25,7 +26,7 @@ type relProc struct {
 // process when the test ends if it still runs.
 func startProc(t *testing.T, bin string, args []string, files []*os.File, env ...string) *relProc {
 	t.Helper()
-	p := &relProc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &relProc{cmd: exec.Command(bin, args...), stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
 	p.cmd.ExtraFiles = files
 	p.cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC="), env...)

@@ -18,6 +18,7 @@ import (
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 	"sluice/internal/status"
+	"sluice/internal/testutil/logbuf"
 )
 
 // statusConfig is a daemon with its web server, policy and milter doors
@@ -55,7 +56,7 @@ func startServe(t *testing.T, path string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var errb syncBuffer
+	var errb logbuf.Buffer
 	go func() { done <- Main(ctx, []string{"serve", "-c", path, "-grace", "5s"}, &bytes.Buffer{}, &errb) }()
 	t.Cleanup(func() {
 		cancel()

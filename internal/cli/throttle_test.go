@@ -18,6 +18,7 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/testutil/logbuf"
 )
 
 // buildSluice builds the real binary (without the race detector: 200 of
@@ -65,7 +66,7 @@ func parseEpochRealtime(v string) (time.Time, error) {
 	return time.Unix(s, us*1000), nil
 }
 
-func startThrottleDaemon(t *testing.T, dir, policy string, logw *syncBuffer) *app.Daemon {
+func startThrottleDaemon(t *testing.T, dir, policy string, logw *logbuf.Buffer) *app.Daemon {
 	t.Helper()
 	path := filepath.Join(dir, "sluice.toml")
 	body := fmt.Sprintf("state_dir = %q\n[anvil]\nenabled = false\n[policy]\nenabled = false\n[throttle]\nlisten = [\"unix:throttle\"]\n%s", dir, policy)
@@ -104,7 +105,7 @@ func TestThrottle200Processes(t *testing.T) {
 	}
 	bin := buildSluice(t)
 	dir := t.TempDir()
-	var logw syncBuffer
+	var logw logbuf.Buffer
 	startThrottleDaemon(t, dir, `
 [[throttle.policy]]
 name = "relay"

@@ -13,9 +13,6 @@ import (
 	"sluice/internal/rules"
 )
 
-// lockedBuffer is a log destination for several goroutines.
-type lockedBuffer = logbuf.Buffer
-
 // TestPolicyFloodLogsBounded: 10,000 refused requests for one key within
 // one window (10 per 60 s) write one INFO line at the first refusal and
 // one summary when the window ends: at most 3 in all. Another key gets its
@@ -24,7 +21,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
 			f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: rules.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
-			var buf lockedBuffer
+			var buf logbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
 			rl := NewRefusalLog(log, f.clk.Now, 0)
 			f.g.refusals, f.g.log = rl, log
@@ -67,7 +64,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 // a summary every SummaryEvery; keys beyond the cap are counted in one
 // line.
 func TestRefusalLogLongWindowAndCap(t *testing.T) {
-	var buf lockedBuffer
+	var buf logbuf.Buffer
 	now := time.Unix(1_700_000_000, 0)
 	rl := NewRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now }, 2)
 	ctx := t.Context()

@@ -123,11 +123,8 @@ func TestFailMode(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe for several goroutines.
-type syncBuffer = logbuf.Buffer
-
 func TestPeaksReport(t *testing.T) {
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	s := memory.New(memory.Options{})
 	defer s.Close()

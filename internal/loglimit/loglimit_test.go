@@ -13,14 +13,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// buf is the log the tests read.
-type buf = logbuf.Buffer
-
 // TestCeiling: 1,000 lines in one second under a ceiling of 10 write 10,
 // then, when the next second's first line comes, one line saying 990 were
 // suppressed; WithAttrs shares the budget; Close writes a pending notice.
 func TestCeiling(t *testing.T) {
-	var out buf
+	var out logbuf.Buffer
 	h := New(slog.NewTextHandler(&out, nil), 10)
 	now := time.Unix(1_700_000_000, 0)
 	h.s.now = func() time.Time { return now }
@@ -56,7 +53,7 @@ func TestCeiling(t *testing.T) {
 // TestNoticeWithoutFurtherLines: when the flood stops, the notice is
 // written by itself within about a second.
 func TestNoticeWithoutFurtherLines(t *testing.T) {
-	var out buf
+	var out logbuf.Buffer
 	h := New(slog.NewTextHandler(&out, nil), 2)
 	defer h.Close()
 	log := slog.New(h)
@@ -74,7 +71,7 @@ func TestNoticeWithoutFurtherLines(t *testing.T) {
 
 // TestNoCeiling: 0 passes everything.
 func TestNoCeiling(t *testing.T) {
-	var out buf
+	var out logbuf.Buffer
 	h := New(slog.NewTextHandler(&out, nil), 0)
 	defer h.Close()
 	for range 500 {

@@ -20,12 +20,9 @@ import (
 	"sluice/internal/pool"
 )
 
-// syncBuf is a goroutine-safe buffer for loggers.
-type syncBuf = logbuf.Buffer
-
 func startNotifier(t *testing.T) (*mux.Notifier, string) {
 	t.Helper()
-	n := mux.NewNotifier(slog.New(slog.NewTextHandler(&syncBuf{}, nil)), 10*time.Second)
+	n := mux.NewNotifier(slog.New(slog.NewTextHandler(&logbuf.Buffer{}, nil)), 10*time.Second)
 	return n, serveNotifier(t, n)
 }
 
@@ -191,7 +188,7 @@ func TestStatsDiskFull(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		peer.Missing(t, "/dev/full", err)
 	}
-	var logs syncBuf
+	var logs logbuf.Buffer
 	var mu sync.Mutex
 	var syslogged []string
 	s := mux.OpenStats(mux.StatsOptions{Path: "/dev/full", Flush: true,
@@ -254,7 +251,7 @@ func TestAutoscaleCommand(t *testing.T) {
 
 // -d: every event the pool's loop handles is one "SSS.mmm <event>" line.
 func TestEventLog(t *testing.T) {
-	var b syncBuf
+	var b logbuf.Buffer
 	p, err := pool.New(pool.Config{
 		Program: fakeWorker, Args: []string{"-server"}, Dir: t.TempDir(),
 		MinWorkers: 1, MaxWorkers: 1, IdleTime: time.Hour, BusyTimeout: 10 * time.Second,

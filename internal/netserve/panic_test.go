@@ -14,14 +14,11 @@ import (
 	"sluice/internal/testutil/servetest"
 )
 
-// lockedBuf is a log destination safe for several goroutines.
-type lockedBuf = logbuf.Buffer
-
 // TestHandlerPanic: a handler that panics costs only its own connection:
 // it is closed, the panic is logged, the other connections keep being
 // served and new ones accepted.
 func TestHandlerPanic(t *testing.T) {
-	var logs lockedBuf
+	var logs logbuf.Buffer
 	s := New(Options{Name: "echo", Logger: slog.New(slog.NewTextHandler(&logs, nil))}, echoLines)
 	dial := serveTCP(t, s)
 	echo := func(c net.Conn, r *bufio.Reader, msg string) {

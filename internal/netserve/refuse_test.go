@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sluice/internal/testutil/logbuf"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ import (
 // connection is closed; a panic in it is logged and closes that
 // connection only.
 func TestRefuse(t *testing.T) {
-	var logs lockedBuf
+	var logs logbuf.Buffer
 	s := New(Options{
 		Name: "one", Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		ConnLimits: ConnLimits{MaxConns: 1, IdleTimeout: -1, RequestTimeout: -1},

@@ -52,9 +52,6 @@ func senderChecks(sender int) []limiter.Check {
 	}
 }
 
-// syncBuffer is a log destination safe for several goroutines.
-type syncBuffer = logbuf.Buffer
-
 // senderRec is what the load saw of one sender.
 type senderRec struct {
 	first    time.Time // first decision asked
@@ -68,7 +65,7 @@ type failoverRun struct {
 	t      *testing.T
 	stores [2]*Store
 	lims   [2]*limiter.Limiter
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 
 	next    atomic.Int64 // hits handed out; sender = hit / hitsPerSender
 	mu      sync.Mutex
@@ -83,7 +80,7 @@ type failoverRun struct {
 // newFailoverRun opens the two stores with o (Addrs and the topology
 // options set by the caller).
 func newFailoverRun(t *testing.T, o Options) *failoverRun {
-	r := &failoverRun{t: t, logs: &syncBuffer{}, senders: make(map[int]*senderRec)}
+	r := &failoverRun{t: t, logs: &logbuf.Buffer{}, senders: make(map[int]*senderRec)}
 	o.KeyPrefix = fmt.Sprintf("fo%d:", prefixSeq.Add(1))
 	o.Deadline = time.Second
 	o.LeaseTTL = failoverLeaseTTL
@@ -257,7 +254,7 @@ func (r *failoverRun) admitExactly(sender, m, c int) (admitted, failed int) {
 func leaseHolder(t *testing.T, o Options, prefix, key string, capacity int64) time.Time {
 	t.Helper()
 	o.KeyPrefix, o.Owner, o.LeaseTTL, o.Deadline = prefix, "doomed-host", failoverLeaseTTL, time.Second
-	o.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+	o.Logger = slog.New(slog.NewTextHandler(&logbuf.Buffer{}, nil))
 	s := openStore(t, o)
 	for range capacity {
 		if _, _, ok, err := s.Acquire(ctx, time.Now(), key, capacity, 0); !ok || err != nil {
