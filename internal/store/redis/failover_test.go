@@ -276,12 +276,12 @@ func (r *failoverRun) failover(t *testing.T, kill, switchedOver func() error) (k
 	done := make(chan struct{})
 	go func() { r.load(stop); close(done) }()
 	time.Sleep(before)
+	killed = time.Now() // as the signal goes: kill may also reap the process
 	if err := kill(); err != nil {
 		close(stop)
 		<-done
 		t.Fatal(err)
 	}
-	killed = time.Now()
 	if err := redistest.WaitFor(30*time.Second, switchedOver); err != nil {
 		close(stop)
 		<-done
