@@ -41,13 +41,21 @@ cleanup() {
 }
 on_exit cleanup
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# pick_port VAR sets VAR to a free port below the ephemeral range
+# (bench/lib.sh, free_tcp_port), none this script has picked before.
+taken=()
+pick_port() {
+	local picked
+	picked=$(free_tcp_port "${taken[@]}") || die "no free TCP port"
+	taken+=("$picked")
+	printf -v "$1" '%s' "$picked"
+}
 
 log "building sluice and policyload in $tmp"
 go build -o "$tmp/sluice" ./cmd/sluice
 go build -o "$tmp/policyload" ./bench/policyload
 
-rport=$(free_port)
+pick_port rport
 mkdir "$tmp/redis-server"
 redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis-server" --save "" --appendonly no \
 	--daemonize no --logfile "$tmp/redis-server/redis.log" &
@@ -63,7 +71,8 @@ cnodes=()
 for i in 0 1 2; do
 	# The cluster bus gets a free port of its own (its default, the port
 	# + 10000, may be taken or past 65535).
-	p=$(free_port) bus=$(free_port)
+	pick_port p
+	pick_port bus
 	mkdir "$tmp/cnode$i"
 	redis-server --port "$p" --bind 127.0.0.1 --dir "$tmp/cnode$i" --save "" --appendonly no \
 		--daemonize no --logfile "$tmp/cnode$i/redis.log" \
@@ -90,7 +99,7 @@ caddrs=$(printf '"%s", ' "${cnodes[@]}")
 stores=(memory redis cluster3)
 declare -A port=()
 for store in "${stores[@]}" cluster3b; do
-	port[$store]=$(free_port)
+	pick_port "port[$store]"
 	mkdir -m 0700 "$tmp/$store"
 	{
 		echo "state_dir = \"$tmp/$store\""

@@ -20,8 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-DURATION=${DURATION:-5s}
-[[ ${QUICK:-0} == 1 ]] && DURATION=1s
+run_length 5s # DURATION (ROUNDS is not used here)
 tmp=$(mktemp -d /tmp/sluice-bench-throttle.XXXXXX)
 sluice_pid=
 cleanup() {
