@@ -116,8 +116,10 @@ type Server struct {
 	o          Options
 	mu         sync.Mutex
 	listeners  map[net.Listener]*acceptor
-	conns      map[net.Conn]struct{} // connections of listeners without a descriptor
-	files      map[*os.File]struct{} // fdConns registered with the poller
+	conns      map[net.Conn]struct{}  // connections of listeners without a descriptor
+	files      map[*os.File]struct{}  // fdConns registered with the poller
+	async      map[*asyncReq]struct{} // requests forwarded with pool.Submit (forward.go)
+	forwarded  atomic.Uint64          // requests Serve forwarded itself (tests)
 	restricted int
 	closed     bool
 	ctx        context.Context // cancelled by Close: ends waits on the pool
@@ -141,7 +143,7 @@ func New(o Options) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{},
-		conns: map[net.Conn]struct{}{}, files: map[*os.File]struct{}{}}
+		conns: map[net.Conn]struct{}{}, files: map[*os.File]struct{}{}, async: map[*asyncReq]struct{}{}}
 }
 
 // Serve accepts connections on l until Close; privileged is false for the
@@ -177,7 +179,8 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	ls := &listenerState{hand: make(chan int), privileged: privileged}
+	ls := &listenerState{hand: make(chan handed), privileged: privileged}
+	rb := new(reqBuf) // take's
 	var delay time.Duration
 	for {
 		var c net.Conn
@@ -229,24 +232,24 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 			go s.serveConn(c, privileged)
 			continue
 		}
-		s.handOff(ls, fd)
+		s.take(ls, fd, rb)
 	}
 }
 
-// handOff gives fd, an admitted connection, to a waiting connection
+// handOff gives h, an admitted connection, to a waiting connection
 // goroutine, or to a new one.
-func (s *Server) handOff(ls *listenerState, fd int) {
+func (s *Server) handOff(ls *listenerState, h handed) {
 	select {
-	case ls.hand <- fd:
+	case ls.hand <- h:
 	default:
 		s.wg.Add(1)
-		go s.connWorker(ls, fd)
+		go s.connWorker(ls, h)
 	}
 }
 
 // listenerState is what the connection goroutines of one listener share.
 type listenerState struct {
-	hand       chan int     // accepted descriptors to waiting connection goroutines
+	hand       chan handed  // accepted connections to waiting connection goroutines
 	idle       atomic.Int32 // connection goroutines waiting on hand
 	privileged bool
 }
@@ -275,14 +278,14 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// connWorker serves fd, then the connections Serve hands it, until the
+// connWorker serves h, then the connections Serve hands it, until the
 // server closes or enough others wait.
-func (s *Server) connWorker(ls *listenerState, fd int) {
+func (s *Server) connWorker(ls *listenerState, h handed) {
 	defer s.wg.Done()
 	buf := new(reqBuf)
-	c := &fdConn{fd: fd, s: s}
+	c := &fdConn{fd: h.fd, s: s}
 	for {
-		s.serve(c, ls.privileged, buf)
+		s.serve(c, ls.privileged, buf, h.in)
 		c.Close()
 		s.connDone(ls.privileged)
 		if ls.idle.Add(1) > maxIdleConnWorkers {
@@ -290,7 +293,8 @@ func (s *Server) connWorker(ls *listenerState, fd int) {
 			return
 		}
 		select {
-		case c.fd = <-ls.hand:
+		case h = <-ls.hand:
+			c.fd = h.fd
 			ls.idle.Add(-1)
 		case <-s.ctx.Done():
 			ls.idle.Add(-1)
@@ -316,6 +320,7 @@ func (s *Server) Close() error {
 	for f := range s.files {
 		f.Close()
 	}
+	s.closeAsync()
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
@@ -330,7 +335,7 @@ func (s *Server) serveConn(c net.Conn, privileged bool) {
 		s.connDone(privileged)
 		s.wg.Done()
 	}()
-	s.serve(netConn{c}, privileged, new(reqBuf))
+	s.serve(netConn{c}, privileged, new(reqBuf), inline{})
 }
 
 func (s *Server) connDone(privileged bool) {
@@ -351,8 +356,12 @@ type clientConn interface {
 	setWriteTimeout(d time.Duration)
 }
 
-func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf) {
-	line, ok := readRequest(c, s.o.Timeout, buf)
+// serve answers one connection; in is what Serve read of it already.
+func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf, in inline) {
+	line, ok := in.line, in.whole
+	if !ok {
+		line, ok = readRequest(c, s.o.Timeout, buf, in.pre)
+	}
 	if !ok {
 		return
 	}
@@ -377,13 +386,15 @@ func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf) {
 // nothing in time (the connection is closed without a reply); a client
 // that half-closes at once delivers the empty command.
 func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
-	return readRequest(netConn{c}, timeout, new(reqBuf))
+	return readRequest(netConn{c}, timeout, new(reqBuf), nil)
 }
 
-func readRequest(c clientConn, timeout time.Duration, rb *reqBuf) (line string, ok bool) {
+// readRequest is ReadRequest into rb, after the bytes pre already read (no
+// newline among them).
+func readRequest(c clientConn, timeout time.Duration, rb *reqBuf, pre []byte) (line string, ok bool) {
 	c.setReadTimeout(timeout)
-	got := 0
 	buf, scratch := &rb.line, &rb.scratch
+	got := copy(buf[:], pre)
 	for {
 		var m int
 		var err error
@@ -409,10 +420,17 @@ func readRequest(c clientConn, timeout time.Duration, rb *reqBuf) (line string, 
 			break // EOF: whatever arrived is the command
 		}
 	}
-	if got > 0 {
-		got-- // the last byte received
+	return frameLine(buf[:got]), true
+}
+
+// frameLine is the command in b, what a request read received up to and
+// including its newline (or EOF): the last byte received is dropped
+// (normally the newline; at EOF without one, a real character), then one
+// trailing CR, and the command ends at its first NUL.
+func frameLine(b []byte) string {
+	if len(b) > 0 {
+		b = b[:len(b)-1]
 	}
-	b := buf[:got]
 	if n := len(b); n > 0 && b[n-1] == '\r' {
 		b = b[:n-1]
 	}
@@ -422,7 +440,7 @@ func readRequest(c clientConn, timeout time.Duration, rb *reqBuf) (line string, 
 			break
 		}
 	}
-	return string(b), true
+	return string(b)
 }
 
 func indexNL(b []byte) int {
@@ -465,7 +483,12 @@ func (s *Server) handle(ctx context.Context, line string, privileged bool) (repl
 	if len(line) > maxCommand {
 		return ReplyTooLong, nil
 	}
-	r := s.o.Pool.Do(ctx, pool.Request{Line: line, Queue: true})
+	return replyOf(s.o.Pool.Do(ctx, pool.Request{Line: line, Queue: true}))
+}
+
+// replyOf is the main socket's reply for a forwarded request's result: the
+// worker's reply as it came (raw), or the multiplexor's error reply.
+func replyOf(r pool.Result) (reply string, raw []byte) {
 	if r.Err == nil && len(r.Reply) > 0 {
 		return "", r.Reply
 	}

@@ -20,8 +20,11 @@ type call struct {
 	// tick is the band of an internal tick request (docs/protocols/mimedefang-multiplexor.md, "Ticks"), -1 otherwise.
 	tick int
 	// onDone, when set, is called on the owner goroutine instead of
-	// sending the result on ch (ticks).
+	// sending the result on ch (ticks, Submit).
 	onDone func(Result)
+	// ownerIO: the owner reads the reply itself (Submit; ownerio.go);
+	// cleared at the grant if a goroutine has to hold the I/O instead.
+	ownerIO bool
 
 	// Set by the owner when it grants a worker (see io.go).
 	slot int

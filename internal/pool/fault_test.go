@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -52,7 +51,7 @@ func TestWorkerKilledMidScan(t *testing.T) {
 	for round := range 3 {
 		res := make(chan pool.Result, 1)
 		go func() {
-			res <- p.Do(context.Background(), pool.Request{Line: "sleep 20000", Queue: true})
+			res <- doReq(p, pool.Request{Line: "sleep 20000", Queue: true})
 		}()
 		victim := busyPID(t, p)
 		// The other worker answers while its neighbour scans.
@@ -95,7 +94,7 @@ func TestWorkerHungAmongBusyOnes(t *testing.T) {
 	cfg.SlewTime = 10 * time.Millisecond
 	p := start(t, cfg)
 	hung := make(chan pool.Result, 1)
-	go func() { hung <- p.Do(context.Background(), pool.Request{Line: "hangterm", Queue: true}) }()
+	go func() { hung <- doReq(p, pool.Request{Line: "hangterm", Queue: true}) }()
 	busyPID(t, p)
 	for range 20 {
 		wantReply(t, do(t, p, "sleep 10"), "slept 10\n")

@@ -1,7 +1,6 @@
 package pool_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -109,7 +108,7 @@ func TestAutoscale(t *testing.T) {
 		}
 	}
 	done := make(chan pool.Result, 1)
-	go func() { done <- p.Do(context.Background(), pool.Request{Line: "sleep 3000"}) }()
+	go func() { done <- doReq(p, pool.Request{Line: "sleep 3000"}) }()
 	waitCount(t, p, pool.Busy, 1)
 	for range 5 {
 		step()
@@ -180,7 +179,7 @@ func TestIdleTimeoutKeepsMinWorkers(t *testing.T) {
 	waitCount(t, p, pool.Idle, 1)
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Go(func() { wantReply(t, p.Do(context.Background(), pool.Request{Line: "sleep 300"}), "slept 300\n") })
+		wg.Go(func() { wantReply(t, doReq(p, pool.Request{Line: "sleep 300"}), "slept 300\n") })
 	}
 	wg.Wait()
 	waitCount(t, p, pool.Idle, 3)
@@ -264,7 +263,7 @@ func TestActivationSpacingWholeSeconds(t *testing.T) {
 	p := start(t, cfg)
 	waitStates(t, p, "IS")
 	done := make(chan pool.Result, 1)
-	go func() { done <- p.Do(context.Background(), pool.Request{Line: "sleep 1500"}) }()
+	go func() { done <- doReq(p, pool.Request{Line: "sleep 1500"}) }()
 	waitCount(t, p, pool.Busy, 1)
 	if r := do(t, p, "x"); !errors.Is(r.Err, pool.ErrActivate) {
 		t.Fatalf("in the same second: %+v", r)

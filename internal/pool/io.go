@@ -46,7 +46,12 @@ import (
 //     claims before it interrupts, so an owner's interruption is never
 //     lost.
 //
-// Ticks, which have no client, are served by a goroutine per tick.
+// Ticks, which have no client, are served by a goroutine per tick. A call
+// made with Submit has no waiting client either: the owner is its holder
+// (ownerio.go), reading the reply when its reactor finds the worker's
+// stdout readable, and ends it with the same claim and event a holder
+// sends; only when its command did not fit in the pipe at once does a
+// goroutine take its I/O, as for a tick.
 
 // ioProgress is how far a call's worker I/O has got, so that it can be
 // resumed by another goroutine.
@@ -98,6 +103,12 @@ func (p *Pool) grant(c *call, pr *process) {
 	c.proc = pr
 	p.preWrite(c, pr)
 	if c.onDone != nil {
+		if c.ownerIO {
+			if c.ior.written && p.watchReply(c, pr) {
+				return
+			}
+			c.ownerIO = false // a goroutine holds it after all
+		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -210,35 +221,61 @@ func (p *Pool) workerIO(c *call, pr *process, resumable bool, w *ctxWatch) (ev i
 	}
 	pr.watch, pr.pool = w, p
 	for {
-		buf := pr.buf[:maxReply]
-		if st.discard {
-			buf = pr.buf // maxReply bytes of line, then a scratch area
-		}
+		buf := st.replyBuf(pr)
 		m, err := pr.readReply(buf[st.got:])
-		if m > 0 && st.discard {
-			if bytes.IndexByte(buf[st.got:st.got+m], '\n') >= 0 {
-				ev.reply = bytes.Clone(buf[:st.got])
+		if err != nil && resumable && errors.Is(err, os.ErrDeadlineExceeded) && c.io.abandoned() {
+			// Interrupted for a helper to resume: keep what came.
+			if st.absorb(&ev, buf, m, nil) {
 				return ev, false
 			}
-			m = 0
+			return ev, true
 		}
-		if m > 0 {
-			if i := bytes.IndexByte(buf[st.got:st.got+m], '\n'); i >= 0 {
-				ev.reply = bytes.Clone(buf[:st.got+i+1])
-				return ev, false
-			}
-			st.got += m
-			if st.got == maxReply {
-				st.discard = true
-			}
-		}
-		if err != nil {
-			if resumable && errors.Is(err, os.ErrDeadlineExceeded) && c.io.abandoned() {
-				return ev, true
-			}
-			ev.reply = bytes.Clone(buf[:st.got])
-			ev.eof = true
+		if st.absorb(&ev, buf, m, err) {
 			return ev, false
 		}
 	}
+}
+
+// replyBuf is where the next read of the reply goes (from st.got on):
+// the reply buffer, or past it the scratch area while the rest of a cut
+// line is thrown away.
+func (st *ioProgress) replyBuf(pr *process) []byte {
+	if st.discard {
+		return pr.buf // maxReply bytes of line, then a scratch area
+	}
+	return pr.buf[:maxReply]
+}
+
+// partial is the reply read so far.
+func (st *ioProgress) partial(pr *process) []byte { return bytes.Clone(pr.buf[:st.got]) }
+
+// absorb takes the m bytes a read put at buf[st.got:] and its error, as
+// the reference reads a reply (up to maxReply bytes; bytes after the
+// newline in the same read are dropped; a longer line is cut and its rest
+// discarded): true when the reply is complete in ev (ev.eof when the
+// worker's output ended, err being any read error).
+func (st *ioProgress) absorb(ev *ioEvent, buf []byte, m int, err error) bool {
+	if m > 0 && st.discard {
+		if bytes.IndexByte(buf[st.got:st.got+m], '\n') >= 0 {
+			ev.reply = bytes.Clone(buf[:st.got])
+			return true
+		}
+		m = 0
+	}
+	if m > 0 {
+		if i := bytes.IndexByte(buf[st.got:st.got+m], '\n'); i >= 0 {
+			ev.reply = bytes.Clone(buf[:st.got+i+1])
+			return true
+		}
+		st.got += m
+		if st.got == maxReply {
+			st.discard = true
+		}
+	}
+	if err != nil {
+		ev.reply = bytes.Clone(buf[:st.got])
+		ev.eof = true
+		return true
+	}
+	return false
 }

@@ -19,9 +19,15 @@ func (p *Pool) Run(ctx context.Context) error {
 	defer signal.Stop(sigchld)
 	defer func() {
 		close(p.done)
+		p.drainInbox()
 		p.wg.Wait()
 		p.stopWatches()
 	}()
+	if r, err := newReactor(); err == nil {
+		p.react = r
+		r.start()
+		defer r.close()
+	}
 	p.start = p.clk.Now()
 	for _, s := range p.slots {
 		s.lastChange = p.start
@@ -62,6 +68,13 @@ func (p *Pool) Run(ctx context.Context) error {
 			timer = nil
 		}
 		p.nowSet = false
+		var kick <-chan struct{}
+		if p.react != nil {
+			if p.react.armed() {
+				p.react.poll()
+			}
+			kick = p.react.kick
+		}
 		select {
 		case <-ctx.Done():
 			if timer != nil {
@@ -85,6 +98,8 @@ func (p *Pool) Run(ctx context.Context) error {
 			}
 		case ev := <-p.tags:
 			p.handleTag(ev)
+		case <-kick:
+			p.react.kicked()
 		case <-sigchld:
 			p.reap()
 		case <-tc:

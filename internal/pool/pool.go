@@ -20,8 +20,16 @@ type Pool struct {
 	// read from -Z pipes.
 	in   chan ownerMsg
 	tags chan tagEvent
-	done chan struct{} // closed when the owner loop has exited
-	wg   sync.WaitGroup
+	// inMu and inClosed make Submit and the owner's stop agree on every
+	// call's end (drainInbox).
+	inMu     sync.RWMutex
+	inClosed bool
+	// react is the owner's epoll set for the replies it reads itself
+	// (Submit; reactor.go); nil outside Run, or if it could not be made
+	// (a goroutine then holds each such call's I/O).
+	react *reactor
+	done  chan struct{} // closed when the owner loop has exited
+	wg    sync.WaitGroup
 
 	// Owned by the loop goroutine.
 	slots          []*slot

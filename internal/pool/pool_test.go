@@ -40,7 +40,23 @@ func start(t testing.TB, cfg pool.Config) *pool.Pool { return pooltest.Start(t, 
 
 func do(t *testing.T, p *pool.Pool, line string) pool.Result {
 	t.Helper()
-	return p.Do(context.Background(), pool.Request{Line: line, Queue: true})
+	return doReq(p, pool.Request{Line: line, Queue: true})
+}
+
+// viaSubmit makes doReq use Pool.Submit, whose reply the owner reads
+// itself, instead of Do (TestViaSubmit; no test here runs in parallel).
+var viaSubmit bool
+
+// doReq is Do, or with viaSubmit Submit and a wait for its done.
+func doReq(p *pool.Pool, req pool.Request) pool.Result {
+	if !viaSubmit {
+		return p.Do(context.Background(), req)
+	}
+	res := make(chan pool.Result, 2)
+	if !p.Submit(req, func(r pool.Result) { res <- r }) {
+		return pool.Result{Err: pool.ErrClosed}
+	}
+	return <-res
 }
 
 func wantReply(t *testing.T, r pool.Result, want string) {
@@ -231,7 +247,7 @@ func TestQueue(t *testing.T) {
 		t.Fatalf("queue timeout after %v", d)
 	}
 	// Not queueable: refused at once.
-	if r := p.Do(context.Background(), pool.Request{Line: "map a b"}); !errors.Is(r.Err, pool.ErrNoFreeWorkers) {
+	if r := doReq(p, pool.Request{Line: "map a b"}); !errors.Is(r.Err, pool.ErrNoFreeWorkers) {
 		t.Fatalf("map while busy: %+v", r)
 	}
 	wg.Wait()

@@ -38,6 +38,12 @@ type process struct {
 	// oom is set when the worker wrote "Out of memory!" on stderr.
 	oom atomic.Bool
 
+	// rfd is stdout's descriptor once the owner has watched it for a
+	// reply (-1 before), and onReadable the owner's handler for it
+	// (ownerio.go); both are the owner's.
+	rfd        int
+	onReadable func()
+
 	stdinClosed bool
 	reaped      bool
 }
@@ -119,6 +125,7 @@ func spawn(cfg *Config) (*process, error) {
 		stderr: files[4],
 		status: files[6],
 		buf:    make([]byte, maxReply+512),
+		rfd:    -1,
 	}
 	empty := ""
 	pr.qid.Store(&empty)

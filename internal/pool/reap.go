@@ -27,9 +27,13 @@ func (p *Pool) reap() {
 		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
 		p.logReaped(s, ws, &ru, s.state == Killed)
 		if s.state == Busy && s.cmd.call != nil {
-			// Let the I/O goroutine report what the worker wrote before it
+			// Let the I/O's holder report what the worker wrote before it
 			// died; its stdout has hit or is about to hit EOF.
 			s.life.reapPending = true
+			if s.cmd.call.ownerIO {
+				p.reapOwnerIO(s)
+				continue
+			}
 			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
 			continue
 		}
@@ -47,6 +51,7 @@ func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, kil
 
 func (p *Pool) finishReap(s *slot) {
 	proc := s.proc
+	p.forgetProc(proc)
 	closeProc(proc)
 	s.timers.kill.cancel(p)
 	s.timers.dead.cancel(p)
@@ -161,6 +166,7 @@ func (p *Pool) reapAllNow() int {
 			left++
 			continue
 		}
+		p.forgetProc(proc)
 		closeProc(proc)
 		s.proc = nil
 		p.setState(s, Stopped)

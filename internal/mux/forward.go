@@ -1,0 +1,157 @@
+package mux
+
+import (
+	"syscall"
+	"unsafe"
+
+	"sluice/internal/pool"
+)
+
+// The forwarded requests of the milter (scan, relayok, senderok, recipok)
+// are most of a busy multiplexor's work, and each comes on a new
+// connection. Serve takes them without a connection goroutine: right
+// after the accept it reads what the client has sent (a bare read on the
+// bare descriptor); a whole line naming one of those commands goes to the
+// pool with pool.Submit, and the pool's owner, which reads the worker's
+// reply itself, writes the reply and closes the connection (finish).
+// Everything else, and a line not all there yet, goes to a connection
+// goroutine with what was read (handOff). A request thus costs no
+// goroutine switch while the multiplexor is busy, where the connection
+// goroutine's path cost five (docs/mux.md, "What the rest of the gap is:
+// goroutines, not Go").
+
+// inline is what Serve read of a connection before handing it off: a
+// whole request (line, whole), or the first bytes of one (pre).
+type inline struct {
+	pre   []byte
+	line  string
+	whole bool
+}
+
+// handed is a connection Serve hands to a connection goroutine.
+type handed struct {
+	fd int
+	in inline
+}
+
+// take serves an admitted connection of a descriptor listener.
+func (s *Server) take(ls *listenerState, fd int, rb *reqBuf) {
+	if !ls.privileged {
+		s.handOff(ls, handed{fd: fd})
+		return
+	}
+	n, e := rawRW(syscall.SYS_READ, fd, rb.line[:])
+	if e != 0 || n == 0 {
+		// Nothing yet (EAGAIN), or EOF or an error, which the connection
+		// goroutine's read meets again.
+		s.handOff(ls, handed{fd: fd})
+		return
+	}
+	i := indexNL(rb.line[:n])
+	if i < 0 {
+		s.handOff(ls, handed{fd: fd, in: inline{pre: append([]byte(nil), rb.line[:n]...)}})
+		return
+	}
+	line := frameLine(rb.line[:i+1])
+	if !forwardsAtOnce(line) {
+		s.handOff(ls, handed{fd: fd, in: inline{line: line, whole: true}})
+		return
+	}
+	s.forward(fd, line)
+}
+
+// forwardsAtOnce reports whether line, read whole on the main socket, is
+// one of the commands Serve forwards itself: the four kinds the pool
+// counts (none is a built-in command: TestForwardedKindsAreNotBuiltin),
+// short enough for a worker.
+func forwardsAtOnce(line string) bool {
+	return pool.KindOf(line) != pool.Other && len(line) <= maxCommand
+}
+
+// asyncReq is a request forwarded with pool.Submit: its connection's
+// descriptor belongs to finish, or to Close if Close comes first
+// (whichever takes it out of Server.async).
+type asyncReq struct {
+	s  *Server
+	fd int
+}
+
+// forward submits line for the connection fd.
+func (s *Server) forward(fd int, line string) {
+	a := &asyncReq{s: s, fd: fd}
+	s.forwarded.Add(1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeRaw(fd)
+		return
+	}
+	s.async[a] = struct{}{}
+	s.mu.Unlock()
+	if !s.o.Pool.Submit(pool.Request{Line: line, Queue: true}, a.finish) {
+		a.finish(pool.Result{Err: pool.ErrClosed})
+	}
+}
+
+// finish answers the request with r and closes the connection. It runs
+// on the pool's owner goroutine, so it must not wait: a reply the socket
+// does not take at once (a client that does not read) is finished by a
+// goroutine of its own under the timeout.
+func (a *asyncReq) finish(r pool.Result) {
+	s := a.s
+	s.mu.Lock()
+	if _, ok := s.async[a]; !ok {
+		s.mu.Unlock()
+		return // Close closed it
+	}
+	delete(s.async, a)
+	s.mu.Unlock()
+	reply, raw := replyOf(r)
+	if raw == nil {
+		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
+	}
+	for len(raw) > 0 {
+		n, e := rawRW(syscall.SYS_WRITE, a.fd, raw)
+		if e == syscall.EAGAIN {
+			s.finishLater(a.fd, append([]byte(nil), raw...))
+			return
+		}
+		if e != 0 {
+			break
+		}
+		raw = raw[n:]
+	}
+	closeRaw(a.fd)
+}
+
+// finishLater writes the rest of a reply under the timeout and closes the
+// connection, on a goroutine of its own (Close interrupts the write).
+func (s *Server) finishLater(fd int, rest []byte) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeRaw(fd)
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		c := &fdConn{fd: fd, s: s}
+		c.setWriteTimeout(s.o.Timeout)
+		_, _ = c.Write(rest)
+		c.Close()
+	}()
+}
+
+// closeAsync closes the connections of the requests in the pool (Close,
+// under s.mu): their clients see EOF, and their finish does nothing.
+func (s *Server) closeAsync() {
+	for a := range s.async {
+		closeRaw(a.fd)
+	}
+	clear(s.async)
+}
+
+// closeRaw closes a bare descriptor.
+func closeRaw(fd int) { _, _, _ = syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fd), 0, 0) }

@@ -1,0 +1,111 @@
+package mux
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/pool"
+)
+
+// TestFrameLine: the reference's framing of what a request read received.
+func TestFrameLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"status\n", "status"},
+		{"status\r\n", "status"},
+		{"status\r\r\n", "status\r"},
+		{"stat\x00us\n", "stat"},
+		{"status", "statu"}, // EOF without a newline: the last byte goes
+		{"\n", ""},
+		{"", ""},
+		{"\r\n", ""},
+		{"\x00\n", ""},
+	} {
+		if got := frameLine([]byte(tc.in)); got != tc.want {
+			t.Errorf("frameLine(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestForwardedKindsAreNotBuiltin: what Serve forwards itself is never a
+// command the multiplexor answers itself.
+func TestForwardedKindsAreNotBuiltin(t *testing.T) {
+	s := New(Options{})
+	for k := pool.Scan; k <= pool.RecipOK; k++ {
+		line := k.Name() + " a b c"
+		if !forwardsAtOnce(line) {
+			t.Errorf("%q is not forwarded at once", line)
+		}
+		if _, ok := s.builtin(line, true); ok {
+			t.Errorf("%q is a built-in command", line)
+		}
+	}
+	for _, line := range []string{"status", "load-relayok", "hload-scan", "scan", "relayok", "help", "free", strings.Repeat("scan ", 1000)} {
+		if forwardsAtOnce(line) {
+			t.Errorf("%q is forwarded at once", line)
+		}
+	}
+}
+
+// FuzzForwardsAtOnce: no line Serve forwards itself is a built-in command.
+func FuzzForwardsAtOnce(f *testing.F) {
+	for _, s := range []string{"scan Q /x", "relayok a b", "status", "load1 10", "workerinfo 1", "senderok x"} {
+		f.Add(s)
+	}
+	s := New(Options{})
+	f.Fuzz(func(t *testing.T, line string) {
+		if !forwardsAtOnce(line) {
+			return
+		}
+		if _, ok := s.builtin(line, true); ok {
+			t.Fatalf("%q is forwarded at once and built in", line)
+		}
+	})
+}
+
+// TestFinishLater: a reply the client's socket does not take at once is
+// written by a goroutine as the client reads, then the connection closes.
+func TestFinishLater(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	client := os.NewFile(uintptr(fds[1]), "client")
+	defer client.Close()
+	// Fill the server side's buffer, as a client that does not read.
+	var filled int
+	chunk := bytes.Repeat([]byte{'f'}, 4096)
+	for {
+		n, e := rawRW(syscall.SYS_WRITE, fds[0], chunk)
+		if e == syscall.EAGAIN {
+			break
+		}
+		if e != 0 {
+			t.Fatal(e)
+		}
+		filled += n
+	}
+	s := New(Options{Timeout: 10 * time.Second})
+	a := &asyncReq{s: s, fd: fds[0]}
+	s.async[a] = struct{}{}
+	a.finish(pool.Result{Reply: []byte("ok 1 ok 250 2.1.0 0\n")})
+	if len(s.async) != 0 {
+		t.Fatal("finish left the request in Server.async")
+	}
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != filled+len("ok 1 ok 250 2.1.0 0\n") || !strings.HasSuffix(string(b), "fok 1 ok 250 2.1.0 0\n") {
+		t.Fatalf("client read %d bytes ending %q, want %d then the reply", len(b), b[max(0, len(b)-30):], filled)
+	}
+	s.Close()
+}

@@ -1,0 +1,93 @@
+package mux_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sluice/internal/mux"
+	"sluice/internal/pool"
+)
+
+// TestForwardedBySubmit: a forwarded command read whole at the accept is
+// answered through pool.Submit (the owner writes the reply); one queued
+// behind a busy worker when the server closes ends with EOF for its
+// client, and the pool's later end of the call does not touch the
+// connection again.
+func TestForwardedBySubmit(t *testing.T) {
+	dir := t.TempDir()
+	p, err := pool.New(pool.Config{
+		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
+		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
+		SlewTime: time.Second, QueueSize: 5, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(ctx) }()
+	defer func() { cancel(); <-runDone }()
+	srv := mux.New(mux.Options{Pool: p, Timeout: 10 * time.Second})
+	sock := filepath.Join(dir, "mx.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln, true) }()
+	closed := false
+	defer func() {
+		if !closed {
+			srv.Close()
+			<-serveDone
+		}
+	}()
+
+	if got := query(t, sock, "relayok 192.0.2.1 host 25 127.0.0.1 25 Q1\n", false); got != "ok 1 ok 250 2.1.0 0\n" {
+		t.Fatalf("relayok: %q", got)
+	}
+	if n := srv.Forwarded(); n != 1 {
+		t.Fatalf("Serve forwarded %d requests itself, want 1", n)
+	}
+	// "sleep" is not one of the counted kinds: a connection goroutine
+	// forwards it (Do), and it holds the only worker.
+	slept := make(chan string, 1)
+	go func() { slept <- query(t, sock, "sleep 3000\n", false) }()
+	waitPool(t, p, func(s *pool.Snapshot) bool { return s.Count(pool.Busy) == 1 })
+	queued := make(chan string, 1)
+	go func() { queued <- query(t, sock, "scan Q2 /tmp\n", false) }()
+	waitPool(t, p, func(s *pool.Snapshot) bool { return s.Queued == 1 })
+	srv.Close()
+	closed = true
+	if err := <-serveDone; err != mux.ErrServerClosed {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+	if got := <-queued; got != "" {
+		t.Fatalf("queued scan at Close: %q, want EOF", got)
+	}
+	if got := <-slept; got != "" {
+		t.Fatalf("sleeping request at Close: %q, want EOF", got)
+	}
+	if n := srv.Forwarded(); n != 2 {
+		t.Fatalf("Serve forwarded %d requests itself, want 2", n)
+	}
+}
+
+// waitPool waits until cond holds for a snapshot of p.
+func waitPool(t *testing.T, p *pool.Pool, cond func(*pool.Snapshot) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		snap, ok := p.Snapshot()
+		if ok && cond(&snap) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never reached the state wanted: %+v", snap)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,189 @@
+package pool
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// reactor is the owner loop's own epoll set: the workers' stdout pipes
+// while the owner itself reads the reply of a call submitted with Submit
+// (ownerio.go). It exists so that a forwarded request costs no goroutine
+// switch while the pool is busy: the owner takes the readiness of every
+// such pipe from one epoll_wait(2) between the messages it handles,
+// instead of a goroutine per request waiting on the runtime's poller and
+// reporting over Pool.in (docs/mux.md, "What the rest of the gap is:
+// goroutines, not Go").
+//
+// The owner polls the set without waiting (poll) before it waits for its
+// next message, whenever a watch is armed. When it has nothing else to
+// do, one waiter goroutine parks on the set's descriptor through the
+// runtime's poller (an epoll descriptor is readable while it has events)
+// and kicks the owner; the owner drains the set and lets the waiter wait
+// again (rearm). Watches are one-shot (EPOLLONESHOT): a watch fires once
+// per arm, and its owner re-arms it while it still wants the reply.
+//
+// Everything but the waiter's wait is the owner goroutine's.
+type reactor struct {
+	ep int      // the epoll instance
+	f  *os.File // ep on the runtime's poller, for the waiter
+	rc syscall.RawConn
+
+	// fns maps an armed descriptor to what the owner does when it is
+	// ready; an entry goes when its watch fires. A handler must tolerate
+	// a spurious call (a descriptor closed and reused between an
+	// epoll_wait and the handler): it reads, and re-arms on EAGAIN.
+	fns   map[int32]func()
+	added map[int32]bool // registered with ep (ADD done, MOD arms again)
+	evs   []syscall.EpollEvent
+
+	kick  chan struct{} // waiter -> owner: the set has events (capacity 1)
+	again chan struct{} // owner -> waiter: drained, wait again (capacity 1)
+	stop  chan struct{} // closed by close: the waiter returns
+	wg    sync.WaitGroup
+}
+
+// reactorBatch is how many events one epoll_wait takes, and pollRounds
+// how many times poll calls it at most before the owner goes back to its
+// messages.
+const (
+	reactorBatch = 64
+	pollRounds   = 4
+)
+
+func newReactor() (*reactor, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("pool: epoll_create1: %w", err)
+	}
+	if err := syscall.SetNonblock(ep, true); err != nil {
+		syscall.Close(ep)
+		return nil, fmt.Errorf("pool: epoll descriptor non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(ep), "pool-reactor")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: epoll descriptor on the poller: %w", err)
+	}
+	return &reactor{
+		ep: ep, f: f, rc: rc,
+		fns:   map[int32]func(){},
+		added: map[int32]bool{},
+		evs:   make([]syscall.EpollEvent, reactorBatch),
+		kick:  make(chan struct{}, 1),
+		again: make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}, nil
+}
+
+// start starts the waiter goroutine; close stops it.
+func (r *reactor) start() {
+	r.wg.Add(1)
+	go r.wait()
+}
+
+// wait is the waiter: it parks until the set has events, kicks the owner,
+// and waits for the owner to have drained the set before it looks again.
+func (r *reactor) wait() {
+	defer r.wg.Done()
+	for {
+		if err := r.rc.Read(epollReady); err != nil {
+			return // closed
+		}
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.again:
+		case <-r.stop:
+			return
+		}
+	}
+}
+
+// epollReady reports whether the epoll instance ep has events, without
+// taking them (ppoll with a zero timeout).
+func epollReady(ep uintptr) bool {
+	pfd := struct {
+		fd             int32
+		events, revent int16
+	}{fd: int32(ep), events: 0x1} // POLLIN
+	var ts syscall.Timespec
+	n, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return e == 0 && n > 0
+}
+
+// watch arms a one-shot watch for fd's readability: fn runs on the owner
+// once fd is readable (or has hung up).
+func (r *reactor) watch(fd int, fn func()) error {
+	k := int32(fd)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: k}
+	op := syscall.EPOLL_CTL_MOD
+	if !r.added[k] {
+		op = syscall.EPOLL_CTL_ADD
+	}
+	if err := syscall.EpollCtl(r.ep, op, fd, &ev); err != nil {
+		return fmt.Errorf("pool: watch descriptor %d: %w", fd, err)
+	}
+	r.added[k] = true
+	r.fns[k] = fn
+	return nil
+}
+
+// forget removes fd from the set; its owner calls it before it closes fd,
+// so that a later descriptor with the same number starts afresh.
+func (r *reactor) forget(fd int) {
+	k := int32(fd)
+	if !r.added[k] {
+		return
+	}
+	var ev syscall.EpollEvent
+	_ = syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
+	delete(r.added, k)
+	delete(r.fns, k)
+}
+
+// poll runs the handlers of the watches that have fired, without waiting.
+func (r *reactor) poll() {
+	for range pollRounds {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(r.ep),
+			uintptr(unsafe.Pointer(unsafe.SliceData(r.evs))), uintptr(len(r.evs)), 0, 0, 0)
+		if e != 0 || n == 0 {
+			return
+		}
+		for _, ev := range r.evs[:n] {
+			if fn := r.fns[ev.Fd]; fn != nil {
+				delete(r.fns, ev.Fd)
+				fn()
+			}
+		}
+		if int(n) < len(r.evs) {
+			return
+		}
+	}
+}
+
+// armed reports whether a watch is armed (the owner then polls between
+// its messages).
+func (r *reactor) armed() bool { return len(r.fns) > 0 }
+
+// kicked is the owner's answer to a kick: drain the set, then let the
+// waiter look again.
+func (r *reactor) kicked() {
+	r.poll()
+	select {
+	case r.again <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the waiter and closes the set (owner only, once).
+func (r *reactor) close() {
+	close(r.stop)
+	r.f.Close() // wakes the waiter's Read
+	r.wg.Wait()
+}

@@ -1,0 +1,131 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/internal/pool"
+)
+
+// TestViaSubmit runs the pool's behaviour tests again with every request
+// made through Submit, so that the owner holds each call's I/O (reads
+// the reply from its reactor) instead of the client: framing, busy
+// timeouts, dying and killed workers, the queue, recycling, notifications
+// and stats must come out the same.
+func TestViaSubmit(t *testing.T) {
+	viaSubmit = true
+	t.Cleanup(func() { viaSubmit = false })
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"Basic", TestBasic},
+		{"MaxRequestsRecycles", TestMaxRequestsRecycles},
+		{"BusyTimeoutAndEscalation", TestBusyTimeoutAndEscalation},
+		{"WorkerDies", TestWorkerDies},
+		{"ReplyFraming", TestReplyFraming},
+		{"Desync", TestDesync},
+		{"Queue", TestQueue},
+		{"QueueServedAfterReap", TestQueueServedAfterReap},
+		{"DomainLimit", TestDomainLimit},
+		{"RereadAndIdleTimeout", TestRereadAndIdleTimeout},
+		{"WorkerKilledMidScan", TestWorkerKilledMidScan},
+		{"WorkerHungAmongBusyOnes", TestWorkerHungAmongBusyOnes},
+		{"StderrFloodBounded", TestStderrFloodBounded},
+		{"NotificationOrder", TestNotificationOrder},
+		{"BareScanIsGeneric", TestBareScanIsGeneric},
+		{"LastKindSurvivesReap", TestLastKindSurvivesReap},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// TestSubmitDoneOnce: under concurrent submissions to fewer workers than
+// requests (some queued, some refused), every done is called exactly once,
+// on the owner, whether the call was answered, refused or ended by the
+// pool's stop; and Submit after the stop reports false.
+func TestSubmitDoneOnce(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxWorkers, cfg.QueueSize = 2, 3
+	p, stop := startStoppable(t, cfg)
+	const n = 40
+	var calls [n]atomic.Int32
+	var wg sync.WaitGroup
+	var answered, refused atomic.Int32
+	for i := range n {
+		wg.Add(1)
+		line := "x"
+		if i%10 == 0 {
+			line = "sleep 300" // holds a worker: others queue or are refused
+		}
+		if !p.Submit(pool.Request{Line: line, Queue: true}, func(r pool.Result) {
+			if calls[i].Add(1) == 1 {
+				defer wg.Done()
+			}
+			switch {
+			case r.Err == nil:
+				answered.Add(1)
+			case errors.Is(r.Err, pool.ErrNoFreeWorkers), errors.Is(r.Err, pool.ErrClosed):
+				refused.Add(1)
+			default:
+				t.Errorf("request %d: %v", i, r.Err)
+			}
+		}) {
+			t.Fatalf("Submit %d: pool stopped", i)
+		}
+	}
+	wg.Wait()
+	if answered.Load() == 0 {
+		t.Fatal("no request answered")
+	}
+	// One more in flight when the pool stops ends with ErrClosed.
+	last := make(chan pool.Result, 2)
+	if !p.Submit(pool.Request{Line: "sleep 5000", Queue: true}, func(r pool.Result) { last <- r }) {
+		t.Fatal("Submit before stop: pool stopped")
+	}
+	waitCount(t, p, pool.Busy, 1)
+	stop()
+	if r := <-last; !errors.Is(r.Err, pool.ErrClosed) {
+		t.Fatalf("in flight at stop: %+v", r)
+	}
+	if p.Submit(pool.Request{Line: "x"}, func(pool.Result) { t.Error("done called after stop") }) {
+		t.Fatal("Submit after stop: true")
+	}
+	time.Sleep(50 * time.Millisecond) // a second done would show now
+	for i := range calls {
+		if c := calls[i].Load(); c != 1 {
+			t.Errorf("request %d: done called %d times", i, c)
+		}
+	}
+	if len(last) != 0 {
+		t.Error("the last request's done was called twice")
+	}
+}
+
+// startStoppable is start with a stop function the test calls itself
+// (stop waits for Run; cleanup calls it too).
+func startStoppable(t *testing.T, cfg pool.Config) (*pool.Pool, func()) {
+	t.Helper()
+	p, err := pool.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return p, stop
+}
