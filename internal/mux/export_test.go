@@ -4,5 +4,6 @@ package mux
 // that listener's connection goroutine. Call it before Serve.
 func (n *Notifier) SetOnSubscribe(f func(line []byte)) { n.onSubscribe = f }
 
-// Forwarded is how many requests Serve forwarded itself (forward.go).
-func (s *Server) Forwarded() uint64 { return s.forwarded.Load() }
+// Inlined is how many requests Serve answered or forwarded itself
+// (forward.go).
+func (s *Server) Inlined() uint64 { return s.inlined.Load() }

@@ -9,16 +9,20 @@ import (
 
 // The forwarded requests of the milter (scan, relayok, senderok, recipok)
 // are most of a busy multiplexor's work, and each comes on a new
-// connection. Serve takes them without a connection goroutine: right
+// connection; status and the other built-in commands come the same way
+// from monitoring. Serve takes them without a connection goroutine: right
 // after the accept it reads what the client has sent (a bare read on the
-// bare descriptor); a whole line naming one of those commands goes to the
+// bare descriptor). A whole line naming one of those commands goes to the
 // pool with pool.Submit, and the pool's owner, which reads the worker's
-// reply itself, writes the reply and closes the connection (finish).
-// Everything else, and a line not all there yet, goes to a connection
-// goroutine with what was read (handOff). A request thus costs no
-// goroutine switch while the multiplexor is busy, where the connection
-// goroutine's path cost five (docs/mux.md, "What the rest of the gap is:
-// goroutines, not Go").
+// reply itself, writes the reply and closes the connection (finish); a
+// built-in command is answered at once, or from a snapshot the owner
+// takes (pool.SnapshotTo). Everything else (reread, autoscale, commands
+// for a worker the pool does not count), a line not all there yet, and
+// the restricted socket's connections go to a connection goroutine with
+// what was read (handOff). A request thus costs no goroutine switch while
+// the multiplexor is busy, where the connection goroutine's path cost
+// five for a forwarded request and three for status (docs/mux.md, "What
+// the rest of the gap is: goroutines, not Go").
 
 // inline is what Serve read of a connection before handing it off: a
 // whole request (line, whole), or the first bytes of one (pre).
@@ -53,11 +57,38 @@ func (s *Server) take(ls *listenerState, fd int, rb *reqBuf) {
 		return
 	}
 	line := frameLine(rb.line[:i+1])
+	if a, ok := s.lookupBuiltin(line, true); ok {
+		s.inlined.Add(1)
+		s.answerBuiltin(fd, a)
+		return
+	}
 	if !forwardsAtOnce(line) {
 		s.handOff(ls, handed{fd: fd, in: inline{line: line, whole: true}})
 		return
 	}
+	s.inlined.Add(1)
 	s.forward(fd, line)
+}
+
+// answerBuiltin answers the built-in command a for the connection fd.
+func (s *Server) answerBuiltin(fd int, a answer) {
+	if a.view == nil {
+		s.write(fd, unsafe.Slice(unsafe.StringData(a.reply), len(a.reply)))
+		return
+	}
+	r := s.track(fd)
+	if r == nil {
+		return
+	}
+	if !s.o.Pool.SnapshotTo(a.qs, func(snap *pool.Snapshot) {
+		if snap == nil {
+			r.end("", nil)
+			return
+		}
+		r.end(a.view(snap), nil)
+	}) {
+		r.end("", nil)
+	}
 }
 
 // forwardsAtOnce reports whether line, read whole on the main socket, is
@@ -68,36 +99,45 @@ func forwardsAtOnce(line string) bool {
 	return pool.KindOf(line) != pool.Other && len(line) <= maxCommand
 }
 
-// asyncReq is a request forwarded with pool.Submit: its connection's
-// descriptor belongs to finish, or to Close if Close comes first
-// (whichever takes it out of Server.async).
+// asyncReq is a request answered on the pool's owner goroutine (Submit,
+// SnapshotTo): its connection's descriptor belongs to end, or to Close if
+// Close comes first (whichever takes it out of Server.async).
 type asyncReq struct {
 	s  *Server
 	fd int
 }
 
-// forward submits line for the connection fd.
-func (s *Server) forward(fd int, line string) {
+// track makes fd an asyncReq; nil (fd closed) when the server is closing.
+func (s *Server) track(fd int) *asyncReq {
 	a := &asyncReq{s: s, fd: fd}
-	s.forwarded.Add(1)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		closeRaw(fd)
-		return
+		return nil
 	}
 	s.async[a] = struct{}{}
-	s.mu.Unlock()
+	return a
+}
+
+// forward submits line for the connection fd.
+func (s *Server) forward(fd int, line string) {
+	a := s.track(fd)
+	if a == nil {
+		return
+	}
 	if !s.o.Pool.Submit(pool.Request{Line: line, Queue: true}, a.finish) {
 		a.finish(pool.Result{Err: pool.ErrClosed})
 	}
 }
 
-// finish answers the request with r and closes the connection. It runs
-// on the pool's owner goroutine, so it must not wait: a reply the socket
-// does not take at once (a client that does not read) is finished by a
-// goroutine of its own under the timeout.
-func (a *asyncReq) finish(r pool.Result) {
+// finish answers a forwarded request with its result r.
+func (a *asyncReq) finish(r pool.Result) { a.end(replyOf(r)) }
+
+// end answers the request with reply (or raw, if not nil) and closes the
+// connection, unless Close has closed it. It runs on the pool's owner
+// goroutine, so it must not wait (write).
+func (a *asyncReq) end(reply string, raw []byte) {
 	s := a.s
 	s.mu.Lock()
 	if _, ok := s.async[a]; !ok {
@@ -106,22 +146,28 @@ func (a *asyncReq) finish(r pool.Result) {
 	}
 	delete(s.async, a)
 	s.mu.Unlock()
-	reply, raw := replyOf(r)
 	if raw == nil {
 		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
 	}
-	for len(raw) > 0 {
-		n, e := rawRW(syscall.SYS_WRITE, a.fd, raw)
+	s.write(a.fd, raw)
+}
+
+// write writes b to the connection fd and closes it, without waiting: a
+// reply the socket does not take at once (a client that does not read)
+// is finished by a goroutine of its own under the timeout (finishLater).
+func (s *Server) write(fd int, b []byte) {
+	for len(b) > 0 {
+		n, e := rawRW(syscall.SYS_WRITE, fd, b)
 		if e == syscall.EAGAIN {
-			s.finishLater(a.fd, append([]byte(nil), raw...))
+			s.finishLater(fd, append([]byte(nil), b...))
 			return
 		}
 		if e != 0 {
 			break
 		}
-		raw = raw[n:]
+		b = b[n:]
 	}
-	closeRaw(a.fd)
+	closeRaw(fd)
 }
 
 // finishLater writes the rest of a reply under the timeout and closes the

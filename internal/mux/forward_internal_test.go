@@ -40,7 +40,7 @@ func TestForwardedKindsAreNotBuiltin(t *testing.T) {
 		if !forwardsAtOnce(line) {
 			t.Errorf("%q is not forwarded at once", line)
 		}
-		if _, ok := s.builtin(line, true); ok {
+		if _, ok := s.lookupBuiltin(line, true); ok {
 			t.Errorf("%q is a built-in command", line)
 		}
 	}
@@ -61,7 +61,7 @@ func FuzzForwardsAtOnce(f *testing.F) {
 		if !forwardsAtOnce(line) {
 			return
 		}
-		if _, ok := s.builtin(line, true); ok {
+		if _, ok := s.lookupBuiltin(line, true); ok {
 			t.Fatalf("%q is forwarded at once and built in", line)
 		}
 	})

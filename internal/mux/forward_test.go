@@ -12,7 +12,8 @@ import (
 )
 
 // TestForwardedBySubmit: a forwarded command read whole at the accept is
-// answered through pool.Submit (the owner writes the reply); one queued
+// answered through pool.Submit (the owner writes the reply), status from
+// the owner's snapshot and version at once; a forwarded command queued
 // behind a busy worker when the server closes ends with EOF for its
 // client, and the pool's later end of the call does not touch the
 // connection again.
@@ -49,8 +50,14 @@ func TestForwardedBySubmit(t *testing.T) {
 	if got := query(t, sock, "relayok 192.0.2.1 host 25 127.0.0.1 25 Q1\n", false); got != "ok 1 ok 250 2.1.0 0\n" {
 		t.Fatalf("relayok: %q", got)
 	}
-	if n := srv.Forwarded(); n != 1 {
-		t.Fatalf("Serve forwarded %d requests itself, want 1", n)
+	if got := query(t, sock, "status\n", false); got != "I 0 1 5 0 0\n" {
+		t.Fatalf("status: %q", got)
+	}
+	if got := query(t, sock, "version\n", false); got != "3.3" {
+		t.Fatalf("version: %q", got)
+	}
+	if n := srv.Inlined(); n != 3 {
+		t.Fatalf("Serve took %d requests itself, want 3", n)
 	}
 	// "sleep" is not one of the counted kinds: a connection goroutine
 	// forwards it (Do), and it holds the only worker.
@@ -71,8 +78,8 @@ func TestForwardedBySubmit(t *testing.T) {
 	if got := <-slept; got != "" {
 		t.Fatalf("sleeping request at Close: %q, want EOF", got)
 	}
-	if n := srv.Forwarded(); n != 2 {
-		t.Fatalf("Serve forwarded %d requests itself, want 2", n)
+	if n := srv.Inlined(); n != 4 {
+		t.Fatalf("Serve took %d requests itself, want 4", n)
 	}
 }
 

@@ -60,7 +60,6 @@ package mux
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -119,7 +118,7 @@ type Server struct {
 	conns      map[net.Conn]struct{}  // connections of listeners without a descriptor
 	files      map[*os.File]struct{}  // fdConns registered with the poller
 	async      map[*asyncReq]struct{} // requests forwarded with pool.Submit (forward.go)
-	forwarded  atomic.Uint64          // requests Serve forwarded itself (tests)
+	inlined    atomic.Uint64          // requests Serve answered or forwarded itself (tests)
 	restricted int
 	closed     bool
 	ctx        context.Context // cancelled by Close: ends waits on the pool
@@ -520,98 +519,6 @@ func ErrorReply(r pool.Result) string {
 	default:
 		return "" // closed: the client sees EOF
 	}
-}
-
-// builtin answers the commands of docs/protocols/mimedefang-multiplexor.md, "Built-in commands" that the multiplexor handles
-// itself, in the reference's order.
-func (s *Server) builtin(line string, privileged bool) (string, bool) {
-	switch line {
-	case "help":
-		if privileged {
-			return helpPrivileged, true
-		}
-		return helpRestricted, true
-	case "free":
-		snap, ok := s.o.Pool.Snapshot()
-		if !ok {
-			return "", true
-		}
-		return fmt.Sprintf("%d\n", snap.Count(pool.Idle)+snap.Count(pool.Stopped)), true
-	case "version":
-		return s.o.Version, true
-	case "tick":
-		return ReplyTick, true
-	case "status":
-		return s.withSnap(formatStatus)
-	case "slaves", "workers":
-		return s.withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, false) })
-	case "busyslaves", "busyworkers":
-		return s.withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, true) })
-	case "load":
-		return s.withLoad(formatLoad, loadQueries(pool.Scan)...)
-	}
-	// load1, slaveinfo and workerinfo need something after their space
-	// (the reference compares the length first): alone they go to a
-	// worker like any unknown command.
-	if rest, ok := strings.CutPrefix(line, "load1 "); ok && rest != "" {
-		back, ok := scanInt(rest)
-		if !ok || back < 10 || back > 600 {
-			return ReplyBadBack, true
-		}
-		return s.withLoad(func(sn *pool.Snapshot) string { return formatLoad1(sn, back) }, load1Queries(back)...)
-	}
-	if k, ok := loadCommands[line]; ok {
-		return s.withLoad(formatLoad, loadQueries(k)...)
-	}
-	if k, ok := hloadCommands[line]; ok {
-		return s.withLoad(formatHLoad, hloadQueries(k)...)
-	}
-	switch line {
-	case "histo":
-		return s.withSnap(formatHisto)
-	case "msgs":
-		return s.withSnap(func(sn *pool.Snapshot) string { return fmt.Sprintf("%d\n", sn.Msgs) })
-	case "foo_no_such_command":
-		return ReplyUnknown, true
-	}
-	if (strings.HasPrefix(line, "slaveinfo ") && len(line) > 10) || (strings.HasPrefix(line, "workerinfo ") && len(line) > 11) {
-		n, ok := scanInt(line[10:])
-		if !ok {
-			return ReplyBadWorker, true
-		}
-		return s.withSnap(func(sn *pool.Snapshot) string {
-			if n < 0 || n >= len(sn.Slots) {
-				return ReplyWorkerRange
-			}
-			return formatWorkerInfo(sn, n)
-		})
-	}
-	return "", false
-}
-
-// loadCommands and hloadCommands are the load-<cmd> and hload[-<cmd>]
-// commands and the kinds they show.
-var loadCommands, hloadCommands = func() (load, hload map[string]pool.Kind) {
-	load, hload = map[string]pool.Kind{}, map[string]pool.Kind{"hload": pool.Scan}
-	for _, k := range []pool.Kind{pool.RelayOK, pool.SenderOK, pool.RecipOK} {
-		load["load-"+k.Name()] = k
-		hload["hload-"+k.Name()] = k
-	}
-	return load, hload
-}()
-
-func (s *Server) withSnap(f func(*pool.Snapshot) string) (string, bool) {
-	return s.withLoad(f)
-}
-
-// withLoad is withSnap for the load commands: the windows qs are computed
-// by the pool into the snapshot's Loads.
-func (s *Server) withLoad(f func(*pool.Snapshot) string, qs ...pool.LoadQuery) (string, bool) {
-	snap, ok := s.o.Pool.SnapshotLoad(qs...)
-	if !ok {
-		return "", true
-	}
-	return f(&snap), true
 }
 
 // scanInt parses as sscanf("%d") does: leading white space, an optional

@@ -20,6 +20,14 @@
 // hands its unfinished read to a helper goroutine. io.go has the whole
 // protocol, handoff.go the claim.
 //
+// A call made with Submit has no waiting client: the owner itself holds
+// its I/O. It watches the worker's stdout in an epoll set of its own (the
+// reactor, reactor.go), polled between messages, reads the reply when it
+// comes and ends the call with the same claim and bookkeeping a client's
+// report gets; the call's done function, run on the owner, answers the
+// front end's client (ownerio.go). A forwarded request then costs the
+// owner a few system calls and no goroutine switch.
+//
 // # Who owns what
 //
 //   - The owner goroutine (Run, loop.go) alone reads and writes every
@@ -33,7 +41,11 @@
 //     call (it writes the command's first bytes, preWrite), then belong
 //     to the grant's holder until
 //     the call's handoff leaves running: the client in Do, a helper once
-//     the client left (finishAbandoned), or a tick's goroutine.
+//     the client left (finishAbandoned), a tick's goroutine, or for a
+//     Submit call the owner itself (which never gives them up).
+//   - The reactor (its epoll set, its watches and process.rfd) is the
+//     owner's, but for its waiter goroutine, which only waits for the
+//     set to be readable and kicks the owner.
 //   - Each process has a stderr reader (drainStderr) and, with -Z, a
 //     status reader (readStatus); they share only process.qid and
 //     process.oom (atomics) and send on Pool.tags.

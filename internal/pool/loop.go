@@ -110,11 +110,13 @@ func (p *Pool) Run(ctx context.Context) error {
 }
 
 // ownerMsg is one message on Pool.in: a call (c), a function to run (f)
-// or a worker I/O event (ev).
+// or a worker I/O event (ev). drop, if set, is run instead of f when the
+// pool stops before the message is handled (drainInbox).
 type ownerMsg struct {
-	c  *call
-	f  func()
-	ev ioEvent
+	c    *call
+	f    func()
+	drop func()
+	ev   ioEvent
 }
 
 const (

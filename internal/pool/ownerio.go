@@ -19,30 +19,37 @@ import (
 // accepting goroutine) uses Submit; Do is for a caller that waits anyway.
 func (p *Pool) Submit(req Request, done func(Result)) bool {
 	c := &call{req: req, kind: KindOf(req.Line), tick: -1, onDone: done, ownerIO: true}
-	// Under the read lock: the owner, once stopped, takes the write lock
-	// before it ends what is left in its inbox (drainInbox), so a call is
-	// either refused here or ended there.
+	return p.post(ownerMsg{c: c})
+}
+
+// post puts m, a message whose sender does not wait for the owner, in the
+// inbox; false when the pool has stopped. Under the read lock: the
+// owner, once stopped, takes the write lock before it ends what is left
+// in its inbox (drainInbox), so a message is either refused here or ended
+// there.
+func (p *Pool) post(m ownerMsg) bool {
 	p.inMu.RLock()
 	defer p.inMu.RUnlock()
 	if p.inClosed {
 		return false
 	}
 	select {
-	case p.in <- ownerMsg{c: c}:
+	case p.in <- m:
 		return true
 	default:
 	}
 	select {
-	case p.in <- ownerMsg{c: c}:
+	case p.in <- m:
 		return true
 	case <-p.done:
 		return false
 	}
 }
 
-// drainInbox ends the Submit calls left in the inbox once the owner loop
-// has stopped (p.done is closed, so no sender waits on a full inbox):
-// their done gets ErrClosed, and Submit refuses from now on.
+// drainInbox ends the messages of post left in the inbox once the owner
+// loop has stopped (p.done is closed, so no sender waits on a full
+// inbox): a Submit call's done gets ErrClosed, a SnapshotTo's nil; post
+// refuses from now on.
 func (p *Pool) drainInbox() {
 	p.inMu.Lock()
 	p.inClosed = true
@@ -50,8 +57,11 @@ func (p *Pool) drainInbox() {
 	for {
 		select {
 		case m := <-p.in:
-			if m.c != nil && m.c.ownerIO {
+			switch {
+			case m.c != nil && m.c.ownerIO:
 				m.c.onDone(Result{Err: ErrClosed})
+			case m.drop != nil:
+				m.drop()
 			}
 		default:
 			return

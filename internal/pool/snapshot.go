@@ -59,33 +59,48 @@ func (p *Pool) Snapshot() (snap Snapshot, ok bool) {
 // computed on the owner goroutine (the histories themselves, about 200 KB,
 // are never copied).
 func (p *Pool) SnapshotLoad(qs ...LoadQuery) (snap Snapshot, ok bool) {
-	ok = p.exec(func() {
-		snap = Snapshot{
-			Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
-			QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
-			Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
-		}
-		snap.Slots = make([]SlotInfo, 0, len(p.slots))
-		for _, s := range p.slots {
-			si := SlotInfo{State: s.state, Current: s.cmd.cur, Last: s.cmd.last, NumRequests: s.life.numRequests,
-				NumScans: s.life.numScans, Activated: s.life.activated, FirstReq: s.life.firstReq, LastChange: s.lastChange, Tag: s.cmd.tag}
-			if s.proc != nil {
-				si.PID = s.proc.pid
-			}
-			snap.Slots = append(snap.Slots, si)
-		}
-		if len(qs) > 0 {
-			snap.Loads = make([]Window, len(qs))
-			for i, q := range qs {
-				if q.Hours {
-					snap.Loads[i] = p.hist[q.Kind].hourWindow(snap.Now, int64(q.Back))
-				} else {
-					snap.Loads[i] = p.hist[q.Kind].window(snap.Now, int64(q.Back))
-				}
-			}
-		}
-	})
+	ok = p.exec(func() { snap = p.snapshot(qs) })
 	return snap, ok
+}
+
+// SnapshotTo is SnapshotLoad without waiting: done gets the snapshot on
+// the owner goroutine (so it must not block or call the pool), or nil
+// when the pool stops first. False when the pool has stopped already
+// (done is then not called).
+func (p *Pool) SnapshotTo(qs []LoadQuery, done func(*Snapshot)) bool {
+	return p.post(ownerMsg{f: func() {
+		snap := p.snapshot(qs)
+		done(&snap)
+	}, drop: func() { done(nil) }})
+}
+
+// snapshot is the pool's state now, with the load windows qs (owner only).
+func (p *Pool) snapshot(qs []LoadQuery) Snapshot {
+	snap := Snapshot{
+		Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
+		QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
+		Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
+	}
+	snap.Slots = make([]SlotInfo, 0, len(p.slots))
+	for _, s := range p.slots {
+		si := SlotInfo{State: s.state, Current: s.cmd.cur, Last: s.cmd.last, NumRequests: s.life.numRequests,
+			NumScans: s.life.numScans, Activated: s.life.activated, FirstReq: s.life.firstReq, LastChange: s.lastChange, Tag: s.cmd.tag}
+		if s.proc != nil {
+			si.PID = s.proc.pid
+		}
+		snap.Slots = append(snap.Slots, si)
+	}
+	if len(qs) > 0 {
+		snap.Loads = make([]Window, len(qs))
+		for i, q := range qs {
+			if q.Hours {
+				snap.Loads[i] = p.hist[q.Kind].hourWindow(snap.Now, int64(q.Back))
+			} else {
+				snap.Loads[i] = p.hist[q.Kind].window(snap.Now, int64(q.Back))
+			}
+		}
+	}
+	return snap
 }
 
 // Count is the number of slots in state st.

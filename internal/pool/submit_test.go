@@ -129,3 +129,40 @@ func startStoppable(t *testing.T, cfg pool.Config) (*pool.Pool, func()) {
 	t.Cleanup(stop)
 	return p, stop
 }
+
+// TestSnapshotToDoneOnce: SnapshotTo's done gets the pool's state on the
+// owner; posted while the pool stops, each done is called exactly once
+// (with a snapshot, or nil once stopped) or SnapshotTo reports false.
+func TestSnapshotToDoneOnce(t *testing.T) {
+	p, stop := startStoppable(t, baseConfig())
+	got := make(chan *pool.Snapshot, 1)
+	if !p.SnapshotTo(nil, func(s *pool.Snapshot) { got <- s }) {
+		t.Fatal("SnapshotTo: pool stopped")
+	}
+	if s := <-got; s == nil || len(s.Slots) != 2 {
+		t.Fatalf("snapshot %+v, want 2 slots", s)
+	}
+	const n = 200
+	var calls [n]atomic.Int32
+	var posted [n]bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			posted[i] = p.SnapshotTo(nil, func(*pool.Snapshot) { calls[i].Add(1) })
+		}
+	}()
+	stop()
+	wg.Wait()
+	time.Sleep(50 * time.Millisecond) // a late or second done would show now
+	for i := range n {
+		want := int32(0)
+		if posted[i] {
+			want = 1
+		}
+		if c := calls[i].Load(); c != want {
+			t.Errorf("snapshot %d (posted %v): done called %d times", i, posted[i], c)
+		}
+	}
+}
