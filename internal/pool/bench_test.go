@@ -74,3 +74,32 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubmitParallel is BenchmarkDoParallel through Submit: the
+// owner reads every reply itself, and 8 submitters each keep one request
+// in flight.
+func BenchmarkSubmitParallel(b *testing.B) {
+	p := startBench(b, 8)
+	req := pool.Request{Line: benchRelayok, Queue: true}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	var failed atomic.Bool
+	cpu := cputime.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		done := make(chan pool.Result, 1)
+		send := func(r pool.Result) { done <- r }
+		for pb.Next() {
+			if !p.Submit(req, send) {
+				failed.Store(true)
+				return
+			}
+			if r := <-done; r.Err != nil {
+				failed.Store(true)
+			}
+		}
+	})
+	cputime.Report(b, cpu)
+	if failed.Load() {
+		b.Fatal("a request failed")
+	}
+}
