@@ -2,8 +2,10 @@ package mux_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 
 // TestForwardedBySubmit: a forwarded command read whole at the accept is
 // answered through pool.Submit (the owner writes the reply), status from
-// the owner's snapshot and version at once; a forwarded command queued
+// the owner's snapshot and version at once; a request queued
 // behind a busy worker when the server closes ends with EOF for its
 // client, and the pool's later end of the call does not touch the
 // connection again.
@@ -37,6 +39,31 @@ func TestForwardedBySubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first three clients have written their lines before Serve
+	// starts, so that Serve finds each whole at the accept.
+	reqs := []struct{ req, want string }{
+		{"relayok 192.0.2.1 host 25 127.0.0.1 25 Q1\n", `^ok 1 ok 250 2\.1\.0 0\n$`},
+		// The worker may still be busy with the relayok.
+		{"status\n", `^[IB] 0 1 5 0 0\n$`},
+		{"version\n", `^3\.3$`},
+	}
+	replies := make([]chan string, len(reqs))
+	for i, r := range reqs {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, r.req); err != nil {
+			t.Fatal(err)
+		}
+		replies[i] = make(chan string, 1)
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			b, _ := io.ReadAll(c)
+			replies[i] <- string(b)
+		}()
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln, true) }()
 	closed := false
@@ -46,15 +73,10 @@ func TestForwardedBySubmit(t *testing.T) {
 			<-serveDone
 		}
 	}()
-
-	if got := query(t, sock, "relayok 192.0.2.1 host 25 127.0.0.1 25 Q1\n", false); got != "ok 1 ok 250 2.1.0 0\n" {
-		t.Fatalf("relayok: %q", got)
-	}
-	if got := query(t, sock, "status\n", false); got != "I 0 1 5 0 0\n" {
-		t.Fatalf("status: %q", got)
-	}
-	if got := query(t, sock, "version\n", false); got != "3.3" {
-		t.Fatalf("version: %q", got)
+	for i, r := range reqs {
+		if got := <-replies[i]; !regexp.MustCompile(r.want).MatchString(got) {
+			t.Fatalf("%q: %q, want %s", r.req, got, r.want)
+		}
 	}
 	if n := srv.Inlined(); n != 3 {
 		t.Fatalf("Serve took %d requests itself, want 3", n)
@@ -77,9 +99,6 @@ func TestForwardedBySubmit(t *testing.T) {
 	}
 	if got := <-slept; got != "" {
 		t.Fatalf("sleeping request at Close: %q, want EOF", got)
-	}
-	if n := srv.Inlined(); n != 4 {
-		t.Fatalf("Serve took %d requests itself, want 4", n)
 	}
 }
 

@@ -48,6 +48,12 @@ func (p *Pool) Run(ctx context.Context) error {
 	var timer clock.Timer
 	var armed time.Time
 	for {
+		if p.react != nil && p.react.armed() {
+			// Replies that have come in since the last message, before
+			// the timers are armed: their handling may start new ones.
+			p.nowSet = false
+			p.react.poll()
+		}
 		var tc <-chan time.Time
 		if len(p.timers) > 0 {
 			// A timer armed for a deadline that has since gone (a busy
@@ -70,9 +76,6 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.nowSet = false
 		var kick <-chan struct{}
 		if p.react != nil {
-			if p.react.armed() {
-				p.react.poll()
-			}
 			kick = p.react.kick
 		}
 		select {

@@ -166,3 +166,28 @@ func TestSnapshotToDoneOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitQueuedBusyTimeout: a call dispatched while the owner handles
+// a reply it read itself (the queue's head, when the worker comes free)
+// gets its busy timeout, with nothing else asking the pool anything: the
+// timer started from the reactor's handler is armed.
+func TestSubmitQueuedBusyTimeout(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers, cfg.QueueSize = 1, 1, 5
+	cfg.BusyTimeout, cfg.QueueTimeout = 400*time.Millisecond, 30*time.Second
+	p := start(t, cfg)
+	first, second := make(chan pool.Result, 1), make(chan pool.Result, 1)
+	if !p.Submit(pool.Request{Line: "sleep 100", Queue: true}, func(r pool.Result) { first <- r }) ||
+		!p.Submit(pool.Request{Line: "hang", Queue: true}, func(r pool.Result) { second <- r }) {
+		t.Fatal("Submit: pool stopped")
+	}
+	wantReply(t, <-first, "slept 100\n")
+	select {
+	case r := <-second:
+		if !errors.Is(r.Err, pool.ErrBusyTimeout) {
+			t.Fatalf("hang: %+v, want the busy timeout", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued call's busy timeout never came")
+	}
+}
