@@ -150,7 +150,10 @@ func New(o Options) *Server {
 // a duplicate of it (conn.go), so it is Close, not l.Close, that stops
 // Serve.
 //
-// Connections are served by connection goroutines that outlive them: a
+// On the main socket, Serve itself takes a request that is whole at the
+// accept and that it can answer without waiting: a built-in command, or a
+// command counted by the pool (forward.go). Other connections are served
+// by connection goroutines that outlive them: a
 // goroutine done with one waits for Serve to hand it the next (up to
 // maxIdleConnWorkers wait); a new one starts only when none waits. A
 // goroutine per connection would cost its creation and, on every

@@ -1,7 +1,6 @@
 package pool_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"sluice/internal/pool"
+	"sluice/internal/pool/pooltest"
 )
 
 // TestViaSubmit runs the pool's behaviour tests again with every request
@@ -51,7 +51,7 @@ func TestViaSubmit(t *testing.T) {
 func TestSubmitDoneOnce(t *testing.T) {
 	cfg := baseConfig()
 	cfg.MaxWorkers, cfg.QueueSize = 2, 3
-	p, stop := startStoppable(t, cfg)
+	p, stop := pooltest.Run(t, cfg)
 	const n = 40
 	var calls [n]atomic.Int32
 	var wg sync.WaitGroup
@@ -106,35 +106,11 @@ func TestSubmitDoneOnce(t *testing.T) {
 	}
 }
 
-// startStoppable is start with a stop function the test calls itself
-// (stop waits for Run; cleanup calls it too).
-func startStoppable(t *testing.T, cfg pool.Config) (*pool.Pool, func()) {
-	t.Helper()
-	p, err := pool.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return p, stop
-}
-
 // TestSnapshotToDoneOnce: SnapshotTo's done gets the pool's state on the
 // owner; posted while the pool stops, each done is called exactly once
 // (with a snapshot, or nil once stopped) or SnapshotTo reports false.
 func TestSnapshotToDoneOnce(t *testing.T) {
-	p, stop := startStoppable(t, baseConfig())
+	p, stop := pooltest.Run(t, baseConfig())
 	got := make(chan *pool.Snapshot, 1)
 	if !p.SnapshotTo(nil, func(s *pool.Snapshot) { got <- s }) {
 		t.Fatal("SnapshotTo: pool stopped")

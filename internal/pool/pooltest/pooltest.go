@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -68,6 +69,15 @@ func Main(m *testing.M, worker *string) int {
 // worker process survives.
 func Start(t testing.TB, cfg pool.Config) *pool.Pool {
 	t.Helper()
+	p, _ := Run(t, cfg)
+	return p
+}
+
+// Run is Start with the stop function, for a test that stops the pool
+// itself (stop waits for Run and checks the workers are gone; cleanup
+// calls it too, and a second call does nothing).
+func Run(t testing.TB, cfg pool.Config) (*pool.Pool, func()) {
+	t.Helper()
 	p, err := pool.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -75,24 +85,28 @@ func Start(t testing.TB, cfg pool.Config) *pool.Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		var pids []int
-		if snap, ok := p.Snapshot(); ok {
-			for _, s := range snap.Slots {
-				if s.PID > 0 {
-					pids = append(pids, s.PID)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			var pids []int
+			if snap, ok := p.Snapshot(); ok {
+				for _, s := range snap.Slots {
+					if s.PID > 0 {
+						pids = append(pids, s.PID)
+					}
 				}
 			}
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("worker pid %d still exists after shutdown (kill 0: %v)", pid, err)
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
 			}
-		}
-	})
-	return p
+			for _, pid := range pids {
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("worker pid %d still exists after shutdown (kill 0: %v)", pid, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return p, stop
 }
