@@ -57,17 +57,19 @@ func (s *Server) take(ls *listenerState, fd int, rb *reqBuf) {
 		return
 	}
 	line := frameLine(rb.line[:i+1])
+	// A forwarded command is never built in (the test of forwardsAtOnce),
+	// so the lookup of the built-in commands can come second.
+	if forwardsAtOnce(line) {
+		s.inlined.Add(1)
+		s.forward(fd, line)
+		return
+	}
 	if a, ok := s.lookupBuiltin(line, true); ok {
 		s.inlined.Add(1)
 		s.answerBuiltin(fd, a)
 		return
 	}
-	if !forwardsAtOnce(line) {
-		s.handOff(ls, handed{fd: fd, in: inline{line: line, whole: true}})
-		return
-	}
-	s.inlined.Add(1)
-	s.forward(fd, line)
+	s.handOff(ls, handed{fd: fd, in: inline{line: line, whole: true}})
 }
 
 // answerBuiltin answers the built-in command a for the connection fd.

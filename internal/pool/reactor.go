@@ -126,7 +126,7 @@ func (r *reactor) watch(fd int, fn func()) error {
 	if !r.added[k] {
 		op = syscall.EPOLL_CTL_ADD
 	}
-	if err := syscall.EpollCtl(r.ep, op, fd, &ev); err != nil {
+	if err := epollCtl(r.ep, op, fd, &ev); err != nil {
 		return fmt.Errorf("pool: watch descriptor %d: %w", fd, err)
 	}
 	r.added[k] = true
@@ -142,7 +142,7 @@ func (r *reactor) forget(fd int) {
 		return
 	}
 	var ev syscall.EpollEvent
-	_ = syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
+	_ = epollCtl(r.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
 	delete(r.added, k)
 	delete(r.fns, k)
 }
@@ -186,4 +186,14 @@ func (r *reactor) close() {
 	close(r.stop)
 	r.f.Close() // wakes the waiter's Read
 	r.wg.Wait()
+}
+
+// epollCtl is epoll_ctl(2), which cannot block: a raw system call, without
+// the runtime's entersyscall/exitsyscall that syscall.EpollCtl costs.
+func epollCtl(ep, op, fd int, ev *syscall.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
