@@ -100,14 +100,11 @@ func (p *Pool) replyReady(s *slot, pr *process) {
 	c := s.cmd.call
 	st := &c.ior
 	ev := ioEvent{slot: c.slot, proc: pr}
-	for {
+	for range maxReplyReads {
 		buf := st.replyBuf(pr)
 		m, errno := rawRead(pr.rfd, buf[st.got:])
 		if errno == syscall.EAGAIN {
-			if err := p.react.watch(pr.rfd, pr.onReadable); err != nil {
-				p.ownerIOEnd(c, ioEvent{slot: c.slot, proc: pr, reply: st.partial(pr), eof: true})
-			}
-			return
+			break
 		}
 		var err error
 		switch {
@@ -121,7 +118,17 @@ func (p *Pool) replyReady(s *slot, pr *process) {
 			return
 		}
 	}
+	// Nothing more now, or a worker pouring out a line without end: the
+	// watch is armed again (a level-triggered watch with data waiting
+	// fires at the next poll), and the owner serves the others meanwhile.
+	if err := p.react.watch(pr.rfd, pr.onReadable); err != nil {
+		p.ownerIOEnd(c, ioEvent{slot: c.slot, proc: pr, reply: st.partial(pr), eof: true})
+	}
 }
+
+// maxReplyReads bounds the reads of one reply per readiness (replyReady),
+// so that a worker writing without end cannot hold the owner.
+const maxReplyReads = 8
 
 // ownerIOEnd ends the owner-held I/O of c with ev: the holder's claim,
 // then the bookkeeping a holder's event gets (handleIO), which calls c's

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,5 +166,21 @@ func TestSubmitQueuedBusyTimeout(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the queued call's busy timeout never came")
+	}
+}
+
+// TestSubmitEndlessLineShared: while the owner reads a worker's line of
+// megabytes (cut at 4096 bytes, the rest thrown away) a few reads at a
+// time, another worker's request is answered.
+func TestSubmitEndlessLineShared(t *testing.T) {
+	viaSubmit = true
+	t.Cleanup(func() { viaSubmit = false })
+	p := start(t, baseConfig())
+	waitStates(t, p, "IS")
+	long := make(chan pool.Result, 1)
+	go func() { long <- doReq(p, pool.Request{Line: "long 3000000", Queue: true}) }()
+	wantReply(t, do(t, p, "x"), "echo \"x\"\n")
+	if r := <-long; r.Err != nil || string(r.Reply) != strings.Repeat("x", 4096) {
+		t.Fatalf("long: %d bytes %v", len(r.Reply), r.Err)
 	}
 }
