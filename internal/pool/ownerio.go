@@ -94,6 +94,12 @@ func (p *Pool) watchReply(c *call, pr *process) bool {
 // on pr, as workerIO reads it for a holder, and ends the call once the
 // reply is complete; it re-arms the watch while it is not.
 func (p *Pool) replyReady(s *slot, pr *process) {
+	if s.proc == pr && s.life.reapPending && s.cmd.call == nil {
+		// The late end of a reaped worker's output, after the owner ended
+		// its call (busy timeout): what a holder's late event does.
+		p.finishReap(s)
+		return
+	}
 	if s.proc != pr || s.state != Busy || s.cmd.call == nil || s.cmd.call.proc != pr || !s.cmd.call.ownerIO {
 		return // a spurious or late readiness: nobody waits for it here
 	}
@@ -150,10 +156,17 @@ func (p *Pool) reapOwnerIO(s *slot) {
 		return // ended, and handleIO finished the reap
 	}
 	p.after(time.Second, func() {
-		if s.proc == pr && s.life.reapPending && s.cmd.call == c {
-			p.react.forget(pr.rfd)
-			p.ownerIOEnd(c, ioEvent{slot: c.slot, proc: pr, reply: c.ior.partial(pr), eof: true})
+		if s.proc != pr || !s.life.reapPending {
+			return // ended, and the reap finished
 		}
+		p.react.forget(pr.rfd)
+		if s.cmd.call == c {
+			p.ownerIOEnd(c, ioEvent{slot: c.slot, proc: pr, reply: c.ior.partial(pr), eof: true})
+			return
+		}
+		// The owner ended the call meanwhile (busy timeout): nothing waits
+		// for the output, the reap can finish.
+		p.finishReap(s)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -63,6 +64,13 @@ func newReactor() (*reactor, error) {
 		return nil, fmt.Errorf("pool: epoll descriptor non-blocking: %w", err)
 	}
 	f := os.NewFile(uintptr(ep), "pool-reactor")
+	// A descriptor the runtime's poller did not take has no deadlines:
+	// the waiter could never wait on it, and the owner would sleep with
+	// replies unread.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: epoll descriptor on the poller: %w", err)
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()

@@ -184,3 +184,28 @@ func TestSubmitEndlessLineShared(t *testing.T) {
 		t.Fatalf("long: %d bytes %v", len(r.Reply), r.Err)
 	}
 }
+
+// TestSubmitReapedThenBusyTimeout: a worker exits without a reply while a
+// grandchild keeps its stdout open, and the busy timeout ends the call
+// before that output ends: the slot is reaped all the same (it does not
+// stay Killed) and a new worker takes its place, whether the output ends
+// before the reap's one-second bound (0.6 s) or after it (3 s).
+func TestSubmitReapedThenBusyTimeout(t *testing.T) {
+	for _, hold := range []string{"0.6", "3"} {
+		t.Run(hold, func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.Program, cfg.Args = "/bin/sh", []string{"-c", "read l; (sleep " + hold + " &); sleep 0.2; exit 0"}
+			cfg.MinWorkers, cfg.MaxWorkers, cfg.BusyTimeout = 1, 1, 500*time.Millisecond
+			p := start(t, cfg)
+			waitStates(t, p, "I")
+			res := make(chan pool.Result, 1)
+			if !p.Submit(pool.Request{Line: "x", Queue: true}, func(r pool.Result) { res <- r }) {
+				t.Fatal("Submit: pool stopped")
+			}
+			if r := <-res; !errors.Is(r.Err, pool.ErrBusyTimeout) {
+				t.Fatalf("result %+v, want the busy timeout", r)
+			}
+			waitStates(t, p, "I")
+		})
+	}
+}
