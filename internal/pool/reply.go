@@ -60,13 +60,23 @@ func (p *Pool) handleIO(ev ioEvent) {
 	}
 	s.life.numRequests++
 	p.finishCommand(s, c)
-	c.finish(r)
+	if !c.ownerIO {
+		c.finish(r)
+	}
 	p.setState(s, Idle)
 	s.idleSince = p.now()
 	s.cmd.cur = Other
 	p.checkExpiry(s)
 	if c.tick < 0 && !c.req.Map && s.cmd.workdir != "" && p.cfg.Stats != nil {
 		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.life.numRequests))
+	}
+	if c.ownerIO {
+		// The owner's own call is answered after the bookkeeping: the
+		// state change, EndFilter and the next queued command to this
+		// worker come first, as the reference's event loop writes the
+		// reply after it has handled the answer (a client's goroutine,
+		// woken above, writes it whenever it runs).
+		c.finish(r)
 	}
 	if s.life.reapPending {
 		p.finishReap(s)
