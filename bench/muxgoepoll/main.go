@@ -20,13 +20,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
-	"strconv"
+	"sluice/bench/internal/floorcmd"
 	"syscall"
 	"unsafe"
 )
@@ -64,31 +62,11 @@ func main() {
 }
 
 func run(args []string) error {
-	sock, prog, n, backlog := "", "", 8, 0
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "-I", "-x":
-			v, err := strconv.Atoi(args[i+1])
-			if err != nil || v < 1 {
-				return fmt.Errorf("%s %q: want a positive number", args[i], args[i+1])
-			}
-			if args[i] == "-I" {
-				backlog = v
-			} else {
-				n = v
-			}
-		case "-s":
-			sock = args[i+1]
-		case "-f":
-			prog = args[i+1]
-		}
+	a, err := floorcmd.Parse("muxgoepoll", args)
+	if err != nil {
+		return err
 	}
-	if sock == "" || prog == "" {
-		return errors.New("usage: muxgoepoll [mux] -s SOCKET -f WORKER [-x N] [-I BACKLOG] [ignored options]")
-	}
-	if backlog == 0 {
-		backlog = max(n/4, 5)
-	}
+	sock, prog, n, backlog := a.Socket, a.Program, a.Workers, a.Backlog
 	runtime.GOMAXPROCS(1)
 	signal.Ignore(syscall.SIGPIPE)
 	f, err := newFloor(sock, prog, n, backlog)
@@ -160,25 +138,15 @@ func (f *floor) del(fd int) {
 	_ = syscall.EpollCtl(f.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
 }
 
+// startWorker starts prog on two pipes and keeps their bare descriptors,
+// off the runtime's poller.
 func startWorker(prog string) (*worker, error) {
-	inR, inW, err := os.Pipe()
+	inW, outR, err := floorcmd.StartWorker(prog)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(prog)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", prog, err)
-	}
-	inR.Close()
-	outW.Close()
 	defer inW.Close()
 	defer outR.Close()
-	// Bare descriptors, off the runtime's poller.
 	in, err := syscall.Dup(int(inW.Fd()))
 	if err != nil {
 		return nil, fmt.Errorf("dup: %w", err)

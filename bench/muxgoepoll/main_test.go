@@ -64,17 +64,3 @@ func TestFloorRelays(t *testing.T) {
 		t.Fatalf("loop: %v", err)
 	}
 }
-
-// TestFloorArgs: the command line is checked before anything starts.
-func TestFloorArgs(t *testing.T) {
-	for _, args := range [][]string{
-		{"mux"},
-		{"mux", "-s", "x.sock"},
-		{"mux", "-s", "x.sock", "-f", "/bin/cat", "-x", "0"},
-		{"mux", "-s", "x.sock", "-f", "/bin/cat", "-I", "many"},
-	} {
-		if err := run(args); err == nil {
-			t.Errorf("run(%q): no error", args)
-		}
-	}
-}

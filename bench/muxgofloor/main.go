@@ -28,9 +28,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strconv"
+	"sluice/bench/internal/floorcmd"
 	"strings"
 	"syscall"
 )
@@ -49,30 +48,11 @@ func main() {
 }
 
 func run(args []string) error {
-	sock, prog, n, backlog := "", "", 8, 0
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "-I":
-			v, err := strconv.Atoi(args[i+1])
-			if err != nil || v < 1 {
-				return fmt.Errorf("-I %q: want a positive number", args[i+1])
-			}
-			backlog = v
-		case "-s":
-			sock = args[i+1]
-		case "-f":
-			prog = args[i+1]
-		case "-x":
-			v, err := strconv.Atoi(args[i+1])
-			if err != nil || v < 1 {
-				return fmt.Errorf("-x %q: want a positive number", args[i+1])
-			}
-			n = v
-		}
+	a, err := floorcmd.Parse("muxgofloor", args)
+	if err != nil {
+		return err
 	}
-	if sock == "" || prog == "" {
-		return errors.New("usage: muxgofloor [mux] -s SOCKET -f WORKER [-x N] [ignored options]")
-	}
+	sock, prog, n, backlog := a.Socket, a.Program, a.Workers, a.Backlog
 	idle := make(chan *worker, n)
 	for range n {
 		w, err := startWorker(prog)
@@ -80,9 +60,6 @@ func run(args []string) error {
 			return err
 		}
 		idle <- w
-	}
-	if backlog == 0 {
-		backlog = min(max(n/4, 5), 200)
 	}
 	l, err := listen(sock, backlog)
 	if err != nil {
@@ -135,22 +112,11 @@ func listen(path string, backlog int) (net.Listener, error) {
 }
 
 func startWorker(prog string) (*worker, error) {
-	inR, inW, err := os.Pipe()
+	in, out, err := floorcmd.StartWorker(prog)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(prog)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", prog, err)
-	}
-	inR.Close()
-	outW.Close()
-	return &worker{stdin: inW, stdout: outR, buf: make([]byte, 4096)}, nil
+	return &worker{stdin: in, stdout: out, buf: make([]byte, 4096)}, nil
 }
 
 // serve answers one connection: its request line, then close.
