@@ -118,7 +118,7 @@ policy_rules = true
 		t.Fatal(err)
 	}
 	check := "check_policy_service { inet:" + policyL.Addr().String() + ", timeout=10s, default_action=DUNNO }"
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{
 		Dir: t.TempDir(), SMTPPort: port, OwnAnvil: false, Logf: t.Logf,
 		MainCF: map[string]string{
 			"smtpd_client_connection_count_limit": "50",
@@ -131,10 +131,6 @@ policy_rules = true
 			"milter_default_action":               "accept",
 		},
 	})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	defer inst.Stop()
 	anvilL, err := net.Listen("unix", inst.AnvilSocketPath())
 	if err != nil {
 		t.Fatal(err)

@@ -23,19 +23,6 @@ func startPostfix(t *testing.T, ownAnvil bool, mainCF map[string]string) (*postf
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), mtaGuard)
 	defer cancel()
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{Dir: t.TempDir(), SMTPPort: port, OwnAnvil: ownAnvil, MainCF: mainCF, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		if err := inst.Stop(); err != nil {
-			t.Errorf("stop postfix: %v", err)
-		}
-	})
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: t.TempDir(), SMTPPort: port, OwnAnvil: ownAnvil, MainCF: mainCF, Logf: t.Logf})
 	return inst, port
 }

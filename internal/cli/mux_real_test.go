@@ -465,26 +465,13 @@ func TestMuxPostfixMilterEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{
 		Dir: t.TempDir(), SMTPPort: port, OwnAnvil: true, Logf: t.Logf,
 		MainCF: map[string]string{
 			"smtpd_milters":         "unix:" + milterSock,
 			"milter_default_action": "tempfail",
 			"milter_protocol":       "6",
 		},
-	})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		if err := inst.Stop(); err != nil {
-			t.Errorf("stop postfix: %v", err)
-		}
 	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 

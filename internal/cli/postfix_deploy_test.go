@@ -94,18 +94,7 @@ func TestPostfixRecipesAsDeployed(t *testing.T) {
 	mainCF["smtpd_client_event_limit_exceptions"] = ""
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	inst, err := postfixtest.Start(ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start postfix: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if log, err := inst.Log(); err == nil {
-				t.Logf("postfix maillog:\n%s", log)
-			}
-		}
-		_ = inst.Stop()
-	})
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
 
 	anvilCfg := recipe.Replace(t, recipe.Get(t, "docs/anvil.md", "anvil-config"), "/var/spool/postfix", inst.QueueDir())
 	startAsSluice(t, bin, base, "anvil", anvilCfg, 0, inst.AnvilSocketPath())
