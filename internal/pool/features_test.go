@@ -23,6 +23,25 @@ type recorder struct {
 }
 
 func (r *recorder) notify(m string) { r.mu.Lock(); r.notes = append(r.notes, m); r.mu.Unlock() }
+
+// notified is the notifications so far, joined with "|".
+func (r *recorder) notified() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.notes, "|")
+}
+
+// startNotifying starts a pool of one worker whose notifications r
+// records, and waits for the worker.
+func startNotifying(t *testing.T, r *recorder) *pool.Pool {
+	t.Helper()
+	cfg := baseConfig()
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
+	cfg.Notify = r.notify
+	p := start(t, cfg)
+	waitCount(t, p, pool.Idle, 1)
+	return p
+}
 func (r *recorder) stat(e pool.StatsEvent) {
 	r.mu.Lock()
 	r.stats = append(r.stats, e)
@@ -136,11 +155,7 @@ func TestAutoscale(t *testing.T) {
 // and for a worker that dies (its EOF first, then U at the reap).
 func TestNotificationOrder(t *testing.T) {
 	rec := &recorder{}
-	cfg := baseConfig()
-	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
-	cfg.Notify = rec.notify
-	p := start(t, cfg)
-	waitCount(t, p, pool.Idle, 1)
+	p := startNotifying(t, rec)
 	if r := do(t, p, "hang"); r.Err != pool.ErrBusyTimeout {
 		t.Fatalf("hang: %v", r.Err)
 	}
@@ -149,9 +164,7 @@ func TestNotificationOrder(t *testing.T) {
 		t.Fatalf("die: %v", r.Err)
 	}
 	waitCount(t, p, pool.Stopped, 1)
-	rec.mu.Lock()
-	got := strings.Join(rec.notes, "|")
-	rec.mu.Unlock()
+	got := rec.notified()
 	want := "S 0 StateChange Idle -> Busy|F 0|Z|S 0 hang|B|S 0 StateChange Busy -> Killed|Z|" +
 		"S 0 StateChange Killed -> Stopped|F 1|Y|S 0 StateChange Stopped -> Idle|" +
 		"S 0 StateChange Idle -> Busy|F 0|Z|S 0 die|S 0 StateChange Busy -> Idle|F 1|Y|U|S 0 StateChange Idle -> Stopped"

@@ -215,11 +215,7 @@ func TestSubmitReapedThenBusyTimeout(t *testing.T) {
 // reference answers after it has handled the worker's reply.
 func TestSubmitAnswersAfterBookkeeping(t *testing.T) {
 	rec := &recorder{}
-	cfg := baseConfig()
-	cfg.MinWorkers, cfg.MaxWorkers = 1, 1
-	cfg.Notify = rec.notify
-	p := start(t, cfg)
-	waitCount(t, p, pool.Idle, 1)
+	p := startNotifying(t, rec)
 	res := make(chan pool.Result, 1)
 	if !p.Submit(pool.Request{Line: "x", Queue: true}, func(r pool.Result) {
 		rec.notify("done")
@@ -228,9 +224,7 @@ func TestSubmitAnswersAfterBookkeeping(t *testing.T) {
 		t.Fatal("Submit: pool stopped")
 	}
 	wantReply(t, <-res, "echo \"x\"\n")
-	rec.mu.Lock()
-	got := strings.Join(rec.notes, "|")
-	rec.mu.Unlock()
+	got := rec.notified()
 	if want := "S 0 StateChange Busy -> Idle|F 1|Y|done"; !strings.HasSuffix(got, want) {
 		t.Errorf("notifications:\n got %s\nwant ...%s", got, want)
 	}
