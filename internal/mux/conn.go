@@ -194,16 +194,8 @@ func newAcceptor(l net.Listener) *acceptor {
 	if err != nil {
 		return nil
 	}
-	dup := -1
-	if err := lrc.Control(func(fd uintptr) {
-		if r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0); e == 0 {
-			dup = int(r)
-		}
-	}); err != nil || dup < 0 {
-		return nil
-	}
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		syscall.Close(dup)
+	dup := dupNonblock(lrc)
+	if dup < 0 {
 		return nil
 	}
 	f := os.NewFile(uintptr(dup), "mux-listener")
@@ -214,6 +206,28 @@ func newAcceptor(l net.Listener) *acceptor {
 	}
 	return &acceptor{f: f, rc: rc}
 }
+
+// dupNonblock is a non-blocking, close-on-exec duplicate of rc's
+// descriptor, or -1.
+func dupNonblock(rc syscall.RawConn) int {
+	dup := -1
+	if err := rc.Control(func(fd uintptr) {
+		if r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0); e == 0 {
+			dup = int(r)
+		}
+	}); err != nil || dup < 0 {
+		return -1
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return -1
+	}
+	return dup
+}
+
+// dup is another duplicate of the listener's descriptor, not on the
+// runtime's poller (for the owner's epoll set: front.go), or -1.
+func (a *acceptor) dup() int { return dupNonblock(a.rc) }
 
 func (a *acceptor) close() {
 	if a != nil {

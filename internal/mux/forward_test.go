@@ -1,7 +1,6 @@
 package mux_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"path/filepath"
@@ -21,18 +20,7 @@ import (
 // connection again.
 func TestForwardedBySubmit(t *testing.T) {
 	dir := t.TempDir()
-	p, err := pool.New(pool.Config{
-		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
-		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
-		SlewTime: time.Second, QueueSize: 5, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- p.Run(ctx) }()
-	defer func() { cancel(); <-runDone }()
+	p, _ := runPool(t, dir)
 	srv := mux.New(mux.Options{Pool: p, Timeout: 10 * time.Second})
 	sock := filepath.Join(dir, "mx.sock")
 	ln, err := net.Listen("unix", sock)

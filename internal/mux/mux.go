@@ -182,6 +182,14 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	s.mu.Unlock()
 	defer s.wg.Done()
 	ls := &listenerState{hand: make(chan handed), privileged: privileged}
+	if acc != nil && privileged {
+		if lfd := acc.dup(); lfd >= 0 {
+			if f, ok := s.startFront(ls, lfd); ok && f.wait() {
+				return ErrServerClosed
+			}
+			// The pool has no epoll set, or has stopped: serve from here.
+		}
+	}
 	rb := new(reqBuf) // take's
 	var delay time.Duration
 	for {

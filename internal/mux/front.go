@@ -1,0 +1,237 @@
+package mux
+
+import (
+	"syscall"
+	"time"
+	"unsafe"
+
+	"sluice/internal/pool"
+)
+
+// The main socket is served on the pool's owner goroutine, as a
+// single-threaded multiplexor serves everything from one epoll loop: its
+// listening descriptor and the connections whose request line is not in
+// yet are watched in the owner's epoll set beside the workers' stdout
+// (pool.Owner). The owner accepts as soon as its set says a connection
+// waits, reads the line when it comes, hands a forwarded command to the
+// pool without the inbox, and writes the reply and closes the connection
+// when the worker's reply is in (forward.go). A goroutine accepting on
+// the runtime's poller accepted later: it runs only when the runtime
+// looks at its poller, and under load the listen queue (the reference's
+// backlog of 5) was full two thirds of the time, where the floor's was a
+// quarter; each client that then blocks in connect costs a wakeup at the
+// next accept (docs/mux.md, "Accepting on the owner").
+//
+// A connection goes to a connection goroutine with what was read
+// (handOff) when its first read brings part of a line, end of file or an
+// error, or a line that is not answered at once: the goroutine's reader
+// is the one framing of every odd case. A connection that sends nothing
+// within the timeout is closed without a reply, as the reference does.
+
+// frontBatch is how many connections the owner accepts per readiness of
+// the listening socket before it looks at its other descriptors.
+const frontBatch = 16
+
+// front is the main socket served on the owner. Everything but done is
+// the owner's (or, once the pool has stopped, stop's caller's).
+type front struct {
+	s       *Server
+	ls      *listenerState
+	lfd     int // a non-blocking duplicate of the listener's descriptor, closed by stop
+	o       *pool.Owner
+	rb      reqBuf
+	waiting map[int]*waitingConn
+	stopped bool
+	delay   time.Duration // accept's back-off after an error like EMFILE
+	done    chan struct{} // closed by stop
+}
+
+// waitingConn is an accepted connection whose line is not in yet.
+type waitingConn struct {
+	fd    int
+	timer *pool.OwnerTimer
+}
+
+// startFront serves the listener descriptor lfd of the main socket on the
+// pool's owner until the server closes; false (lfd closed) when the pool
+// cannot: it has stopped, or has no epoll set of its own. It returns once
+// the owner has taken lfd, or has not.
+func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
+	f := &front{s: s, ls: ls, lfd: lfd, waiting: map[int]*waitingConn{}, done: make(chan struct{})}
+	ok := make(chan bool, 1)
+	if !s.o.Pool.OnOwner(func(o *pool.Owner) {
+		f.o = o
+		ok <- o.Watch(lfd, f.accept) == nil
+	}, func() { ok <- false }) {
+		ok <- false
+	}
+	if !<-ok {
+		closeRaw(lfd)
+		return nil, false
+	}
+	return f, true
+}
+
+// stop closes the listener's duplicate and the waiting connections; on
+// the owner, or anywhere once the pool has stopped (o is then not used:
+// the pool's epoll set is gone with it).
+func (f *front) stop(onOwner bool) {
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	if onOwner {
+		f.o.Forget(f.lfd)
+	}
+	closeRaw(f.lfd)
+	for fd, w := range f.waiting {
+		if onOwner {
+			w.timer.Stop()
+			f.o.Forget(fd)
+		}
+		closeRaw(fd)
+		f.s.connDone(true)
+	}
+	clear(f.waiting)
+	close(f.done)
+}
+
+// wait stops f once the server closes or the pool stops, and returns
+// when it is stopped: true if the server has closed.
+func (f *front) wait() (closed bool) {
+	select {
+	case <-f.s.ctx.Done():
+	case <-f.s.o.Pool.Done():
+	}
+	if !f.s.o.Pool.OnOwner(func(*pool.Owner) { f.stop(true) }, func() { f.stop(false) }) {
+		f.stop(false)
+	}
+	<-f.done
+	return f.s.ctx.Err() != nil
+}
+
+// accept takes up to frontBatch connections from the listen queue and
+// watches the listener again.
+func (f *front) accept() {
+	if f.stopped {
+		return
+	}
+	for range frontBatch {
+		fd, e := accept4(uintptr(f.lfd))
+		if e == syscall.EAGAIN {
+			break
+		}
+		if e != 0 {
+			// EMFILE and the like: look again after a back-off.
+			f.delay = min(max(2*f.delay, 5*time.Millisecond), time.Second)
+			f.o.After(f.delay, f.rewatch)
+			return
+		}
+		f.delay = 0
+		if !f.s.admit(true) {
+			closeRaw(fd)
+			continue
+		}
+		f.first(fd)
+	}
+	f.rewatch()
+}
+
+// rewatch arms the listener's watch again.
+func (f *front) rewatch() {
+	if !f.stopped {
+		_ = f.o.Watch(f.lfd, f.accept)
+	}
+}
+
+// first reads a new connection's request: answered at once, left waiting
+// for its line, or handed off.
+func (f *front) first(fd int) {
+	n, e := rawRW(syscall.SYS_READ, fd, f.rb.line[:])
+	if e == syscall.EAGAIN {
+		f.await(fd)
+		return
+	}
+	f.got(fd, n, e)
+}
+
+// got takes the result of a connection's read (n bytes into f.rb, or the
+// error e): a whole line is answered, anything else goes to a connection
+// goroutine, which meets EOF or the error again, or reads the rest.
+func (f *front) got(fd, n int, e syscall.Errno) {
+	if e != 0 || n == 0 {
+		f.s.handOff(f.ls, handed{fd: fd})
+		return
+	}
+	i := indexNL(f.rb.line[:n])
+	if i < 0 {
+		f.s.handOff(f.ls, handed{fd: fd, in: inline{pre: append([]byte(nil), f.rb.line[:n]...)}})
+		return
+	}
+	line := frameLine(f.rb.line[:i+1])
+	if forwardsAtOnce(line) {
+		f.s.inlined.Add(1)
+		if a := f.s.track(fd); a != nil {
+			f.o.Submit(pool.Request{Line: line, Queue: true}, a.finish)
+		}
+		return
+	}
+	if a, ok := f.s.lookupBuiltin(line, true); ok {
+		f.s.inlined.Add(1)
+		reply := a.reply
+		if a.view != nil {
+			snap := f.o.Snapshot(a.qs)
+			reply = a.view(&snap)
+		}
+		f.s.write(fd, unsafe.Slice(unsafe.StringData(reply), len(reply)))
+		return
+	}
+	f.s.handOff(f.ls, handed{fd: fd, in: inline{line: line, whole: true}})
+}
+
+// await watches fd until its line comes, for the timeout at most.
+func (f *front) await(fd int) {
+	w := &waitingConn{fd: fd}
+	if err := f.o.Watch(fd, func() { f.readable(w) }); err != nil {
+		f.s.handOff(f.ls, handed{fd: fd})
+		return
+	}
+	w.timer = f.o.After(f.s.o.Timeout, func() { f.expire(w) })
+	f.waiting[fd] = w
+}
+
+// readable reads a waiting connection that has become readable.
+func (f *front) readable(w *waitingConn) {
+	if f.stopped || f.waiting[w.fd] != w {
+		return
+	}
+	n, e := rawRW(syscall.SYS_READ, w.fd, f.rb.line[:])
+	if e == syscall.EAGAIN && f.o.Watch(w.fd, func() { f.readable(w) }) == nil {
+		return
+	}
+	f.release(w)
+	if e == syscall.EAGAIN { // not watched: its goroutine waits on the poller
+		f.s.handOff(f.ls, handed{fd: w.fd})
+		return
+	}
+	f.got(w.fd, n, e)
+}
+
+// expire closes a connection that sent nothing within the timeout,
+// without a reply (the reference's behaviour).
+func (f *front) expire(w *waitingConn) {
+	if f.stopped || f.waiting[w.fd] != w {
+		return
+	}
+	f.release(w)
+	closeRaw(w.fd)
+	f.s.connDone(true)
+}
+
+// release ends w's wait: its watch and timer go, the connection stays
+// open.
+func (f *front) release(w *waitingConn) {
+	w.timer.Stop()
+	f.o.Forget(w.fd)
+	delete(f.waiting, w.fd)
+}

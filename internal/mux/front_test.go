@@ -1,0 +1,177 @@
+package mux_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sluice/internal/mux"
+	"sluice/internal/pool"
+	"sluice/internal/pool/pooltest"
+)
+
+// runPool starts a pool of one fake worker in dir (queue of 5); stop ends
+// it and waits (also at cleanup).
+func runPool(t *testing.T, dir string) (p *pool.Pool, stop func()) {
+	t.Helper()
+	return pooltest.Run(t, pool.Config{
+		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
+		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
+		SlewTime: time.Second, QueueSize: 5, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
+	})
+}
+
+// serveMain serves the main socket of a new server on p, in dir, with the
+// request timeout given; closeSrv closes it and checks Serve's return
+// (also at cleanup).
+func serveMain(t *testing.T, p *pool.Pool, dir string, timeout time.Duration) (sock string, srv *mux.Server, closeSrv func()) {
+	t.Helper()
+	srv = mux.New(mux.Options{Pool: p, Timeout: timeout})
+	sock = filepath.Join(dir, "mx.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln, true) }()
+	closed := false
+	closeSrv = func() {
+		if closed {
+			return
+		}
+		closed = true
+		srv.Close()
+		if err := <-serveDone; !errors.Is(err, mux.ErrServerClosed) {
+			t.Errorf("Serve after Close: %v", err)
+		}
+	}
+	t.Cleanup(closeSrv)
+	return sock, srv, closeSrv
+}
+
+// dialTimed connects to sock; the connection is closed at cleanup and
+// reads give up after 30 s.
+func dialTimed(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	return c
+}
+
+// TestFrontWaitsForLine: a connection whose line comes after the accept
+// is read by the pool's owner when it comes (counted as taken inline);
+// one whose first read brings part of a line is answered by a
+// connection goroutine (not counted), with the same reply.
+func TestFrontWaitsForLine(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	sock, srv, _ := serveMain(t, p, dir, 10*time.Second)
+	const req = "relayok 192.0.2.1 host 25 127.0.0.1 25 Q1\n"
+	const want = "ok 1 ok 250 2.1.0 0\n"
+
+	c := dialTimed(t, sock)
+	time.Sleep(100 * time.Millisecond) // accepted, nothing to read yet
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(c); string(b) != want {
+		t.Fatalf("line after the accept: %q, want %q", b, want)
+	}
+	if n := srv.Inlined(); n != 1 {
+		t.Fatalf("requests taken by the owner: %d, want 1", n)
+	}
+
+	c = dialTimed(t, sock)
+	if _, err := io.WriteString(c, req[:7]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := io.WriteString(c, req[7:]); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(c); string(b) != want {
+		t.Fatalf("line in two parts: %q, want %q", b, want)
+	}
+	if n := srv.Inlined(); n != 1 {
+		t.Fatalf("requests taken by the owner: %d, want still 1", n)
+	}
+}
+
+// TestFrontSilentClient: a client that sends nothing within the timeout
+// is closed without a reply, and one that sends part of a line and then
+// nothing likewise; neither holds the server up.
+func TestFrontSilentClient(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	const timeout = 300 * time.Millisecond
+	sock, _, _ := serveMain(t, p, dir, timeout)
+	for _, sent := range []string{"", "stat"} {
+		c := dialTimed(t, sock)
+		if _, err := io.WriteString(c, sent); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		b, err := io.ReadAll(c)
+		if err != nil || len(b) != 0 {
+			t.Fatalf("sent %q and nothing more: %q, %v; want EOF", sent, b, err)
+		}
+		if d := time.Since(start); d < timeout/2 {
+			t.Fatalf("sent %q: closed after %v, before the timeout %v", sent, d, timeout)
+		}
+	}
+	if got := query(t, sock, "version\n", false); got != "3.3" {
+		t.Fatalf("version after the silent clients: %q", got)
+	}
+}
+
+// TestFrontCloseEndsWaiting: Close closes a connection still waiting for
+// its line (EOF at once for its client, long before the timeout).
+func TestFrontCloseEndsWaiting(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	sock, _, closeSrv := serveMain(t, p, dir, time.Minute)
+	c := dialTimed(t, sock)
+	if got := query(t, sock, "version\n", false); got != "3.3" { // c is accepted by now
+		t.Fatalf("version: %q", got)
+	}
+	closeSrv()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
+		t.Fatalf("waiting client at Close: %q, %v; want EOF", b, err)
+	}
+}
+
+// TestFrontPoolStopped: once the pool has stopped, Serve goes on
+// accepting by itself: a forwarded request ends with EOF instead of
+// waiting in the listen queue, and Close still ends Serve.
+func TestFrontPoolStopped(t *testing.T) {
+	dir := t.TempDir()
+	p, stopPool := runPool(t, dir)
+	sock, _, closeSrv := serveMain(t, p, dir, 10*time.Second)
+	if got := query(t, sock, "version\n", false); got != "3.3" {
+		t.Fatalf("version: %q", got)
+	}
+	waiting := dialTimed(t, sock) // waits for its line on the owner
+	if got := query(t, sock, "version\n", false); got != "3.3" {
+		t.Fatalf("version: %q", got)
+	}
+	stopPool()
+	_ = waiting.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(waiting); err != nil || len(b) != 0 {
+		t.Fatalf("client waiting when the pool stopped: %q, %v; want EOF", b, err)
+	}
+	if got := query(t, sock, "scan Q1 /tmp\n", false); got != "" {
+		t.Fatalf("scan after the pool stopped: %q, want EOF", got)
+	}
+	if got := query(t, sock, "version\n", false); got != "3.3" {
+		t.Fatalf("version after the pool stopped: %q", got)
+	}
+	closeSrv()
+}

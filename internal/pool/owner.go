@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"errors"
+	"time"
+)
+
+// Owner is what a front end may do on the pool's owner goroutine. A
+// front end that reads its clients there (the mux's main socket: its
+// listening socket and the connections whose request is not in yet sit
+// in the owner's epoll set beside the workers' stdout, as in a
+// single-threaded multiplexor) watches its descriptors with Watch, bounds
+// their waits with After, and hands requests to the pool with Submit and
+// Snapshot, which skip the inbox. An Owner is valid only on the owner
+// goroutine: in a function given to OnOwner, a watch's or a timer's
+// function, or a Submit call's done.
+type Owner struct{ p *Pool }
+
+// ErrNoReactor is Owner.Watch's error when the pool has no epoll set of
+// its own (its creation failed at Run): the front end then serves its
+// clients from goroutines.
+var ErrNoReactor = errors.New("pool: no owner epoll set")
+
+// OnOwner runs f on the owner goroutine; if the pool stops before f has
+// run, drop runs instead (if not nil), on the goroutine that ends the
+// pool. False when the pool has stopped already (neither runs). Like
+// Submit, OnOwner waits only while the owner's inbox is full.
+func (p *Pool) OnOwner(f func(*Owner), drop func()) bool {
+	return p.post(ownerMsg{f: func() { f(&Owner{p: p}) }, drop: drop})
+}
+
+// Done is closed once the pool has stopped: its owner runs nothing more.
+func (p *Pool) Done() <-chan struct{} { return p.done }
+
+// Watch arms a one-shot watch on fd: fn runs on the owner once fd is
+// readable or has hung up, then the watch is spent (Watch again for the
+// next). fn must tolerate a call when nothing is there (EAGAIN: watch
+// again). Forget fd before closing it.
+func (o *Owner) Watch(fd int, fn func()) error {
+	if o.p.react == nil {
+		return ErrNoReactor
+	}
+	return o.p.react.watch(fd, fn)
+}
+
+// Forget removes fd's watch, armed or spent.
+func (o *Owner) Forget(fd int) {
+	if o.p.react != nil {
+		o.p.react.forget(fd)
+	}
+}
+
+// OwnerTimer is a function the owner runs at a deadline (Owner.After).
+type OwnerTimer struct {
+	e timerEntry
+	p *Pool
+}
+
+// After runs fn on the owner once d has passed, unless the timer is
+// stopped first.
+func (o *Owner) After(d time.Duration, fn func()) *OwnerTimer {
+	t := &OwnerTimer{e: timerEntry{fn: fn, index: -1}, p: o.p}
+	o.p.schedule(&t.e, d)
+	return t
+}
+
+// Stop cancels t if it has not fired (owner only).
+func (t *OwnerTimer) Stop() { t.e.cancel(t.p) }
+
+// Submit is Pool.Submit on the owner: the request goes to a worker or
+// the queue at once, and done is called exactly once, on the owner
+// (perhaps before Submit returns).
+func (o *Owner) Submit(req Request, done func(Result)) {
+	o.p.nowSet = false
+	o.p.submit(&call{req: req, kind: KindOf(req.Line), tick: -1, onDone: done, ownerIO: true})
+}
+
+// Snapshot is the pool's state now, with the load windows qs.
+func (o *Owner) Snapshot(qs []LoadQuery) Snapshot { return o.p.snapshot(qs) }
