@@ -30,7 +30,10 @@ import (
 
 // frontBatch is how many connections the owner accepts per readiness of
 // the listening socket before it looks at its other descriptors.
-const frontBatch = 16
+const frontBatch = 64
+
+// frontAccept is accept4 (a variable for the tests).
+var frontAccept = accept4
 
 // front is the main socket served on the owner. Everything but done is
 // the owner's (or, once the pool has stopped, stop's caller's).
@@ -44,6 +47,7 @@ type front struct {
 	stopped bool
 	delay   time.Duration // accept's back-off after an error like EMFILE
 	done    chan struct{} // closed by stop
+	fds     []int         // accept's, reused
 }
 
 // waitingConn is an accepted connection whose line is not in yet.
@@ -110,29 +114,43 @@ func (f *front) wait() (closed bool) {
 	return f.s.ctx.Err() != nil
 }
 
-// accept takes up to frontBatch connections from the listen queue and
-// watches the listener again.
+// accept empties the listen queue (frontBatch connections at most), then
+// reads each connection taken, and watches the listener again. Taking
+// them all before answering any is what the floor does: answering one
+// between two accepts lets its client connect again at once, into the
+// place the next accept freed, while the clients blocked in connect(2)
+// for that place wake to a full queue and wait again at the back (status
+// p99 under 64 clients 6.8-8.7 ms against 4.5-5.7 ms this way).
 func (f *front) accept() {
 	if f.stopped {
 		return
 	}
+	fds, backoff := f.fds[:0], false
 	for range frontBatch {
-		fd, e := accept4(uintptr(f.lfd))
+		fd, e := frontAccept(uintptr(f.lfd))
 		if e == syscall.EAGAIN {
 			break
 		}
 		if e != 0 {
 			// EMFILE and the like: look again after a back-off.
 			f.delay = min(max(2*f.delay, 5*time.Millisecond), time.Second)
-			f.o.After(f.delay, f.rewatch)
-			return
+			backoff = true
+			break
 		}
 		f.delay = 0
 		if !f.s.admit(true) {
 			closeRaw(fd)
 			continue
 		}
+		fds = append(fds, fd)
+	}
+	for _, fd := range fds {
 		f.first(fd)
+	}
+	f.fds = fds
+	if backoff {
+		f.o.After(f.delay, f.rewatch)
+		return
 	}
 	f.rewatch()
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,4 +176,38 @@ func TestFrontPoolStopped(t *testing.T) {
 		t.Fatalf("version after the pool stopped: %q", got)
 	}
 	closeSrv()
+}
+
+// TestFrontAcceptBackoff: while accept fails (EMFILE: out of
+// descriptors), the owner looks at the listener again after a growing
+// back-off, not at once; once accept works again, the waiting client is
+// served.
+func TestFrontAcceptBackoff(t *testing.T) {
+	var failing atomic.Bool
+	var calls atomic.Int32
+	failing.Store(true)
+	mux.SetFrontAccept(t, func(lfd uintptr) (int, syscall.Errno) {
+		if failing.Load() {
+			calls.Add(1)
+			return -1, syscall.EMFILE
+		}
+		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
+		return int(r), e
+	})
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	sock, _, _ := serveMain(t, p, dir, 10*time.Second)
+	got := make(chan string, 1)
+	go func() { got <- query(t, sock, "version\n", false) }()
+	time.Sleep(300 * time.Millisecond)
+	n := calls.Load()
+	failing.Store(false)
+	// 5, 10, 20, 40, 80, 160 ms: about 7 in 300 ms; a retry without
+	// back-off makes thousands.
+	if n < 2 || n > 20 {
+		t.Fatalf("%d accepts in 300 ms of EMFILE, want a few (back-off)", n)
+	}
+	if r := <-got; r != "3.3" {
+		t.Fatalf("version after the accepts failed: %q", r)
+	}
 }
