@@ -48,6 +48,60 @@ type front struct {
 	delay   time.Duration // accept's back-off after an error like EMFILE
 	done    chan struct{} // closed by stop
 	fds     []int         // accept's, reused
+	// inflight lists the forwarded requests in the pool, free the ended
+	// ones kept for reuse.
+	inflight, free *frontReq
+}
+
+// frontReq is a request the front forwarded: its connection belongs to
+// finish, or to stop if stop comes first. Ended requests are reused with
+// their done bound once, so that forwarding allocates nothing here.
+type frontReq struct {
+	f          *front
+	fd         int // -1 once stop has closed it
+	prev, next *frontReq
+	done       func(pool.Result) // finish
+}
+
+// newReq lists a request for the connection fd.
+func (f *front) newReq(fd int) *frontReq {
+	r := f.free
+	if r != nil {
+		f.free = r.next
+	} else {
+		r = &frontReq{f: f}
+		r.done = r.finish
+	}
+	r.fd, r.prev, r.next = fd, nil, f.inflight
+	if f.inflight != nil {
+		f.inflight.prev = r
+	}
+	f.inflight = r
+	return r
+}
+
+// finish answers the request with the pool's result and closes its
+// connection, unless stop has closed it.
+func (r *frontReq) finish(res pool.Result) {
+	f, fd := r.f, r.fd
+	if fd < 0 {
+		return
+	}
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		f.inflight = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.fd, r.prev, r.next = -1, nil, f.free
+	f.free = r
+	reply, raw := replyOf(res)
+	if raw == nil {
+		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
+	}
+	f.s.write(fd, raw)
 }
 
 // waitingConn is an accepted connection whose line is not in yet.
@@ -97,6 +151,11 @@ func (f *front) stop(onOwner bool) {
 		f.s.connDone(true)
 	}
 	clear(f.waiting)
+	for r := f.inflight; r != nil; r = r.next {
+		closeRaw(r.fd)
+		r.fd = -1
+	}
+	f.inflight = nil
 	close(f.done)
 }
 
@@ -189,9 +248,8 @@ func (f *front) got(fd, n int, e syscall.Errno) {
 	line := frameLine(f.rb.line[:i+1])
 	if forwardsAtOnce(line) {
 		f.s.inlined.Add(1)
-		if a := f.s.track(fd); a != nil {
-			f.o.Submit(pool.Request{Line: line, Queue: true}, a.finish)
-		}
+		r := f.newReq(fd)
+		f.o.Submit(pool.Request{Line: line, Queue: true}, r.done)
 		return
 	}
 	if a, ok := f.s.lookupBuiltin(line, true); ok {

@@ -32,13 +32,16 @@ type reactor struct {
 	f  *os.File // ep on the runtime's poller, for the waiter
 	rc syscall.RawConn
 
-	// fns maps an armed descriptor to what the owner does when it is
-	// ready; an entry goes when its watch fires. A handler must tolerate
-	// a spurious call (a descriptor closed and reused between an
-	// epoll_wait and the handler): it reads, and re-arms on EAGAIN.
-	fns   map[int32]func()
-	added map[int32]bool // registered with ep (ADD done, MOD arms again)
-	evs   []syscall.EpollEvent
+	// fds holds, by descriptor number, what the owner does when an armed
+	// descriptor is ready (fn, cleared when its watch fires) and whether
+	// it is registered with ep (added: ADD done, MOD arms again). A slice,
+	// not a map: descriptor numbers are small and dense, and the lookup
+	// is made for every event. A handler must tolerate a spurious call (a
+	// descriptor closed and reused between an epoll_wait and the
+	// handler): it reads, and re-arms on EAGAIN.
+	fds  []watchSlot
+	armN int // watches armed
+	evs  []syscall.EpollEvent
 
 	kick  chan struct{} // waiter -> owner: the set has events (capacity 1)
 	again chan struct{} // owner -> waiter: drained, wait again (capacity 1)
@@ -78,8 +81,6 @@ func newReactor() (*reactor, error) {
 	}
 	return &reactor{
 		ep: ep, f: f, rc: rc,
-		fns:   map[int32]func(){},
-		added: map[int32]bool{},
 		evs:   make([]syscall.EpollEvent, reactorBatch),
 		kick:  make(chan struct{}, 1),
 		again: make(chan struct{}, 1),
@@ -125,34 +126,55 @@ func epollReady(ep uintptr) bool {
 	return e == 0 && n > 0
 }
 
+// watchSlot is what the reactor knows of one descriptor number.
+type watchSlot struct {
+	fn    func()
+	added bool
+}
+
+// slot is fd's watchSlot, the table grown to hold it.
+func (r *reactor) slot(fd int) *watchSlot {
+	if fd >= len(r.fds) {
+		r.fds = append(r.fds, make([]watchSlot, fd+1-len(r.fds)+len(r.fds)/2)...)
+	}
+	return &r.fds[fd]
+}
+
 // watch arms a one-shot watch for fd's readability: fn runs on the owner
 // once fd is readable (or has hung up).
 func (r *reactor) watch(fd int, fn func()) error {
-	k := int32(fd)
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: k}
+	if fd < 0 {
+		return fmt.Errorf("pool: watch descriptor %d: %w", fd, syscall.EBADF)
+	}
+	w := r.slot(fd)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd)}
 	op := syscall.EPOLL_CTL_MOD
-	if !r.added[k] {
+	if !w.added {
 		op = syscall.EPOLL_CTL_ADD
 	}
 	if err := epollCtl(r.ep, op, fd, &ev); err != nil {
 		return fmt.Errorf("pool: watch descriptor %d: %w", fd, err)
 	}
-	r.added[k] = true
-	r.fns[k] = fn
+	w.added = true
+	if w.fn == nil {
+		r.armN++
+	}
+	w.fn = fn
 	return nil
 }
 
 // forget removes fd from the set; its owner calls it before it closes fd,
 // so that a later descriptor with the same number starts afresh.
 func (r *reactor) forget(fd int) {
-	k := int32(fd)
-	if !r.added[k] {
+	if fd < 0 || fd >= len(r.fds) || !r.fds[fd].added {
 		return
 	}
 	var ev syscall.EpollEvent
 	_ = epollCtl(r.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
-	delete(r.added, k)
-	delete(r.fns, k)
+	if r.fds[fd].fn != nil {
+		r.armN--
+	}
+	r.fds[fd] = watchSlot{}
 }
 
 // poll runs the handlers of the watches that have fired, without waiting.
@@ -164,9 +186,12 @@ func (r *reactor) poll() {
 			return
 		}
 		for _, ev := range r.evs[:n] {
-			if fn := r.fns[ev.Fd]; fn != nil {
-				delete(r.fns, ev.Fd)
-				fn()
+			if fd := int(ev.Fd); fd < len(r.fds) {
+				if fn := r.fds[fd].fn; fn != nil {
+					r.fds[fd].fn = nil
+					r.armN--
+					fn()
+				}
 			}
 		}
 		if int(n) < len(r.evs) {
@@ -177,7 +202,7 @@ func (r *reactor) poll() {
 
 // armed reports whether a watch is armed (the owner then polls between
 // its messages).
-func (r *reactor) armed() bool { return len(r.fns) > 0 }
+func (r *reactor) armed() bool { return r.armN > 0 }
 
 // kicked is the owner's answer to a kick: drain the set, then let the
 // waiter look again.
