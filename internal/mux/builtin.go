@@ -8,11 +8,12 @@ import (
 )
 
 // answer is how the multiplexor answers a built-in command: a fixed
-// reply, or a view of a pool snapshot (with the load windows qs), which
-// is "" (the connection closed without a byte) once the pool has stopped.
+// reply, or a view of a pool snapshot (with the load windows qs) appended
+// to a buffer, which is "" (the connection closed without a byte) once
+// the pool has stopped.
 type answer struct {
 	reply string
-	view  func(*pool.Snapshot) string
+	view  func(b []byte, sn *pool.Snapshot) []byte
 	qs    []pool.LoadQuery
 }
 
@@ -26,7 +27,7 @@ func (s *Server) builtin(line string, privileged bool) (string, bool) {
 	if !ok {
 		return "", true
 	}
-	return a.view(&snap), true
+	return string(a.view(nil, &snap)), true
 }
 
 // lookupBuiltin is the answer to line if it is one of the commands of
@@ -48,7 +49,7 @@ func (s *Server) lookupBuiltin(line string, privileged bool) (answer, bool) {
 	case "tick":
 		return fixed(ReplyTick)
 	case "status":
-		return withSnap(formatStatus)
+		return answer{view: appendStatus}, true
 	case "slaves", "workers":
 		return withSnap(func(sn *pool.Snapshot) string { return formatWorkers(sn, false) })
 	case "busyslaves", "busyworkers":
@@ -112,7 +113,7 @@ func withSnap(f func(*pool.Snapshot) string) (answer, bool) { return withLoad(f)
 // withLoad is withSnap for the load commands: the windows qs are computed
 // by the pool into the snapshot's Loads.
 func withLoad(f func(*pool.Snapshot) string, qs ...pool.LoadQuery) (answer, bool) {
-	return answer{view: f, qs: qs}, true
+	return answer{view: func(b []byte, sn *pool.Snapshot) []byte { return append(b, f(sn)...) }, qs: qs}, true
 }
 
 // fixed is a reply that needs nothing of the pool.

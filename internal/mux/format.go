@@ -2,6 +2,7 @@ package mux
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"sluice/internal/pool"
@@ -54,14 +55,19 @@ const helpRestricted = "" +
 	"workerinfo n      -- Display information about a particular worker\n" +
 	"(Analogous hload commands provide hourly information)\n"
 
-// formatStatus: `<letters> <msgs> <activations> <queueSize> <queued> <uptime>`.
-func formatStatus(sn *pool.Snapshot) string {
-	var b strings.Builder
+// appendStatus appends the status reply:
+// `<letters> <msgs> <activations> <queueSize> <queued> <uptime>`.
+// Append-style, so that the owner answers status into a buffer of its
+// own without an allocation (monitoring polls it without end).
+func appendStatus(b []byte, sn *pool.Snapshot) []byte {
 	for _, s := range sn.Slots {
-		b.WriteByte(s.State.Letter())
+		b = append(b, s.State.Letter())
 	}
-	fmt.Fprintf(&b, " %d %d %d %d %d\n", sn.Msgs, sn.Activations, sn.QueueSize, sn.Queued, sn.Uptime())
-	return b.String()
+	for _, n := range [...]int64{int64(sn.Msgs), int64(sn.Activations), int64(sn.QueueSize), int64(sn.Queued), int64(sn.Uptime())} {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, n, 10)
+	}
+	return append(b, '\n')
 }
 
 // formatWorkers: one line per slot (busy ones only with busyOnly);

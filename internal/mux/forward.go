@@ -10,7 +10,9 @@ import (
 // The forwarded requests of the milter (scan, relayok, senderok, recipok)
 // are most of a busy multiplexor's work, and each comes on a new
 // connection; status and the other built-in commands come the same way
-// from monitoring. Serve takes them without a connection goroutine: right
+// from monitoring. They are taken without a connection goroutine: on the
+// pool's owner (front.go), or, when the pool cannot serve the main socket
+// there (no epoll set of its own, or stopped), by Serve: right
 // after the accept it reads what the client has sent (a bare read on the
 // bare descriptor). A whole line naming one of those commands goes to the
 // pool with pool.Submit, and the pool's owner, which reads the worker's
@@ -87,7 +89,7 @@ func (s *Server) answerBuiltin(fd int, a answer) {
 			r.end("", nil)
 			return
 		}
-		r.end(a.view(snap), nil)
+		r.end("", a.view(nil, snap))
 	}) {
 		r.end("", nil)
 	}

@@ -101,3 +101,21 @@ func TestFinishLater(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestAppendStatus: the status reply (the reference's format), appended
+// to a reused buffer without an allocation.
+func TestAppendStatus(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	sn := &pool.Snapshot{
+		Start: start, Now: start.Add(42 * time.Second), Msgs: 1234, Activations: 7, QueueSize: 128, Queued: 3,
+		Slots: []pool.SlotInfo{{State: pool.Idle}, {State: pool.Busy}, {State: pool.Killed}, {State: pool.Stopped}},
+	}
+	const want = "IBKS 1234 7 128 3 42\n"
+	if got := string(appendStatus(nil, sn)); got != want {
+		t.Fatalf("status %q, want %q", got, want)
+	}
+	b := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { b = appendStatus(b[:0], sn) }); n != 0 {
+		t.Fatalf("appendStatus into a buffer: %v allocations, want 0", n)
+	}
+}

@@ -48,6 +48,8 @@ type front struct {
 	delay   time.Duration // accept's back-off after an error like EMFILE
 	done    chan struct{} // closed by stop
 	fds     []int         // accept's, reused
+	snap    pool.Snapshot // built-in commands' snapshot, reused
+	out     []byte        // their reply, reused
 	// inflight lists the forwarded requests in the pool, free the ended
 	// ones kept for reuse.
 	inflight, free *frontReq
@@ -254,12 +256,13 @@ func (f *front) got(fd, n int, e syscall.Errno) {
 	}
 	if a, ok := f.s.lookupBuiltin(line, true); ok {
 		f.s.inlined.Add(1)
-		reply := a.reply
-		if a.view != nil {
-			snap := f.o.Snapshot(a.qs)
-			reply = a.view(&snap)
+		if a.view == nil {
+			f.s.write(fd, unsafe.Slice(unsafe.StringData(a.reply), len(a.reply)))
+			return
 		}
-		f.s.write(fd, unsafe.Slice(unsafe.StringData(reply), len(reply)))
+		f.o.SnapshotInto(&f.snap, a.qs)
+		f.out = a.view(f.out[:0], &f.snap)
+		f.s.write(fd, f.out)
 		return
 	}
 	f.s.handOff(f.ls, handed{fd: fd, in: inline{line: line, whole: true}})

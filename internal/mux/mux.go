@@ -150,16 +150,19 @@ func New(o Options) *Server {
 // a duplicate of it (conn.go), so it is Close, not l.Close, that stops
 // Serve.
 //
-// On the main socket, Serve itself takes a request that is whole at the
-// accept and that it can answer without waiting: a built-in command, or a
-// command counted by the pool (forward.go). Other connections are served
+// The main socket is served on the pool's owner (front.go) while the pool
+// can; Serve then only waits for Close. Otherwise, and on the restricted
+// socket, Serve accepts. On the main socket it takes a request that is
+// whole at the accept and that it can answer without waiting itself: a
+// built-in command, or a command counted by the pool (forward.go). Other
+// connections are served
 // by connection goroutines that outlive them: a
 // goroutine done with one waits for Serve to hand it the next (up to
 // maxIdleConnWorkers wait); a new one starts only when none waits. A
 // goroutine per connection would cost its creation and, on every
 // connection, the growth of its stack to what serving needs.
 //
-// Only Serve accepts. Connection goroutines used to take the next
+// Only Serve (or the owner) accepts. Connection goroutines used to take the next
 // connection from the backlog themselves, which saved a hand-off per
 // request but kept goroutines runnable in a chain: the runtime consults
 // its poller only when no goroutine is runnable (or every 10 ms from

@@ -28,6 +28,14 @@
 // front end's client (ownerio.go). A forwarded request then costs the
 // owner a few system calls and no goroutine switch.
 //
+// A front end may go further and serve its clients on the owner itself
+// (owner.go): OnOwner runs its code there, and an Owner lets it watch its
+// own descriptors in the reactor (the mux's listening socket, and
+// connections whose request is not in yet), bound their waits with the
+// owner's timers, and submit or take a snapshot without the inbox. The
+// owner is then one epoll loop over the workers' stdout and the front
+// end's clients, as a single-threaded multiplexor is.
+//
 // # Who owns what
 //
 //   - The owner goroutine (Run, loop.go) alone reads and writes every
@@ -45,7 +53,8 @@
 //     Submit call the owner itself (which never gives them up).
 //   - The reactor (its epoll set, its watches and process.rfd) is the
 //     owner's, but for its waiter goroutine, which only waits for the
-//     set to be readable and kicks the owner.
+//     set to be readable and kicks the owner. A front end's watched
+//     descriptors are the front end's, used only in code the owner runs.
 //   - Each process has a stderr reader (drainStderr) and, with -Z, a
 //     status reader (readStatus); they share only process.qid and
 //     process.oom (atomics) and send on Pool.tags.

@@ -77,3 +77,7 @@ func (o *Owner) Submit(req Request, done func(Result)) {
 
 // Snapshot is the pool's state now, with the load windows qs.
 func (o *Owner) Snapshot(qs []LoadQuery) Snapshot { return o.p.snapshot(qs) }
+
+// SnapshotInto is Snapshot into sn, reusing its slices: a front end that
+// answers a status poll per connection keeps one Snapshot for all.
+func (o *Owner) SnapshotInto(sn *Snapshot, qs []LoadQuery) { o.p.snapshotInto(sn, qs) }

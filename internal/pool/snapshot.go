@@ -76,31 +76,33 @@ func (p *Pool) SnapshotTo(qs []LoadQuery, done func(*Snapshot)) bool {
 
 // snapshot is the pool's state now, with the load windows qs (owner only).
 func (p *Pool) snapshot(qs []LoadQuery) Snapshot {
-	snap := Snapshot{
+	var snap Snapshot
+	p.snapshotInto(&snap, qs)
+	return snap
+}
+
+// snapshotInto is snapshot into sn, whose slices it reuses.
+func (p *Pool) snapshotInto(sn *Snapshot, qs []LoadQuery) {
+	*sn = Snapshot{
 		Now: p.clk.Now(), Start: p.start, Msgs: p.msgs, Activations: p.activations,
-		QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append([]int(nil), p.histo...),
-		Autoscale: p.cfg.Autoscale, EMABusy: p.ema,
+		QueueSize: p.cfg.QueueSize, Queued: len(p.queue), Histo: append(sn.Histo[:0], p.histo...),
+		Autoscale: p.cfg.Autoscale, EMABusy: p.ema, Slots: sn.Slots[:0], Loads: sn.Loads[:0],
 	}
-	snap.Slots = make([]SlotInfo, 0, len(p.slots))
 	for _, s := range p.slots {
 		si := SlotInfo{State: s.state, Current: s.cmd.cur, Last: s.cmd.last, NumRequests: s.life.numRequests,
 			NumScans: s.life.numScans, Activated: s.life.activated, FirstReq: s.life.firstReq, LastChange: s.lastChange, Tag: s.cmd.tag}
 		if s.proc != nil {
 			si.PID = s.proc.pid
 		}
-		snap.Slots = append(snap.Slots, si)
+		sn.Slots = append(sn.Slots, si)
 	}
-	if len(qs) > 0 {
-		snap.Loads = make([]Window, len(qs))
-		for i, q := range qs {
-			if q.Hours {
-				snap.Loads[i] = p.hist[q.Kind].hourWindow(snap.Now, int64(q.Back))
-			} else {
-				snap.Loads[i] = p.hist[q.Kind].window(snap.Now, int64(q.Back))
-			}
+	for _, q := range qs {
+		if q.Hours {
+			sn.Loads = append(sn.Loads, p.hist[q.Kind].hourWindow(sn.Now, int64(q.Back)))
+		} else {
+			sn.Loads = append(sn.Loads, p.hist[q.Kind].window(sn.Now, int64(q.Back)))
 		}
 	}
-	return snap
 }
 
 // Count is the number of slots in state st.
