@@ -215,6 +215,24 @@ func TestStatsDiskFull(t *testing.T) {
 	}
 }
 
+// TestStatsSyslogInEventOrder: with -T the stats line reaches syslog
+// before Event returns, on the caller (the pool's owner), so that it
+// comes in the order of the pool's own log lines, as the reference
+// writes them (EndFilter before the next command's Scheduling line:
+// TestMuxSyslogVsReference), not whenever the file's writer gets to it.
+func TestStatsSyslogInEventOrder(t *testing.T) {
+	var syslogged []string
+	s := mux.OpenStats(mux.StatsOptions{Path: filepath.Join(t.TempDir(), "stats"),
+		Syslog: func(m string) { syslogged = append(syslogged, m) }})
+	defer s.Close()
+	for i := range 3 {
+		s.Event(pool.StatsEvent{Time: time.Now(), Event: "EndFilter", Worker: i})
+		if len(syslogged) != i+1 {
+			t.Fatalf("after event %d, %d syslog lines, want %d", i, len(syslogged), i+1)
+		}
+	}
+}
+
 // `autoscale` is the multiplexor's own command with -k (upstream HEAD);
 // without -k it goes to a worker, as with 3.3.
 func TestAutoscaleCommand(t *testing.T) {

@@ -30,7 +30,10 @@ type StatsOptions struct {
 	// Flush is -u: flush after every line.
 	Flush bool
 	// Syslog is -T: it gets "stats <line without its date>" for every
-	// line (nil: none). It is called on the writer goroutine.
+	// line (nil: none). It is called by Event, on the pool's owner, so
+	// that the lines come in the order of the pool's own log lines, as
+	// the reference writes them; it must not block (the syslog client
+	// queues).
 	Syslog func(msg string)
 	// Logger gets the file's open, write and stall errors (default
 	// slog.Default()).
@@ -40,7 +43,7 @@ type StatsOptions struct {
 }
 
 // StatsLog is the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"). Event formats a line and hands it to
-// a writer goroutine, so a slow or full disk never blocks the pool: write
+// a writer goroutine (and to Syslog at once), so a slow or full disk never blocks the pool: write
 // errors are logged (once until writing works again) and the lines lost.
 type StatsLog struct {
 	o StatsOptions
@@ -89,7 +92,14 @@ func truncateStr(s string, n int) string {
 
 // Event logs one event; it never blocks (pool.Config.Stats).
 func (s *StatsLog) Event(ev pool.StatsEvent) {
-	s.send(statsMsg{line: FormatStatsLine(ev, s.o.Location)})
+	line := FormatStatsLine(ev, s.o.Location)
+	if s.o.Syslog != nil && len(line) >= 20 {
+		// The date is always "dd/mm/YYYY:hh:mm:ss " (20 bytes).
+		s.o.Syslog("stats " + line[20:])
+	}
+	if s.o.Path != "" {
+		s.send(statsMsg{line: line})
+	}
 }
 
 func (s *StatsLog) send(m statsMsg) bool {
@@ -169,10 +179,6 @@ func (w *statsWriter) write(line string) {
 			err = w.bw.Flush()
 		}
 		w.check(err)
-	}
-	if w.o.Syslog != nil && len(line) >= 20 {
-		// The date is always "dd/mm/YYYY:hh:mm:ss " (20 bytes).
-		w.o.Syslog("stats " + line[20:])
 	}
 }
 
