@@ -15,7 +15,8 @@ import (
 // there is accept4 plus getsockname, two epoll_ctl calls (register and
 // unregister with the netpoller) and half a dozen allocations, and the
 // first read of a connection usually finds the request already there.
-// So Serve accepts with accept4 itself (no addresses asked for) and a
+// So Serve (or the pool's owner, front.go) accepts with accept4 itself
+// (no addresses asked for) and a
 // connection starts as a bare non-blocking descriptor (fdConn): reads and
 // writes that complete at once are single system calls, and only one that
 // would block registers the descriptor with the runtime's poller (as an

@@ -2,6 +2,7 @@ package mux
 
 import (
 	"syscall"
+	"time"
 	"unsafe"
 
 	"sluice/internal/pool"
@@ -26,12 +27,14 @@ import (
 // five for a forwarded request and three for status (docs/mux.md, "What
 // the rest of the gap is: goroutines, not Go").
 
-// inline is what Serve read of a connection before handing it off: a
-// whole request (line, whole), or the first bytes of one (pre).
+// inline is what Serve (or the owner) read of a connection before
+// handing it off: a whole request (line, whole), or the first bytes of
+// one (pre), and how much of the timeout the wait for them spent.
 type inline struct {
 	pre   []byte
 	line  string
 	whole bool
+	spent time.Duration
 }
 
 // handed is a connection Serve hands to a connection goroutine.

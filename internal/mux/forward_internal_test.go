@@ -119,3 +119,33 @@ func TestAppendStatus(t *testing.T) {
 		t.Fatalf("appendStatus into a buffer: %v allocations, want 0", n)
 	}
 }
+
+// timeoutConn is a clientConn that records the read timeout it is given
+// and whose reads time out.
+type timeoutConn struct {
+	rto   time.Duration
+	reads int
+}
+
+func (c *timeoutConn) Read([]byte) (int, error)       { c.reads++; return 0, os.ErrDeadlineExceeded }
+func (c *timeoutConn) Write(b []byte) (int, error)    { return len(b), nil }
+func (c *timeoutConn) setReadTimeout(d time.Duration) { c.rto = d }
+func (c *timeoutConn) setWriteTimeout(time.Duration)  {}
+
+// TestServeSpentTimeout: a connection handed off after a wait on the
+// owner reads under what is left of the timeout, not a whole new one;
+// with nothing left it is closed without a read.
+func TestServeSpentTimeout(t *testing.T) {
+	s := New(Options{Timeout: time.Second})
+	defer s.Close()
+	c := &timeoutConn{}
+	s.serve(c, true, new(reqBuf), inline{pre: []byte("stat"), spent: 300 * time.Millisecond})
+	if c.rto != 700*time.Millisecond || c.reads == 0 {
+		t.Fatalf("read timeout %v after %d reads, want 700ms", c.rto, c.reads)
+	}
+	c = &timeoutConn{}
+	s.serve(c, true, new(reqBuf), inline{spent: time.Second})
+	if c.reads != 0 {
+		t.Fatalf("%d reads with the whole timeout spent, want none", c.reads)
+	}
+}

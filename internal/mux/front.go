@@ -22,6 +22,12 @@ import (
 // quarter; each client that then blocks in connect costs a wakeup at the
 // next accept (docs/mux.md, "Accepting on the owner").
 //
+// The owner serves the socket while the pool runs: a server closed
+// before its pool (as muxd does) has every connection answered; while a
+// pool stops before its server, new connections wait in the listen queue
+// until it has stopped (its workers reaped), and Serve then accepts by
+// itself.
+//
 // A connection goes to a connection goroutine with what was read
 // (handOff) when its first read brings part of a line, end of file or an
 // error, or a line that is not answered at once: the goroutine's reader
@@ -43,98 +49,55 @@ type front struct {
 	lfd     int // a non-blocking duplicate of the listener's descriptor, closed by stop
 	o       *pool.Owner
 	rb      reqBuf
-	waiting map[int]*waitingConn
 	stopped bool
 	delay   time.Duration // accept's back-off after an error like EMFILE
+	retry   pool.OwnerTimer
 	done    chan struct{} // closed by stop
 	fds     []int         // accept's, reused
 	snap    pool.Snapshot // built-in commands' snapshot, reused
 	out     []byte        // their reply, reused
-	// inflight lists the forwarded requests in the pool, free the ended
-	// ones kept for reuse.
-	inflight, free *frontReq
-}
-
-// frontReq is a request the front forwarded: its connection belongs to
-// finish, or to stop if stop comes first. Ended requests are reused with
-// their done bound once, so that forwarding allocates nothing here.
-type frontReq struct {
-	f          *front
-	fd         int // -1 once stop has closed it
-	prev, next *frontReq
-	done       func(pool.Result) // finish
-}
-
-// newReq lists a request for the connection fd.
-func (f *front) newReq(fd int) *frontReq {
-	r := f.free
-	if r != nil {
-		f.free = r.next
-	} else {
-		r = &frontReq{f: f}
-		r.done = r.finish
-	}
-	r.fd, r.prev, r.next = fd, nil, f.inflight
-	if f.inflight != nil {
-		f.inflight.prev = r
-	}
-	f.inflight = r
-	return r
-}
-
-// finish answers the request with the pool's result and closes its
-// connection, unless stop has closed it.
-func (r *frontReq) finish(res pool.Result) {
-	f, fd := r.f, r.fd
-	if fd < 0 {
-		return
-	}
-	if r.prev != nil {
-		r.prev.next = r.next
-	} else {
-		f.inflight = r.next
-	}
-	if r.next != nil {
-		r.next.prev = r.prev
-	}
-	r.fd, r.prev, r.next = -1, nil, f.free
-	f.free = r
-	reply, raw := replyOf(res)
-	if raw == nil {
-		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
-	}
-	f.s.write(fd, raw)
-}
-
-// waitingConn is an accepted connection whose line is not in yet.
-type waitingConn struct {
-	fd    int
-	timer *pool.OwnerTimer
+	// onAccept and onRetry are accept and rewatch, bound once.
+	onAccept, onRetry func()
+	// waiting lists the connections whose line is not in yet, inflight
+	// the forwarded requests in the pool; the free lists keep ended ones
+	// for reuse (frontconns.go).
+	waiting, waitFree *waitingConn
+	inflight, reqFree *frontReq
 }
 
 // startFront serves the listener descriptor lfd of the main socket on the
-// pool's owner until the server closes; false (lfd closed) when the pool
-// cannot: it has stopped, or has no epoll set of its own. It returns once
-// the owner has taken lfd, or has not.
+// pool's owner until the server closes; false when the pool cannot (it
+// has stopped, or has no epoll set of its own), or when the server closes
+// before the owner has taken lfd (the pool may not run yet: the owner
+// then closes lfd when it comes to it). lfd belongs to f from here on.
 func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
-	f := &front{s: s, ls: ls, lfd: lfd, waiting: map[int]*waitingConn{}, done: make(chan struct{})}
+	f := &front{s: s, ls: ls, lfd: lfd, done: make(chan struct{})}
+	f.onAccept, f.onRetry = f.accept, f.rewatch
 	ok := make(chan bool, 1)
 	if !s.o.Pool.OnOwner(func(o *pool.Owner) {
 		f.o = o
-		ok <- o.Watch(lfd, f.accept) == nil
-	}, func() { ok <- false }) {
-		ok <- false
-	}
-	if !<-ok {
-		closeRaw(lfd)
+		if s.isClosed() || o.Watch(lfd, f.onAccept) != nil {
+			f.stop(true)
+			ok <- false
+			return
+		}
+		ok <- true
+	}, func() { f.stop(false); ok <- false }) {
+		f.stop(false)
 		return nil, false
 	}
-	return f, true
+	select {
+	case taken := <-ok:
+		return f, taken
+	case <-s.ctx.Done():
+		return nil, false
+	}
 }
 
-// stop closes the listener's duplicate and the waiting connections; on
-// the owner, or anywhere once the pool has stopped (o is then not used:
-// the pool's epoll set is gone with it).
+// stop closes the listener's duplicate, the waiting connections and
+// those of the requests still in the pool; on the owner, or anywhere
+// once the pool has stopped (o is then not used: the pool's epoll set
+// and timers are gone with it).
 func (f *front) stop(onOwner bool) {
 	if f.stopped {
 		return
@@ -142,22 +105,11 @@ func (f *front) stop(onOwner bool) {
 	f.stopped = true
 	if onOwner {
 		f.o.Forget(f.lfd)
+		f.retry.Stop()
 	}
 	closeRaw(f.lfd)
-	for fd, w := range f.waiting {
-		if onOwner {
-			w.timer.Stop()
-			f.o.Forget(fd)
-		}
-		closeRaw(fd)
-		f.s.connDone(true)
-	}
-	clear(f.waiting)
-	for r := f.inflight; r != nil; r = r.next {
-		closeRaw(r.fd)
-		r.fd = -1
-	}
-	f.inflight = nil
+	f.closeWaiting(onOwner)
+	f.closeInflight()
 	close(f.done)
 }
 
@@ -210,7 +162,7 @@ func (f *front) accept() {
 	}
 	f.fds = fds
 	if backoff {
-		f.o.After(f.delay, f.rewatch)
+		f.o.Arm(&f.retry, f.delay, f.onRetry)
 		return
 	}
 	f.rewatch()
@@ -219,7 +171,7 @@ func (f *front) accept() {
 // rewatch arms the listener's watch again.
 func (f *front) rewatch() {
 	if !f.stopped {
-		_ = f.o.Watch(f.lfd, f.accept)
+		_ = f.o.Watch(f.lfd, f.onAccept)
 	}
 }
 
@@ -231,20 +183,21 @@ func (f *front) first(fd int) {
 		f.await(fd)
 		return
 	}
-	f.got(fd, n, e)
+	f.got(fd, n, e, 0)
 }
 
 // got takes the result of a connection's read (n bytes into f.rb, or the
-// error e): a whole line is answered, anything else goes to a connection
-// goroutine, which meets EOF or the error again, or reads the rest.
-func (f *front) got(fd, n int, e syscall.Errno) {
+// error e), spent after the accept: a whole line is answered, anything
+// else goes to a connection goroutine (with what is left of the timeout),
+// which meets EOF or the error again, or reads the rest.
+func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 	if e != 0 || n == 0 {
-		f.s.handOff(f.ls, handed{fd: fd})
+		f.s.handOff(f.ls, handed{fd: fd, in: inline{spent: spent}})
 		return
 	}
 	i := indexNL(f.rb.line[:n])
 	if i < 0 {
-		f.s.handOff(f.ls, handed{fd: fd, in: inline{pre: append([]byte(nil), f.rb.line[:n]...)}})
+		f.s.handOff(f.ls, handed{fd: fd, in: inline{pre: append([]byte(nil), f.rb.line[:n]...), spent: spent}})
 		return
 	}
 	line := frameLine(f.rb.line[:i+1])
@@ -266,51 +219,4 @@ func (f *front) got(fd, n int, e syscall.Errno) {
 		return
 	}
 	f.s.handOff(f.ls, handed{fd: fd, in: inline{line: line, whole: true}})
-}
-
-// await watches fd until its line comes, for the timeout at most.
-func (f *front) await(fd int) {
-	w := &waitingConn{fd: fd}
-	if err := f.o.Watch(fd, func() { f.readable(w) }); err != nil {
-		f.s.handOff(f.ls, handed{fd: fd})
-		return
-	}
-	w.timer = f.o.After(f.s.o.Timeout, func() { f.expire(w) })
-	f.waiting[fd] = w
-}
-
-// readable reads a waiting connection that has become readable.
-func (f *front) readable(w *waitingConn) {
-	if f.stopped || f.waiting[w.fd] != w {
-		return
-	}
-	n, e := rawRW(syscall.SYS_READ, w.fd, f.rb.line[:])
-	if e == syscall.EAGAIN && f.o.Watch(w.fd, func() { f.readable(w) }) == nil {
-		return
-	}
-	f.release(w)
-	if e == syscall.EAGAIN { // not watched: its goroutine waits on the poller
-		f.s.handOff(f.ls, handed{fd: w.fd})
-		return
-	}
-	f.got(w.fd, n, e)
-}
-
-// expire closes a connection that sent nothing within the timeout,
-// without a reply (the reference's behaviour).
-func (f *front) expire(w *waitingConn) {
-	if f.stopped || f.waiting[w.fd] != w {
-		return
-	}
-	f.release(w)
-	closeRaw(w.fd)
-	f.s.connDone(true)
-}
-
-// release ends w's wait: its watch and timer go, the connection stays
-// open.
-func (f *front) release(w *waitingConn) {
-	w.timer.Stop()
-	f.o.Forget(w.fd)
-	delete(f.waiting, w.fd)
 }

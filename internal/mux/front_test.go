@@ -1,6 +1,7 @@
 package mux_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -209,5 +210,45 @@ func TestFrontAcceptBackoff(t *testing.T) {
 	}
 	if r := <-got; r != "3.3" {
 		t.Fatalf("version after the accepts failed: %q", r)
+	}
+}
+
+// TestFrontCloseBeforePoolRuns: Close returns even when the pool's owner
+// has not yet taken the main socket (Serve before Run); the pool, run
+// afterwards, closes the listener's duplicate it was handed.
+func TestFrontCloseBeforePoolRuns(t *testing.T) {
+	dir := t.TempDir()
+	p, err := pool.New(pool.Config{
+		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
+		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
+		SlewTime: time.Second, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mux.New(mux.Options{Pool: p})
+	ln, err := net.Listen("unix", filepath.Join(dir, "mx.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln, true) }()
+	time.Sleep(50 * time.Millisecond) // Serve waits for the owner
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked while the pool was not running")
+	}
+	if err := <-serveDone; !errors.Is(err, mux.ErrServerClosed) {
+		t.Fatalf("Serve after Close: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(ctx) }()
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -373,7 +373,11 @@ type clientConn interface {
 func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf, in inline) {
 	line, ok := in.line, in.whole
 	if !ok {
-		line, ok = readRequest(c, s.o.Timeout, buf, in.pre)
+		timeout := s.o.Timeout - in.spent
+		if timeout <= 0 {
+			return
+		}
+		line, ok = readRequest(c, timeout, buf, in.pre)
 	}
 	if !ok {
 		return

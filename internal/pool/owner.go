@@ -29,7 +29,9 @@ func (p *Pool) OnOwner(f func(*Owner), drop func()) bool {
 	return p.post(ownerMsg{f: func() { f(&Owner{p: p}) }, drop: drop})
 }
 
-// Done is closed once the pool has stopped: its owner runs nothing more.
+// Done is closed once the pool's owner loop has ended: no watch or timer
+// fires any more, and what OnOwner has not run yet is dropped (its drop
+// runs on the goroutine that ends the pool).
 func (p *Pool) Done() <-chan struct{} { return p.done }
 
 // Watch arms a one-shot watch on fd: fn runs on the owner once fd is
@@ -50,7 +52,8 @@ func (o *Owner) Forget(fd int) {
 	}
 }
 
-// OwnerTimer is a function the owner runs at a deadline (Owner.After).
+// OwnerTimer is a function the owner runs at a deadline (Owner.After,
+// Owner.Arm). Its zero value is a timer not armed.
 type OwnerTimer struct {
 	e timerEntry
 	p *Pool
@@ -59,13 +62,27 @@ type OwnerTimer struct {
 // After runs fn on the owner once d has passed, unless the timer is
 // stopped first.
 func (o *Owner) After(d time.Duration, fn func()) *OwnerTimer {
-	t := &OwnerTimer{e: timerEntry{fn: fn, index: -1}, p: o.p}
-	o.p.schedule(&t.e, d)
+	t := new(OwnerTimer)
+	o.Arm(t, d, fn)
 	return t
 }
 
-// Stop cancels t if it has not fired (owner only).
-func (t *OwnerTimer) Stop() { t.e.cancel(t.p) }
+// Arm arms t, a timer the caller keeps (so that arming allocates
+// nothing), to run fn after d; an armed t is moved.
+func (o *Owner) Arm(t *OwnerTimer, d time.Duration, fn func()) {
+	if t.p == nil {
+		t.p, t.e.index = o.p, -1
+	}
+	t.e.fn = fn
+	o.p.schedule(&t.e, d)
+}
+
+// Stop cancels t if it is armed (owner only).
+func (t *OwnerTimer) Stop() {
+	if t.p != nil {
+		t.e.cancel(t.p)
+	}
+}
 
 // Submit is Pool.Submit on the owner: the request goes to a worker or
 // the queue at once, and done is called exactly once, on the owner

@@ -15,8 +15,10 @@ import (
 // only while the owner's inbox is full; false when the pool has stopped
 // (done is then not called).
 //
-// A front end that answers many clients from few goroutines (the mux's
-// accepting goroutine) uses Submit; Do is for a caller that waits anyway.
+// A front end that answers many clients from few goroutines uses Submit
+// (the mux's accepting goroutine, when the pool cannot serve its socket
+// on the owner; there it is Owner.Submit); Do is for a caller that waits
+// anyway.
 func (p *Pool) Submit(req Request, done func(Result)) bool {
 	c := &call{req: req, kind: KindOf(req.Line), tick: -1, onDone: done, ownerIO: true}
 	return p.post(ownerMsg{c: c})
@@ -48,8 +50,8 @@ func (p *Pool) post(m ownerMsg) bool {
 
 // drainInbox ends the messages of post left in the inbox once the owner
 // loop has stopped (p.done is closed, so no sender waits on a full
-// inbox): a Submit call's done gets ErrClosed, a SnapshotTo's nil; post
-// refuses from now on.
+// inbox): a Submit call's done gets ErrClosed, a SnapshotTo's nil, an
+// OnOwner message's drop runs; post refuses from now on.
 func (p *Pool) drainInbox() {
 	p.inMu.Lock()
 	p.inClosed = true

@@ -11,7 +11,9 @@ import (
 
 // reactor is the owner loop's own epoll set: the workers' stdout pipes
 // while the owner itself reads the reply of a call submitted with Submit
-// (ownerio.go). It exists so that a forwarded request costs no goroutine
+// (ownerio.go), and the descriptors a front end serving its clients on
+// the owner watches (Owner.Watch: the mux's listening socket and the
+// connections whose request is not in yet). It exists so that a forwarded request costs no goroutine
 // switch while the pool is busy: the owner takes the readiness of every
 // such pipe from one epoll_wait(2) between the messages it handles,
 // instead of a goroutine per request waiting on the runtime's poller and
