@@ -14,6 +14,51 @@ import (
 // close them all, and its ended entries are kept for reuse with their
 // functions bound once: a connection costs no allocation here.
 
+// links are an entry's places in its list (or, next only, in its free
+// list).
+type links[T any] struct{ prev, next *T }
+
+// listed is a pointer to an entry of an owner list.
+type listed[T any] interface {
+	*T
+	links() *links[T]
+}
+
+// push puts x first in the list at head.
+func push[T any, P listed[T]](head **T, x P) {
+	l := x.links()
+	l.prev, l.next = nil, *head
+	if *head != nil {
+		P(*head).links().prev = (*T)(x)
+	}
+	*head = (*T)(x)
+}
+
+// unlink takes x out of the list at head and puts it first in the free
+// list.
+func unlink[T any, P listed[T]](head, free **T, x P) {
+	l := x.links()
+	if l.prev != nil {
+		P(l.prev).links().next = l.next
+	} else {
+		*head = l.next
+	}
+	if l.next != nil {
+		P(l.next).links().prev = l.prev
+	}
+	l.prev, l.next = nil, *free
+	*free = (*T)(x)
+}
+
+// reuse takes the first entry of the free list, or nil.
+func reuse[T any, P listed[T]](free **T) *T {
+	x := *free
+	if x != nil {
+		*free = P(x).links().next
+	}
+	return x
+}
+
 // waitingConn is an accepted connection whose line is not in yet: its
 // descriptor is watched in the owner's epoll set, under a timer.
 type waitingConn struct {
@@ -22,28 +67,25 @@ type waitingConn struct {
 	since                time.Time
 	timer                pool.OwnerTimer
 	onReadable, onExpire func()
-	prev, next           *waitingConn
+	lk                   links[waitingConn]
 }
+
+func (w *waitingConn) links() *links[waitingConn] { return &w.lk }
 
 // await watches fd until its line comes, for the timeout at most.
 func (f *front) await(fd int) {
-	w := f.waitFree
-	if w != nil {
-		f.waitFree = w.next
-	} else {
+	w := reuse(&f.waitFree)
+	if w == nil {
 		w = &waitingConn{f: f}
 		w.onReadable, w.onExpire = w.readable, w.expire
 	}
 	if err := f.o.Watch(fd, w.onReadable); err != nil {
-		w.next, f.waitFree = f.waitFree, w
+		w.lk.next, f.waitFree = f.waitFree, w
 		f.s.handOff(f.ls, handed{fd: fd})
 		return
 	}
-	w.fd, w.since, w.prev, w.next = fd, time.Now(), nil, f.waiting
-	if f.waiting != nil {
-		f.waiting.prev = w
-	}
-	f.waiting = w
+	w.fd, w.since = fd, time.Now()
+	push(&f.waiting, w)
 	f.o.Arm(&w.timer, f.s.o.Timeout, w.onExpire)
 }
 
@@ -83,21 +125,13 @@ func (w *waitingConn) release() {
 	f := w.f
 	w.timer.Stop()
 	f.o.Forget(w.fd)
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		f.waiting = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	}
-	w.fd, w.prev, w.next = -1, nil, f.waitFree
-	f.waitFree = w
+	w.fd = -1
+	unlink(&f.waiting, &f.waitFree, w)
 }
 
 // closeWaiting closes the waiting connections (stop).
 func (f *front) closeWaiting(onOwner bool) {
-	for w := f.waiting; w != nil; w = w.next {
+	for w := f.waiting; w != nil; w = w.lk.next {
 		if onOwner {
 			w.timer.Stop()
 			f.o.Forget(w.fd)
@@ -111,26 +145,23 @@ func (f *front) closeWaiting(onOwner bool) {
 // frontReq is a request the front forwarded: its connection belongs to
 // finish, or to stop if stop comes first.
 type frontReq struct {
-	f          *front
-	fd         int // -1 once stop has closed it
-	prev, next *frontReq
-	done       func(pool.Result) // finish
+	f    *front
+	fd   int               // -1 once stop has closed it
+	done func(pool.Result) // finish
+	lk   links[frontReq]
 }
+
+func (r *frontReq) links() *links[frontReq] { return &r.lk }
 
 // newReq lists a request for the connection fd.
 func (f *front) newReq(fd int) *frontReq {
-	r := f.reqFree
-	if r != nil {
-		f.reqFree = r.next
-	} else {
+	r := reuse(&f.reqFree)
+	if r == nil {
 		r = &frontReq{f: f}
 		r.done = r.finish
 	}
-	r.fd, r.prev, r.next = fd, nil, f.inflight
-	if f.inflight != nil {
-		f.inflight.prev = r
-	}
-	f.inflight = r
+	r.fd = fd
+	push(&f.inflight, r)
 	return r
 }
 
@@ -141,16 +172,8 @@ func (r *frontReq) finish(res pool.Result) {
 	if fd < 0 {
 		return
 	}
-	if r.prev != nil {
-		r.prev.next = r.next
-	} else {
-		f.inflight = r.next
-	}
-	if r.next != nil {
-		r.next.prev = r.prev
-	}
-	r.fd, r.prev, r.next = -1, nil, f.reqFree
-	f.reqFree = r
+	r.fd = -1
+	unlink(&f.inflight, &f.reqFree, r)
 	reply, raw := replyOf(res)
 	if raw == nil {
 		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
@@ -161,7 +184,7 @@ func (r *frontReq) finish(res pool.Result) {
 // closeInflight closes the connections of the requests in the pool
 // (stop); their finish then does nothing.
 func (f *front) closeInflight() {
-	for r := f.inflight; r != nil; r = r.next {
+	for r := f.inflight; r != nil; r = r.lk.next {
 		closeRaw(r.fd)
 		r.fd = -1
 	}
