@@ -45,9 +45,10 @@ type Pool struct {
 	histo          []int
 	hist           [nkinds]*history
 	start          time.Time
-	oldFree        int     // free slots after the last state change (-1: none yet)
-	idleSeq        uint64  // source of slot.idleSeq
-	idleBuf        []*slot // findFree's scratch
+	tbase          time.Time // timers.go: what timerEntry.at counts from
+	oldFree        int       // free slots after the last state change (-1: none yet)
+	idleSeq        uint64    // source of slot.idleSeq
+	idleBuf        []*slot   // findFree's scratch
 	// nowT is the clock's time for the message being handled (nowSet):
 	// one reading of the clock serves all of its bookkeeping.
 	nowT   time.Time

@@ -8,7 +8,12 @@ import (
 )
 
 type timerEntry struct {
-	when  time.Time
+	when time.Time
+	// at is when as a duration since the pool's first timer (Pool.tbase;
+	// monotonic, as Time.Before compares), the heap's key: comparing two
+	// integers is most of what keeping the heap costs, a few times per
+	// request.
+	at    time.Duration
 	fn    func()
 	c     *call // set instead of fn: the queue timeout of c
 	index int   // -1 when not in the heap
@@ -18,7 +23,7 @@ type timerHeap []*timerEntry
 
 func (h timerHeap) Len() int { return len(h) }
 
-func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -55,6 +60,10 @@ func (p *Pool) now() time.Time {
 // schedule (re)arms e, an entry kept by its user, to fire in d.
 func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {
 	e.when = p.now().Add(d)
+	if p.tbase.IsZero() {
+		p.tbase = e.when
+	}
+	e.at = e.when.Sub(p.tbase)
 	if e.index >= 0 {
 		heap.Fix(&p.timers, e.index)
 	} else {
