@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -22,11 +23,12 @@ import (
 // quarter; each client that then blocks in connect costs a wakeup at the
 // next accept (docs/mux.md, "Accepting on the owner").
 //
-// The owner serves the socket while the pool runs: a server closed
-// before its pool (as muxd does) has every connection answered; while a
-// pool stops before its server, new connections wait in the listen queue
-// until it has stopped (its workers reaped), and Serve then accepts by
-// itself.
+// The owner serves the socket while the pool runs. Close ends that on
+// the owner: the connections still waiting for their line or for the
+// pool see EOF, as with the reference's SIGTERM. While a pool stops
+// before its server (muxd closes the server first), new connections wait
+// in the listen queue until it has stopped (its workers reaped), and
+// Serve then accepts by itself.
 //
 // A connection goes to a connection goroutine with what was read
 // (handOff) when its first read brings part of a line, end of file or an
@@ -44,18 +46,19 @@ var frontAccept = accept4
 // front is the main socket served on the owner. Everything but done is
 // the owner's (or, once the pool has stopped, stop's caller's).
 type front struct {
-	s       *Server
-	ls      *listenerState
-	lfd     int // a non-blocking duplicate of the listener's descriptor, closed by stop
-	o       *pool.Owner
-	rb      reqBuf
-	stopped bool
-	delay   time.Duration // accept's back-off after an error like EMFILE
-	retry   pool.OwnerTimer
-	done    chan struct{} // closed by stop
-	fds     []int         // accept's, reused
-	snap    pool.Snapshot // built-in commands' snapshot, reused
-	out     []byte        // their reply, reused
+	s        *Server
+	ls       *listenerState
+	lfd      int // a non-blocking duplicate of the listener's descriptor, closed by stop
+	o        *pool.Owner
+	rb       reqBuf
+	stopped  bool // set by stop: read by the owner's handlers
+	stopOnce sync.Once
+	delay    time.Duration // accept's back-off after an error like EMFILE
+	retry    pool.OwnerTimer
+	done     chan struct{} // closed by stop
+	fds      []int         // accept's, reused
+	snap     pool.Snapshot // built-in commands' snapshot, reused
+	out      []byte        // their reply, reused
 	// onAccept and onRetry are accept and rewatch, bound once.
 	onAccept, onRetry func()
 	// waiting lists the connections whose line is not in yet, inflight
@@ -68,8 +71,9 @@ type front struct {
 // startFront serves the listener descriptor lfd of the main socket on the
 // pool's owner until the server closes; false when the pool cannot (it
 // has stopped, or has no epoll set of its own), or when the server closes
-// before the owner has taken lfd (the pool may not run yet: the owner
-// then closes lfd when it comes to it). lfd belongs to f from here on.
+// before startFront has learnt whether the owner took lfd (the pool may
+// not run yet): f is then stopped after the owner's start, whenever the
+// owner comes to it. lfd belongs to f from here on.
 func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
 	f := &front{s: s, ls: ls, lfd: lfd, done: make(chan struct{})}
 	f.onAccept, f.onRetry = f.accept, f.rewatch
@@ -90,27 +94,37 @@ func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
 	case taken := <-ok:
 		return f, taken
 	case <-s.ctx.Done():
+		f.halt()
 		return nil, false
+	}
+}
+
+// halt has f stopped: by the owner, after what it was asked before, or at
+// once if the owner loop has ended.
+func (f *front) halt() {
+	if !f.s.o.Pool.OnOwner(func(*pool.Owner) { f.stop(true) }, func() { f.stop(false) }) {
+		f.stop(false)
 	}
 }
 
 // stop closes the listener's duplicate, the waiting connections and
 // those of the requests still in the pool; on the owner, or anywhere
-// once the pool has stopped (o is then not used: the pool's epoll set
-// and timers are gone with it).
+// once the pool's owner loop has ended (o is then not used: the pool's
+// epoll set and timers are gone with it). Only its first call does
+// anything; once the owner loop has ended, two may race (a dropped
+// message's and halt's).
 func (f *front) stop(onOwner bool) {
-	if f.stopped {
-		return
-	}
-	f.stopped = true
-	if onOwner {
-		f.o.Forget(f.lfd)
-		f.retry.Stop()
-	}
-	closeRaw(f.lfd)
-	f.closeWaiting(onOwner)
-	f.closeInflight()
-	close(f.done)
+	f.stopOnce.Do(func() {
+		f.stopped = true
+		if onOwner {
+			f.o.Forget(f.lfd)
+			f.retry.Stop()
+		}
+		closeRaw(f.lfd)
+		f.closeWaiting(onOwner)
+		f.closeInflight()
+		close(f.done)
+	})
 }
 
 // wait stops f once the server closes or the pool stops, and returns
@@ -120,9 +134,7 @@ func (f *front) wait() (closed bool) {
 	case <-f.s.ctx.Done():
 	case <-f.s.o.Pool.Done():
 	}
-	if !f.s.o.Pool.OnOwner(func(*pool.Owner) { f.stop(true) }, func() { f.stop(false) }) {
-		f.stop(false)
-	}
+	f.halt()
 	<-f.done
 	return f.s.ctx.Err() != nil
 }

@@ -3,9 +3,11 @@ package mux_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -250,5 +252,43 @@ func TestFrontCloseBeforePoolRuns(t *testing.T) {
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestFrontCloseRacesStart: a Close that comes while the owner takes the
+// main socket still ends its serving: the socket stops listening (every
+// duplicate of it closed) soon after Close, whichever came first.
+func TestFrontCloseRacesStart(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	for i := range 1000 {
+		srv := mux.New(mux.Options{Pool: p})
+		sock := filepath.Join(dir, fmt.Sprintf("mx%d.sock", i))
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The path stays: a connect then reaches the socket as long as
+		// any duplicate of it is open.
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		serveDone := make(chan error, 1)
+		go func() { serveDone <- srv.Serve(ln, true) }()
+		if i%2 == 1 {
+			runtime.Gosched()
+		}
+		srv.Close()
+		<-serveDone
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				break
+			}
+			c.Close()
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the socket still listens 5 s after Close", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func (w *waitingConn) links() *links[waitingConn] { return &w.lk }
 func (f *front) await(fd int) {
 	w := reuse(&f.waitFree)
 	if w == nil {
-		w = &waitingConn{f: f}
+		w = &waitingConn{f: f, fd: -1}
 		w.onReadable, w.onExpire = w.readable, w.expire
 	}
 	if err := f.o.Watch(fd, w.onReadable); err != nil {

@@ -54,8 +54,8 @@
 //   - The reactor (its epoll set, its watches and process.rfd) is the
 //     owner's, but for its waiter goroutine, which only waits for the
 //     set to be readable and kicks the owner. A front end's watched
-//     descriptors are the front end's, used in code the owner runs, or
-//     in an OnOwner drop function once the owner loop has ended.
+//     descriptors are the front end's, used in code the owner runs, or,
+//     once the owner loop has ended, by whatever ends the front end.
 //   - Each process has a stderr reader (drainStderr) and, with -Z, a
 //     status reader (readStatus); they share only process.qid and
 //     process.oom (atomics) and send on Pool.tags.
