@@ -50,18 +50,13 @@ func (s *Server) take(ls *listenerState, fd int, rb *reqBuf) {
 		return
 	}
 	n, e := rawRW(syscall.SYS_READ, fd, rb.line[:])
-	if e != 0 || n == 0 {
-		// Nothing yet (EAGAIN), or EOF or an error, which the connection
-		// goroutine's read meets again.
-		s.handOff(ls, handed{fd: fd})
+	line, in, whole := firstRead(rb, n, e, 0)
+	if !whole {
+		// Nothing yet (EAGAIN), part of a line, or EOF or an error, which
+		// the connection goroutine's read meets again.
+		s.handOff(ls, handed{fd: fd, in: in})
 		return
 	}
-	i := indexNL(rb.line[:n])
-	if i < 0 {
-		s.handOff(ls, handed{fd: fd, in: inline{pre: append([]byte(nil), rb.line[:n]...)}})
-		return
-	}
-	line := frameLine(rb.line[:i+1])
 	// A forwarded command is never built in (the test of forwardsAtOnce),
 	// so the lookup of the built-in commands can come second.
 	if forwardsAtOnce(line) {
@@ -75,6 +70,23 @@ func (s *Server) take(ls *listenerState, fd int, rb *reqBuf) {
 		return
 	}
 	s.handOff(ls, handed{fd: fd, in: inline{line: line, whole: true}})
+}
+
+// firstRead is what a connection's read of n bytes into rb (or its error
+// e) brought, spent after the accept: a whole line (whole), or else what
+// to hand a connection goroutine with the connection (the bytes of a
+// part of a line, and the time spent).
+func firstRead(rb *reqBuf, n int, e syscall.Errno, spent time.Duration) (line string, in inline, whole bool) {
+	in.spent = spent
+	if e != 0 || n == 0 {
+		return "", in, false
+	}
+	i := indexNL(rb.line[:n])
+	if i < 0 {
+		in.pre = append([]byte(nil), rb.line[:n]...)
+		return "", in, false
+	}
+	return frameLine(rb.line[:i+1]), in, true
 }
 
 // answerBuiltin answers the built-in command a for the connection fd.

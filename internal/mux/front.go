@@ -145,7 +145,8 @@ func (f *front) wait() (closed bool) {
 // between two accepts lets its client connect again at once, into the
 // place the next accept freed, while the clients blocked in connect(2)
 // for that place wake to a full queue and wait again at the back (status
-// p99 under 64 clients 6.8-8.7 ms against 4.5-5.7 ms this way).
+// p99 under 64 clients was 6.8-8.7 ms before, about the reference's
+// after: docs/mux.md, "Accepting on the owner").
 func (f *front) accept() {
 	if f.stopped {
 		return
@@ -203,16 +204,11 @@ func (f *front) first(fd int) {
 // else goes to a connection goroutine (with what is left of the timeout),
 // which meets EOF or the error again, or reads the rest.
 func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
-	if e != 0 || n == 0 {
-		f.s.handOff(f.ls, handed{fd: fd, in: inline{spent: spent}})
+	line, in, whole := firstRead(&f.rb, n, e, spent)
+	if !whole {
+		f.s.handOff(f.ls, handed{fd: fd, in: in})
 		return
 	}
-	i := indexNL(f.rb.line[:n])
-	if i < 0 {
-		f.s.handOff(f.ls, handed{fd: fd, in: inline{pre: append([]byte(nil), f.rb.line[:n]...), spent: spent}})
-		return
-	}
-	line := frameLine(f.rb.line[:i+1])
 	if forwardsAtOnce(line) {
 		f.s.inlined.Add(1)
 		r := f.newReq(fd)

@@ -18,15 +18,19 @@ import (
 	"sluice/internal/pool/pooltest"
 )
 
-// runPool starts a pool of one fake worker in dir (queue of 5); stop ends
-// it and waits (also at cleanup).
-func runPool(t *testing.T, dir string) (p *pool.Pool, stop func()) {
-	t.Helper()
-	return pooltest.Run(t, pool.Config{
+// onePool is a pool of one fake worker in dir, with a queue of 5.
+func onePool(dir string) pool.Config {
+	return pool.Config{
 		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
 		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
 		SlewTime: time.Second, QueueSize: 5, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
-	})
+	}
+}
+
+// runPool runs onePool(dir); stop ends it and waits (also at cleanup).
+func runPool(t *testing.T, dir string) (p *pool.Pool, stop func()) {
+	t.Helper()
+	return pooltest.Run(t, onePool(dir))
 }
 
 // serveMain serves the main socket of a new server on p, in dir, with the
@@ -220,11 +224,7 @@ func TestFrontAcceptBackoff(t *testing.T) {
 // afterwards, closes the listener's duplicate it was handed.
 func TestFrontCloseBeforePoolRuns(t *testing.T) {
 	dir := t.TempDir()
-	p, err := pool.New(pool.Config{
-		Program: fakeWorker, Dir: dir, MinWorkers: 1, MaxWorkers: 1, MaxRequests: 500,
-		IdleTime: time.Minute, BusyTimeout: 30 * time.Second, CmdTimeout: 10 * time.Second,
-		SlewTime: time.Second, QueueTimeout: 30 * time.Second, KillGrace: time.Second,
-	})
+	p, err := pool.New(onePool(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

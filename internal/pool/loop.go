@@ -60,7 +60,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			// timer cancelled) is left to fire early: fireTimers then
 			// finds nothing due and the loop arms the next one. Re-arming
 			// for every request would cost a timer each.
-			when := p.timers[0].when
+			when := p.when(p.timers[0])
 			if timer == nil || when.Before(armed) {
 				if timer != nil {
 					timer.Stop()

@@ -10,8 +10,8 @@ import (
 // listening socket and the connections whose request is not in yet sit
 // in the owner's epoll set beside the workers' stdout, as in a
 // single-threaded multiplexor) watches its descriptors with Watch, bounds
-// their waits with After, and hands requests to the pool with Submit and
-// Snapshot, which skip the inbox. An Owner is valid only on the owner
+// their waits with Arm, and hands requests to the pool with Submit and
+// SnapshotInto, which skip the inbox. An Owner is valid only on the owner
 // goroutine: in a function given to OnOwner, a watch's or a timer's
 // function, or a Submit call's done.
 type Owner struct{ p *Pool }
@@ -52,23 +52,16 @@ func (o *Owner) Forget(fd int) {
 	}
 }
 
-// OwnerTimer is a function the owner runs at a deadline (Owner.After,
-// Owner.Arm). Its zero value is a timer not armed.
+// OwnerTimer is a function the owner runs at a deadline (Owner.Arm). Its
+// zero value is a timer not armed.
 type OwnerTimer struct {
 	e timerEntry
 	p *Pool
 }
 
-// After runs fn on the owner once d has passed, unless the timer is
-// stopped first.
-func (o *Owner) After(d time.Duration, fn func()) *OwnerTimer {
-	t := new(OwnerTimer)
-	o.Arm(t, d, fn)
-	return t
-}
-
 // Arm arms t, a timer the caller keeps (so that arming allocates
-// nothing), to run fn after d; an armed t is moved.
+// nothing), to run fn once d has passed, unless t is stopped first; an
+// armed t is moved.
 func (o *Owner) Arm(t *OwnerTimer, d time.Duration, fn func()) {
 	if t.p == nil {
 		t.p, t.e.index = o.p, -1
@@ -92,9 +85,7 @@ func (o *Owner) Submit(req Request, done func(Result)) {
 	o.p.submit(&call{req: req, kind: KindOf(req.Line), tick: -1, onDone: done, ownerIO: true})
 }
 
-// Snapshot is the pool's state now, with the load windows qs.
-func (o *Owner) Snapshot(qs []LoadQuery) Snapshot { return o.p.snapshot(qs) }
-
-// SnapshotInto is Snapshot into sn, reusing its slices: a front end that
-// answers a status poll per connection keeps one Snapshot for all.
+// SnapshotInto is the pool's state now, with the load windows qs, into
+// sn, reusing its slices: a front end that answers a status poll per
+// connection keeps one Snapshot for all.
 func (o *Owner) SnapshotInto(sn *Snapshot, qs []LoadQuery) { o.p.snapshotInto(sn, qs) }

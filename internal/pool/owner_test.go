@@ -12,7 +12,7 @@ import (
 // TestOwnerFrontEnd: what a front end does on the owner (pool.Owner).
 // A watch runs its function once the descriptor is readable, once per
 // arm; a timer fires unless stopped; Submit from the owner calls done on
-// the owner; Snapshot sees the pool; and once the pool has stopped,
+// the owner; SnapshotInto sees the pool; and once the pool has stopped,
 // OnOwner refuses and Done is closed.
 func TestOwnerFrontEnd(t *testing.T) {
 	p, stop := pooltest.Run(t, baseConfig())
@@ -42,8 +42,10 @@ func TestOwnerFrontEnd(t *testing.T) {
 		if err := o.Watch(rfd, func() { events <- "readable" }); err != nil {
 			t.Errorf("Watch: %v", err)
 		}
-		o.After(20*time.Millisecond, func() { events <- "timer" })
-		o.After(10*time.Millisecond, func() { events <- "stopped timer" }).Stop()
+		o.Arm(new(pool.OwnerTimer), 20*time.Millisecond, func() { events <- "timer" })
+		var stopped pool.OwnerTimer
+		o.Arm(&stopped, 10*time.Millisecond, func() { events <- "stopped timer" })
+		stopped.Stop()
 	})
 	want := func(ev string) {
 		t.Helper()
@@ -66,7 +68,7 @@ func TestOwnerFrontEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	onOwner(func(o *pool.Owner) {
-		o.After(50*time.Millisecond, func() { events <- "after spent watch" })
+		o.Arm(new(pool.OwnerTimer), 50*time.Millisecond, func() { events <- "after spent watch" })
 	})
 	want("after spent watch")
 	onOwner(func(o *pool.Owner) {
@@ -77,7 +79,8 @@ func TestOwnerFrontEnd(t *testing.T) {
 	want("re-armed")
 	onOwner(func(o *pool.Owner) {
 		o.Forget(rfd)
-		if snap := o.Snapshot(nil); len(snap.Slots) != 2 {
+		var snap pool.Snapshot
+		if o.SnapshotInto(&snap, nil); len(snap.Slots) != 2 {
 			t.Errorf("Snapshot on the owner: %d slots, want 2", len(snap.Slots))
 		}
 		o.Submit(pool.Request{Line: "scan Q1 /tmp"}, func(r pool.Result) {

@@ -13,9 +13,10 @@ import (
 // while the owner itself reads the reply of a call submitted with Submit
 // (ownerio.go), and the descriptors a front end serving its clients on
 // the owner watches (Owner.Watch: the mux's listening socket and the
-// connections whose request is not in yet). It exists so that a forwarded request costs no goroutine
-// switch while the pool is busy: the owner takes the readiness of every
-// such pipe from one epoll_wait(2) between the messages it handles,
+// connections whose request is not in yet). It exists so that a
+// forwarded request costs no goroutine switch while the pool is busy:
+// the owner takes the readiness of every such descriptor from one
+// epoll_wait(2) between the messages it handles,
 // instead of a goroutine per request waiting on the runtime's poller and
 // reporting over Pool.in (docs/mux.md, "What the rest of the gap is:
 // goroutines, not Go").

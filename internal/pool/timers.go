@@ -8,11 +8,10 @@ import (
 )
 
 type timerEntry struct {
-	when time.Time
-	// at is when as a duration since the pool's first timer (Pool.tbase;
-	// monotonic, as Time.Before compares), the heap's key: comparing two
-	// integers is most of what keeping the heap costs, a few times per
-	// request.
+	// at is the deadline as a duration since the pool's first deadline
+	// (Pool.tbase; monotonic, as Time.Before compares; Pool.when makes
+	// it a time again), the heap's key: comparing two integers is most of what
+	// keeping the heap costs, a few times per request.
 	at    time.Duration
 	fn    func()
 	c     *call // set instead of fn: the queue timeout of c
@@ -59,11 +58,11 @@ func (p *Pool) now() time.Time {
 
 // schedule (re)arms e, an entry kept by its user, to fire in d.
 func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {
-	e.when = p.now().Add(d)
+	when := p.now().Add(d)
 	if p.tbase.IsZero() {
-		p.tbase = e.when
+		p.tbase = when
 	}
-	e.at = e.when.Sub(p.tbase)
+	e.at = when.Sub(p.tbase)
 	if e.index >= 0 {
 		heap.Fix(&p.timers, e.index)
 	} else {
@@ -72,6 +71,9 @@ func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {
 	return e
 }
 
+// when is e's deadline.
+func (p *Pool) when(e *timerEntry) time.Time { return p.tbase.Add(e.at) }
+
 func (e *timerEntry) cancel(p *Pool) {
 	if e != nil && e.index >= 0 {
 		heap.Remove(&p.timers, e.index)
@@ -79,8 +81,8 @@ func (e *timerEntry) cancel(p *Pool) {
 }
 
 func (p *Pool) fireTimers() {
-	now := p.now()
-	for len(p.timers) > 0 && !p.timers[0].when.After(now) {
+	due := p.now().Sub(p.tbase)
+	for len(p.timers) > 0 && p.timers[0].at <= due {
 		e := heap.Pop(&p.timers).(*timerEntry)
 		if e.c != nil {
 			p.queueTimeout(e.c)

@@ -29,12 +29,12 @@ func TestTimersFireInOrder(t *testing.T) {
 		case op < 6 || len(live) == 0:
 			a := &armed{}
 			a.e = p.after(time.Duration(rng.IntN(2000))*time.Millisecond, func() { fired = append(fired, a.when) })
-			a.when = a.e.when
+			a.when = p.when(a.e)
 			live = append(live, a)
 		case op < 8:
 			a := live[rng.IntN(len(live))]
 			p.schedule(a.e, time.Duration(rng.IntN(2000))*time.Millisecond)
-			a.when = a.e.when
+			a.when = p.when(a.e)
 		default:
 			i := rng.IntN(len(live))
 			live[i].e.cancel(p)
