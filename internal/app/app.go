@@ -69,9 +69,10 @@ type Daemon struct {
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
 
-	sockets      *sdlisten.Sockets // passed by systemd, claimed while binding
+	stop         context.Context   // ends a start cut short by a signal (WithStop)
+	src          sources           // sockets passed by the root phase or systemd, claimed while binding
 	stateDirFlag string            // -state-dir, which overrides the file's state_dir on reload
-	runAs        *privdrop.Account // the user sluice switches to once bound (nil: stays)
+	runAs        *privdrop.Account // the user sluice runs as (nil: the one it was started as)
 
 	// stopping is set when Shutdown begins: a Serve that returns before
 	// is a door that failed, reported on failed.
@@ -84,18 +85,18 @@ type Daemon struct {
 }
 
 type boundListener struct {
-	door      string // "anvil", "policy"
-	spec      string // as configured
-	l         net.Listener
-	serve     func(net.Listener) error
-	inherited bool // passed by systemd
+	door        string // "anvil", "policy"
+	spec        string // as configured
+	l           net.Listener
+	serve       func(net.Listener) error
+	fromSystemd bool // passed by systemd
 }
 
 // New builds a daemon from cfg, which must have passed Validate, and binds
 // its listeners. path is the config file, reread by Reload ("" means the
 // embedded defaults). level is the log level to adjust on reload.
 func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar, opts ...Option) (*Daemon, error) {
-	d := &Daemon{path: path, log: log, level: level, started: time.Now(), milterGate: &gate{}}
+	d := &Daemon{path: path, log: log, level: level, started: time.Now(), milterGate: &gate{}, stop: context.Background()}
 	for _, o := range opts {
 		o(d)
 	}
@@ -107,9 +108,13 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareDirs(cfg, acct); err != nil {
+	if acct != nil && !acct.Current() && acct.UID != 0 {
+		return nil, fmt.Errorf("user = %q: sluice runs as root here; a root start gives root up in ExecUnprivileged before New", cfg.User)
+	}
+	if err := prepareDirs(cfg, nil); err != nil {
 		return nil, err
 	}
+	warnRoot(acct, log)
 	d.runAs = acct
 	if len(cfg.Web.Listen) > 0 {
 		if cfg.Web.Metrics {
@@ -124,7 +129,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		}
 		d.obs = newObserver(d.metrics)
 	}
-	store, failOpen, err := openStore(context.Background(), cfg, log)
+	store, failOpen, err := openStore(d.stop, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -148,22 +153,14 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	d.gov.Store(gov)
 	if err := d.bind(cfg); err != nil {
 		d.closeListeners()
-		d.sockets.Close()
+		d.src.close()
 		d.store.Close()
 		return nil, err
 	}
 	// After binding (a second daemon on the same state directory fails
-	// before it touches the file) and before serving; before the switch
-	// of users, so that files an earlier run left as root can be read.
-	// Every later write goes through a new file renamed into the state
-	// directory, which prepareDirs gave to the run user.
+	// before it touches the file) and before serving, as the user sluice
+	// runs as: a root start reaches here after ExecUnprivileged.
 	d.snap = newSnapshotter(cfg, raw, log)
-	if err := dropPrivileges(acct, log); err != nil {
-		d.closeListeners()
-		d.sockets.Close()
-		d.store.Close()
-		return nil, err
-	}
 	return d, nil
 }
 
@@ -181,7 +178,20 @@ func WithStateDir(dir string) Option {
 // instead of a new socket; a passed socket that no listen address names
 // is an error, since its clients would wait on it for ever.
 func WithSockets(s *sdlisten.Sockets) Option {
-	return func(d *Daemon) { d.sockets = s }
+	return func(d *Daemon) { d.src.systemd = s }
+}
+
+// WithStop gives New a context that a stop signal ends: the steps of
+// the start that wait (the connection to Redis) give up when it does.
+func WithStop(ctx context.Context) Option {
+	return func(d *Daemon) { d.stop = ctx }
+}
+
+// WithHandoff gives New the sockets the root phase (ExecUnprivileged)
+// bound and passed across its exec: each listen address, in binding
+// order, takes the next one.
+func WithHandoff(h *sdlisten.Handoff) Option {
+	return func(d *Daemon) { d.src.handoff = h }
 }
 
 // observer returns the verdict observer, or nil (not a nil *observer,
@@ -212,11 +222,11 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 		}
 	}
 	for _, spec := range specs {
-		l, inherited, err := listen(cfg, d.sockets, spec, sock, mode)
+		l, fromSystemd, err := listen(cfg, d.src, spec, sock, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", door, err)
 		}
-		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, inherited: inherited})
+		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, fromSystemd: fromSystemd})
 	}
 	return nil
 }
@@ -257,7 +267,7 @@ func (d *Daemon) Start() {
 			defer d.wg.Done()
 			d.serveDoor(bl)
 		}()
-		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String(), "from_systemd", bl.inherited)
+		d.log.Info(bl.door+" service listening", "listen", bl.spec, "addr", bl.l.Addr().String(), "from_systemd", bl.fromSystemd)
 	}
 }
 
@@ -361,4 +371,10 @@ func NewLogger(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar, f
 	}
 	lim := loglimit.New(h, cfg.Log.MaxLinesPerSecond)
 	return slog.New(lim), lv, func() { lim.Close(); closeLog() }
+}
+
+// close closes the sockets passed and not claimed.
+func (s sources) close() {
+	s.handoff.Close()
+	s.systemd.Close()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
 
 	"sluice/internal/anvil"
 	"sluice/internal/config"
@@ -51,8 +50,11 @@ func (d *Daemon) bind(cfg *config.Config) error {
 	if cfg.Milter.Enabled && cfg.Milter.PauseWhenFull {
 		d.gateMilter()
 	}
-	if left := d.sockets.Unclaimed(); len(left) > 0 {
-		return fmt.Errorf("systemd passed sockets that no listen address in the configuration names: %s (name them in a listen list, or remove them from the socket unit)", strings.Join(left, ", "))
+	if left := d.src.systemd.Unclaimed(); len(left) > 0 {
+		return unclaimedError(left)
+	}
+	if n := d.src.handoff.Left(); n > 0 {
+		return fmt.Errorf("the root phase passed %d sockets more than the configuration binds (was it changed while sluice started?)", n)
 	}
 	return nil
 }

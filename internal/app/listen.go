@@ -1,26 +1,32 @@
 package app
 
 import (
-	"errors"
 	"fmt"
+	"io/fs"
 	"net"
-	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/safefs"
 	"sluice/internal/sdlisten"
 )
 
-// listen binds one configured address, or claims the socket systemd
-// passed for it (inherited true; its owner and mode are the socket
-// unit's). A unix socket sluice binds gets the configured mode and owner;
-// a stale socket file left by a dead process is replaced, one that a live
-// server answers on is an error.
-func listen(cfg *config.Config, sockets *sdlisten.Sockets, spec string, sock config.Socket, mode uint32) (l net.Listener, inherited bool, err error) {
+// sources are where a listener may already exist: the sockets the root
+// phase handed across its exec (taken in binding order), then those
+// systemd passed.
+type sources struct {
+	handoff *sdlisten.Handoff
+	systemd *sdlisten.Sockets
+}
+
+// listen binds one configured address, or takes the socket the root
+// phase or systemd passed for it (fromSystemd: its owner and mode are the
+// socket unit's). A unix socket sluice binds gets the configured mode and
+// owner; a stale socket file left by a dead process is replaced, one that
+// a live server answers on is an error.
+func listen(cfg *config.Config, src sources, spec string, sock config.Socket, mode uint32) (l net.Listener, fromSystemd bool, err error) {
 	network, addr, err := config.ParseListen(spec)
 	if err != nil {
 		return nil, false, err
@@ -28,14 +34,24 @@ func listen(cfg *config.Config, sockets *sdlisten.Sockets, spec string, sock con
 	if network == "unix" {
 		addr = cfg.Path(addr)
 	}
-	if l, ok := sockets.Claim(network, addr); ok {
+	l, fromSystemd, ok, err := src.handoff.Next(network, addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("listen %s: %w", spec, err)
+	}
+	if ok {
+		return l, fromSystemd, nil
+	}
+	if l, ok := src.systemd.Claim(network, addr); ok {
 		return l, true, nil
 	}
-	l, err = bindNew(cfg, spec, network, addr, sock, mode)
+	l, err = bindNew(spec, network, addr, sock, mode)
 	return l, false, err
 }
 
-func bindNew(cfg *config.Config, spec, network, addr string, sock config.Socket, mode uint32) (net.Listener, error) {
+// bindNew binds a new socket. A unix socket's directory is made if
+// missing and its owner and mode set through safefs, which follows no
+// path another user can change.
+func bindNew(spec, network, addr string, sock config.Socket, mode uint32) (net.Listener, error) {
 	if network != "unix" {
 		l, err := net.Listen(network, addr)
 		if err != nil {
@@ -43,73 +59,38 @@ func bindNew(cfg *config.Config, spec, network, addr string, sock config.Socket,
 		}
 		return l, nil
 	}
-	path := addr
-	if err := os.MkdirAll(filepath.Dir(path), config.RuntimeDirMode); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", spec, err)
-	}
-	if err := removeStale(path); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", spec, err)
-	}
-	// Bind with no permissions at all, then open up to the configured
-	// mode, so the socket is never reachable with looser ones.
-	old := syscall.Umask(0o777)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
+	owner, err := socketOwner(sock)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", spec, err)
 	}
-	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(true)
-	if err := chown(path, sock); err != nil {
-		l.Close()
+	dir, _, err := safefs.MkdirAll(filepath.Dir(addr), config.RuntimeDirMode)
+	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", spec, err)
 	}
-	if err := os.Chmod(path, os.FileMode(mode)); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("listen %s: chmod: %w", spec, err)
+	dir.Close()
+	l, err := safefs.ListenUnix(addr, owner, fs.FileMode(mode))
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", spec, err)
 	}
 	return l, nil
 }
 
-func removeStale(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("%s is in use by a running server", path)
-	}
-	return os.Remove(path)
-}
-
-func chown(path string, sock config.Socket) error {
-	uid, gid := -1, -1
+// socketOwner resolves a socket table's owner and group (-1: unset).
+func socketOwner(sock config.Socket) (safefs.Owner, error) {
+	o := safefs.Owner{UID: -1, GID: -1}
 	if sock.Owner != "" {
 		u, err := user.Lookup(sock.Owner)
 		if err != nil {
-			return fmt.Errorf("socket owner: %w", err)
+			return o, fmt.Errorf("socket owner: %w", err)
 		}
-		uid, _ = strconv.Atoi(u.Uid)
+		o.UID, _ = strconv.Atoi(u.Uid)
 	}
 	if sock.Group != "" {
 		g, err := user.LookupGroup(sock.Group)
 		if err != nil {
-			return fmt.Errorf("socket group: %w", err)
+			return o, fmt.Errorf("socket group: %w", err)
 		}
-		gid, _ = strconv.Atoi(g.Gid)
+		o.GID, _ = strconv.Atoi(g.Gid)
 	}
-	if uid == -1 && gid == -1 {
-		return nil
-	}
-	if err := os.Lchown(path, uid, gid); err != nil {
-		return fmt.Errorf("chown socket: %w", err)
-	}
-	return nil
+	return o, nil
 }

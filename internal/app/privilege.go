@@ -1,14 +1,19 @@
 package app
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"sluice/internal/config"
 	"sluice/internal/privdrop"
+	"sluice/internal/safefs"
+	"sluice/internal/sdlisten"
 )
 
 // account resolves the configured user: nil when sluice keeps the user it
@@ -46,40 +51,141 @@ func prepareDirs(cfg *config.Config, acct *privdrop.Account) error {
 
 // mkdir makes dir with mode if it is missing (a directory that exists
 // keeps its mode: systemd's StateDirectory= or an administrator chose it)
-// and hands it to acct.
+// and, as root, hands it to acct: through its descriptor, reached
+// without following a link another user could plant (safefs).
 func mkdir(dir string, mode fs.FileMode, acct *privdrop.Account) error {
-	_, err := os.Stat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, mode); err != nil {
-			return err
-		}
-		// MkdirAll's mode is filtered by the umask.
-		if err := os.Chmod(dir, mode); err != nil {
-			return err
-		}
-	} else if err != nil {
+	d, _, err := safefs.MkdirAll(dir, mode)
+	if err != nil {
 		return err
 	}
+	defer d.Close()
 	if acct != nil && os.Geteuid() == 0 {
-		if err := os.Chown(dir, acct.UID, acct.GID); err != nil {
+		if err := d.Chown(acct.UID, acct.GID); err != nil {
 			return fmt.Errorf("give it to %s: %w", acct.Name, err)
 		}
 	}
 	return nil
 }
 
-// dropPrivileges switches to acct once every socket is bound, and warns
-// when a root-started daemon has no user to switch to.
-func dropPrivileges(acct *privdrop.Account, log *slog.Logger) error {
-	if acct == nil {
-		if os.Geteuid() == 0 {
-			log.Warn("running as root: set user = \"sluice\" (adduser --system --group sluice) so that sluice gives root up once its sockets are bound")
-		}
+// warnRoot warns when a daemon started as root has no user to switch to.
+func warnRoot(acct *privdrop.Account, log *slog.Logger) {
+	if acct == nil && os.Geteuid() == 0 {
+		log.Warn("running as root: set user = \"sluice\" (adduser --system --group sluice) so that sluice gives root up once its sockets are bound")
+	}
+}
+
+// ExecUnprivileged is the root phase of a daemon started as root with
+// user = NAME (docs/security.md, "Privilege phases"). It makes the state
+// and runtime directories and gives them to NAME, gives NAME the state
+// files an earlier run left as root, binds every listener (or takes the
+// one systemd passed), and then execs sluice again (argv, the same
+// binary, by descriptor) as NAME with an empty capability bounding set
+// and no_new_privs, the sockets passed across the exec (sdlisten.
+// HandoffVar). The new process, unprivileged from its first instruction,
+// does everything else: it reads the state files, connects to Redis and
+// serves. With nothing to give up (not root, no user, or user root) it
+// returns nil at once; otherwise it returns only on failure, and the
+// caller must then exit. When stop ends first, it returns its error
+// instead of the exec.
+func ExecUnprivileged(stop context.Context, cfg *config.Config, argv []string, systemd *sdlisten.Sockets, log *slog.Logger) error {
+	acct, err := account(cfg)
+	if err != nil || acct == nil || os.Geteuid() != 0 || acct.Current() {
+		return err
+	}
+	if acct.UID == 0 {
 		return nil
 	}
-	if err := acct.Drop(); err != nil {
-		return fmt.Errorf("switch to user %s: %w", acct.Name, err)
+	if err := prepareDirs(cfg, acct); err != nil {
+		return err
 	}
-	log.Info("running as an unprivileged user", "user", acct.Name, "uid", acct.UID, "gid", acct.GID)
-	return nil
+	handOverState(cfg, acct, log)
+	d := &Daemon{log: log, src: sources{systemd: systemd}, runAs: acct}
+	for _, fe := range d.frontEnds(cfg) {
+		if fe.on {
+			if err := d.listenAll(cfg, fe.name, fe.listen, fe.socket, nil); err != nil {
+				d.closeListeners()
+				return err
+			}
+		}
+	}
+	if left := systemd.Unclaimed(); len(left) > 0 {
+		d.closeListeners()
+		return unclaimedError(left)
+	}
+	exe, err := privdrop.OpenSelf()
+	if err != nil {
+		d.closeListeners()
+		return err
+	}
+	files, env, err := handoffFiles(d.listeners)
+	if err != nil {
+		d.closeListeners()
+		return err
+	}
+	log.Info("root phase done: sockets bound; running on as an unprivileged user with no capability",
+		"user", acct.Name, "uid", acct.UID, "gid", acct.GID, "sockets", len(files))
+	if err := stop.Err(); err != nil {
+		d.closeListeners()
+		return err
+	}
+	err = privdrop.Exec(*acct, exe, argv, env, files)
+	return fmt.Errorf("switch to user %s: %w", acct.Name, err)
+}
+
+// handoffFiles returns a descriptor of each listener and the environment
+// that names them for the process after the exec.
+func handoffFiles(ls []boundListener) ([]*os.File, []string, error) {
+	type filer interface{ File() (*os.File, error) }
+	var files []*os.File
+	var fds []int
+	var fromSystemd []bool
+	for _, bl := range ls {
+		fl, ok := bl.l.(filer)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: listener %s has no descriptor to pass", bl.door, bl.spec)
+		}
+		f, err := fl.File()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: listener %s: %w", bl.door, bl.spec, err)
+		}
+		files = append(files, f)
+		fds = append(fds, int(f.Fd()))
+		fromSystemd = append(fromSystemd, bl.fromSystemd)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, sdlisten.HandoffVar+"=") })
+	env = append(env, sdlisten.HandoffVar+"="+sdlisten.EncodeHandoff(fds, fromSystemd))
+	return files, env, nil
+}
+
+// handOverState gives acct the snapshot and booking journal an earlier
+// run of sluice left owned by root (sluice versions before the root
+// phase wrote the journal as root), so that the daemon can read them as
+// acct. Only a regular file with one link owned by root is handed over;
+// anything else is left for the reader to refuse.
+func handOverState(cfg *config.Config, acct *privdrop.Account, log *slog.Logger) {
+	sc := cfg.Store.Snapshot
+	if cfg.Store.Kind != "memory" || !sc.Enabled {
+		return
+	}
+	path := cfg.StatePath(sc.File)
+	dir, err := safefs.OpenDir(filepath.Dir(path))
+	if err != nil {
+		log.Error("store snapshot: cannot open its directory", "err", err)
+		return
+	}
+	defer dir.Close()
+	for _, name := range []string{filepath.Base(path), filepath.Base(path) + ".bookings"} {
+		moved, err := dir.HandOver(name, acct.UID, acct.GID)
+		if err != nil {
+			log.Error("store snapshot: cannot give a file left by root to the daemon's user", "file", dir.Join(name), "user", acct.Name, "err", err)
+		} else if moved {
+			log.Info("store snapshot: a file left by root given to the daemon's user", "file", dir.Join(name), "user", acct.Name)
+		}
+	}
+}
+
+// unclaimedError is the error for sockets systemd passed that no listen
+// address names: their clients would wait on them for ever.
+func unclaimedError(left []string) error {
+	return fmt.Errorf("systemd passed sockets that no listen address in the configuration names: %s (name them in a listen list, or remove them from the socket unit)", strings.Join(left, ", "))
 }

@@ -22,6 +22,7 @@ type snapshotter struct {
 	log      *slog.Logger
 	failing  bool // the last write failed (logged once per run of failures)
 	journal  bool // the booking journal is open
+	limit    int64 // the largest snapshot or journal read back
 }
 
 // newSnapshotter restores the snapshot into mem (which must be empty) and
@@ -35,12 +36,12 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 	if !ok || cfg.Store.Kind != "memory" || !sc.Enabled {
 		return nil
 	}
-	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log}
+	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log, limit: memory.SnapshotLimit(cfg.Limiter.MaxKeys)}
 	if n := memory.RemoveTemps(s.path); n > 0 {
 		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
 	}
 	now := time.Now()
-	snap, err := memory.ReadSnapshot(s.path)
+	snap, err := memory.ReadSnapshot(s.path, s.limit)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
@@ -90,7 +91,7 @@ func (s *snapshotter) journalPath() string { return s.path + ".bookings" }
 // replayJournal adds the throttle slots booked after the snapshot (kept
 // in the booking journal as they were given out).
 func (s *snapshotter) replayJournal(now time.Time) {
-	bs, err := memory.ReadJournal(s.journalPath())
+	bs, err := memory.ReadJournal(s.journalPath(), s.limit)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}

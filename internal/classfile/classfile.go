@@ -14,11 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
 	"sluice/internal/hostmask"
+
+	"sluice/internal/safefs"
 )
 
 // Limits on what a class file may hold, so a wrong file cannot exhaust
@@ -54,9 +55,14 @@ type Result struct {
 	Notes []string
 }
 
+// MaxFileSize caps a class file: far above any class table.
+const MaxFileSize = 64 << 20
+
 // ReadFile parses the class file at path.
 func ReadFile(path string) (Result, []error) {
-	f, err := os.Open(path)
+	// Refused unless a regular file (a FIFO would hang a reload), and
+	// reached without following a link another user could plant.
+	f, err := safefs.Open(path, MaxFileSize)
 	if err != nil {
 		return Result{}, []error{fmt.Errorf("open class file: %w", err)}
 	}

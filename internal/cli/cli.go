@@ -20,7 +20,6 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
-	"sluice/internal/sdlisten"
 	"sluice/internal/sdnotify"
 )
 
@@ -336,13 +335,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	// Socket activation: listening sockets a systemd socket unit passed.
-	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
-	if err != nil {
-		log.Error("cannot start", "err", err)
-		return 1
-	}
-	d, err := app.New(cfg, *path, log, level, app.WithSockets(sockets), app.WithStateDir(*stateDir))
+	d, err := startUnlessStopped(sigs, log, func(stop context.Context) (*app.Daemon, error) {
+		return start(stop, cfg, *path, *stateDir, log, level)
+	})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"sluice/internal/safefs"
 )
 
 // MaxFileSize caps the config file read.
@@ -47,17 +47,14 @@ func (e *Error) Error() string {
 // Load reads, decodes and validates the file at path, on top of the
 // defaults. It returns every error found.
 func Load(path string) (*Config, []error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, []error{fmt.Errorf("open config: %w", err)}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, []error{fmt.Errorf("read config %s: %w", path, err)}
-	}
-	if len(data) > MaxFileSize {
+	// A FIFO, device or symbolic link another user planted is refused,
+	// not waited on or followed (sluice may be root here).
+	data, err := safefs.ReadFile(path, MaxFileSize)
+	if errors.Is(err, safefs.ErrTooLarge) {
 		return nil, []error{&Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", MaxFileSize)}}
+	}
+	if err != nil {
+		return nil, []error{fmt.Errorf("read config: %w", err)}
 	}
 	c, errs := Parse(data, path)
 	if c == nil {

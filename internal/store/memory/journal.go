@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/safefs"
 )
 
 // The booking journal: every reservation (a throttle send slot) is
@@ -133,7 +135,12 @@ func (j *journal) compact(from int64) error {
 // for appending.
 func writeJournalFile(path string, data []byte) (*os.File, error) {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file, never one found there: whatever a crash (or anyone)
+	// left at the name is removed, not written through.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("booking journal: %w", err)
+	}
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("booking journal: %w", err)
 	}
@@ -181,21 +188,23 @@ func (s *Store) closeJournal() {
 // ErrJournal is wrapped by errors about a journal's content.
 var ErrJournal = errors.New("invalid booking journal")
 
-// ReadJournal reads the bookings of the journal at path. A file that is
-// not a journal yields no bookings and an error wrapping ErrJournal; a
-// record cut short or corrupt ends the reading: the bookings before it are
-// returned with an error wrapping ErrJournal. A missing file wraps
-// os.ErrNotExist.
-func ReadJournal(path string) ([]Booking, error) {
-	data, err := os.ReadFile(path)
+// ReadJournalFile reads the bookings of the journal r, which holds at
+// most limit bytes (the caller opened and sized it). The magic is checked
+// on the first bytes, before the rest is read. A file that is not a
+// journal yields no bookings and an error wrapping ErrJournal; a record
+// cut short or corrupt ends the reading: the bookings before it are
+// returned with an error wrapping ErrJournal.
+func ReadJournalFile(r io.Reader, limit int64) ([]Booking, error) {
+	data, err := readChecked(r, limit, len(journalMagic), func(head []byte) error {
+		if len(head) == len(journalMagic) && string(head) != journalMagic {
+			return fmt.Errorf("%w: not a sluice booking journal (bad magic)", ErrJournal)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("booking journal: %w", err)
+		return nil, err
 	}
-	bs, err := DecodeJournal(data)
-	if err != nil {
-		err = fmt.Errorf("booking journal %s: %w", path, err)
-	}
-	return bs, err
+	return DecodeJournal(data)
 }
 
 // DecodeJournal parses a journal; see ReadJournal.
@@ -307,4 +316,20 @@ func (s *Store) raiseSeq(seq uint64) {
 			return
 		}
 	}
+}
+
+// ReadJournal reads the bookings of the journal at path, at most limit
+// bytes, opened as ReadSnapshot opens a snapshot; see ReadJournalFile. A
+// missing file wraps os.ErrNotExist.
+func ReadJournal(path string, limit int64) ([]Booking, error) {
+	f, err := safefs.OpenState(path, limit)
+	if err != nil {
+		return nil, fmt.Errorf("booking journal: %w", err)
+	}
+	defer f.Close()
+	bs, err := ReadJournalFile(f, limit)
+	if err != nil {
+		err = fmt.Errorf("booking journal %s: %w", path, err)
+	}
+	return bs, err
 }

@@ -34,7 +34,7 @@ func recovered(t *testing.T, snap *Snapshot, jpath string, now time.Time) *Store
 			t.Fatal(err)
 		}
 	}
-	bs, err := ReadJournal(jpath)
+	bs, err := ReadJournal(jpath, SnapshotLimit(testMaxKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestJournalKeepsBookingsAcrossCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := ReadSnapshot(spath)
+	snap, err := ReadSnapshot(spath, SnapshotLimit(testMaxKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestSnapshotWhileDeciding(t *testing.T) {
 		if _, err := s.WriteSnapshot(spath, t0, false); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadSnapshot(spath); err != nil {
+		if _, err := ReadSnapshot(spath, SnapshotLimit(testMaxKeys)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,7 +249,7 @@ func TestSnapshotWhileDeciding(t *testing.T) {
 	for range 4 {
 		<-done
 	}
-	snap, err := ReadSnapshot(spath)
+	snap, err := ReadSnapshot(spath, SnapshotLimit(testMaxKeys))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/safefs"
 )
 
 // SnapStats describe one snapshot written or restored.
@@ -132,19 +134,66 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 	return st, nil
 }
 
-// ReadSnapshot reads and decodes the snapshot at path. A missing file
-// returns an error wrapping os.ErrNotExist; a file that is not a valid
-// snapshot one wrapping ErrSnapshot.
-func ReadSnapshot(path string) (*Snapshot, error) {
-	data, err := os.ReadFile(path)
+// bytesPerKey is the snapshot bytes a store may need per key it holds
+// (a key is about 100 bytes in the file, an exact log a few bytes per
+// event): SnapshotLimit allows ten times the common case.
+const bytesPerKey = 1 << 10
+
+// SnapshotLimit is the largest snapshot (or booking journal) file read
+// back for a store capped at maxKeys keys: a larger one cannot be a
+// snapshot of such a store, and reading it would cost more memory than
+// the store itself.
+func SnapshotLimit(maxKeys int) int64 {
+	return 1<<20 + int64(max(maxKeys, 0))*bytesPerKey
+}
+
+// ReadSnapshotFile reads and decodes the snapshot r, which holds at most
+// limit bytes (the caller opened and sized it). The magic and version
+// are checked on the first bytes, before the rest is read: a file that
+// is not a snapshot costs a 16-byte read.
+func ReadSnapshotFile(r io.Reader, limit int64) (*Snapshot, error) {
+	data, err := readChecked(r, limit, headerLen, func(head []byte) error {
+		if len(head) < len(snapMagic) {
+			return nil
+		}
+		if string(head[:len(snapMagic)]) != snapMagic {
+			return fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
+		}
+		if len(head) < len(snapMagic)+2 {
+			return nil
+		}
+		if v := binary.BigEndian.Uint16(head[len(snapMagic):]); v != snapVersion {
+			return fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store snapshot: %w", err)
+		return nil, err
 	}
-	snap, err := DecodeSnapshot(data)
+	return DecodeSnapshot(data)
+}
+
+// readChecked reads r whole (at most limit bytes) once check accepted
+// what its first n bytes are (fewer when the file is shorter: check
+// passes what it cannot judge, and the decoder reports the truncation).
+func readChecked(r io.Reader, limit int64, n int, check func(head []byte) error) ([]byte, error) {
+	head := make([]byte, n)
+	got, err := io.ReadFull(r, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	head = head[:got]
+	if err := check(head); err != nil {
+		return nil, err
+	}
+	rest, err := io.ReadAll(io.LimitReader(r, limit-int64(got)+1))
 	if err != nil {
-		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
+		return nil, err
 	}
-	return snap, nil
+	if int64(got+len(rest)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return append(head, rest...), nil
 }
 
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
@@ -203,4 +252,22 @@ func RemoveTemps(path string) int {
 		}
 	}
 	return n
+}
+
+// ReadSnapshot reads and decodes the snapshot at path, at most limit
+// bytes (SnapshotLimit). The file must be a regular file, reached without
+// following a symbolic link (safefs): anything else is refused before it
+// is opened. A missing file returns an error wrapping os.ErrNotExist; a
+// file that is not a valid snapshot one wrapping ErrSnapshot.
+func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
+	f, err := safefs.OpenState(path, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot: %w", err)
+	}
+	defer f.Close()
+	snap, err := ReadSnapshotFile(f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
+	}
+	return snap, nil
 }

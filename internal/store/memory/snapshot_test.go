@@ -81,7 +81,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
-	snap, err := ReadSnapshot(path)
+	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,12 +249,12 @@ func TestSnapshotMalformed(t *testing.T) {
 // anything else unreadable is ErrSnapshot.
 func TestReadSnapshotFiles(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := ReadSnapshot(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := ReadSnapshot(filepath.Join(dir, "none"), SnapshotLimit(testMaxKeys)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing: %v", err)
 	}
 	bad := filepath.Join(dir, "bad")
 	os.WriteFile(bad, []byte("SLUICEMS garbage"), 0o600)
-	if _, err := ReadSnapshot(bad); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), bad) {
+	if _, err := ReadSnapshot(bad, SnapshotLimit(testMaxKeys)); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("garbage: %v", err)
 	}
 	// A write into a directory that does not exist fails cleanly.
@@ -403,7 +403,7 @@ func TestSnapshotCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	snap, err := ReadSnapshot(path)
+	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
