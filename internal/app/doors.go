@@ -120,7 +120,14 @@ func (d *Daemon) gateMilter() {
 }
 
 func (d *Daemon) newWeb(w config.Web) func(net.Listener) error {
-	o := web.Options{Source: web.SourceFunc(d.Status), Logger: d.log, MaxStreams: w.MaxStreams}
+	o := web.Options{
+		Source:        web.SourceFunc(d.Status),
+		Logger:        d.log,
+		MaxStreams:    w.MaxStreams,
+		MaxConns:      w.MaxConns,
+		StatusOnTCP:   w.StatusOnInet,
+		StatusSetting: "[web] status_on_inet = true",
+	}
 	if w.MaxStreams == 0 {
 		o.MaxStreams = -1 // none: pages poll
 	}

@@ -31,6 +31,7 @@ key = ["sender"]
 limit = [%s]
 [web]
 listen = ["inet:127.0.0.1:0"]
+status_on_inet = true
 `, dir, limits)
 	}
 	path := writeConfig(t, dir, conf(`"5/60s exact"`))

@@ -26,7 +26,8 @@ import (
 // the web server, on a loopback port: the class loopback (127.0.0.0/8)
 // capped at one incoming session, the policy rule "r" allowing 5
 // messages a minute per sender, and the throttle policy "relays" for
-// every key. extra is appended (more [web] keys).
+// every key. The web listener serves the status page on TCP
+// (status_on_inet). extra is appended (more [web] keys).
 func webConfig(dir, extra string) string {
 	return fmt.Sprintf(`state_dir = %q
 [[class]]
@@ -56,6 +57,7 @@ limit = "100/60s"
 listen = ["unix:milter"]
 [web]
 listen = ["inet:127.0.0.1:0"]
+status_on_inet = true
 %s`, dir, extra)
 }
 

@@ -22,12 +22,14 @@ import (
 // another binary; SLUICE_ARTIFACTS is where the screenshot is kept.
 
 // serveFake starts a web server over a fake, changing source on a
-// loopback port and returns the page's URL.
+// loopback port (with the status page allowed there: the browser dials
+// TCP) and returns the page's URL.
 func serveFake(t *testing.T, o Options) string {
 	t.Helper()
 	if o.Source == nil {
 		o.Source = newFakeSource()
 	}
+	o.StatusOnTCP = true
 	s := New(o)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

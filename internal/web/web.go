@@ -7,6 +7,12 @@
 // samples it once a second in a goroutine of its own, keeps a short
 // history of those samples and hands every viewer the same snapshot, so
 // viewers never cause work in the daemon. Only GET and HEAD are served.
+//
+// What a listener serves depends on its network: a unix socket serves
+// everything, a TCP listener /metrics only (the page shows clients'
+// addresses and senders, and any local account can reach a loopback
+// port) unless Options.StatusOnTCP allows the page there. Open
+// connections are capped over all listeners (Options.MaxConns).
 package web
 
 import (
@@ -82,15 +88,32 @@ type Options struct {
 	MaxRows int
 	// MaxSlots caps the pool slots served (default 1024).
 	MaxSlots int
+	// StatusOnTCP serves the status page, its assets, /events and
+	// /status.json on TCP listeners too. Without it a TCP listener serves
+	// /metrics only and answers every other path 404; unix socket
+	// listeners always serve everything.
+	StatusOnTCP bool
+	// StatusSetting names, in that 404's body, the setting that sets
+	// StatusOnTCP (sluice serve: "[web] status_on_inet = true"); empty
+	// names none.
+	StatusSetting string
+	// MaxConns caps the open connections over all listeners (default
+	// DefaultMaxConns, as config's web.max_conns); more are closed as
+	// soon as they are accepted, with a log line at 1, 2, 4, 8...
+	// refusals.
+	MaxConns int
 }
 
 // Server is the web front end. Create it with New, run it with Serve and
 // stop it with Shutdown or Close.
 type Server struct {
-	o       Options
-	log     *slog.Logger
-	handler http.Handler
-	srv     *http.Server
+	o           Options
+	log         *slog.Logger
+	handler     http.Handler // every route
+	metricsOnly http.Handler // /metrics only: TCP listeners without StatusOnTCP
+	srv         *http.Server
+	conns       atomic.Int64 // open connections, for MaxConns
+	refused     atomic.Int64 // connections closed for MaxConns
 
 	ctx     context.Context // ends at Shutdown or Close: stops sampling and streams
 	cancel  context.CancelFunc
@@ -146,12 +169,19 @@ func New(o Options) *Server {
 	if o.MaxSlots <= 0 {
 		o.MaxSlots = 1024
 	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
 	s := &Server{o: o, log: o.Logger, hist: newRing(o.History)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cur.Store(&frame{next: make(chan struct{})})
-	s.handler = s.routes()
+	s.handler, s.metricsOnly = s.routes()
 	s.srv = &http.Server{
-		Handler:           s.handler,
+		Handler:     http.HandlerFunc(s.serveHTTP),
+		ConnContext: connContext,
+		// A connection that sends nothing is closed after
+		// ReadHeaderTimeout, one idle between requests after IdleTimeout:
+		// neither holds a place under MaxConns for long.
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		// No WriteTimeout: event streams are long. Each write sets its own
@@ -163,14 +193,17 @@ func New(o Options) *Server {
 	return s
 }
 
-// Handler returns the server's routes, for tests and for mounting in
-// another server. Without Serve no sampling runs: /status.json then
-// samples on demand.
+// Handler returns every route, the status page included, for tests and
+// for mounting in another server: the choice by listener and the
+// connection cap are Serve's. Without Serve no sampling runs:
+// /status.json then samples on demand.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve starts the sampler (once per Server) and serves HTTP on l until
-// Shutdown or Close, then returns ErrServerClosed.
-// Serve may be called for several listeners.
+// Shutdown or Close, then returns ErrServerClosed. A unix socket listener
+// serves every route; any other listener /metrics only, unless
+// Options.StatusOnTCP. Serve may be called for several listeners; they
+// share Options.MaxConns.
 func (s *Server) Serve(l net.Listener) error {
 	s.life.Lock()
 	if s.closed {
@@ -187,7 +220,7 @@ func (s *Server) Serve(l net.Listener) error {
 		}()
 	}
 	s.life.Unlock()
-	return s.srv.Serve(l)
+	return s.srv.Serve(&limitListener{Listener: l, s: s, full: s.servesStatus(l)})
 }
 
 // Shutdown stops sampling, ends every event stream, stops accepting and
@@ -240,7 +273,9 @@ func (s *Server) run(ctx context.Context) {
 // /status.json.
 const csp = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-func (s *Server) routes() http.Handler {
+// routes returns the handler of every route and the one of /metrics
+// alone (every other path answered by notOnTCP).
+func (s *Server) routes() (all, metricsOnly http.Handler) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", serveAsset("index.html"))
 	for _, name := range []string{"app.js", "style.css", "favicon.svg"} {
@@ -248,14 +283,26 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /status.json", s.serveJSON)
 	mux.HandleFunc("GET /events", s.serveEvents)
+	tcp := http.NewServeMux()
+	tcp.HandleFunc("/", s.notOnTCP)
 	if s.o.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Gatherer, promhttp.HandlerOpts{
+		metrics := promhttp.HandlerFor(s.o.Gatherer, promhttp.HandlerOpts{
 			ErrorLog:            slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 			ErrorHandling:       promhttp.ContinueOnError,
 			MaxRequestsInFlight: 4,
 			Timeout:             10 * time.Second,
-		}))
+		})
+		mux.Handle("GET /metrics", metrics)
+		tcp.Handle("GET /metrics", metrics)
+	} else {
+		tcp.HandleFunc("/metrics", http.NotFound)
 	}
+	return readOnly(mux), readOnly(tcp)
+}
+
+// readOnly sets the security headers on every response and answers any
+// method but GET and HEAD 405.
+func readOnly(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", csp)

@@ -492,7 +492,7 @@ func TestSamplerFollowsTheClock(t *testing.T) {
 }
 
 func TestShutdownEndsStreams(t *testing.T) {
-	s := New(Options{Source: newFakeSource()})
+	s := New(Options{Source: newFakeSource(), StatusOnTCP: true})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -543,7 +543,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 // background read would hit the deadline and cancel the request.
 func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	clk := clock.NewFake(t0)
-	s := New(Options{Source: newFakeSource(), Clock: clk})
+	s := New(Options{Source: newFakeSource(), Clock: clk, StatusOnTCP: true})
 	s.srv.ReadTimeout = 50 * time.Millisecond
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

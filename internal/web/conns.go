@@ -1,0 +1,131 @@
+package web
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync/atomic"
+)
+
+// DefaultMaxConns is MaxConns when it is 0: config's default for
+// web.max_conns (a test in internal/app fails if the two drift). The web
+// server's clients are a few Prometheus scrapers, `sluice status` and at
+// most MaxStreams open pages (each a stream and a request or two), so
+// the cap is far below the mail doors' 4096: a flood on this door must
+// not take the descriptors the mail doors share with it.
+const DefaultMaxConns = 256
+
+// Which paths a listener serves is decided once per listener, in Serve:
+// a unix socket (its owner, group and mode say who may connect) serves
+// everything; any other listener, TCP in particular (any local account
+// can connect to a loopback port), serves /metrics only unless
+// Options.StatusOnTCP is set.
+func (s *Server) servesStatus(l net.Listener) bool {
+	return s.o.StatusOnTCP || l.Addr().Network() == "unix"
+}
+
+// fullKey marks, in a connection's context, a connection whose listener
+// serves the status page.
+type fullKey struct{}
+
+// connContext is the http.Server's ConnContext: it records whether the
+// connection's listener serves the status page.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitConn); ok && lc.full {
+		return context.WithValue(ctx, fullKey{}, true)
+	}
+	return ctx
+}
+
+// serveHTTP routes a request by its connection's listener: the status
+// page and /metrics, or /metrics only. A connection not accepted through
+// Serve gets /metrics only.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if full, _ := r.Context().Value(fullKey{}).(bool); full {
+		s.handler.ServeHTTP(w, r)
+		return
+	}
+	s.metricsOnly.ServeHTTP(w, r)
+}
+
+// notOnTCP answers every path but /metrics on a listener that does not
+// serve the status page.
+func (s *Server) notOnTCP(w http.ResponseWriter, _ *http.Request) {
+	msg := "not found: the status page is not served on TCP listeners, only /metrics; read it through a unix socket listener"
+	if s.o.StatusSetting != "" {
+		msg += ", or allow it on TCP with " + s.o.StatusSetting
+	}
+	http.Error(w, msg, http.StatusNotFound)
+}
+
+// limitListener caps the server's open connections (over all its
+// listeners): beyond MaxConns a new connection is closed at once, before
+// net/http sees it, so a connection that never sends a byte counts as
+// much as a busy one.
+type limitListener struct {
+	net.Listener
+	s    *Server
+	full bool // the listener serves the status page
+}
+
+// Accept returns the next connection under the cap, closing those
+// beyond it.
+func (l *limitListener) Accept() (net.Conn, error) {
+	s := l.s
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if s.takeConn() {
+			return &limitConn{Conn: c, s: s, full: l.full}, nil
+		}
+		if n := s.refused.Add(1); n&(n-1) == 0 {
+			s.log.Warn("web: too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
+		}
+		c.Close()
+	}
+}
+
+// takeConn counts one more open connection, unless MaxConns are open.
+func (s *Server) takeConn() bool {
+	for {
+		n := s.conns.Load()
+		if n >= int64(s.o.MaxConns) {
+			return false
+		}
+		if s.conns.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// limitConn is a connection counted against MaxConns until its first
+// Close.
+type limitConn struct {
+	net.Conn
+	s      *Server
+	full   bool
+	closed atomic.Bool
+}
+
+// Close closes the connection and, the first time, gives its place back.
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		c.s.conns.Add(-1)
+	}
+	return err
+}
+
+// CloseWrite half-closes a TCP connection, as net/http does before it
+// closes one whose request it refused, so the client reads the answer.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Conns returns the number of open connections (over all listeners).
+func (s *Server) Conns() int { return int(s.conns.Load()) }
