@@ -88,6 +88,28 @@ func assertUnprivileged(t *testing.T, pid int, name string) {
 			}
 		}
 	}
+	assertNoPrivilegeBack(t, pid)
+}
+
+// assertNoPrivilegeBack checks that no thread of pid can get a privilege
+// back: an empty capability bounding set and no_new_privs on each (a
+// set-user-ID program run by a parser bug gains nothing).
+func assertNoPrivilegeBack(t *testing.T, pid int) {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // a thread that ended
+		}
+		st := string(b)
+		if !strings.Contains(st, "\nCapBnd:\t0000000000000000\n") || !strings.Contains(st, "\nNoNewPrivs:\t1\n") {
+			t.Errorf("%s: want CapBnd 0 and NoNewPrivs 1:\n%s", task, st)
+		}
+	}
 }
 
 // TestQmailRecipeAsDeployed runs docs/throttle.md's qmail recipe as it is
