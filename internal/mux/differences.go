@@ -45,6 +45,21 @@ var Differences = []Difference{
 		Detail: "Errors the reference sends only to syslog (pid file, privilege drop) are printed too. " +
 			"Without `/dev/log`, the log goes to stderr after one notice; a message that cannot be queued (syslog stuck) " +
 			"is dropped rather than blocking the pool."},
+	{ID: "pid-file-nofollow",
+		Summary: "the pid and lock files are never opened through a symbolic link: anything at `-p` or `-o` but a regular file " +
+			"with one link, owned by root or the `-U` user, is refused (the reference follows a link there, as root for `-p`)",
+		Detail: "The pid file (`-p`, opened as root before the privilege drop) and the lock file (`-o`, or `<pidfile>.lock`, " +
+			"opened as the `-U` user) are opened with `O_NOFOLLOW` and `O_NONBLOCK`, in a directory reached without following " +
+			"a symbolic link another user could have put on the way, then checked on the descriptor: " +
+			"anything but a regular file with one link owned by root or the `-U` user (a symbolic link, a FIFO, a device, " +
+			"a directory, a hard link, a file of another user) is refused before anything is written to it. " +
+			"The reference follows a symbolic link there: a `-U` user who can write the pid file's directory " +
+			"(the spool, as the quick start above has it, or the `/run/mimedefang` Debian's unit gives to `defang`) " +
+			"can make root truncate any file, write a pid in it and make it world-readable. " +
+			"A refused pid file is reported as the reference reports a pid file it cannot open, " +
+			"`Could not open PID file <path>: <why>` (syslog, and stderr too), and the daemon exits 1 before it binds a socket; " +
+			"a refused lock file gives `Could not open lock file <path>: <why>` where the reference says " +
+			"`Cannot lock lockfile: Is another copy running?` for any lock file it cannot open."},
 	{ID: "stats-disk",
 		Summary: "a hung disk drops stats lines rather than blocking the pool",
 		Detail: "Stats file lines go through a 4096-byte buffer as the reference's stdio does; a write error is logged once " +

@@ -13,6 +13,10 @@
 //     serving, or 1 with "Error from child: <msg>", as the reference's
 //     parent does. The daemon is a session leader (the reference forks
 //     twice so that it is not); it never opens a terminal.
+//   - The pid and lock files are opened with O_NOFOLLOW and O_NONBLOCK and
+//     refused unless they are regular files with one link owned by root or
+//     the -U user (openOwnFile); the reference follows a symbolic link
+//     there, as root for the pid file.
 //   - Errors the reference only sends to syslog (pid file, privilege drop)
 //     are printed too. The log goes to the local syslog socket (/dev/log)
 //     with the -Y ident and -S facility, as openlog(3) with LOG_PID does;

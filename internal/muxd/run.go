@@ -2,6 +2,7 @@ package muxd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,15 +32,10 @@ func Run(ctx context.Context, o Options, stderr io.Writer) int {
 	child := os.Getenv(childEnv) != ""
 	if child {
 		d.inherit()
-	} else if o.PidFile != "" {
-		// Opened before the privilege drop, as the reference does.
-		f, err := os.OpenFile(o.PidFile, os.O_WRONLY|os.O_CREATE, 0o666)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: cannot open pid file: %v\n", o.Prog, err)
-			return 1
-		}
-		_ = f.Chmod(0o644)
-		d.pid = f
+	} else if o.PidFile != "" && !d.openPidFile() {
+		// Opened before the privilege drop, as the reference does, but
+		// never through a symbolic link (openOwnFile).
+		return 1
 	}
 	exe, exeErr := os.Executable()
 	if msg := d.becomeUser(); msg != "" {
@@ -118,10 +114,19 @@ func (d *daemon) fileMask() int {
 }
 
 // takeFiles locks the lock file and writes the pid file; it returns the
-// reference's error text, or "".
+// reference's error text, or "". The lock file is opened as the -U user,
+// by openOwnFile's rule, as the pid file was.
 func (d *daemon) takeFiles() string {
 	if d.o.LockFile != "" {
-		f, err := os.OpenFile(d.o.LockFile, os.O_RDWR|os.O_CREATE, 0o666)
+		f, err := openOwnFile(d.o.LockFile, pidFileOwner(d.o))
+		var rf *refusedFile
+		if errors.As(err, &rf) {
+			// The reference would say "Cannot lock lockfile" for any
+			// failure to open it; a refusal says what was there.
+			msg := fmt.Sprintf("Could not open lock file %s: %s", d.o.LockFile, rf.reason)
+			d.syslogError(msg)
+			return msg
+		}
 		if err == nil {
 			d.lock = f
 			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_WRLCK})
