@@ -55,6 +55,9 @@ func printWeb(w io.Writer, cfg *config.Config) {
 	} else {
 		fmt.Fprintln(w, "  serves / and /status.json; /metrics off")
 	}
+	if hasInet(wb.Listen) && !wb.StatusOnInet {
+		fmt.Fprintln(w, "  inet listeners serve /metrics only ([web] status_on_inet = false)")
+	}
 	if wb.MaxStreams == 0 {
 		fmt.Fprintln(w, "  live streams off: pages poll /status.json")
 	} else {
@@ -85,4 +88,14 @@ func socketText(listen []string, s config.Socket) string {
 		t += ", group " + s.Group
 	}
 	return t + ")"
+}
+
+// hasInet reports whether a listen list has an inet listener.
+func hasInet(listen []string) bool {
+	for _, l := range listen {
+		if network, _, err := config.ParseListen(l); err == nil && network == "tcp" {
+			return true
+		}
+	}
+	return false
 }
