@@ -6,15 +6,20 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/limiter"
+	"sluice/internal/safefs"
 	"sluice/internal/store/memory"
 	"sluice/internal/store/redis"
 )
+
+// maxSecretFile caps a password or CA file: far above a password or a
+// bundle of CA certificates, far below what could hurt. Like every file
+// sluice reads, it must be a regular file (safefs).
+const maxSecretFile = 1 << 20
 
 // openStore builds the configured store and says whether decisions it
 // cannot make are admitted (fail open).
@@ -44,14 +49,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 		Logger:           log,
 	}
 	if r.PasswordFile != "" {
-		b, err := os.ReadFile(cfg.Relative(r.PasswordFile))
+		b, err := safefs.ReadFile(cfg.Relative(r.PasswordFile), maxSecretFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("redis password file: %w", err)
 		}
 		o.Password = strings.TrimSpace(string(b))
 	}
 	if r.SentinelPasswordFile != "" {
-		b, err := os.ReadFile(cfg.Relative(r.SentinelPasswordFile))
+		b, err := safefs.ReadFile(cfg.Relative(r.SentinelPasswordFile), maxSecretFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("redis sentinel password file: %w", err)
 		}
@@ -60,7 +65,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if r.TLS {
 		tc := &tls.Config{ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
 		if r.TLSCAFile != "" {
-			pem, err := os.ReadFile(cfg.Relative(r.TLSCAFile))
+			pem, err := safefs.ReadFile(cfg.Relative(r.TLSCAFile), maxSecretFile)
 			if err != nil {
 				return nil, false, fmt.Errorf("redis CA file: %w", err)
 			}
