@@ -32,6 +32,10 @@ func kind(mode uint32) string {
 	return fmt.Sprintf("of type %#o", mode&unix.S_IFMT)
 }
 
+// beforeOpen, when set by a test, runs between OpenRegular's check of
+// the name and its open: an attacker's swap exactly in that window.
+var beforeOpen func(path string)
+
 // OpenRegular opens the regular file name for reading. Anything else (a
 // symbolic link, FIFO, device, socket, directory) is refused with an
 // error wrapping ErrNotRegular before it is opened (so a FIFO cannot
@@ -49,6 +53,9 @@ func (d *Dir) OpenRegular(name string, max int64) (*os.File, error) {
 	}
 	if err := regular(d.Join(name), &st, max); err != nil {
 		return nil, err
+	}
+	if beforeOpen != nil {
+		beforeOpen(d.Join(name))
 	}
 	fd, err := unix.Openat(d.Fd(), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {

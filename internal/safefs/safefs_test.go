@@ -293,3 +293,27 @@ func TestHandOver(t *testing.T) {
 		t.Errorf("old: owner %d (%v), want %d", st.Uid, err, uid)
 	}
 }
+
+// TestOpenRegularSwapBeforeOpen: a regular file swapped for a FIFO (by
+// its owner, the daemon's user) between the check of the name and the
+// open is still refused, and the open does not block: the descriptor is
+// opened non-blocking and checked again.
+func TestOpenRegularSwapBeforeOpen(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "store.snapshot")
+	if err := os.WriteFile(p, []byte("SLUICEMS"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	beforeOpen = func(path string) {
+		if err := os.Remove(path); err != nil {
+			t.Error(err)
+		}
+		if err := unix.Mkfifo(path, 0o600); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { beforeOpen = nil })
+	if _, err := OpenState(p, 1<<20); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+		t.Errorf("swapped for a FIFO: %v, want ErrNotRegular naming the FIFO", err)
+	}
+}
