@@ -12,6 +12,10 @@ import (
 // code byte.
 const HeaderSize = 5
 
+// LengthSize is the size of a packet's length, the first part of its
+// header. The length counts the code byte and the payload.
+const LengthSize = 4
+
 // MaxChunk is the largest body chunk an MTA sends and the size REPLBODY
 // chunks are cut to (MILTER_CHUNK_SIZE).
 const MaxChunk = 65535
@@ -28,22 +32,39 @@ type Packet struct {
 	Data []byte
 }
 
+// ParseLength checks a packet's length, h[:LengthSize], and returns the
+// payload length. A zero length (no room for the code byte) is
+// ErrMalformed; a payload longer than maxData is ErrTooLarge. Both are
+// known before the code byte arrives: a reader that has the length alone
+// (the server's, which must not wait for a byte a broken peer may never
+// send) calls it then; ParseHeader calls it for the whole header.
+func ParseLength(h []byte, maxData int) (int, error) {
+	if len(h) < LengthSize {
+		return 0, fmt.Errorf("%w: length of %d bytes, want %d", ErrMalformed, len(h), LengthSize)
+	}
+	n := binary.BigEndian.Uint32(h)
+	if n == 0 {
+		return 0, fmt.Errorf("%w: zero length", ErrMalformed)
+	}
+	if uint64(n-1) > uint64(max(maxData, 0)) {
+		return 0, fmt.Errorf("%w: payload of %d bytes, cap %d", ErrTooLarge, n-1, maxData)
+	}
+	return int(n - 1), nil
+}
+
 // ParseHeader checks a packet header, h[:HeaderSize], and returns the code
-// and the payload length. A zero length is ErrMalformed; a payload longer
-// than maxData is ErrTooLarge. Nothing is allocated, so a caller can check
-// the length before allocating the payload.
+// and the payload length, the length checked by ParseLength. Nothing is
+// allocated, so a caller can check the length before allocating the
+// payload.
 func ParseHeader(h []byte, maxData int) (Code, int, error) {
 	if len(h) < HeaderSize {
 		return 0, 0, fmt.Errorf("%w: header of %d bytes, want %d", ErrMalformed, len(h), HeaderSize)
 	}
-	n := binary.BigEndian.Uint32(h)
-	if n == 0 {
-		return 0, 0, fmt.Errorf("%w: zero length", ErrMalformed)
+	n, err := ParseLength(h, maxData)
+	if err != nil {
+		return 0, 0, err
 	}
-	if uint64(n-1) > uint64(max(maxData, 0)) {
-		return 0, 0, fmt.Errorf("%w: payload of %d bytes, cap %d", ErrTooLarge, n-1, maxData)
-	}
-	return Code(h[4]), int(n - 1), nil
+	return Code(h[LengthSize]), n, nil
 }
 
 // ReadPacket reads one packet from r. The payload goes into buf when it

@@ -150,6 +150,38 @@ func TestParseHeader(t *testing.T) {
 	}
 }
 
+// TestParseLength: the length alone, before the code byte, is judged as
+// ParseHeader judges it.
+func TestParseLength(t *testing.T) {
+	l := func(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
+	if n, err := ParseLength(l(11), 10); err != nil || n != 10 {
+		t.Errorf("at cap: %d %v", n, err)
+	}
+	if n, err := ParseLength(l(1), 10); err != nil || n != 0 {
+		t.Errorf("bare code: %d %v", n, err)
+	}
+	for _, c := range []struct {
+		h    []byte
+		want error
+		msg  string
+	}{
+		{l(0), ErrMalformed, "zero length"},
+		{l(12), ErrTooLarge, "payload of 11 bytes, cap 10"},
+		{[]byte{0, 0, 1}, ErrMalformed, "length of 3 bytes"},
+	} {
+		if _, err := ParseLength(c.h, 10); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ParseLength(%q) = %v, want %v containing %q", c.h, err, c.want, c.msg)
+		}
+		if len(c.h) == LengthSize {
+			_, _, herr := ParseHeader(append(c.h, 'B'), 10)
+			_, lerr := ParseLength(c.h, 10)
+			if herr == nil || lerr == nil || herr.Error() != lerr.Error() {
+				t.Errorf("ParseHeader says %v, ParseLength %v", herr, lerr)
+			}
+		}
+	}
+}
+
 // TestReadPacketNoAllocBeforeCap checks that a huge length is refused
 // before the payload is read or allocated: only the error is allocated.
 func TestReadPacketNoAllocBeforeCap(t *testing.T) {
