@@ -38,12 +38,13 @@ func TestMuxQuickStart(t *testing.T) {
 	spool := filepath.Join(top, "MIMEDefang")
 	script := recipe.Replace(t, recipe.Get(t, "docs/mux.md", "mux-quickstart"),
 		"/var/spool/MIMEDefang", spool,
+		"/run/mimedefang-multiplexor.pid", filepath.Join(top, "mimedefang-multiplexor.pid"), // top: root's, 0755
 		"/usr/local/libexec/sluice-worker", filepath.Join(top, "sluice-worker"),
 		"install -m 0755 worker.sh", "install -m 0755 "+worker,
 		"sluice mux ", bin+" mux ",
 		"sluice ctl ", bin+" ctl ")
 	sock := filepath.Join(spool, "mimedefang-multiplexor.sock")
-	pidFile := filepath.Join(spool, "mimedefang-multiplexor.pid")
+	pidFile := filepath.Join(top, "mimedefang-multiplexor.pid")
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
