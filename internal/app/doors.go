@@ -72,7 +72,7 @@ func (d *Daemon) newAnvil(a config.Anvil) func(net.Listener) error {
 		Handler:    sessions[anvil.Session](func() anvil.Session { return &anvilSession{d: d} }),
 		Logger:     d.log,
 		NoAnnounce: !a.Announce,
-		ConnLimits: netserve.ConnLimits{MaxConns: a.MaxConns, IdleTimeout: idle(a.IdleTimeout.D()), RequestTimeout: a.RequestTimeout.D()},
+		ConnLimits: netserve.ConnLimits{MaxConns: a.MaxConns, PeerLimits: d.peerLimits("anvil", a.PeerRules), IdleTimeout: idle(a.IdleTimeout.D()), RequestTimeout: a.RequestTimeout.D()},
 		MaxLine:    a.MaxLine,
 	})
 	return d.anvil.Serve
@@ -82,7 +82,7 @@ func (d *Daemon) newPolicy(p config.Policy) func(net.Listener) error {
 	d.policy = policy.NewServer(policy.Options{
 		Handler:    sessions[policy.Session](func() policy.Session { return &policySession{d: d} }),
 		Logger:     d.log,
-		ConnLimits: netserve.ConnLimits{MaxConns: p.MaxConns, IdleTimeout: idle(p.IdleTimeout.D()), RequestTimeout: p.RequestTimeout.D()},
+		ConnLimits: netserve.ConnLimits{MaxConns: p.MaxConns, PeerLimits: d.peerLimits("policy", p.PeerRules), IdleTimeout: idle(p.IdleTimeout.D()), RequestTimeout: p.RequestTimeout.D()},
 		Limits:     policy.Limits{MaxLine: p.MaxLine, MaxAttrs: p.MaxAttrs, MaxRequest: p.MaxRequest},
 	})
 	return d.policy.Serve
@@ -93,6 +93,7 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 		Handler:        throttleHandler{d},
 		Logger:         d.log,
 		MaxConns:       t.MaxConns,
+		PeerLimits:     d.peerLimits("throttle", t.PeerRules),
 		RequestTimeout: t.RequestTimeout.D(),
 		LogDefer:       d.logThrottleDefer,
 	})
@@ -103,6 +104,7 @@ func (d *Daemon) newMilter(cfg *config.Config) func(net.Listener) error {
 	o := milterOptions(cfg.Milter)
 	o.Handler, o.Logger = d.milterHandler(cfg), d.log
 	o.Protocol = milterNoReply(o.Handler)
+	o.PeerLimits = d.peerLimits("milter", cfg.Milter.PeerRules)
 	d.milter = milter.NewServer(o)
 	return d.milter.Serve
 }

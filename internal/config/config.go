@@ -193,6 +193,19 @@ type Anvil struct {
 	RateTimeUnit Duration `toml:"rate_time_unit"`
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of max_conns, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
 	// IdleTimeout closes a connection idle this long (0: never).
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// RequestTimeout bounds reading one request once it has started.
@@ -213,6 +226,19 @@ type Policy struct {
 	Socket Socket   `toml:"socket"`
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of max_conns, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
 	// IdleTimeout closes a connection idle this long (0: never).
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// RequestTimeout bounds reading one request once it has started.
@@ -301,6 +327,19 @@ type Throttle struct {
 	Socket Socket   `toml:"socket"`
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of max_conns, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
 	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration         `toml:"request_timeout"`
 	Policies       []ThrottlePolicy `toml:"policy"`

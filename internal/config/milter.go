@@ -21,6 +21,19 @@ type Milter struct {
 	Socket Socket   `toml:"socket"`
 	// MaxSessions caps open milter connections (one per SMTP session).
 	MaxSessions int `toml:"max_sessions"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of max_sessions, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
 	// Workers is how many sessions' rules may run at once.
 	Workers int `toml:"workers"`
 	// Queue is how many events may wait for a worker (0: none); when it
@@ -89,6 +102,7 @@ func (c *Config) validateMilter() []error {
 	if m.MaxSessions < 1 {
 		add("max_sessions", "must be at least 1")
 	}
+	errs = append(errs, c.validatePeers("milter", m.Listen, "max_sessions", m.MaxSessions, m.MaxConnsPerPeer, m.AllowUsers)...)
 	if m.Workers < 1 || m.Workers > 4096 {
 		add("workers", "must be between 1 and 4096")
 	}

@@ -59,6 +59,10 @@ type Options struct {
 	// closed at once, and the MTA applies its default action
 	// (milter_default_action).
 	MaxSessions int
+	// PeerLimits cap one peer's sessions within MaxSessions and say which
+	// local users may connect (netserve.PeerLimits): on a loopback
+	// listener any local account can reach the milter.
+	netserve.PeerLimits
 	// Workers is how many callbacks may run at once (default
 	// DefaultWorkers).
 	Workers int
@@ -174,7 +178,7 @@ func NewServer(o Options) *Server {
 	s.ns = netserve.New(netserve.Options{
 		Name: "milter", Logger: o.Logger,
 		// The engine arms its own deadlines.
-		ConnLimits: netserve.ConnLimits{MaxConns: o.MaxSessions, IdleTimeout: -1},
+		ConnLimits: netserve.ConnLimits{MaxConns: o.MaxSessions, PeerLimits: o.PeerLimits, IdleTimeout: -1},
 	}, s.serveConn)
 	return s
 }

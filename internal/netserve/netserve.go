@@ -1,7 +1,8 @@
 // Package netserve is the connection lifecycle shared by sluice's
 // servers (anvil, policy, throttle, milter, the mux's socket map and
 // notification socket): accept with back-off, a cap on concurrent
-// connections, idle and per-request read deadlines, a panic in one
+// connections, per-peer rules (a cap per peer, an allow list of local
+// users), idle and per-request read deadlines, a panic in one
 // connection's handler costing that connection only, and a two-stage
 // Shutdown in the shape of net/http's.
 package netserve
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,9 @@ type ConnLimits struct {
 	// at once (or handed to Options.Refuse), with a log line at 1, 2, 4,
 	// 8... refusals.
 	MaxConns int
+	// PeerLimits cap each peer within MaxConns and say which local users
+	// may connect at all.
+	PeerLimits
 	// IdleTimeout closes a connection idle between requests this long
 	// (default 1h; negative: never).
 	IdleTimeout time.Duration
@@ -42,7 +47,8 @@ type Options struct {
 	// Logger gets the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	ConnLimits
-	// Refuse, when set, is given each connection refused for MaxConns, in
+	// Refuse, when set, is given each connection refused for MaxConns or
+	// MaxConnsPerPeer (not one refused by AllowUIDs: that is closed), in
 	// its own goroutine (Wait waits for it; a panic is logged), to write a
 	// reply before the connection is closed. It must not block without a
 	// deadline; the connection is closed when it returns, or by Close.
@@ -57,6 +63,8 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
 	refusing  map[net.Conn]struct{} // being refused by Options.Refuse
+	perPeer   map[peerKey]int       // open connections per peer, under MaxConnsPerPeer
+	tally     map[peerKey]int64     // refusals per peer, for the log
 	closing   atomic.Bool
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
@@ -80,7 +88,11 @@ func New(o Options, handle func(*Conn)) *Server {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	return &Server{o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{}, refusing: map[net.Conn]struct{}{}}
+	o.AllowUIDs = slices.Clone(o.AllowUIDs) // nil stays nil: everyone
+	return &Server{
+		o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{},
+		refusing: map[net.Conn]struct{}{}, perPeer: map[peerKey]int{}, tally: map[peerKey]int64{},
+	}
 }
 
 // Conns returns the number of open connections.
@@ -126,12 +138,22 @@ func (s *Server) Serve(l net.Listener) error {
 			s.refuse(c)
 			continue
 		}
-		cn := &Conn{Conn: c, s: s}
+		key, ok := s.identify(c)
+		if !ok {
+			continue
+		}
+		cn := &Conn{Conn: c, s: s, peer: key}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
 			c.Close()
 			return ErrServerClosed
+		}
+		if !s.admitPeer(cn) {
+			s.mu.Unlock()
+			s.logPeerFull(key)
+			s.refuse(c)
+			continue
 		}
 		s.conns[cn] = struct{}{}
 		s.wg.Add(1)
@@ -141,7 +163,8 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// refuse closes c, refused for MaxConns, after Options.Refuse if set.
+// refuse closes c, refused for MaxConns or MaxConnsPerPeer, after
+// Options.Refuse if set.
 func (s *Server) refuse(c net.Conn) {
 	if s.o.Refuse == nil {
 		c.Close()
@@ -205,8 +228,10 @@ func (s *Server) Close() error {
 // Conn is one accepted connection.
 type Conn struct {
 	net.Conn
-	s    *Server
-	busy atomic.Bool // inside a request
+	s       *Server
+	busy    atomic.Bool // inside a request
+	peer    peerKey     // who the peer is, when a PeerLimits rule needs it
+	counted bool        // counted in s.perPeer
 }
 
 // Closing reports whether the server is shutting down; a handler checks it
@@ -237,6 +262,7 @@ func (c *Conn) run() {
 		c.Conn.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.releasePeer(c)
 		s.mu.Unlock()
 		s.nconns.Add(-1)
 		s.wg.Done()

@@ -45,6 +45,9 @@ type Options struct {
 	// Logger gets the server's log lines (default slog.Default()).
 	Logger   *slog.Logger
 	MaxConns int // default 4096: one per waiting or sending process
+	// PeerLimits cap one peer's connections within MaxConns and say which
+	// local users may connect (netserve.PeerLimits).
+	netserve.PeerLimits
 	// RequestTimeout bounds reading the request line (default 10s).
 	RequestTimeout time.Duration
 	// LogDefer, if set, logs a deferral instead of the server (which logs
@@ -72,7 +75,7 @@ func NewServer(o Options) *Server {
 	// sends: no idle timeout; the request itself must come quickly.
 	s.Server = netserve.New(netserve.Options{
 		Name: "throttle", Logger: o.Logger, ConnLimits: netserve.ConnLimits{
-			MaxConns: o.MaxConns, IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
+			MaxConns: o.MaxConns, PeerLimits: o.PeerLimits, IdleTimeout: o.RequestTimeout, RequestTimeout: o.RequestTimeout,
 		},
 	}, s.serve)
 	return s

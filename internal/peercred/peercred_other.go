@@ -1,0 +1,24 @@
+//go:build !linux
+
+package peercred
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// unixUID: SO_PEERCRED is Linux's.
+func unixUID(*net.UnixConn) (int, error) {
+	return -1, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
+}
+
+// tcpUID returns ErrNotLocal for a peer off loopback; NETLINK_SOCK_DIAG,
+// which finds a loopback peer's socket, is Linux's.
+func tcpUID(local, remote netip.AddrPort) (int, error) {
+	if !unmap(remote).Addr().IsLoopback() {
+		return -1, ErrNotLocal
+	}
+	return -1, fmt.Errorf("peercred: a loopback peer: %w", errors.ErrUnsupported)
+}
