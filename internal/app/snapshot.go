@@ -20,8 +20,8 @@ type snapshotter struct {
 	path     string
 	interval time.Duration
 	log      *slog.Logger
-	failing  bool // the last write failed (logged once per run of failures)
-	journal  bool // the booking journal is open
+	failing  bool  // the last write failed (logged once per run of failures)
+	journal  bool  // the booking journal is open
 	limit    int64 // the largest snapshot or journal read back
 }
 

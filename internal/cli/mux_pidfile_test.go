@@ -78,21 +78,6 @@ func rootSecret(t *testing.T) string {
 	return p
 }
 
-// openDir is a new directory any user can enter (t.TempDir's parent is
-// root's, mode 0700).
-func openDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "sluice-pidfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func lchown(t *testing.T, path string, uid int) {
 	t.Helper()
 	if err := os.Lchown(path, uid, -1); err != nil {
@@ -183,7 +168,7 @@ var pidFileCases = []pidFileCase{
 		return []string{path}
 	}, reason: fmt.Sprintf(`it is owned by uid %d, neither root nor `, uidNobody) + "defang"},
 	{name: "lock file symlink", lock: true, plant: func(t *testing.T, path string, u uids) []string {
-		dir := openDir(t) // the -U user reaches it
+		dir := deployDir(t) // the -U user reaches it
 		target := filepath.Join(dir, "lock-target")
 		if err := os.WriteFile(target, []byte("the -U user's file\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -248,7 +233,7 @@ func TestMuxRefusesUnsafePidFile(t *testing.T) {
 				before[p] = statFile(t, p)
 			}
 			// The lock file is opened, and its refusal logged, as the -U user.
-			logSock := filepath.Join(openDir(t), "log")
+			logSock := filepath.Join(deployDir(t), "log")
 			logs, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: logSock, Net: "unixgram"})
 			if err != nil {
 				t.Fatal(err)

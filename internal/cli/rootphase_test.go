@@ -85,10 +85,14 @@ func TestRootStartHostileStateFiles(t *testing.T) {
 		plant  func(t *testing.T, state, victim string)
 		errors int // ERROR lines expected
 	}{
-		{"snapshot->/dev/zero", func(t *testing.T, s, _ string) { asSluice(t, "ln", "-s", "/dev/zero", filepath.Join(s, "store.snapshot")) }, 1},
+		{"snapshot->/dev/zero", func(t *testing.T, s, _ string) {
+			asSluice(t, "ln", "-s", "/dev/zero", filepath.Join(s, "store.snapshot"))
+		}, 1},
 		{"snapshot->root file", func(t *testing.T, s, v string) { asSluice(t, "ln", "-s", v, filepath.Join(s, "store.snapshot")) }, 1},
 		{"snapshot FIFO", func(t *testing.T, s, _ string) { asSluice(t, "mkfifo", filepath.Join(s, "store.snapshot")) }, 1},
-		{"snapshot 1 GiB sparse", func(t *testing.T, s, _ string) { asSluice(t, "truncate", "-s", "1G", filepath.Join(s, "store.snapshot")) }, 1},
+		{"snapshot 1 GiB sparse", func(t *testing.T, s, _ string) {
+			asSluice(t, "truncate", "-s", "1G", filepath.Join(s, "store.snapshot"))
+		}, 1},
 		{"journal->root file", func(t *testing.T, s, v string) {
 			asSluice(t, "ln", "-s", v, filepath.Join(s, "store.snapshot.bookings"))
 		}, 1},

@@ -187,7 +187,7 @@ func TestAllowUIDs(t *testing.T) {
 // TestPeerByAddress: a TCP peer off loopback is counted by its address,
 // and has no uid for an allow list.
 func TestPeerByAddress(t *testing.T) {
-	ip := hostAddr()
+	ip := peercredtest.HostAddr()
 	if !ip.IsValid() {
 		t.Skip("SKIP (peer missing): this host has no non-loopback IPv4 address")
 	}
@@ -228,19 +228,6 @@ func TestPeerRefuseHook(t *testing.T) {
 	if got, err := c.r.ReadString('\n'); err != nil || got != "busy\n" {
 		t.Fatalf("second: %q %v, want busy", got, err)
 	}
-}
-
-// hostAddr is an IPv4 address of this host that is not loopback, if any.
-func hostAddr() netip.Addr {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
-				return ip.Unmap()
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 // BenchmarkAccept: a connection's whole life through Serve (dial, accept,

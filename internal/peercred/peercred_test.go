@@ -148,7 +148,7 @@ func TestNotLocal(t *testing.T) {
 		t.Errorf("192.0.2.7: %v, want ErrNotLocal", err)
 	}
 	// A real connection to this host's own non-loopback address.
-	if ip := hostAddr(); ip.IsValid() {
+	if ip := peercredtest.HostAddr(); ip.IsValid() {
 		l := listen(t, "tcp", netip.AddrPortFrom(ip, 0).String())
 		dial(t, "tcp", l.Addr().String())
 		s := accept(t, l)
@@ -161,19 +161,6 @@ func TestNotLocal(t *testing.T) {
 	if !errors.Is(err, ErrGone) {
 		t.Errorf("no such socket: %v, want ErrGone", err)
 	}
-}
-
-// hostAddr is an IPv4 address of this host that is not loopback, if any.
-func hostAddr() netip.Addr {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
-				return ip.Unmap()
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 // BenchmarkUID: what learning a peer's uid costs per accepted

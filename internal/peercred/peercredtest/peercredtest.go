@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,4 +205,18 @@ func copyExecutable(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// HostAddr is an IPv4 address of this host that is not loopback (the
+// zero Addr if it has none): a peer address that has no local uid.
+func HostAddr() netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
+				return ip.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
 }
