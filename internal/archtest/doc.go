@@ -3,6 +3,8 @@
 // `go list -deps` (cmd -> cli -> app -> protocol front ends, governor ->
 // limiter -> store, with config and rules below; cli -> muxd -> mux,
 // socketmap -> pool, the multiplexor's side importing nothing of the
-// governor's), and the doc comments every package and exported name must
-// have (TestDocComments).
+// governor's), the doc comments every package and exported name must
+// have (TestDocComments), and the size limits of the code the module
+// builds: no file over 700 lines, no function over 100
+// (TestFileAndFunctionLimits).
 package archtest
