@@ -11,7 +11,7 @@
 // (Options.QueueFullResponse, tempfail by default) instead of the server
 // growing without bound. The callback runs on the goroutine that read the
 // packet, which spares two goroutine hand-offs per event (a third of the
-// time of a full session, measured with BenchmarkSession). A session's
+// time of a full message, measured with BenchmarkMessage). A session's
 // callbacks run one at a time and in protocol order.
 //
 // The wire format lives in the wire subpackage; miltest is an MTA-side

@@ -10,7 +10,11 @@ import (
 
 // The hot paths of bench/mux.sh, one new connection per request as the
 // milter makes them: a command forwarded to a (fake) worker, and one the
-// multiplexor answers itself.
+// multiplexor answers itself. The server runs in the test process, so
+// proc-cpu-ns/op (internal/testutil/cputime) is the CPU of the server and
+// of the benchmark's clients together (their dial, write, read and
+// close), not the multiplexor's alone: bench/mux.sh measures that, with
+// the server in a process of its own.
 
 func benchSettings() settings {
 	return settings{min: 8, max: 8, queue: 128, busy: 30, queueTime: 30, slew: time.Millisecond}

@@ -230,11 +230,12 @@ func TestPeerRefuseHook(t *testing.T) {
 	}
 }
 
-// BenchmarkAccept: a connection's whole life through Serve (dial, accept,
-// one line echoed, close) without per-peer rules, and with a per-peer cap
-// (which learns every peer's uid: sock_diag on TCP, SO_PEERCRED on a
-// unix socket). The difference is what the rule costs per accept.
-func BenchmarkAccept(b *testing.B) {
+// BenchmarkConnLife: a connection's whole life through Serve (dial,
+// accept, one line echoed, close) without per-peer rules, and with a
+// per-peer cap (which learns every peer's uid: sock_diag on TCP,
+// SO_PEERCRED on a unix socket). The difference is what the rule costs
+// per accept.
+func BenchmarkConnLife(b *testing.B) {
 	for _, tc := range []struct {
 		name, network string
 		perPeer       int

@@ -5,13 +5,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/pool"
 	"sluice/internal/testutil/cputime"
 )
 
 // startBench runs a pool of n fake workers for a benchmark and waits for
-// all of them.
+// all of them to be idle: at most 30 s, polling every millisecond, and
+// failing at once if the pool stops.
 func startBench(b *testing.B, n int) *pool.Pool {
 	b.Helper()
 	cfg := baseConfig()
@@ -19,10 +21,18 @@ func startBench(b *testing.B, n int) *pool.Pool {
 	cfg.QueueSize = 128
 	cfg.SlewTime = 1
 	p := start(b, cfg)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if snap, ok := p.Snapshot(); ok && snap.Count(pool.Idle) == n {
+		snap, ok := p.Snapshot()
+		switch {
+		case !ok:
+			b.Fatal("the pool stopped before its workers were up")
+		case snap.Count(pool.Idle) == n:
 			return p
+		case time.Now().After(deadline):
+			b.Fatalf("%d of %d workers idle after 30 s", snap.Count(pool.Idle), n)
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -72,9 +82,40 @@ func benchParallel(b *testing.B, client func(*pool.Pool) func(pool.Request) bool
 	}
 }
 
-// BenchmarkSnapshot is what every status command (and `free`) costs on the
-// owner goroutine.
-func BenchmarkSnapshot(b *testing.B) {
+// BenchmarkSnapshotInto is what a status command (and `free`) costs the
+// main socket: Owner.SnapshotInto on the owner goroutine, into one
+// Snapshot kept for every poll, as internal/mux/front.go answers them.
+// The whole loop runs inside one OnOwner call, so nothing crosses
+// goroutines.
+func BenchmarkSnapshotInto(b *testing.B) {
+	p := startBench(b, 8)
+	b.ReportAllocs()
+	var snap pool.Snapshot
+	slots := 0
+	ran := make(chan struct{})
+	b.ResetTimer()
+	if !p.OnOwner(func(o *pool.Owner) {
+		defer close(ran)
+		for range b.N {
+			o.SnapshotInto(&snap, nil)
+		}
+		slots = len(snap.Slots)
+	}, func() { close(ran) }) {
+		b.Fatal("the pool stopped")
+	}
+	<-ran
+	b.StopTimer()
+	if slots != 8 {
+		b.Fatalf("the snapshot has %d slots, want 8", slots)
+	}
+}
+
+// BenchmarkSnapshotViaInbox is Pool.Snapshot from another goroutine: a
+// message through the owner's inbox, the snapshot taken there, and the
+// caller woken with a fresh copy (what a status command costs on a
+// connection goroutine, the restricted socket's, and the mux's status
+// page; the main socket uses SnapshotInto on the owner).
+func BenchmarkSnapshotViaInbox(b *testing.B) {
 	p := startBench(b, 8)
 	b.ReportAllocs()
 	for b.Loop() {

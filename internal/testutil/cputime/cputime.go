@@ -1,8 +1,12 @@
-// Package cputime reports a benchmark's own CPU time per operation: the
-// user and system time of every thread of the test process (not of its
-// children, such as worker processes), read with getrusage. On a shared
-// machine it moves far less with the other load than ns/op does, which
-// counts the time spent waiting for a core.
+// Package cputime reports the CPU time per operation of the whole test
+// process: the user and system time of every thread of it (not of its
+// children, such as worker processes), read with getrusage(RUSAGE_SELF).
+// That is the code under test and the benchmark's own client goroutines
+// together: a server run in the test process cannot be told apart from
+// its clients there (goroutines move between threads), so the metric is
+// named proc-cpu-ns/op for what it includes. On a shared machine it moves
+// far less with the other load than ns/op does, which counts the time
+// spent waiting for a core.
 package cputime
 
 import (
@@ -10,6 +14,10 @@ import (
 	"testing"
 	"time"
 )
+
+// Metric is the unit Report gives: the test process's CPU time, code
+// under test and benchmark clients alike, per operation.
+const Metric = "proc-cpu-ns/op"
 
 // Now is the process's CPU time so far (user plus system).
 func Now() time.Duration {
@@ -20,8 +28,8 @@ func Now() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// Report adds the metric cpu-ns/op: the CPU time since start (a Now taken
-// before the benchmark's loop) over b.N.
+// Report adds the metric proc-cpu-ns/op (Metric): the process's CPU time
+// since start (a Now taken before the benchmark's loop) over b.N.
 func Report(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(Now()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(Now()-start)/float64(b.N), Metric)
 }
