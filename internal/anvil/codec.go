@@ -188,9 +188,6 @@ func attr(line []byte, want string) ([]byte, error) {
 
 var printable = netserve.Printable
 
-// Printable is printable for callers that log idents.
-func Printable(s string) string { return printable([]byte(s)) }
-
 // Reply builds one reply in a reusable buffer.
 type Reply struct{ b []byte }
 

@@ -59,9 +59,6 @@ type Options struct {
 	MaxLine int
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
-var ErrServerClosed = netserve.ErrServerClosed
-
 // Server serves the anvil protocol: Serve, Shutdown and Close as in
 // net/http.
 type Server struct {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/netserve"
 
 	"go.uber.org/goleak"
@@ -86,7 +87,7 @@ func start(t *testing.T, o Options) (*Server, string, *recorder) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.Shutdown(ctx)
-		if err := <-done; err != ErrServerClosed {
+		if err := <-done; err != netserve.ErrServerClosed {
 			t.Errorf("Serve returned %v", err)
 		}
 	})
@@ -144,7 +145,7 @@ func readReply(t *testing.T, r *bufio.Reader) string {
 
 func TestNoAnnounce(t *testing.T) {
 	_, path, _ := start(t, Options{NoAnnounce: true})
-	cl, err := Dial("unix", path, true)
+	cl, err := anviltest.Dial("unix", path, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestNoAnnounce(t *testing.T) {
 // the session's Close called; other streams go on.
 func TestMalformedClosesOnlyThatStream(t *testing.T) {
 	_, path, rec := start(t, Options{MaxLine: 128})
-	good, err := Dial("unix", path, false)
+	good, err := anviltest.Dial("unix", path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,12 +227,12 @@ func TestStalledRequestTimesOut(t *testing.T) {
 
 func TestMaxConns(t *testing.T) {
 	s, path, _ := start(t, Options{ConnLimits: netserve.ConnLimits{MaxConns: 2}})
-	a, err := Dial("unix", path, false)
+	a, err := anviltest.Dial("unix", path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Dial("unix", path, false)
+	b, err := anviltest.Dial("unix", path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestMaxConns(t *testing.T) {
 	for s.Conns() != 2 {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := Dial("unix", path, false); err == nil {
+	if _, err := anviltest.Dial("unix", path, false); err == nil {
 		t.Fatal("third stream accepted over MaxConns")
 	}
 	if _, err := a.Do("connect", "smtp:x"); err != nil {
@@ -258,9 +259,9 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
-	var clients []*Client
+	var clients []*anviltest.Client
 	for range 5 {
-		cl, err := Dial("unix", l.Addr().String(), false)
+		cl, err := anviltest.Dial("unix", l.Addr().String(), false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +276,7 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if err := <-done; err != ErrServerClosed {
+	if err := <-done; err != netserve.ErrServerClosed {
 		t.Fatalf("Serve: %v", err)
 	}
 	if rec.closed != 5 {

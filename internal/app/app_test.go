@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/config"
 )
 
@@ -85,7 +85,7 @@ func TestServeAnvilAndReload(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("socket mode %v, want 0600 socket", fi.Mode())
 	}
-	cl, err := anvil.Dial("unix", sock, false)
+	cl, err := anviltest.Dial("unix", sock, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestSocketInUseAndStale(t *testing.T) {
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
 	startDaemon(t, writeConfig(t, dir2, cfgText(dir2, "2")))
-	cl, err := anvil.Dial("unix", filepath.Join(dir2, "anvil"), false)
+	cl, err := anviltest.Dial("unix", filepath.Join(dir2, "anvil"), false)
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestShutdownReleasesAndUnlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Start()
-	cl, err := anvil.Dial("unix", filepath.Join(dir, "anvil"), false)
+	cl, err := anviltest.Dial("unix", filepath.Join(dir, "anvil"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 	"sluice/internal/peercred/peercredtest"
@@ -72,7 +72,7 @@ func TestLoopbackIsNotAuthentication(t *testing.T) {
 
 func askAnvil(t *testing.T, addr string) io.Closer {
 	t.Helper()
-	cl, err := anvil.Dial("tcp", addr, false)
+	cl, err := anviltest.Dial("tcp", addr, false)
 	if err != nil {
 		t.Fatalf("the MTA's anvil connection: %v", err)
 	}

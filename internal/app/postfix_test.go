@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/testutil/postfixtest"
 )
 
@@ -91,7 +91,7 @@ func waitGreeting(t *testing.T, port, want int) {
 
 func lookup(t *testing.T, inst *postfixtest.Instance, ident string) map[string]int64 {
 	t.Helper()
-	cl, err := anvil.Dial("unix", inst.AnvilSocketPath(), false)
+	cl, err := anviltest.Dial("unix", inst.AnvilSocketPath(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 )
 
 // socketActivate starts `sluice serve -c cfg` under systemd's own
@@ -105,7 +105,7 @@ listen = ["unix:milter"]
 
 	// The first request reaches the socket before sluice runs: it waits
 	// in the backlog while systemd-socket-activate execs sluice.
-	cl, err := anvil.Dial("unix", anvilSock, false)
+	cl, err := anviltest.Dial("unix", anvilSock, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/testutil/logbuf"
 )
 
@@ -199,10 +199,10 @@ func TestServeDefaults(t *testing.T) {
 		done <- Main(context.Background(), []string{"serve", "-state-dir", dir, "-grace", "2s"}, &bytes.Buffer{}, &errb)
 	}()
 	sock := filepath.Join(dir, "anvil")
-	var cl *anvil.Client
+	var cl *anviltest.Client
 	var err error
 	for i := 0; i < 200; i++ {
-		if cl, err = anvil.Dial("unix", sock, false); err == nil {
+		if cl, err = anviltest.Dial("unix", sock, false); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

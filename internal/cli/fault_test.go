@@ -23,7 +23,7 @@ import (
 
 	"sluice/internal/testutil/peer"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 )
 
 // relLoad is a set of clients hammering a daemon's policy and anvil
@@ -100,7 +100,7 @@ func (l *relLoad) policyClient(ctx context.Context, sock string, id int) {
 // anvilClient connects and disconnects one ident after another.
 func (l *relLoad) anvilClient(ctx context.Context, sock string, id int) {
 	for ctx.Err() == nil {
-		cl, err := anvil.Dial("unix", sock, false)
+		cl, err := anviltest.Dial("unix", sock, false)
 		if err != nil {
 			l.failed(ctx)
 			continue

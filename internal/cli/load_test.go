@@ -25,7 +25,7 @@ import (
 
 	"sluice/internal/testutil/peer"
 
-	"sluice/internal/anvil"
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 )
@@ -194,7 +194,7 @@ func serveDoors(dir string) []door {
 
 func askAnvil(t *testing.T, sock string) {
 	t.Helper()
-	cl, err := anvil.Dial("unix", sock, false)
+	cl, err := anviltest.Dial("unix", sock, false)
 	if err != nil {
 		t.Fatalf("anvil: %v", err)
 	}

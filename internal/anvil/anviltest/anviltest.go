@@ -1,17 +1,27 @@
-package anvil
+// Package anviltest is the smtpd side of Postfix's anvil protocol, for
+// tests: a minimal client, as smtpd's anvil_clnt, one request at a time
+// over one stream. It imports nothing of internal/anvil, so anvil's own
+// tests use it too.
+package anviltest
 
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"time"
+
+	"sluice/internal/netserve"
 )
 
-// Client is a minimal anvil client, as smtpd's anvil_clnt: one request at
-// a time over one stream. sluice uses it in tests and for lookups.
+// ErrProtocol wraps a reply that breaks the protocol.
+var ErrProtocol = errors.New("anvil protocol error")
+
+// Client is one stream to an anvil server. Its methods are not safe for
+// concurrent use.
 type Client struct {
 	c       net.Conn
 	r       *bufio.Reader
@@ -68,6 +78,7 @@ func (cl *Client) Do(request, ident string) (map[string]int64, error) {
 	return out, nil
 }
 
+// readAttrs reads one reply: name=value lines up to an empty line.
 func (cl *Client) readAttrs() ([][2]string, error) {
 	var out [][2]string
 	for {
@@ -84,7 +95,7 @@ func (cl *Client) readAttrs() ([][2]string, error) {
 		}
 		name, value, ok := bytes.Cut(line, []byte("="))
 		if !ok {
-			return nil, fmt.Errorf("%w: reply line without \"=\": %q", ErrProtocol, printable(line))
+			return nil, fmt.Errorf("%w: reply line without \"=\": %q", ErrProtocol, netserve.Printable(line))
 		}
 		out = append(out, [2]string{string(name), string(value)})
 	}
