@@ -117,15 +117,6 @@ func Reply(code int, xcode string, lines ...string) (Response, error) {
 	return Response{code: wire.RespReplyCode, text: text}, nil
 }
 
-// MustReply is Reply for constant arguments; it panics on an error.
-func MustReply(code int, xcode string, lines ...string) Response {
-	r, err := Reply(code, xcode, lines...)
-	if err != nil {
-		panic(err)
-	}
-	return r
-}
-
 // checkXcode checks an enhanced status code "c.sss.ddd" of class class.
 func checkXcode(x string, class byte) error {
 	parts := strings.Split(x, ".")
@@ -154,9 +145,6 @@ func (r Response) Code() wire.Code {
 	}
 	return r.code
 }
-
-// Text returns a Reply's SMTP reply text, "" for the other verdicts.
-func (r Response) Text() string { return r.text }
 
 // String returns the verdict's name, or the reply text.
 func (r Response) String() string {

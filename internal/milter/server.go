@@ -186,9 +186,6 @@ func NewServer(o Options) *Server {
 // Sessions returns the number of open connections.
 func (s *Server) Sessions() int { return s.ns.Conns() }
 
-// QueueFull returns how many callbacks were refused for a full queue.
-func (s *Server) QueueFull() int64 { return s.queueFull.Load() }
-
 // Serve accepts connections on l until Shutdown or Close, then returns
 // ErrServerClosed. It may be called for several listeners. TCP
 // connections get TCP_NODELAY and, on Linux, TCP_QUICKACK after every

@@ -2,7 +2,6 @@ package milter
 
 import (
 	"context"
-	"net"
 
 	"sluice/internal/milter/wire"
 )
@@ -73,19 +72,6 @@ func (s *Session) ID() uint64 { return s.id }
 // is closed or a Shutdown's deadline passes.
 func (s *Session) Context() context.Context { return s.c.srv.ctx }
 
-// RemoteAddr returns the MTA's address (not the SMTP client's: that is
-// Connect's argument).
-func (s *Session) RemoteAddr() net.Addr { return s.c.nc.RemoteAddr() }
-
-// Version returns the negotiated protocol version.
-func (s *Session) Version() uint32 { return s.c.version }
-
-// Actions returns the negotiated actions: what Modifier may do.
-func (s *Session) Actions() wire.Action { return s.c.actions }
-
-// Protocol returns the negotiated protocol flags.
-func (s *Session) Protocol() wire.Protocol { return s.c.protocol }
-
 // Macro returns the value of a Sendmail macro ("i", "{auth_authen}"; the
 // braces may be left out) from the latest stage that defined it: a
 // stage's macros stay until the next MACRO packet for the same or an
@@ -99,16 +85,6 @@ func (s *Session) Macro(name string) (string, bool) {
 		}
 	}
 	return lookup(s.macros[slotUnknown], want)
-}
-
-// Macros returns the names and values, alternating, of the last MACRO
-// packet for command cmd (wire.CmdConnect, wire.CmdMail...), as the MTA
-// sent them; nil if there is none. The slice must not be modified.
-func (s *Session) Macros(cmd wire.Code) []string {
-	if slot := macroSlot(cmd); slot >= 0 {
-		return s.macros[slot]
-	}
-	return nil
 }
 
 func lookup(nv []string, want string) (string, bool) {
