@@ -37,9 +37,6 @@ type Options struct {
 	Limits Limits
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
-var ErrServerClosed = netserve.ErrServerClosed
-
 // Server serves the policy protocol: Serve, Shutdown and Close as in
 // net/http.
 type Server struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/netserve"
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/servetest"
 )
@@ -73,7 +74,7 @@ func TestHandlerPanic(t *testing.T) {
 	late, lr := dial()
 	ask(t, late, lr, "m new", "OK m|new")
 	s.Close()
-	if err := <-served; !errors.Is(err, ErrServerClosed) {
+	if err := <-served; !errors.Is(err, netserve.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
 	}
 }
@@ -107,7 +108,7 @@ func TestShutdownDrains(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		shut := make(chan error, 1)
 		go func() { shut <- s.Shutdown(ctx) }()
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
+		if err := <-served; !errors.Is(err, netserve.ErrServerClosed) {
 			t.Fatalf("Serve: %v", err)
 		}
 		if _, err := ir.ReadByte(); !errors.Is(err, io.EOF) {

@@ -69,9 +69,6 @@ type Server struct {
 	cancel context.CancelFunc
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
-var ErrServerClosed = netserve.ErrServerClosed
-
 // NewServer returns a Server answering with h.
 func NewServer(h Handler, o Options) *Server {
 	if o.WriteTimeout <= 0 {
@@ -114,15 +111,11 @@ func (s *Server) serveConn(c *netserve.Conn) {
 	})
 }
 
-// ServeConn answers requests on rw until EOF, a bad length prefix (the
-// reference closes without a reply), a failed write, or a Handler error.
-// Each reply is written under writeTimeout when rw has deadlines.
-func ServeConn(ctx context.Context, rw io.ReadWriter, h Handler, writeTimeout time.Duration) {
-	serve(ctx, rw, rw, h, writeTimeout, func() bool { return true })
-}
-
-// serve is ServeConn reading from in and writing to w; after each reply
-// it asks next whether to read another request.
+// serve answers requests read from in, writing the replies to w, until
+// EOF, a bad length prefix (the reference closes without a reply), a
+// failed write, or a Handler error. Each reply is written under
+// writeTimeout when w has deadlines; after each reply it asks next
+// whether to read another request.
 func serve(ctx context.Context, in io.Reader, w io.Writer, h Handler, writeTimeout time.Duration, next func() bool) {
 	r := bufio.NewReader(in)
 	dl, _ := w.(interface{ SetWriteDeadline(time.Time) error })

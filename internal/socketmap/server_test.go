@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/netserve"
+
 	"go.uber.org/goleak"
 )
 
@@ -203,7 +205,7 @@ func TestServer(t *testing.T) {
 		}
 	}
 	s.Close()
-	if err := <-done; !errors.Is(err, ErrServerClosed) {
+	if err := <-done; !errors.Is(err, netserve.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
 	}
 	for _, r := range []*bufio.Reader{ar, br, cr} {
@@ -211,7 +213,7 @@ func TestServer(t *testing.T) {
 			t.Errorf("after Close: %v", err)
 		}
 	}
-	if err := s.Serve(ln); !errors.Is(err, ErrServerClosed) {
+	if err := s.Serve(ln); !errors.Is(err, netserve.ErrServerClosed) {
 		t.Errorf("Serve after Close: %v", err)
 	}
 }

@@ -55,9 +55,6 @@ type Options struct {
 	LogDefer func(ctx context.Context, key, reason string)
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
-var ErrServerClosed = netserve.ErrServerClosed
-
 // Server serves the throttle protocol: Serve, Shutdown and Close as in
 // net/http.
 type Server struct {
