@@ -19,9 +19,6 @@ var Since = map[string]string{
 	"tls_sni": "3.12",
 }
 
-// Numeric lists the attributes Postfix sends as numbers.
-var Numeric = map[string]bool{"recipient_count": true, "size": true, "encryption_keysize": true}
-
 // Known reports whether name is a request attribute.
 func Known(name string) bool {
 	_, ok := Since[name]
