@@ -26,8 +26,9 @@ type Web struct {
 	// read the page on a unix socket (whose owner, group and mode decide
 	// who may) otherwise.
 	StatusOnInet bool `toml:"status_on_inet"`
-	// MaxConns caps open connections over all the listeners; more are
-	// closed at once. It is far below the mail doors' caps: the clients
+	// MaxConns caps each listener's open connections; more are closed at
+	// once. Each listener has its own, so a flood on an inet listener
+	// leaves the unix socket's places alone. It is far below the mail doors' caps: the clients
 	// are a few scrapers, `sluice status` and at most max_streams pages.
 	MaxConns int `toml:"max_conns"`
 	// MaxStreams caps live-update streams (open status pages); beyond it

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// DefaultMaxConns is MaxConns when it is 0: config's default for
-// web.max_conns (a test in internal/app fails if the two drift). The web
+// DefaultMaxConns is MaxConns (per listener) when it is 0: config's
+// default for web.max_conns (a test in internal/app fails if the two drift). The web
 // server's clients are a few Prometheus scrapers, `sluice status` and at
 // most MaxStreams open pages (each a stream and a request or two), so
 // the cap is far below the mail doors' 4096: a flood on this door must
@@ -58,14 +58,18 @@ func (s *Server) notOnTCP(w http.ResponseWriter, _ *http.Request) {
 	http.Error(w, msg, http.StatusNotFound)
 }
 
-// limitListener caps the server's open connections (over all its
-// listeners): beyond MaxConns a new connection is closed at once, before
-// net/http sees it, so a connection that never sends a byte counts as
-// much as a busy one.
+// limitListener caps one listener's open connections: beyond MaxConns a
+// new connection is closed at once, before net/http sees it, so a
+// connection that never sends a byte counts as much as a busy one. Each
+// listener has its own MaxConns, so that a flood on a TCP listener (any
+// local account can connect to it) cannot take the places of the unix
+// socket, whose mode decides who connects: the descriptors the web
+// server holds stay below MaxConns times its listeners.
 type limitListener struct {
 	net.Listener
 	s    *Server
-	full bool // the listener serves the status page
+	full bool         // the listener serves the status page
+	n    atomic.Int64 // its open connections
 }
 
 // Accept returns the next connection under the cap, closing those
@@ -77,34 +81,35 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.takeConn() {
-			return &limitConn{Conn: c, s: s, full: l.full}, nil
+		if l.take() {
+			s.conns.Add(1)
+			return &limitConn{Conn: c, l: l, full: l.full}, nil
 		}
 		if n := s.refused.Add(1); n&(n-1) == 0 {
-			s.log.Warn("web: too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
+			s.log.Warn("web: too many connections; closing new ones", "listener", l.Addr().String(), "max_conns", s.o.MaxConns, "refused_total", n)
 		}
 		c.Close()
 	}
 }
 
-// takeConn counts one more open connection, unless MaxConns are open.
-func (s *Server) takeConn() bool {
+// take counts one more open connection, unless MaxConns are open.
+func (l *limitListener) take() bool {
 	for {
-		n := s.conns.Load()
-		if n >= int64(s.o.MaxConns) {
+		n := l.n.Load()
+		if n >= int64(l.s.o.MaxConns) {
 			return false
 		}
-		if s.conns.CompareAndSwap(n, n+1) {
+		if l.n.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}
 }
 
-// limitConn is a connection counted against MaxConns until its first
-// Close.
+// limitConn is a connection counted against its listener's MaxConns
+// until its first Close.
 type limitConn struct {
 	net.Conn
-	s      *Server
+	l      *limitListener
 	full   bool
 	closed atomic.Bool
 }
@@ -113,7 +118,8 @@ type limitConn struct {
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
-		c.s.conns.Add(-1)
+		c.l.n.Add(-1)
+		c.l.s.conns.Add(-1)
 	}
 	return err
 }

@@ -12,7 +12,8 @@
 // everything, a TCP listener /metrics only (the page shows clients'
 // addresses and senders, and any local account can reach a loopback
 // port) unless Options.StatusOnTCP allows the page there. Open
-// connections are capped over all listeners (Options.MaxConns).
+// connections are capped per listener (Options.MaxConns), so a flood on
+// a TCP listener cannot take the unix socket's places.
 package web
 
 import (
@@ -97,7 +98,7 @@ type Options struct {
 	// StatusOnTCP (sluice serve: "[web] status_on_inet = true"); empty
 	// names none.
 	StatusSetting string
-	// MaxConns caps the open connections over all listeners (default
+	// MaxConns caps each listener's open connections (default
 	// DefaultMaxConns, as config's web.max_conns); more are closed as
 	// soon as they are accepted, with a log line at 1, 2, 4, 8...
 	// refusals.
@@ -202,8 +203,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Serve starts the sampler (once per Server) and serves HTTP on l until
 // Shutdown or Close, then returns ErrServerClosed. A unix socket listener
 // serves every route; any other listener /metrics only, unless
-// Options.StatusOnTCP. Serve may be called for several listeners; they
-// share Options.MaxConns.
+// Options.StatusOnTCP. Serve may be called for several listeners; each
+// has Options.MaxConns places of its own.
 func (s *Server) Serve(l net.Listener) error {
 	s.life.Lock()
 	if s.closed {
