@@ -147,9 +147,6 @@ func (s *Store) Close() error {
 // Len returns the number of keys held.
 func (s *Store) Len() int { return int(s.n.Load()) }
 
-// Evicted returns how many keys were evicted at the cap.
-func (s *Store) Evicted() uint64 { return s.evicted.Load() }
-
 func (s *Store) sweeper() {
 	defer close(s.done)
 	per := s.opts.SweepInterval / time.Duration(len(s.shards))

@@ -46,16 +46,11 @@ func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
 	return buf
 }
 
-// Encode writes the store's rate keys to w in the snapshot format, taking
+// encode writes the store's rate keys to w in the snapshot format, taking
 // the shards' locks one at a time and only to copy: decisions on other
 // shards go on meanwhile, and none waits for the encoding or the disk.
 // taken is when the copy begins; clean marks a snapshot written at a
 // graceful stop, after the last decision.
-func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
-	st, err := s.encode(w, taken, clean)
-	return st.Keys, err
-}
-
 func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
 	sw := newSnapWriter(w, taken, clean)
 	// Read before copying: every booking numbered up to here is in a

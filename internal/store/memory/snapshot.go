@@ -158,16 +158,6 @@ func (sw *snapWriter) finish(seq uint64) error {
 	return err
 }
 
-// EncodeSnapshot writes snap in the snapshot format (tests and tools; the
-// store streams its own copy with WriteSnapshot).
-func EncodeSnapshot(w io.Writer, snap *Snapshot) error {
-	sw := newSnapWriter(w, snap.Taken, snap.Clean)
-	for i := range snap.Entries {
-		sw.entry(&snap.Entries[i])
-	}
-	return sw.finish(snap.Seq)
-}
-
 // DecodeSnapshot parses a whole snapshot file. Any fault (foreign file,
 // other version, truncation, checksum mismatch, malformed or out-of-order
 // record, trailing bytes) returns an error wrapping ErrSnapshot and no

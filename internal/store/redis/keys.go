@@ -36,7 +36,9 @@ func (s *Store) rkey(key string) string {
 // ClusterSlot is the Redis Cluster hash slot (0-16383) that limiter key
 // key is stored in, whatever the prefix (it holds no braces, so it never
 // takes part in the hash tag). The keys of one Hit, Peek or Undo must
-// share it in Cluster mode.
+// share it in Cluster mode. Only tests call it: the governor's
+// (TestPolicyKeysShareASlot checks with it that the keys of every policy
+// decision share a slot, without copying this layout) and the store's.
 func ClusterSlot(key string) uint16 {
 	if hasTag(key) {
 		return hashSlot("#" + key)

@@ -272,12 +272,6 @@ func (s *Store) Close() error {
 	return s.err
 }
 
-// Healthy reports whether the last exchange with Redis succeeded.
-func (s *Store) Healthy() bool { return s.healthy.Load() }
-
-// Errors returns how many calls have failed (bad requests aside).
-func (s *Store) Errors() uint64 { return s.errs.Load() }
-
 // Len returns the number of keys under the prefix, as last counted plus
 // what this store created or dropped since (see the package comment).
 func (s *Store) Len() int { return int(max(s.keyBase.Load()+s.keyDelta.Load(), 0)) }

@@ -1,0 +1,25 @@
+package memory
+
+import (
+	"io"
+	"time"
+)
+
+// EncodeSnapshot writes snap in the snapshot format, as the store writes
+// its own copy (encode).
+func EncodeSnapshot(w io.Writer, snap *Snapshot) error {
+	sw := newSnapWriter(w, snap.Taken, snap.Clean)
+	for i := range snap.Entries {
+		sw.entry(&snap.Entries[i])
+	}
+	return sw.finish(snap.Seq)
+}
+
+// Encode is encode, returning the number of keys written.
+func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
+	st, err := s.encode(w, taken, clean)
+	return st.Keys, err
+}
+
+// Evicted returns how many keys were evicted at the cap.
+func (s *Store) Evicted() uint64 { return s.evicted.Load() }
