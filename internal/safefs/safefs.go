@@ -144,6 +144,11 @@ func walkOnce(abs string, create bool, mode fs.FileMode) (*Dir, string, error) {
 			return nil, next, nil
 		}
 		unix.Close(fd)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Path = filepath.Join(done, c) // "mkdir /path: permission denied"
+			return nil, "", pe
+		}
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", filepath.Join(done, c), err)
 		}
@@ -173,7 +178,7 @@ func openComponent(dirfd int, name string, create, last bool, mode fs.FileMode) 
 		perm = uint32(mode.Perm())
 	}
 	if err := unix.Mkdirat(dirfd, name, perm); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, false, fmt.Errorf("mkdir: %w", err)
+		return -1, false, &fs.PathError{Op: "mkdir", Path: name, Err: err}
 	}
 	fd, err = unix.Openat(dirfd, name, flags, 0)
 	if err != nil {
