@@ -16,9 +16,10 @@ import (
 func i64(v int64) *int64 { return &v }
 
 type fixture struct {
-	g   *Governor
-	clk *clock.Fake
-	ctx context.Context
+	g     *Governor
+	store limiter.Store // the store g's limiter counts in
+	clk   *clock.Fake
+	ctx   context.Context
 }
 
 func newFixture(t testing.TB, classes []limiter.Class, rules AnvilRules) *fixture {
@@ -37,7 +38,7 @@ func newFixture(t testing.TB, classes []limiter.Class, rules AnvilRules) *fixtur
 	if rules.Unit == 0 {
 		rules.Unit = 60 * time.Second
 	}
-	return &fixture{g: New(Options{Limiter: lim, Classes: cs, Anvil: rules, Logger: slog.New(slog.DiscardHandler)}), clk: clk, ctx: context.Background()}
+	return &fixture{g: New(Options{Limiter: lim, Classes: cs, Anvil: rules, Logger: slog.New(slog.DiscardHandler)}), store: s, clk: clk, ctx: context.Background()}
 }
 
 func (f *fixture) connect(t *testing.T, st *AnvilStream, ident string) (int64, int64) {
@@ -213,12 +214,12 @@ func TestAnvilClassRefuseCap(t *testing.T) {
 	if n, _ := f.connect(t, &d, "smtp:192.0.2.4"); n != 1 {
 		t.Fatalf("after a slot freed: reported %d, want 1", n)
 	}
-	if held, _ := f.g.Limiter().Held(f.ctx, classes[0].LeaseKey()); held != 2 {
+	if held, _ := f.g.lim.Held(f.ctx, classes[0].LeaseKey()); held != 2 {
 		t.Fatalf("class holds %d sessions, want 2", held)
 	}
 	f.g.AnvilClose(f.ctx, &b)
 	f.g.AnvilClose(f.ctx, &d)
-	if held, _ := f.g.Limiter().Held(f.ctx, classes[0].LeaseKey()); held != 0 {
+	if held, _ := f.g.lim.Held(f.ctx, classes[0].LeaseKey()); held != 0 {
 		t.Fatalf("class leaked %d sessions", held)
 	}
 }

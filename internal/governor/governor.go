@@ -62,17 +62,12 @@ func New(o Options) *Governor {
 // Classes returns the class table.
 func (g *Governor) Classes() *limiter.Classes { return g.classes }
 
-// Limiter returns the limiter the rules count with.
-func (g *Governor) Limiter() *limiter.Limiter { return g.lim }
-
 // Policy returns the policy rules in force.
 func (g *Governor) Policy() PolicyRules { return g.policy }
-
-// Milter returns the milter door's rules.
-func (g *Governor) Milter() MilterRules { return g.milter }
 
 // Throttle returns the throttle policies in force.
 func (g *Governor) Throttle() ThrottleRules { return g.throttle }
 
-// AnvilRules returns the anvil rules in force.
+// AnvilRules returns the anvil rules in force. Only a test calls it:
+// app's TestWatchReloads, to see which rules a reload put in force.
 func (g *Governor) AnvilRules() AnvilRules { return g.anvil }

@@ -41,9 +41,6 @@ type MilterSession struct {
 	refused bool
 }
 
-// Class returns the class of the session's client ("" before CONNECT).
-func (ms *MilterSession) Class() string { return ms.class }
-
 // MilterConnect admits or refuses an SMTP session at CONNECT. name is the
 // client's host name as the MTA knows it ("[192.0.2.1]" or "" when it has
 // none), addr its address (invalid for a non-IP connection). The session

@@ -52,8 +52,8 @@ func TestMilterClassRefusesBeyondCap(t *testing.T) {
 	if want := "421 4.7.0 Too many sessions from class dialup (2/2); try again later"; a != want {
 		t.Fatalf("third session: %q, want %q", a, want)
 	}
-	if s3.Class() != "dialup" {
-		t.Fatalf("class %q", s3.Class())
+	if s3.class != "dialup" {
+		t.Fatalf("class %q", s3.class)
 	}
 	// Another class is not touched by dialup's cap.
 	if a := f.g.MilterConnect(f.ctx, &other, "mx.example.org", netip.MustParseAddr("192.0.2.1"), "25"); a != "" {

@@ -83,7 +83,7 @@ func TestPolicyKeysShareASlot(t *testing.T) {
 		}
 	}
 	f := policyFixture(t, rules...)
-	st := &slotStore{Store: f.g.lim.Store()}
+	st := &slotStore{Store: f.store}
 	f.g.lim = limiter.New(limiter.Options{Store: st, Clock: f.clk, Logger: slog.New(slog.DiscardHandler)})
 
 	values := []string{"plain", "{tag}", "a}b{c", "}{", "{}", "{", "x{y}z{w}", ""}

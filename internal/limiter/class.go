@@ -28,14 +28,6 @@ const (
 	Outgoing
 )
 
-// Cap returns the class's cap for sessions going dir (0: none).
-func (c *Class) Cap(dir Direction) int64 {
-	if dir == Outgoing {
-		return c.Queue
-	}
-	return c.Refuse
-}
-
 // LeaseKey is the store key that counts the class's sessions.
 func (c *Class) LeaseKey() string { return "class\x00" + c.Name }
 

@@ -53,9 +53,6 @@ func (l *Limiter) Now() time.Time { return l.clk.Now() }
 // Clock returns the limiter's clock.
 func (l *Limiter) Clock() clock.Clock { return l.clk }
 
-// Store returns the underlying store.
-func (l *Limiter) Store() Store { return l.store }
-
 // Hit records n events against checks now (see Store.Hit). When the store
 // cannot decide, every decision follows the fail mode and the error is
 // returned for the caller to log or count; decisions are filled either way.
@@ -157,9 +154,6 @@ func (l *Limiter) storeFailed(now time.Time, err error) {
 	}
 }
 
-// Peaks returns the peak figures since the last report.
-func (l *Limiter) Peaks() *Peaks { return &l.peaks }
-
 // RunStatus logs and resets the peak figures every interval, and once more
 // when ctx ends, as anvil(8) does every anvil_status_update_time.
 func (l *Limiter) RunStatus(ctx context.Context, interval time.Duration) {
@@ -252,17 +246,6 @@ func (ps *Peaks) each(f func(*peakCell)) {
 		return true
 	})
 	f(&ps.size)
-}
-
-// Snapshot returns the current peaks (figures with a non-zero value).
-func (ps *Peaks) Snapshot() []Peak {
-	var out []Peak
-	ps.each(func(c *peakCell) {
-		if p := c.get(); p.Value > 0 {
-			out = append(out, p)
-		}
-	})
-	return out
 }
 
 // Report logs every peak in anvil's words and resets them.

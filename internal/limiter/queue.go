@@ -142,7 +142,8 @@ func (w *Waiters) Release(ctx context.Context, l Lease, capacity int64) {
 	w.lim.Release(ctx, l)
 }
 
-// Waiting returns how many callers wait for key.
+// Waiting returns how many callers wait for key. Only tests call it
+// (limiter's and governor's), to wait until a caller is queued.
 func (w *Waiters) Waiting(key string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

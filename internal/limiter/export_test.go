@@ -1,0 +1,23 @@
+package limiter
+
+// Cap returns the class's cap for sessions going dir (0: none).
+func (c *Class) Cap(dir Direction) int64 {
+	if dir == Outgoing {
+		return c.Queue
+	}
+	return c.Refuse
+}
+
+// Peaks returns the peak figures since the last report.
+func (l *Limiter) Peaks() *Peaks { return &l.peaks }
+
+// Snapshot returns the current peaks (figures with a non-zero value).
+func (ps *Peaks) Snapshot() []Peak {
+	var out []Peak
+	ps.each(func(c *peakCell) {
+		if p := c.get(); p.Value > 0 {
+			out = append(out, p)
+		}
+	})
+	return out
+}
