@@ -1,0 +1,246 @@
+// Command milterbench is bench/milter.sh's driver: what sluice's milter
+// door costs a real Postfix, side by side with no milter, with libmilter
+// milters and with a floor. bench/milter.sh checks for root and the
+// packages, then runs it from the repository's root.
+//
+// Six private Postfix 3.7 instances (bench/milterload postfix, built on
+// internal/testutil/postfixtest; everything is delivered to discard(8)),
+// identical but for smtpd_milters:
+//
+//	postfix-alone      no milter
+//	sluice-connect     sluice serve, class caps only: the milter negotiates
+//	                   CONNECT alone (every other step off), so a session
+//	                   costs one round trip. The loopback class has
+//	                   refuse = 1000, far above the load.
+//	sluice-all         sluice serve with milter.policy_rules and one rule
+//	                   that counts bytes (2e9 bytes/h per client, never
+//	                   reached): the milter asks for every step and accepts.
+//	libmilter          an accept-all milter on Debian's libmilter
+//	                   (c/acceptall.c): a callback for every step returning
+//	                   SMFIS_CONTINUE, SMFIS_ACCEPT at end of message.
+//	libmilter-connect  the class-caps milter as an administrator would write
+//	                   it on libmilter (c/connectonly.c): a connect callback,
+//	                   and xxfi_negotiate switching every other step (and its
+//	                   reply) off, as sluice-connect does.
+//	floor              the least a CONNECT-only milter can be (c/floor.c):
+//	                   one thread, epoll, no limiter, no callbacks; it
+//	                   answers the negotiation sluice-connect sends and
+//	                   CONNECT and END-OF-MESSAGE with CONTINUE from static
+//	                   buffers. Whatever postfix-alone has over floor is the
+//	                   MTA's own cost of a milter, out of any milter's reach.
+//
+// The C milters are embedded here and built with cc (-O2 -Wall; the
+// libmilter ones against libmilter-dev). milter_default_action = tempfail,
+// and Postfix's own client limits and in_flow_delay are off, so that only
+// the milter differs; max_idle is an hour, so the smtpd processes forked
+// for the warm-up at c=100 stay for all runs.
+//
+// The load is Postfix's smtp-source at 1, 10 and 100 parallel sessions,
+// one message (about 2 KB) per SMTP session, so every message costs a
+// milter session. Runs are interleaved: in each round, for each c, every
+// target gets one run, and which target goes first rotates from round to
+// round. After each run the driver waits until Postfix's maillog shows
+// every message so far delivered (discard, status=sent) and fails if one
+// is missing. It prints every run (messages per second, the milter
+// process's CPU time and context switches per message, read from
+// /proc/PID/stat and /proc/PID/task/*/status), a table of medians over
+// the rounds with the smallest and largest round beside the rate, the
+// issue's goals, the spread of each ratio over the rounds, and one
+// "milter ratio" line per pair and c (ratio of the median rates); the
+// last line is
+//
+//	milter ratio sluice-connect/postfix-alone c=10: X.XX
+//
+// preceded by the sluice-connect/floor and floor/postfix-alone lines.
+// Between the table and the goals, the memory figure: milterload idle
+// opens the idle sessions to the running sluice-connect daemon and reads
+// its VmRSS before and after (target <= 16 KiB per session).
+//
+// Settings, from the environment as bench/milter.sh always took them, or
+// from the flags, which win:
+//
+//	QUICK=1   -quick    1 round, 100/300/500 messages, 2,000 idle sessions
+//	ROUNDS=n  -rounds   rounds (default 3; QUICK=1 makes it 1)
+//	MSGS="a b c" -msgs  messages per run at c = 1, 10, 100 (300 2000 3000)
+//	IDLE=n    -idle     idle milter sessions for the memory figure (10000)
+//
+// It must run as root (Postfix's master needs it) from the repository's
+// root, with smtp-source, cc and libmilter-dev installed. Its daemons run
+// in a private directory below /tmp, and a watchdog process stops them and
+// removes it if the driver is killed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"sluice/bench/internal/daemons"
+)
+
+func main() {
+	daemons.RunWatchdogIfAsked()
+	os.Exit(realMain(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// concurrency is the parallel SMTP sessions of the runs, in order.
+var concurrency = []int{1, 10, 100}
+
+// targets are the six Postfix instances, in their first round's order.
+var targets = []string{"postfix-alone", "sluice-connect", "sluice-all", "libmilter", "libmilter-connect", "floor"}
+
+// settings are the run's knobs.
+type settings struct {
+	rounds int
+	msgs   []int // per c in concurrency
+	idle   int
+}
+
+// parseSettings reads the flags and the environment's knobs (a flag
+// wins over its variable) as bench/milter.sh read them: QUICK=1 makes one
+// round (whatever ROUNDS says) and smaller defaults for MSGS and IDLE.
+func parseSettings(args []string, getenv func(string) string, stderr io.Writer) (settings, error) {
+	fs := flag.NewFlagSet("milterbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "a short run: 1 round, 100/300/500 messages, 2,000 idle sessions (QUICK=1)")
+	rounds := fs.Int("rounds", 3, "rounds (ROUNDS)")
+	msgs := fs.String("msgs", "300 2000 3000", "messages per run at c = 1, 10, 100 (MSGS)")
+	idle := fs.Int("idle", 10000, "idle milter sessions for the memory figure (IDLE)")
+	if err := fs.Parse(args); err != nil {
+		return settings{}, err
+	}
+	if fs.NArg() != 0 {
+		return settings{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	q := *quick || getenv("QUICK") == "1"
+	s := settings{rounds: 3, idle: 10000}
+	m := "300 2000 3000"
+	if q {
+		s.rounds, s.idle, m = 1, 2000, "100 300 500"
+	}
+	var err error
+	switch {
+	case set["rounds"]:
+		s.rounds = *rounds
+	case !q && getenv("ROUNDS") != "":
+		if s.rounds, err = strconv.Atoi(getenv("ROUNDS")); err != nil {
+			return s, fmt.Errorf("ROUNDS=%q is not a number", getenv("ROUNDS"))
+		}
+	}
+	switch {
+	case set["idle"]:
+		s.idle = *idle
+	case getenv("IDLE") != "":
+		if s.idle, err = strconv.Atoi(getenv("IDLE")); err != nil {
+			return s, fmt.Errorf("IDLE=%q is not a number", getenv("IDLE"))
+		}
+	}
+	switch {
+	case set["msgs"]:
+		m = *msgs
+	case getenv("MSGS") != "":
+		m = getenv("MSGS")
+	}
+	if s.msgs, err = parseCounts(m); err != nil {
+		return s, err
+	}
+	switch {
+	case s.rounds < 1:
+		return s, errors.New("the rounds must be at least 1")
+	case s.idle < 1:
+		return s, errors.New("the idle sessions must be at least 1")
+	}
+	return s, nil
+}
+
+// parseCounts parses MSGS: one positive count per c in concurrency.
+func parseCounts(v string) ([]int, error) {
+	f := strings.Fields(v)
+	if len(f) != len(concurrency) {
+		return nil, fmt.Errorf("MSGS needs one count per c (%s), got %q", joinInts(concurrency), v)
+	}
+	out := make([]int, len(f))
+	for i, s := range f {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("MSGS: %q is not a positive count", s)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, " ")
+}
+
+const usage = `usage: milterbench [-quick] [-rounds n] [-msgs "a b c"] [-idle n]
+
+bench/milter.sh's driver (see its header, or "go doc ./bench/milterbench"):
+Postfix alone, with sluice's milter (CONNECT only, all events), with
+libmilter milters and with a floor milter, side by side, every delivery
+checked. As root, from the repository's root. The environment's QUICK=1,
+ROUNDS, MSGS and IDLE set the same as the flags, which win.
+
+`
+
+func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	s, err := parseSettings(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "milterbench: %v\n", err)
+		return 2
+	}
+	ctx, sig := interruptible()
+	err = run(ctx, s, stdout)
+	if n := sig(); n != 0 {
+		return 128 + n
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// interruptible is a context cancelled by SIGINT or SIGTERM, and a
+// function that tells which signal came (0 for none), for the exit
+// status (130, 143) the scripts had.
+func interruptible() (context.Context, func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	got := make(chan int, 1)
+	go func() {
+		s := <-ch
+		got <- int(s.(syscall.Signal))
+		cancel()
+	}()
+	return ctx, func() int {
+		select {
+		case n := <-got:
+			return n
+		default:
+			return 0
+		}
+	}
+}
