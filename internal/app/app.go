@@ -271,18 +271,6 @@ func (d *Daemon) Start() {
 	}
 }
 
-// Addrs returns the bound listener addresses (for tests and logs).
-func (d *Daemon) Addrs() []net.Addr {
-	var out []net.Addr
-	for _, bl := range d.listeners {
-		out = append(out, bl.l.Addr())
-	}
-	return out
-}
-
-// Governor returns the rules in force.
-func (d *Daemon) Governor() *governor.Governor { return d.gov.Load() }
-
 // Reload rereads the config file, validates it and swaps in the new rules.
 // On any error the old configuration stays and the error is returned.
 // Settings that need a restart (listeners, store size) are reported.

@@ -45,13 +45,6 @@ func (q *Queue[T]) Put(v T) (ok, first bool) {
 	}
 }
 
-// Dropped is the number of values dropped because the queue was full.
-func (q *Queue[T]) Dropped() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.dropped
-}
-
 // Close stops taking values and waits for drain to return (after the
 // values already queued). A second Close returns at once.
 func (q *Queue[T]) Close() {

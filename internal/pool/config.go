@@ -161,6 +161,3 @@ func New(cfg Config) (*Pool, error) {
 	}
 	return p, nil
 }
-
-// Config returns the configuration in force (after New's adjustments).
-func (p *Pool) Config() Config { return p.cfg }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -187,20 +186,6 @@ func splitOpen(path string) (*Dir, string, error) {
 	return dir, name, nil
 }
 
-// Create makes the new file name (it must not exist: O_EXCL, so neither
-// a symbolic link nor a file someone placed there is written through)
-// with mode perm, open for reading and writing.
-func (d *Dir) Create(name string, perm fs.FileMode) (*os.File, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	fd, err := unix.Openat(d.Fd(), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", d.Join(name), err)
-	}
-	return os.NewFile(uintptr(fd), d.Join(name)), nil
-}
-
 // Remove removes the entry name (a file, link or socket; never what a
 // link points to). A missing entry is not an error.
 func (d *Dir) Remove(name string) error {
@@ -211,36 +196,6 @@ func (d *Dir) Remove(name string) error {
 		return fmt.Errorf("remove %s: %w", d.Join(name), err)
 	}
 	return nil
-}
-
-// Rename renames the entry from to to, both in d, replacing to.
-func (d *Dir) Rename(from, to string) error {
-	if err := checkName(from); err != nil {
-		return err
-	}
-	if err := checkName(to); err != nil {
-		return err
-	}
-	if err := unix.Renameat(d.Fd(), from, d.Fd(), to); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", d.Join(from), to, err)
-	}
-	return nil
-}
-
-// Names lists the directory's entries.
-func (d *Dir) Names() ([]string, error) {
-	// A duplicate, so that reading does not move d's own offset.
-	fd, err := unix.Openat(d.Fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", d.path, err)
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", d.path, err)
-	}
-	return names, nil
 }
 
 // HandOver gives the regular file name to uid and gid when root owns

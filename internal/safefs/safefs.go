@@ -62,13 +62,6 @@ func (d *Dir) Fd() int { return int(d.f.Fd()) }
 // Close closes the directory's descriptor.
 func (d *Dir) Close() error { return d.f.Close() }
 
-// Stat returns the directory's own status.
-func (d *Dir) Stat() (unix.Stat_t, error) {
-	var st unix.Stat_t
-	err := unix.Fstat(d.Fd(), &st)
-	return st, err
-}
-
 // OpenDir opens the existing directory at path.
 func OpenDir(path string) (*Dir, error) {
 	return walk(path, false, 0)
@@ -245,17 +238,6 @@ func (d *Dir) Chown(uid, gid int) error {
 	}
 	return nil
 }
-
-// Chmod sets the directory's own mode.
-func (d *Dir) Chmod(mode fs.FileMode) error {
-	if err := chmodFd(d.Fd(), uint32(mode.Perm())); err != nil {
-		return fmt.Errorf("%s: %w", d.path, err)
-	}
-	return nil
-}
-
-// Sync flushes the directory's entries (after a rename into it).
-func (d *Dir) Sync() error { return d.f.Sync() }
 
 // checkName refuses a name that is not a single entry of the directory.
 func checkName(name string) error {
