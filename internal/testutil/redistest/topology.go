@@ -166,23 +166,6 @@ func (g *SentinelGroup) SentinelAddrs() []string {
 	return out
 }
 
-// WaitMaster waits until the first live Sentinel names want as the master.
-func (g *SentinelGroup) WaitMaster(want *Server, timeout time.Duration) error {
-	return WaitFor(timeout, func() error {
-		for _, s := range g.Sentinels {
-			if !s.Alive() {
-				continue
-			}
-			m, err := SentinelMaster(s.Addr(), g.Name)
-			if err == nil && m != want.Addr() {
-				err = fmt.Errorf("sentinel %s names %s as the master", s.Addr(), m)
-			}
-			return err
-		}
-		return errors.New("no live sentinel")
-	})
-}
-
 // Kill stops every process of the group.
 func (g *SentinelGroup) Kill() {
 	for _, s := range g.Sentinels {

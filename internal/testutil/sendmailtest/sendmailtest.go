@@ -350,15 +350,8 @@ func (i *Instance) debugPath() string     { return filepath.Join(i.dir, "milter.
 // Dir returns the instance directory.
 func (i *Instance) Dir() string { return i.dir }
 
-// ConfigFile returns the path of the generated sendmail.cf.
-func (i *Instance) ConfigFile() string { return i.cfPath() }
-
 // QueueDir returns the queue directory, where accepted messages stay.
 func (i *Instance) QueueDir() string { return i.queueDir() }
-
-// Versions returns the Debian packages in use, one "package version" per
-// line.
-func (i *Instance) Versions() string { return i.tree.versions }
 
 // nsCommand returns the command that runs argv in new namespaces through
 // nsShim, which finds the instance dir in SLUICE_SENDMAILTEST. The process
