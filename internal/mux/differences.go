@@ -92,7 +92,8 @@ var Differences = []Difference{
 			"below its descriptor limit. A panic serving one map or notification connection closes that connection only."},
 }
 
-// LookupDifference returns the difference with id.
+// LookupDifference returns the difference with id. Only tests call it:
+// internal/cli's, which name the difference a behaviour they check is.
 func LookupDifference(id string) (Difference, bool) {
 	for _, d := range Differences {
 		if d.ID == id {

@@ -395,19 +395,15 @@ func (s *Server) serve(c clientConn, privileged bool, buf *reqBuf, in inline) {
 	_, _ = c.Write(unsafe.Slice(unsafe.StringData(reply), len(reply)))
 }
 
-// ReadRequest reads one request as the reference does (docs/protocols/mimedefang-multiplexor.md, "Framing"): up to a
-// newline into a 4096-byte buffer (the rest of a longer line is read and
+// readRequest reads one request as the reference does
+// (docs/protocols/mimedefang-multiplexor.md, "Framing"), into rb, after
+// the bytes pre already read (no newline among them): up to a newline
+// into a 4096-byte buffer (the rest of a longer line is read and
 // dropped), then the last byte received is dropped (normally the newline;
 // at EOF without a newline, a real character), then one trailing CR, and
 // the command ends at its first NUL. ok is false when the client sent
 // nothing in time (the connection is closed without a reply); a client
 // that half-closes at once delivers the empty command.
-func ReadRequest(c net.Conn, timeout time.Duration) (line string, ok bool) {
-	return readRequest(netConn{c}, timeout, new(reqBuf), nil)
-}
-
-// readRequest is ReadRequest into rb, after the bytes pre already read (no
-// newline among them).
 func readRequest(c clientConn, timeout time.Duration, rb *reqBuf, pre []byte) (line string, ok bool) {
 	c.setReadTimeout(timeout)
 	buf, scratch := &rb.line, &rb.scratch
@@ -469,18 +465,10 @@ func indexNL(b []byte) int {
 	return -1
 }
 
-// Handle answers one request line (without its newline). An empty reply
-// means the connection is closed without a byte.
-func (s *Server) Handle(ctx context.Context, line string, privileged bool) string {
-	reply, raw := s.handle(ctx, line, privileged)
-	if raw != nil {
-		return string(raw)
-	}
-	return reply
-}
-
-// handle is Handle with a worker's reply as it came (raw, not nil then),
-// which the connection writes without a copy.
+// handle answers one request line (without its newline). An empty reply
+// means the connection is closed without a byte; a worker's reply comes
+// as it came (raw, not nil then), which the connection writes without a
+// copy.
 func (s *Server) handle(ctx context.Context, line string, privileged bool) (reply string, raw []byte) {
 	if r, ok := s.builtin(line, privileged); ok {
 		return r, nil
