@@ -19,15 +19,6 @@ type Class struct {
 	Queue  int64           // the cap on all sessions
 }
 
-// Direction is which way a session goes.
-type Direction uint8
-
-// Session directions.
-const (
-	Incoming Direction = iota + 1
-	Outgoing
-)
-
 // LeaseKey is the store key that counts the class's sessions.
 func (c *Class) LeaseKey() string { return "class\x00" + c.Name }
 

@@ -1,5 +1,14 @@
 package limiter
 
+// Direction is which way a session goes.
+type Direction uint8
+
+// Session directions.
+const (
+	Incoming Direction = iota + 1
+	Outgoing
+)
+
 // Cap returns the class's cap for sessions going dir (0: none).
 func (c *Class) Cap(dir Direction) int64 {
 	if dir == Outgoing {
