@@ -217,7 +217,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close closes the listeners and every connection at once, waits for the
 // callbacks in flight (including each session's Close) and stops the
-// workers.
+// workers. The daemon drains with Shutdown; tests (milter's, app's) stop
+// a server at once with Close.
 func (s *Server) Close() error {
 	s.cancel()
 	err := s.ns.Close()

@@ -134,4 +134,6 @@ func (c *limitConn) CloseWrite() error {
 }
 
 // Conns returns the number of open connections (over all listeners).
+// Only tests call it (web's and app's), to wait until a connection is
+// counted.
 func (s *Server) Conns() int { return int(s.conns.Load()) }

@@ -194,12 +194,6 @@ func New(o Options) *Server {
 	return s
 }
 
-// Handler returns every route, the status page included, for tests and
-// for mounting in another server: the choice by listener and the
-// connection cap are Serve's. Without Serve no sampling runs:
-// /status.json then samples on demand.
-func (s *Server) Handler() http.Handler { return s.handler }
-
 // Serve starts the sampler (once per Server) and serves HTTP on l until
 // Shutdown or Close, then returns ErrServerClosed. A unix socket listener
 // serves every route; any other listener /metrics only, unless
