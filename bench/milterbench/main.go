@@ -71,16 +71,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"sluice/bench/internal/daemons"
 )
@@ -210,7 +207,7 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "milterbench: %v\n", err)
 		return 2
 	}
-	ctx, sig := interruptible()
+	ctx, sig := daemons.SignalContext()
 	err = run(ctx, s, stdout)
 	if n := sig(); n != 0 {
 		return 128 + n
@@ -220,27 +217,4 @@ func realMain(args []string, getenv func(string) string, stdout, stderr io.Write
 		return 1
 	}
 	return 0
-}
-
-// interruptible is a context cancelled by SIGINT or SIGTERM, and a
-// function that tells which signal came (0 for none), for the exit
-// status (130, 143) the scripts had.
-func interruptible() (context.Context, func() int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	got := make(chan int, 1)
-	go func() {
-		s := <-ch
-		got <- int(s.(syscall.Signal))
-		cancel()
-	}()
-	return ctx, func() int {
-		select {
-		case n := <-got:
-			return n
-		default:
-			return 0
-		}
-	}
 }

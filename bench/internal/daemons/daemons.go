@@ -261,9 +261,19 @@ func stopListed(file string, grace time.Duration) {
 // ErrExited is the error of a wait whose process exited first.
 var ErrExited = errors.New("the process exited")
 
+// Runner is a server a wait watches, so that one that died is reported
+// at once: a Proc, or a daemon the driver did not start itself.
+type Runner interface {
+	Alive() bool
+	String() string
+}
+
+// String is the daemon's name.
+func (p *Proc) String() string { return p.Name }
+
 // poll calls ready every 100 ms until it is true, p (if not nil) has
 // exited, timeout has passed or ctx is done.
-func poll(ctx context.Context, timeout time.Duration, p *Proc, ready func() bool) error {
+func poll(ctx context.Context, timeout time.Duration, p Runner, ready func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if ready() {
@@ -273,7 +283,10 @@ func poll(ctx context.Context, timeout time.Duration, p *Proc, ready func() bool
 			if ready() {
 				return nil
 			}
-			return fmt.Errorf("%s: %w (%v)", p.Name, ErrExited, p.err)
+			if proc, ok := p.(*Proc); ok {
+				return fmt.Errorf("%s: %w (%v)", p, ErrExited, proc.err)
+			}
+			return fmt.Errorf("%s: %w", p, ErrExited)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %s", timeout)
@@ -287,7 +300,7 @@ func poll(ctx context.Context, timeout time.Duration, p *Proc, ready func() bool
 }
 
 // WaitSocket waits until path is a socket.
-func WaitSocket(ctx context.Context, path string, timeout time.Duration, p *Proc) error {
+func WaitSocket(ctx context.Context, path string, timeout time.Duration, p Runner) error {
 	err := poll(ctx, timeout, p, func() bool {
 		fi, err := os.Stat(path)
 		return err == nil && fi.Mode()&os.ModeSocket != 0
@@ -299,7 +312,7 @@ func WaitSocket(ctx context.Context, path string, timeout time.Duration, p *Proc
 }
 
 // WaitLine waits until a line of file starts with prefix and returns it.
-func WaitLine(ctx context.Context, file, prefix string, timeout time.Duration, p *Proc) (string, error) {
+func WaitLine(ctx context.Context, file, prefix string, timeout time.Duration, p Runner) (string, error) {
 	var line string
 	err := poll(ctx, timeout, p, func() bool {
 		b, _ := os.ReadFile(file)
@@ -315,4 +328,49 @@ func WaitLine(ctx context.Context, file, prefix string, timeout time.Duration, p
 		return "", fmt.Errorf("waiting for a line %q in %s: %w", prefix, file, err)
 	}
 	return line, nil
+}
+
+// SignalContext is a context cancelled by SIGINT or SIGTERM, and a
+// function that tells which signal came (0 for none), for the exit
+// status the scripts had (128 plus the signal: 130, 143).
+func SignalContext() (context.Context, func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	got := make(chan int, 1)
+	go func() {
+		s := <-ch
+		got <- int(s.(syscall.Signal))
+		cancel()
+	}()
+	return ctx, func() int {
+		select {
+		case n := <-got:
+			got <- n
+			return n
+		default:
+			return 0
+		}
+	}
+}
+
+// StopSession stops a daemon that detached into its own session sid
+// (its leader, pid sid, signals the rest on SIGTERM, as postfwd2's
+// master does): SIGTERM to the leader, then, after timeout, SIGKILL to
+// whatever of the session is left, with a warning on stderr. True if
+// the session ended by itself.
+func StopSession(sid int, timeout time.Duration) bool {
+	_ = syscall.Kill(sid, syscall.SIGTERM)
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+		if len(procstat.SessionPIDs(sid)) == 0 {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	left := procstat.SessionPIDs(sid)
+	fmt.Fprintf(os.Stderr, "warning: session %d still has processes %v after %s; killing them\n", sid, left, timeout)
+	for _, p := range left {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	return false
 }

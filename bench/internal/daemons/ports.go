@@ -23,10 +23,9 @@ func Listening(addr string) bool {
 	return true
 }
 
-// WaitTCP waits until something listens on addr; alive (if not nil)
-// reports whether the server still runs, so that a server that died is
-// reported at once.
-func WaitTCP(ctx context.Context, addr string, timeout time.Duration, p *Proc) error {
+// WaitTCP waits until something listens on addr, failing at once if p
+// (if not nil) has stopped running.
+func WaitTCP(ctx context.Context, addr string, timeout time.Duration, p Runner) error {
 	if err := poll(ctx, timeout, p, func() bool { return Listening(addr) }); err != nil {
 		return errors.New("waiting for a listener on " + addr + ": " + err.Error())
 	}

@@ -163,3 +163,19 @@ func Number(line, name string) (float64, error) {
 	}
 	return f, nil
 }
+
+// MedianText is v's median as lib.sh's median printed it, for the lines
+// that print a median as such: the middle value as the load generator
+// printed it (prec decimals) for an odd count, and for an even count the
+// mean of the middle two as awk prints a number (an integer without
+// decimals, anything else with six significant digits).
+func MedianText(v []float64, prec int) string {
+	m := Median(v)
+	if len(v)%2 == 1 {
+		return strconv.FormatFloat(m, 'f', prec, 64)
+	}
+	if m == float64(int64(m)) {
+		return strconv.FormatInt(int64(m), 10)
+	}
+	return fmt.Sprintf("%.6g", m)
+}

@@ -172,3 +172,24 @@ func TestNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianText: as lib.sh's median printed a median: the middle value
+// as given, or awk's number output for the mean of two.
+func TestMedianText(t *testing.T) {
+	for _, tc := range []struct {
+		v    []float64
+		want string
+	}{
+		{[]float64{5570.6}, "5570.6"},
+		{[]float64{3000, 1, 5}, "5.0"},
+		{[]float64{5570.6, 2000}, "3785.3"},
+		{[]float64{100, 200}, "150"},
+		{[]float64{118234.5, 118235.4}, "118235"},
+		{[]float64{0.1, 0.2}, "0.15"},
+		{nil, "0"},
+	} {
+		if got := MedianText(tc.v, 1); got != tc.want {
+			t.Errorf("MedianText(%v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"sluice/bench/internal/daemons"
+	"sluice/bench/internal/rounds"
+)
+
+// results are the rounds' measures per target and c.
+type results struct {
+	rps, p50, p99, p999, cpu rounds.Series
+	errors                   map[string]int // by target and c, as "target,c"
+}
+
+// rounds runs every server at every c, s.rounds times, interleaved, and
+// prints each run.
+func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
+	res := &results{errors: map[string]int{}}
+	daemons.Logf("duration %s per run, %d round(s), c in 1 8 64", b.s.duration, b.s.rounds)
+	for round := 1; round <= b.s.rounds; round++ {
+		// Rotate the order: round 1 starts with sluice, round 2 with postfwd, ...
+		order := rounds.Order(targets, round)
+		for _, c := range concurrency {
+			for _, t := range order {
+				if err := b.runOnce(ctx, w, res, round, t, c); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// runOnce is one policyload run against t at c, printed and recorded
+// with the server's CPU time per request (over warm-up and measured
+// period, assumed to run at the measured rate).
+func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round int, t string, c int) error {
+	t0 := b.serverTicks(t)
+	out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-c", strconv.Itoa(c), "-duration", b.s.duration,
+		"-warmup", warmup.String(), "-label", t, "-seed", strconv.Itoa(round))
+	t1 := b.serverTicks(t)
+	rps, rerr := rounds.Number(out, "rps")
+	if err != nil || (st != 0 && st != 1) || rerr != nil {
+		fmt.Fprintln(os.Stderr, out)
+		tail(b.path("policyload.err"), 1000)
+		return fmt.Errorf("policyload against %s at c=%d failed (status %d)", t, c, st)
+	}
+	secs, err := rounds.Number(out, "secs")
+	if err != nil {
+		return err
+	}
+	cpu := serverCPU(float64(t1)-float64(t0), b.hz, rps, secs, warmup.Seconds())
+	fmt.Fprintf(w, "round %d: %s server_cpu_us=%.1f\n", round, out, cpu)
+	if st == 1 { // errors are counted in the line; show the first few
+		data, _ := os.ReadFile(b.path("policyload.err"))
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		for _, l := range lines[:min(5, len(lines))] {
+			fmt.Fprintln(os.Stderr, "  "+l)
+		}
+	}
+	for _, m := range []struct {
+		s    *rounds.Series
+		name string
+	}{{&res.p50, "p50_us"}, {&res.p99, "p99_us"}, {&res.p999, "p999_us"}} {
+		v, err := rounds.Number(out, m.name)
+		if err != nil {
+			return err
+		}
+		m.s.Add(t, c, v)
+	}
+	errs, err := rounds.Number(out, "errors")
+	if err != nil {
+		return err
+	}
+	res.rps.Add(t, c, rps)
+	res.cpu.Add(t, c, cpu)
+	res.errors[t+","+strconv.Itoa(c)] += int(errs)
+	return nil
+}
+
+// serverCPU is a server's CPU time per request in microseconds, rounded
+// to the one decimal printed: ticks over hz seconds spent on rps requests
+// a second for secs plus warm seconds; 0 when nothing was served.
+func serverCPU(ticks, hz, rps, secs, warm float64) float64 {
+	if rps <= 0 || hz <= 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(ticks/hz/(rps*(secs+warm))*1e6, 'f', 1, 64), 64)
+	return v
+}
+
+// writeTable prints the medians over the rounds, with the slowest and
+// fastest round's rate beside each, then a warning per target and c that
+// had errors.
+func writeTable(w io.Writer, r *results, s settings, cpus int) {
+	fmt.Fprintf(w, "medians over %d round(s), %s per run, %d CPUs shared by load generator and servers\n", s.rounds, s.duration, cpus)
+	fmt.Fprintln(w, "(server_cpu_us: CPU time the server used per request, all its processes, user + system;")
+	fmt.Fprintln(w, "rps_min, rps_max: the slowest and the fastest round's rps):")
+	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "rps_min", "rps_max")
+	for _, c := range concurrency {
+		for _, t := range targets {
+			m := r.rps.Summary(t, c)
+			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %12.1f %12.1f\n", c, t, m.Median,
+				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), m.Min, m.Max)
+		}
+	}
+	for _, c := range concurrency {
+		for _, t := range targets {
+			if n := r.errors[t+","+strconv.Itoa(c)]; n > 0 {
+				fmt.Fprintf(w, "warning: %s at c=%d had %d errors over all rounds\n", t, c, n)
+			}
+		}
+	}
+}
+
+// ratio is sluice's median rate over t's at c, as printed.
+func (r *results) ratio(t string, c int) string {
+	return rounds.Ratio(r.rps.Median("sluice", c), r.rps.Median(t, c))
+}
+
+// writeGoals prints the goals at c=64, as bench/policy.sh did.
+func writeGoals(w io.Writer, r *results) {
+	pf, prl := r.ratio("postfwd", 64), r.ratio("policyd-rate-limit", 64)
+	pfv := rounds.RatioValue(r.rps.Median("sluice", 64), r.rps.Median("postfwd", 64))
+	prlv := rounds.RatioValue(r.rps.Median("sluice", 64), r.rps.Median("policyd-rate-limit", 64))
+	p99 := r.p99.Values("sluice", 64)
+	fmt.Fprintf(w, "goals at c=64: sluice/postfwd %s (>= 25: %s), sluice/policyd-rate-limit %s (>= 4: %s), sluice p99 %s us (<= 3000: %s)\n",
+		pf, rounds.AtLeast(pfv, 25), prl, rounds.AtLeast(prlv, 4), rounds.MedianText(p99, 1), rounds.AtMost(rounds.Median(p99), 3000))
+}
+
+// writeSpreads prints, for every ratio line, the smallest and largest of
+// the rounds' own ratios.
+func writeSpreads(w io.Writer, r *results) {
+	fmt.Fprintln(w, "spread of each ratio below over the rounds (each round's own sluice/server):")
+	for _, t := range []string{"policyd-rate-limit", "postfwd"} {
+		for _, c := range concurrency {
+			fmt.Fprintf(w, "spread sluice/%s c=%d: %s\n", t, c, r.rps.RoundRatios("sluice", t, c).Spread(2))
+		}
+	}
+}
+
+// writeRatios prints the "policy ratio" lines exactly as bench/policy.sh
+// printed them; the c=64 line against postfwd comes last.
+func writeRatios(w io.Writer, r *results) {
+	for _, t := range []string{"policyd-rate-limit", "postfwd"} {
+		for _, c := range concurrency {
+			fmt.Fprintf(w, "policy ratio sluice/%s c=%d: %s\n", t, c, r.ratio(t, c))
+		}
+	}
+}
