@@ -174,6 +174,9 @@ func (b *bench) run(ctx context.Context, t string, c, n int) (measure, error) {
 		"-l", strconv.Itoa(msgSize), "-f", "sender@example.org", "-t", "rcpt@example.net",
 		"127.0.0.1:"+strconv.Itoa(b.port[t])).CombinedOutput()
 	secs := time.Since(t0).Seconds()
+	if ctx.Err() != nil { // interrupted: nothing to report
+		return measure{}, ctx.Err()
+	}
 	if err != nil {
 		os.Stderr.Write(out)
 		return measure{}, fmt.Errorf("smtp-source against %s at c=%d failed: %w", t, c, err)

@@ -45,6 +45,9 @@ func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round in
 	out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-c", strconv.Itoa(c), "-duration", b.s.duration,
 		"-warmup", warmup.String(), "-label", t, "-seed", strconv.Itoa(round))
 	t1 := b.serverTicks(t)
+	if ctx.Err() != nil { // interrupted: nothing to report
+		return ctx.Err()
+	}
 	rps, rerr := rounds.Number(out, "rps")
 	if err != nil || (st != 0 && st != 1) || rerr != nil {
 		fmt.Fprintln(os.Stderr, out)

@@ -168,6 +168,9 @@ func (b *bench) probes(ctx context.Context, w io.Writer) error {
 	daemons.Logf("probing: %d one-recipient messages from one sender per server", probeMessages)
 	for _, t := range targets {
 		out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-probe", strconv.Itoa(probeMessages), "-label", t)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil || st != 0 {
 			fmt.Fprintln(os.Stderr, out)
 			tail(b.path("policyload.err"), 1000)
