@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,8 +21,9 @@ func readDoc(t *testing.T, name string) string {
 	return string(b)
 }
 
-// TestDocsFuzzTargets: docs/reliability.md gives the number of fuzz
-// targets there are, and its table names each of them.
+// TestDocsFuzzTargets: docs/reliability.md's fuzzing table names every
+// fuzz target of the repository, and where the page counts them ("20
+// `Fuzz*` targets") the count is the repository's.
 func TestDocsFuzzTargets(t *testing.T) {
 	var targets []string
 	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
@@ -49,9 +51,10 @@ func TestDocsFuzzTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := readDoc(t, "docs/reliability.md")
-	want := strconv.Itoa(len(targets)) + " `Fuzz*` targets"
-	if !strings.Contains(doc, want) {
-		t.Errorf("docs/reliability.md does not say %q (the repository has %d: %v)", want, len(targets), targets)
+	for _, m := range regexp.MustCompile("(\\d+) `Fuzz\\*` targets").FindAllStringSubmatch(doc, -1) {
+		if m[1] != strconv.Itoa(len(targets)) {
+			t.Errorf("docs/reliability.md counts %s fuzz targets; the repository has %d: %v", m[1], len(targets), targets)
+		}
 	}
 	_, table, _ := strings.Cut(doc, "| decoder | target | seeds |")
 	table, _, _ = strings.Cut(table, "\n\n")
@@ -69,60 +72,47 @@ func TestDocsFuzzTargets(t *testing.T) {
 	}
 }
 
-// TestDocsAgree checks statements the issue found contradicted elsewhere.
-func TestDocsAgree(t *testing.T) {
-	// [[throttle.policy]] shared: one budget for every key the policy
-	// matches (what the governor does), in the generated reference and
-	// in throttle.md alike; it has nothing to do with Redis.
-	cfgDoc, throttleDoc := readDoc(t, "docs/config.md"), readDoc(t, "docs/throttle.md")
-	var sharedRow string
-	for _, line := range strings.Split(cfgDoc, "\n") {
-		if strings.HasPrefix(line, "| `shared` |") {
-			sharedRow = line
-		}
-	}
-	if !strings.Contains(sharedRow, "every key the policy matches share one budget") || strings.Contains(sharedRow, "Redis") {
-		t.Errorf("docs/config.md on shared: %q", sharedRow)
-	}
-	if !strings.Contains(throttleDoc, "every key the policy matches shares one budget") {
-		t.Error("docs/throttle.md no longer says what shared does")
-	}
+// checkQuote is a backticked check message on a page: a dotted key, a
+// colon and the message (`limiter.max_keys: expected an integer, got the
+// string "10k"`), possibly broken over lines.
+var checkQuote = regexp.MustCompile("`([a-z_]+(?:\\[\\d+\\])?(?:\\.[a-z_]+(?:\\[\\d+\\])?)+:\\s[^`]+)`")
 
-	// The qmail-remote report: the format docs/throttle.md gives is the
-	// one the wrapper prints.
-	code := readDoc(t, "internal/cli/throttle.go")
-	m := regexp.MustCompile(`Fprintf\(stdout, "(Z[^"]*)"`).FindStringSubmatch(code)
-	if m == nil {
-		t.Fatal("internal/cli/throttle.go: no qmail-remote report format")
+// quotedMessages returns the check messages page quotes, each with its
+// white space collapsed.
+func quotedMessages(page string) []string {
+	var out []string
+	for _, m := range checkQuote.FindAllStringSubmatch(page, -1) {
+		out = append(out, strings.Join(strings.Fields(m[1]), " "))
 	}
-	if docFormat := strings.ReplaceAll(m[1], `\x00`, `\0`); !strings.Contains(throttleDoc, "(`"+docFormat+"`)") {
-		t.Errorf("docs/throttle.md does not give the report format %q", docFormat)
-	}
+	return out
+}
 
-	// Reload: README names both ways, SIGHUP and the file watch.
-	readme := readDoc(t, "README.md")
-	if !strings.Contains(readme, "SIGHUP rereads the file") || !strings.Contains(readme, "watches it with inotify") {
-		t.Error("README.md does not name both ways to reload (SIGHUP and saving the file)")
+// TestDocsQuoteCheckMessages: a configuration error the pages quote (as
+// README.md does `log.levle: unknown key; did you mean level?`) is one
+// sluice check gives: some file of testdata/bad makes Load report it.
+// (TestBadFiles keeps the .err files equal to what Load says, and
+// internal/cli's TestCheckBad runs sluice check on first-hour.toml.)
+func TestDocsQuoteCheckMessages(t *testing.T) {
+	sample := "its line (`log.levle: unknown key; did\nyou mean level?`), or `a.b` and `c.d:\nx`"
+	if got := quotedMessages(sample); len(got) != 2 || got[0] != "log.levle: unknown key; did you mean level?" || got[1] != "c.d: x" {
+		t.Fatalf("quotedMessages(%q) = %q", sample, got)
 	}
-	// The check messages README quotes are the ones sluice check gives.
-	golden := readDoc(t, "internal/config/testdata/bad/first-hour.err")
-	for _, quoted := range []string{"log.levle: unknown key; did", `limiter.max_keys:
-expected an integer, got the string "10k"`} {
-		if !strings.Contains(readme, quoted) {
-			t.Errorf("README.md no longer quotes %q", quoted)
+	var said []string
+	files, _ := filepath.Glob("testdata/bad/*.toml")
+	for _, f := range files {
+		_, errs := Load(f)
+		for _, e := range errs {
+			said = append(said, strings.Join(strings.Fields(e.Error()), " "))
 		}
-		if flat := strings.ReplaceAll(quoted, "\n", " "); !strings.Contains(golden, flat) {
-			t.Errorf("README.md quotes %q, which sluice check does not say", flat)
+	}
+	if len(said) < 20 {
+		t.Fatalf("testdata/bad gives only %d errors", len(said))
+	}
+	for _, page := range docPages(t, "../..") {
+		for _, q := range quotedMessages(readDoc(t, page)) {
+			if !slices.ContainsFunc(said, func(e string) bool { return strings.Contains(e, q) }) {
+				t.Errorf("%s quotes %q, which no file of testdata/bad makes sluice check say", page, q)
+			}
 		}
-	}
-	// A failed reload reaches systemd on both paths: the claim stands on
-	// internal/cli's TestServeSignals, which checks both.
-	rel := readDoc(t, "docs/reliability.md")
-	if strings.Contains(rel, `systemd told "the last reload failed"`) && !strings.Contains(rel, "after SIGHUP and after a change of the file alike") {
-		t.Error("docs/reliability.md claims systemd hears of failed reloads without saying for which paths")
-	}
-	tests := readDoc(t, "internal/cli/cli_test.go")
-	if !strings.Contains(tests, "The file watch: a broken file") {
-		t.Error("internal/cli/cli_test.go TestServeSignals no longer checks the file-watch path")
 	}
 }
