@@ -49,6 +49,7 @@ type Pool struct {
 	oldFree        int       // free slots after the last state change (-1: none yet)
 	idleSeq        uint64    // source of slot.idleSeq
 	idleBuf        []*slot   // findFree's scratch
+	reapBuf        []*slot   // reapOrder's scratch
 	// nowT is the clock's time for the message being handled (nowSet):
 	// one reading of the clock serves all of its bookkeeping.
 	nowT   time.Time

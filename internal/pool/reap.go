@@ -1,14 +1,35 @@
 package pool
 
 import (
+	"cmp"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 )
 
-// reap collects every child that has exited (docs/protocols/mimedefang-multiplexor.md, "Killing and reaping").
-func (p *Pool) reap() {
+// reapOrder lists the slots that have a process, oldest process first:
+// the order in which the reference's wait3 loop collects the children
+// that have exited by the time it looks (the kernel keeps a process's
+// children in the order they were forked, and wait takes the first that
+// has exited). Reaping in slot order instead made workers that exited
+// together leave their slots in another order, and every slot started
+// after them another number (the next start takes the slot reaped last).
+func (p *Pool) reapOrder() []*slot {
+	order := p.reapBuf[:0]
 	for _, s := range p.slots {
+		if s.proc != nil {
+			order = append(order, s)
+		}
+	}
+	slices.SortFunc(order, func(a, b *slot) int { return cmp.Compare(a.life.activationNo, b.life.activationNo) })
+	p.reapBuf = order
+	return order
+}
+
+// reap collects every child that has exited (docs/protocols/mimedefang-multiplexor.md, "Killing and reaping"), oldest first (reapOrder).
+func (p *Pool) reap() {
+	for _, s := range p.reapOrder() {
 		proc := s.proc
 		if proc == nil || proc.reaped {
 			continue
@@ -126,8 +147,8 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 		}
 		if steps[step] == syscall.SIGKILL {
 			// SIGKILL cannot be ignored: wait for the exits.
-			for _, s := range p.slots {
-				if s.proc != nil && !s.proc.reaped {
+			for _, s := range p.reapOrder() {
+				if !s.proc.reaped {
 					var ws syscall.WaitStatus
 					var ru syscall.Rusage
 					if pid, _ := syscall.Wait4(s.proc.pid, &ws, 0, &ru); pid == s.proc.pid {
@@ -146,7 +167,7 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 // children are left.
 func (p *Pool) reapAllNow() int {
 	left := 0
-	for _, s := range p.slots {
+	for _, s := range p.reapOrder() {
 		proc := s.proc
 		if proc == nil {
 			continue
