@@ -264,3 +264,21 @@ apt_install() {
 	tail -n 20 "$logf" >&2
 	return 1
 }
+
+# reference_mux — print the path of Debian's real mimedefang-multiplexor:
+# where docs/mux.md's drop-in put sluice in its place, the file
+# dpkg-divert moved it to (/usr/bin/mimedefang-multiplexor.distrib). Dies
+# if it is missing, or if what is there is sluice (it answers as sluice
+# when invoked as sluice): the benchmark would compare sluice with itself.
+reference_mux() {
+	local p=/usr/bin/mimedefang-multiplexor
+	if command -v dpkg-divert >/dev/null; then
+		p=$(dpkg-divert --truename "$p")
+	fi
+	p=$(readlink -f "$p") || true
+	[[ -x $p ]] || die "Debian's mimedefang-multiplexor is missing (apt-get install mimedefang)"
+	if (exec -a sluice "$p" -h 2>&1) | grep -q '^usage: sluice'; then
+		die "$p is sluice, not Debian's mimedefang-multiplexor (docs/mux.md's drop-in without its dpkg-divert)"
+	fi
+	printf '%s\n' "$p"
+}

@@ -61,8 +61,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-REFERENCE=/usr/bin/mimedefang-multiplexor
-[[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
+REFERENCE=$(reference_mux)
 command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
 
 run_length

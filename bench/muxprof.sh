@@ -24,8 +24,7 @@ source bench/lib.sh
 require_root "the multiplexors run as defang, perf needs the privilege"
 command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)"
 command -v gcc >/dev/null || die "gcc is missing (apt-get install gcc): it builds the floor"
-REFERENCE=/usr/bin/mimedefang-multiplexor
-[[ -x $REFERENCE ]] || die "$REFERENCE is missing (apt-get install mimedefang)"
+REFERENCE=$(reference_mux)
 id defang >/dev/null 2>&1 || die "there is no user defang (apt-get install mimedefang)"
 C=${C:-64}
 PERF_SECS=${PERF_SECS:-4}

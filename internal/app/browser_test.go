@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
 
 	"sluice/internal/config"
@@ -34,8 +34,9 @@ import (
 // tests. SLUICE_CHROMIUM names another browser binary; SLUICE_ARTIFACTS is
 // where the screenshot is kept.
 
-// referenceMux is MIMEDefang's multiplexor (the Debian package mimedefang).
-const referenceMux = "/usr/bin/mimedefang-multiplexor"
+// referenceMux is MIMEDefang's multiplexor (the Debian package mimedefang),
+// by its installed name; muxref runs the real one (not sluice's drop-in).
+const referenceMux = muxref.MultiplexorPath
 
 // startMultiplexor runs mimedefang-multiplexor in the foreground with 4
 // slots (2 started at once) of the fake worker, as the user defang when
@@ -43,9 +44,7 @@ const referenceMux = "/usr/bin/mimedefang-multiplexor"
 // SIGTERM when the test ends. It skips, loudly, without the multiplexor.
 func startMultiplexor(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Mux(t)
 	var uarg []string
 	uid, gid := -1, -1
 	if os.Geteuid() == 0 {
@@ -79,7 +78,7 @@ func startMultiplexor(t *testing.T) string {
 	}
 	sock := filepath.Join(spool, "mx.sock")
 	args := append([]string{"-D", "-z", spool, "-s", sock, "-f", worker, "-m", "2", "-x", "4", "-b", "600"}, uarg...)
-	cmd := exec.Command(referenceMux, args...)
+	cmd := muxref.Command(t, append([]string{referenceMux}, args...)...)
 	var out logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,16 +16,18 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
-	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/muxref"
 )
 
-const referenceCtl = "/usr/bin/md-mx-ctrl"
+// referenceCtl is md-mx-ctrl by its installed name (argv[0]); muxref runs
+// the real one from wherever it is (not sluice's drop-in).
+const referenceCtl = muxref.CtlPath
 
+// needReferenceCtl ends the test unless the real md-mx-ctrl is there
+// (muxref.Ctl).
 func needReferenceCtl(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(referenceCtl); err != nil {
-		peer.Missing(t, referenceCtl, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Ctl(t)
 }
 
 type ctlResult struct {
@@ -51,7 +52,7 @@ func refCtl(t *testing.T, posix bool, stdin string, args ...string) ctlResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, referenceCtl, args...)
+	cmd := muxref.CommandContext(ctx, t, append([]string{referenceCtl}, args...)...)
 	cmd.Env = os.Environ()
 	if posix {
 		cmd.Env = append(cmd.Env, "POSIXLY_CORRECT=1")
@@ -298,7 +299,7 @@ func TestCtlTimeout(t *testing.T) {
 // failed) and waits until addr on network accepts a connection.
 func startForeground(t *testing.T, name string, argv []string, network, addr string) {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := muxref.Command(t, argv...)
 	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -396,9 +397,7 @@ func ctlSession(t *testing.T, sock string) {
 
 func TestCtlVsReferenceMux(t *testing.T) {
 	needReferenceCtl(t)
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Mux(t)
 	_, worker := muxBinaries(t)
 	uarg, u := asUser(t)
 	spool := spoolDir(t, u)
@@ -428,8 +427,6 @@ func TestCtlVsSluiceMux(t *testing.T) {
 	if r.code != 0 || r.out != "OK x\n" {
 		t.Errorf("map raw: %v", r)
 	}
-	if _, err := os.Stat(referenceCtl); err != nil {
-		peer.Missing(t, referenceCtl, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	needReferenceCtl(t)
 	ctlSession(t, sock)
 }

@@ -2,14 +2,13 @@ package cli
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/muxref"
 )
 
 // Invoked under the reference's name, sluice's command line answers
@@ -20,9 +19,7 @@ import (
 // link named mimedefang-multiplexor.
 func TestMuxAsReferenceCommandLineVsReference(t *testing.T) {
 	bin, _ := muxBinaries(t)
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	ref := muxref.Mux(t)
 	link := filepath.Join(t.TempDir(), ReferenceName)
 	if err := os.Symlink(bin, link); err != nil {
 		t.Fatal(err)
@@ -41,7 +38,7 @@ func TestMuxAsReferenceCommandLineVsReference(t *testing.T) {
 	}
 	for _, argv0 := range []string{referenceMux, ReferenceName, "./" + ReferenceName} {
 		for _, args := range cases {
-			rc, rout, rerr := run(referenceMux, argv0, args)
+			rc, rout, rerr := run(ref, argv0, args)
 			sc, sout, serr := run(link, argv0, args)
 			if sc != rc || sout != rout || serr != rerr {
 				t.Errorf("argv0 %q %q:\n sluice    %d stdout %q stderr %q\n reference %d stdout %q stderr %q",

@@ -9,10 +9,8 @@ package cli
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
 )
 
@@ -48,7 +47,7 @@ func featStart(t *testing.T, name string, argv []string, env []string) *featDaem
 	}
 	args = append(args, "-D", "-z", spool, "-s", spool+"/mx.sock")
 	args = append(args, uarg...)
-	cmd := exec.Command(argv[0], args...)
+	cmd := muxref.Command(t, append([]string{argv[0]}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	d := &featDaemon{name: name, spool: spool, main: spool + "/mx.sock", stderr: &logbuf.Buffer{}}
 	cmd.Stderr = d.stderr
@@ -103,8 +102,7 @@ func featPair(t *testing.T, args []string, env []string) (sl, ref *featDaemon) {
 		args[i] = strings.ReplaceAll(a, "WORKER", worker)
 	}
 	sl = featStart(t, "sluice", append([]string{bin, "mux"}, args...), env)
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Partial(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
+	if muxref.MuxPartial(t) == "" {
 		return sl, nil
 	}
 	ref = featStart(t, "reference", append([]string{referenceMux}, args...), env)
@@ -457,13 +455,14 @@ func TestMuxSyslogVsReference(t *testing.T) {
 	}
 	sl := featStart(t, "sluice", append([]string{bin, "mux"}, args("sl-mux")...), env)
 	var ref *featDaemon
+	why := errors.New("it needs root and no syslog daemon on /dev/log")
 	if ownDevLog {
-		if _, err := os.Stat(referenceMux); err == nil {
+		if _, why = muxref.Find(referenceMux); why == nil {
 			ref = featStart(t, "reference", append([]string{referenceMux}, args("ref-mux")...), nil)
 		}
 	}
 	if ref == nil {
-		peer.Partial(t, "the reference side of the syslog test", errors.New("it needs root, no syslog daemon on /dev/log, and "+referenceMux))
+		peer.Partial(t, "the reference side of the syslog test", why)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { script(sl) })

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"sluice/internal/mux"
+	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
 )
 
@@ -298,9 +298,7 @@ func TestMuxRefusesUnsafePidFile(t *testing.T) {
 // file ends up holding the daemon's pid, mode 0644.
 func TestMuxPidFileSymlinkReference(t *testing.T) {
 	peer.Root(t, "the reference opens the pid file as root only when started as root")
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Mux(t)
 	if _, ok := mux.LookupDifference("pid-file-nofollow"); !ok {
 		t.Fatal("pid-file-nofollow is not in mux.Differences")
 	}
@@ -315,7 +313,7 @@ func TestMuxPidFileSymlinkReference(t *testing.T) {
 	}
 	lchown(t, pidFile, os.Getuid())
 	// Daemon mode: the reference's parent exits 0 once its daemon serves.
-	ref := exec.Command(referenceMux, append([]string{"-z", spool, "-s", filepath.Join(spool, "mx.sock"), "-p", pidFile, "-f", worker, "-m", "1"}, uarg...)...)
+	ref := muxref.Command(t, append([]string{referenceMux, "-z", spool, "-s", filepath.Join(spool, "mx.sock"), "-p", pidFile, "-f", worker, "-m", "1"}, uarg...)...)
 	if out, err := ref.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", referenceMux, err, out)
 	}

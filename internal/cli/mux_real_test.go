@@ -27,6 +27,7 @@ import (
 
 	"sluice/internal/percent"
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/postfixtest"
 )
@@ -138,7 +139,7 @@ type muxProc struct {
 // SIGTERM (SIGKILL after 30 s) at cleanup, and waits until sock exists.
 func startMuxProc(t *testing.T, name string, argv []string, spool, sock string) *muxProc {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := muxref.Command(t, argv...)
 	m := &muxProc{name: name, spool: spool, sock: sock, stderr: &logbuf.Buffer{}}
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
@@ -264,7 +265,8 @@ func statusMsgs(t *testing.T, status string) int {
 // unknown commands and ticks with the filter's answers, byte for byte as
 // the reference multiplexor does with the same filter.
 func TestMuxRealWorkersVsReference(t *testing.T) {
-	needReal(t, perlWorker, referenceMux)
+	needReal(t, perlWorker)
+	muxref.Mux(t)
 	_, u := asUser(t)
 	// -X 1 -P 2: tick bands 0 and 1 every second. -x 4 leaves a worker
 	// for the requests while both ticks run.

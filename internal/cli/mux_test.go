@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
 
 	"go.uber.org/goleak"
@@ -32,8 +33,17 @@ import (
 // muxBinaries; it is world-readable so that a -U user can run them.
 var binDir string
 
+// TestMain runs the tests with default directories of their own
+// (privateDefaults), removes the binaries muxBinaries built, and checks
+// that no goroutine is left behind.
 func TestMain(m *testing.M) {
+	remove, err := privateDefaults()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	remove()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
@@ -524,16 +534,18 @@ func TestMuxForegroundPrivileges(t *testing.T) {
 	}
 }
 
-const referenceMux = "/usr/bin/mimedefang-multiplexor"
+// referenceMux is MIMEDefang's multiplexor by its installed name, the
+// argv[0] it runs under; muxref.Command runs the real one from wherever
+// it is (the diverted .distrib where sluice is the drop-in), and
+// muxref.Mux proves it is not sluice.
+const referenceMux = muxref.MultiplexorPath
 
 // Startup errors, side by side with the reference (both in -D mode, so
 // nothing daemonizes): same status, same text once the program names are
 // aligned.
 func TestMuxStartupErrorsVsReference(t *testing.T) {
 	bin, _ := muxBinaries(t)
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Mux(t)
 	uarg, _ := asUser(t)
 	cases := [][]string{
 		{"-h"},
@@ -554,7 +566,7 @@ func TestMuxStartupErrorsVsReference(t *testing.T) {
 	}
 	norm := strings.NewReplacer("sluice mux: ", referenceMux+": ", "Usage: sluice mux", "Usage: mimedefang-multiplexor")
 	for _, args := range cases {
-		ref := exec.Command(referenceMux, args...)
+		ref := muxref.Command(t, append([]string{referenceMux}, args...)...)
 		var refErr bytes.Buffer
 		ref.Stderr = &refErr
 		refCode := exitCode(t, ref.Run())
@@ -631,9 +643,7 @@ func TestMuxSocketMapVsReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the busy timeout takes 10 s")
 	}
-	if _, err := os.Stat(referenceMux); err != nil {
-		peer.Missing(t, referenceMux, fmt.Errorf("%w (Debian package mimedefang)", err))
-	}
+	muxref.Mux(t)
 	bin, worker := muxBinaries(t)
 	uarg, u := asUser(t)
 	type daemon struct {

@@ -197,6 +197,8 @@ func TestStatusErrors(t *testing.T) {
 		code int
 		want string
 	}{
+		// No flags: the default runtime directory, this package's own
+		// (privateDefaults), where nothing serves, whatever the host runs.
 		{[]string{"status", "-t", "1s"}, 1, "cannot reach the daemon"},
 		{[]string{"status", "-c", noWeb}, 1, "sluice status needs [web] listen in the config (" + noWeb + " has none)"},
 		{[]string{"status", "-c", down}, 1, "sluice status: unix:" + filepath.Join(dir, "web") + ": dial unix"},

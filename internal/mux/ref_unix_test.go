@@ -2,12 +2,13 @@ package mux_test
 
 import (
 	"os"
-	"os/exec"
 	"os/user"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/muxref"
 )
 
 func chownDefang(dir string) error {
@@ -24,7 +25,7 @@ func chownDefang(dir string) error {
 // with SIGTERM (its clean shutdown) and waits for it.
 func runReference(t *testing.T, args []string) func() {
 	t.Helper()
-	cmd := exec.Command(reference, args...)
+	cmd := muxref.Command(t, append([]string{muxref.MultiplexorPath}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the reference: %v", err)
