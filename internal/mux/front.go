@@ -43,6 +43,35 @@ const frontBatch = 64
 // frontAccept is accept4 (a variable for the tests).
 var frontAccept = accept4
 
+// frontStep is a step of the front that a test waits for (frontHook).
+type frontStep int
+
+const (
+	// frontAsked: startFront has asked the owner to take the listener
+	// and waits for its answer (or for Close).
+	frontAsked frontStep = iota
+	// frontAwait: a connection with nothing to read at its accept is
+	// watched on the owner until its line comes.
+	frontAwait
+	// frontHandOff: a connection goes to a connection goroutine.
+	frontHandOff
+	// frontBackoff: accept failed; the listener is looked at again
+	// after the back-off given with the step.
+	frontBackoff
+)
+
+// frontHook, when set (by the tests only), is told each step as it is
+// taken, on the goroutine that takes it (mostly the owner: it must not
+// block).
+var frontHook func(step frontStep, d time.Duration)
+
+// traceFront tells frontHook of a step.
+func traceFront(step frontStep, d time.Duration) {
+	if h := frontHook; h != nil {
+		h(step, d)
+	}
+}
+
 // front is the main socket served on the owner. Everything but done is
 // the owner's (or, once the pool has stopped, stop's caller's).
 type front struct {
@@ -90,6 +119,7 @@ func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
 		f.stop(false)
 		return nil, false
 	}
+	traceFront(frontAsked, 0)
 	select {
 	case taken := <-ok:
 		return f, taken
@@ -176,6 +206,7 @@ func (f *front) accept() {
 	f.fds = fds
 	if backoff {
 		f.o.Arm(&f.retry, f.delay, f.onRetry)
+		traceFront(frontBackoff, f.delay)
 		return
 	}
 	f.rewatch()
@@ -206,6 +237,7 @@ func (f *front) first(fd int) {
 func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 	line, in, whole := firstRead(&f.rb, n, e, spent)
 	if !whole {
+		traceFront(frontHandOff, 0)
 		f.s.handOff(f.ls, handed{fd: fd, in: in})
 		return
 	}
@@ -226,5 +258,6 @@ func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 		f.s.write(fd, f.out)
 		return
 	}
+	traceFront(frontHandOff, 0)
 	f.s.handOff(f.ls, handed{fd: fd, in: inline{line: line, whole: true}})
 }

@@ -8,11 +8,13 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/mux"
 	"sluice/internal/pool"
 	"sluice/internal/pool/pooltest"
@@ -74,11 +76,78 @@ func dialTimed(t *testing.T, sock string) net.Conn {
 	return c
 }
 
+// frontSteps records the steps of the front (mux.SetFrontHook) for a
+// test to wait for: a test reaches a path of the front by waiting for
+// its step, not by sleeping.
+type frontSteps struct {
+	mu    sync.Mutex
+	steps []frontStepAt
+	more  chan struct{} // a token after each step (capacity 1)
+}
+
+type frontStepAt struct {
+	step mux.FrontStep
+	d    time.Duration
+}
+
+// watchFront records the front's steps until the test ends; call it
+// before the pool and the server start.
+func watchFront(t *testing.T) *frontSteps {
+	fs := &frontSteps{more: make(chan struct{}, 1)}
+	mux.SetFrontHook(t, func(step mux.FrontStep, d time.Duration) {
+		fs.mu.Lock()
+		fs.steps = append(fs.steps, frontStepAt{step, d})
+		fs.mu.Unlock()
+		select {
+		case fs.more <- struct{}{}:
+		default:
+		}
+	})
+	return fs
+}
+
+// count is how many steps of the kind step have been taken.
+func (fs *frontSteps) count(step mux.FrontStep) int {
+	return len(fs.of(step))
+}
+
+// of returns the back-offs (or zeros) of the steps of the kind step taken
+// so far, in order.
+func (fs *frontSteps) of(step mux.FrontStep) []time.Duration {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var ds []time.Duration
+	for _, s := range fs.steps {
+		if s.step == step {
+			ds = append(ds, s.d)
+		}
+	}
+	return ds
+}
+
+// wait waits until n steps of the kind step have been taken (failing the
+// test if that has not happened in 10 s) and returns theirs.
+func (fs *frontSteps) wait(t *testing.T, step mux.FrontStep, n int) []time.Duration {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if ds := fs.of(step); len(ds) >= n {
+			return ds[:n]
+		}
+		select {
+		case <-fs.more:
+		case <-deadline:
+			t.Fatalf("front step %d taken %d times in 10 s, want %d", step, fs.count(step), n)
+		}
+	}
+}
+
 // TestFrontWaitsForLine: a connection whose line comes after the accept
 // is read by the pool's owner when it comes (counted as taken inline);
 // one whose first read brings part of a line is answered by a
 // connection goroutine (not counted), with the same reply.
 func TestFrontWaitsForLine(t *testing.T) {
+	fs := watchFront(t)
 	dir := t.TempDir()
 	p, _ := runPool(t, dir)
 	sock, srv, _ := serveMain(t, p, dir, 10*time.Second)
@@ -86,7 +155,7 @@ func TestFrontWaitsForLine(t *testing.T) {
 	const want = "ok 1 ok 250 2.1.0 0\n"
 
 	c := dialTimed(t, sock)
-	time.Sleep(100 * time.Millisecond) // accepted, nothing to read yet
+	fs.wait(t, mux.FrontAwait, 1) // accepted, nothing read: watched on the owner
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +165,17 @@ func TestFrontWaitsForLine(t *testing.T) {
 	if n := srv.Inlined(); n != 1 {
 		t.Fatalf("requests taken by the owner: %d, want 1", n)
 	}
+	if n := fs.count(mux.FrontHandOff); n != 0 {
+		t.Fatalf("connections handed off: %d, want 0", n)
+	}
 
 	c = dialTimed(t, sock)
 	if _, err := io.WriteString(c, req[:7]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Read at its accept, or once it became readable: either way the
+	// first read brought part of the line, and the owner handed it off.
+	fs.wait(t, mux.FrontHandOff, 1)
 	if _, err := io.WriteString(c, req[7:]); err != nil {
 		t.Fatal(err)
 	}
@@ -187,35 +261,57 @@ func TestFrontPoolStopped(t *testing.T) {
 
 // TestFrontAcceptBackoff: while accept fails (EMFILE: out of
 // descriptors), the owner looks at the listener again after a growing
-// back-off, not at once; once accept works again, the waiting client is
-// served.
+// back-off (5, 10, 20, 40, 80 ms...), not at once; once accept works
+// again, the waiting client is served. The pool runs on a fake clock that
+// the test moves by each back-off once the owner has armed it: a failed
+// accept retried before its back-off had passed would come at the same
+// fake time as the one before.
 func TestFrontAcceptBackoff(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var failing atomic.Bool
-	var calls atomic.Int32
+	var mu sync.Mutex
+	var tried []time.Time // the fake time of each failed accept
 	failing.Store(true)
 	mux.SetFrontAccept(t, func(lfd uintptr) (int, syscall.Errno) {
 		if failing.Load() {
-			calls.Add(1)
+			mu.Lock()
+			tried = append(tried, clk.Now())
+			mu.Unlock()
 			return -1, syscall.EMFILE
 		}
 		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
 		return int(r), e
 	})
+	fs := watchFront(t)
 	dir := t.TempDir()
-	p, _ := runPool(t, dir)
+	cfg := onePool(dir)
+	cfg.Clock = clk
+	p, _ := pooltest.Run(t, cfg)
 	sock, _, _ := serveMain(t, p, dir, 10*time.Second)
 	got := make(chan string, 1)
 	go func() { got <- query(t, sock, "version\n", false) }()
-	time.Sleep(300 * time.Millisecond)
-	n := calls.Load()
-	failing.Store(false)
-	// 5, 10, 20, 40, 80, 160 ms: about 7 in 300 ms; a retry without
-	// back-off makes thousands.
-	if n < 2 || n > 20 {
-		t.Fatalf("%d accepts in 300 ms of EMFILE, want a few (back-off)", n)
+	want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}
+	for k, d := range want {
+		if b := fs.wait(t, mux.FrontBackoff, k+1)[k]; b != d {
+			t.Fatalf("back-off after failed accept %d: %v, want %v", k+1, b, d)
+		}
+		if k == len(want)-1 {
+			failing.Store(false)
+		}
+		clk.Advance(d)
 	}
 	if r := <-got; r != "3.3" {
 		t.Fatalf("version after the accepts failed: %q", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tried) != len(want) {
+		t.Fatalf("%d failed accepts, want %d (one per back-off)", len(tried), len(want))
+	}
+	for k := 1; k < len(tried); k++ {
+		if d := tried[k].Sub(tried[k-1]); d != want[k-1] {
+			t.Errorf("failed accept %d came %v after the one before, want its back-off %v", k+1, d, want[k-1])
+		}
 	}
 }
 
@@ -223,6 +319,7 @@ func TestFrontAcceptBackoff(t *testing.T) {
 // has not yet taken the main socket (Serve before Run); the pool, run
 // afterwards, closes the listener's duplicate it was handed.
 func TestFrontCloseBeforePoolRuns(t *testing.T) {
+	fs := watchFront(t)
 	dir := t.TempDir()
 	p, err := pool.New(onePool(dir))
 	if err != nil {
@@ -235,7 +332,7 @@ func TestFrontCloseBeforePoolRuns(t *testing.T) {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln, true) }()
-	time.Sleep(50 * time.Millisecond) // Serve waits for the owner
+	fs.wait(t, mux.FrontAsked, 1) // Serve waits for the owner
 	closed := make(chan struct{})
 	go func() { srv.Close(); close(closed) }()
 	select {

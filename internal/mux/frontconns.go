@@ -81,12 +81,14 @@ func (f *front) await(fd int) {
 	}
 	if err := f.o.Watch(fd, w.onReadable); err != nil {
 		w.lk.next, f.waitFree = f.waitFree, w
+		traceFront(frontHandOff, 0)
 		f.s.handOff(f.ls, handed{fd: fd})
 		return
 	}
 	w.fd, w.since = fd, time.Now()
 	push(&f.waiting, w)
 	f.o.Arm(&w.timer, f.s.o.Timeout, w.onExpire)
+	traceFront(frontAwait, 0)
 }
 
 // readable reads a waiting connection that has become readable.
@@ -102,6 +104,7 @@ func (w *waitingConn) readable() {
 	fd, spent := w.fd, time.Since(w.since)
 	w.release()
 	if e == syscall.EAGAIN { // not watched: its goroutine waits on the poller
+		traceFront(frontHandOff, 0)
 		f.s.handOff(f.ls, handed{fd: fd, in: inline{spent: spent}})
 		return
 	}
