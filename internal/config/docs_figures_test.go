@@ -118,7 +118,7 @@ func TestHasFigure(t *testing.T) {
 			t.Errorf("hasFigure(%q) = %v, want %v", fig, got, want)
 		}
 	}
-	if got := figures("a 1.5x gain, `QUICK=1` on [2026-11-24](docs/x.md#c-10) **0.95**, p99 at c=64, 5 %"); strings.Join(got, " ") != "1.5x 2026-11-24 0.95 64 5" {
+	if got := figures("a 1.5x gain, `QUICK=1` on [2026-11-24](docs/mux.md#performance) **0.95**, p99 at c=64, 5 %"); strings.Join(got, " ") != "1.5x 2026-11-24 0.95 64 5" {
 		t.Errorf("figures = %q", got)
 	}
 }
