@@ -20,6 +20,13 @@ func (c *Class) Cap(dir Direction) int64 {
 // Peaks returns the peak figures since the last report.
 func (l *Limiter) Peaks() *Peaks { return &l.peaks }
 
+// get returns the peak.
+func (c *peakCell) get() Peak {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.p
+}
+
 // Snapshot returns the current peaks (figures with a non-zero value).
 func (ps *Peaks) Snapshot() []Peak {
 	var out []Peak

@@ -205,13 +205,7 @@ func (c *peakCell) offer(p Peak) {
 	}
 }
 
-// get returns the peak; take returns it and resets it.
-func (c *peakCell) get() Peak {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.p
-}
-
+// take returns the peak and resets it.
 func (c *peakCell) take() Peak {
 	c.mu.Lock()
 	defer c.mu.Unlock()
