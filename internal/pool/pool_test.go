@@ -181,14 +181,30 @@ func TestReplyFraming(t *testing.T) {
 func TestDesync(t *testing.T) {
 	cfg := baseConfig()
 	cfg.MaxWorkers = 1 // every command goes to the same worker
+	cfg.LogStderr = true
+	wrote := make(chan struct{}, 1)
+	cfg.Events = func(ev pool.Event) {
+		if ev.Kind == pool.EvStderr && ev.Line == "twosep: two written" {
+			select {
+			case wrote <- struct{}{}:
+			default:
+			}
+		}
+	}
 	p := start(t, cfg)
 	// Two separate writes: the second line answers the next command (the
-	// reference's desynchronisation, kept). That command's own answer
-	// comes 500 ms late, so that the read finds only the stale line and
-	// the answer is left for the command after it (an instant answer
-	// could be read together with the stale line, and dropped with it).
+	// reference's desynchronisation, kept), even though it is in the pipe
+	// before that command is written: the worker says so on stderr after
+	// writing it. That command's own answer comes 500 ms late, so that
+	// the read finds only the stale line and the answer is left for the
+	// command after it (an instant answer could be read together with the
+	// stale line, and dropped with it).
 	wantReply(t, do(t, p, "twosep"), "one\n")
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("twosep never wrote its second line")
+	}
 	wantReply(t, do(t, p, "sleep 500"), "two\n")
 	wantReply(t, do(t, p, "z"), "slept 500\n")
 }

@@ -96,7 +96,10 @@ func TestSubmitDoneOnce(t *testing.T) {
 	if p.Submit(pool.Request{Line: "x"}, func(pool.Result) { t.Error("done called after stop") }) {
 		t.Fatal("Submit after stop: true")
 	}
-	time.Sleep(50 * time.Millisecond) // a second done would show now
+	// stop has returned with Run: the owner loop has ended, what was left
+	// in its inbox has been ended (drainInbox) and the pool's goroutines
+	// waited for, and post refuses from now on. Nothing of the pool's can
+	// call a done any more: the counts are final.
 	for i := range calls {
 		if c := calls[i].Load(); c != 1 {
 			t.Errorf("request %d: done called %d times", i, c)
@@ -132,7 +135,9 @@ func TestSnapshotToDoneOnce(t *testing.T) {
 	}()
 	stop()
 	wg.Wait()
-	time.Sleep(50 * time.Millisecond) // a late or second done would show now
+	// stop has returned with Run and every SnapshotTo has returned: each
+	// message is either refused (false) or was run or dropped before Run
+	// returned (drainInbox). No done can come later: the counts are final.
 	for i := range n {
 		want := int32(0)
 		if posted[i] {

@@ -48,10 +48,11 @@ func misbehave(word string, n int) bool {
 		out.Write([]byte("\x00\xff\x1b[0m garbage\r\x7f\n"))
 	case "two": // two lines in one write
 		out.WriteString("one\ntwo\n")
-	case "twosep": // two lines in two writes
+	case "twosep": // two lines in two writes, then "twosep: two written" on stderr
 		out.WriteString("one\n")
 		time.Sleep(100 * time.Millisecond)
 		out.WriteString("two\n")
+		os.Stderr.WriteString("twosep: two written\n")
 	case "long": // a reply line of n bytes before its newline
 		out.WriteString(strings.Repeat("x", n) + "\n")
 	case "flood": // n bytes on stderr, then an answer
