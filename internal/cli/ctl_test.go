@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/muxctl"
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/muxref"
 )
@@ -120,6 +121,22 @@ func TestCtlCommandTable(t *testing.T) {
 	}
 }
 
+// Flags, usage and connection errors of command lines without -s, which
+// reach for the default socket (muxctl.DefaultSocket, compiled into both),
+// side by side with the reference: in a private mount namespace whose
+// spool is empty, whatever the host runs there (inPrivateMounts).
+func TestCtlDefaultSocketVsReference(t *testing.T) {
+	needReferenceCtl(t)
+	if !inPrivateMounts(t, filepath.Dir(muxctl.DefaultSocket)) {
+		return
+	}
+	for _, args := range [][]string{
+		{}, {"-h"}, {"-x"}, {"-s"}, {"--foo"}, {"-is"}, {"-ih"}, {"-i", "-h"}, {"-i", "foo", "-x"},
+	} {
+		sameAsReference(t, false, "", args...)
+	}
+}
+
 // Flags, usage and connection errors with no multiplexor, side by side
 // with the reference.
 func TestCtlFlagsVsReference(t *testing.T) {
@@ -132,7 +149,6 @@ func TestCtlFlagsVsReference(t *testing.T) {
 	}
 	long := filepath.Join(dir, strings.Repeat("d", 120))
 	for _, args := range [][]string{
-		{}, {"-h"}, {"-x"}, {"-s"}, {"--foo"}, {"-is"}, {"-ih"}, {"-i", "-h"}, {"-i", "foo", "-x"},
 		{"-s", missing, "status"}, {"status", "-s", missing}, {"-s" + missing, "-x"},
 		{"-s", missing, "-h"}, {"-s", missing}, {"-s", missing, "-i"},
 		{"-s", missing, "--", "-s"}, {"-s", missing, "-"},

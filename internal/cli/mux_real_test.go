@@ -41,8 +41,11 @@ const (
 )
 
 // realFilter is the test's mimedefang filter. %[1]s is the file that
-// filter_tick appends "tick <band>" lines to.
+// filter_tick appends "tick <band>" lines to, %[2]s the spool, where
+// mimedefang.pl works between requests (its own default is the host's
+// /var/spool/MIMEDefang).
 const realFilter = `# sluice test filter
+$Features{'Path:SPOOLDIR'} = '%[2]s';
 sub filter_relay {
     my ($ip, $name, $port, $myip, $myport, $qid) = @_;
     return ('REJECT', "relay $ip refused") if $ip eq '192.0.2.66';
@@ -103,12 +106,13 @@ func needReal(t *testing.T, programs ...string) {
 	}
 }
 
-// writeFilter writes the test filter into dir, readable by everyone, and
-// returns its path and the path of its tick file.
+// writeFilter writes the test filter into dir, the spool it names,
+// readable by everyone, and returns its path and the path of its tick
+// file.
 func writeFilter(t *testing.T, dir string) (filter, ticks string) {
 	t.Helper()
 	filter, ticks = filepath.Join(dir, "filter.pl"), filepath.Join(dir, "ticks")
-	if err := os.WriteFile(filter, []byte(fmt.Sprintf(realFilter, ticks)), 0o644); err != nil {
+	if err := os.WriteFile(filter, []byte(fmt.Sprintf(realFilter, ticks, dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return filter, ticks

@@ -546,7 +546,10 @@ const referenceMux = muxref.MultiplexorPath
 func TestMuxStartupErrorsVsReference(t *testing.T) {
 	bin, _ := muxBinaries(t)
 	muxref.Mux(t)
-	uarg, _ := asUser(t)
+	uarg, u := asUser(t)
+	// A spool of the test's own where one is reached: the default,
+	// /var/spool/MIMEDefang, is the host's.
+	spool := spoolDir(t, u)
 	cases := [][]string{
 		{"-h"},
 		{"-D", "-x", "abc"},
@@ -556,8 +559,8 @@ func TestMuxStartupErrorsVsReference(t *testing.T) {
 		{"-D", "-q", "200"},
 		{"-D", "-f", "relative"},
 		{"-D", "-S", "nosuch"},
-		append([]string{"-D", "-s", "inet:1234"}, uarg...),
-		append([]string{"-D", "-s", "inet6_any:1234"}, uarg...),
+		append([]string{"-D", "-z", spool, "-s", "inet:1234"}, uarg...),
+		append([]string{"-D", "-z", spool, "-s", "inet6_any:1234"}, uarg...),
 		append([]string{"-D", "-z", "/nonexistent/spool"}, uarg...),
 		append([]string{"-D", "-s", "/nonexistent/dir/mx.sock", "-z", "/tmp"}, uarg...),
 	}

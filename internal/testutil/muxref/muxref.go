@@ -130,7 +130,7 @@ func find(path string) (string, error) {
 			real, how, bi.Main.Path, bi.GoVersion, filepath.Base(path), path)
 	}
 	if out, ok := answersAsSluice(resolved); ok {
-		return "", fmt.Errorf("%s%s answers as sluice when invoked as sluice -h (%q), not as Debian's %s", real, how, out, filepath.Base(path))
+		return "", fmt.Errorf("%s%s answers as sluice when invoked as sluice (%q), not as Debian's %s", real, how, out, filepath.Base(path))
 	}
 	return resolved, nil
 }
@@ -151,13 +151,15 @@ func trueName(path string) (name, how string) {
 	return path, ""
 }
 
-// answersAsSluice runs prog with argv[0] "sluice" and -h, which the
-// reference programs answer with their own usage and sluice with its
-// command list, and reports whether the answer is sluice's.
+// answersAsSluice runs prog with argv[0] "sluice" and "-s <a path that
+// does not exist> -h", which the reference programs answer with their own
+// usage (md-mx-ctrl then fails to reach that socket: -s keeps it off the
+// host's multiplexor) and sluice with its command list, and reports
+// whether the answer is sluice's.
 func answersAsSluice(prog string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, "-h")
+	cmd := exec.CommandContext(ctx, prog, "-s", "/nonexistent/sluice-muxref.sock", "-h")
 	cmd.Args[0] = "sluice"
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -165,6 +167,10 @@ func answersAsSluice(prog string) (string, bool) {
 	if err := cmd.Run(); err != nil && !errors.As(err, new(*exec.ExitError)) {
 		return "", false
 	}
-	first, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
-	return first, strings.Contains(strings.ToLower(out.String()), "usage: sluice")
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(strings.ToLower(line), "usage: sluice") {
+			return line, true
+		}
+	}
+	return "", false
 }

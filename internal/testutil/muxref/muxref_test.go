@@ -65,7 +65,7 @@ func TestFind(t *testing.T) {
 		{plain, ref, ""},
 		{diverted, ref, ""},
 		{goLink, "", goLink + " -> " + self + " is a Go program (module sluice, go"},
-		{behaves, "", behaves + " -> " + sluiceLike + ` answers as sluice when invoked as sluice -h ("usage: sluice <command> [flags]")`},
+		{behaves, "", behaves + " -> " + sluiceLike + ` answers as sluice when invoked as sluice ("usage: sluice <command> [flags]")`},
 		{filepath.Join(dir, "missing"), "", "(Debian package mimedefang"},
 	} {
 		got, err := find(c.path)
