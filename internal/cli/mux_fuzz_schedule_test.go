@@ -146,7 +146,12 @@ func newFuzzSchedule(seed uint64) *fuzzSchedule {
 		add("-a", "SPOOL/ro.sock")
 	}
 	if r.IntN(5) == 0 {
-		s.workerEnv = append(s.workerEnv, fmt.Sprintf("FAKEWORKER_EXIT_AFTER=%d", 1+r.IntN(4)))
+		// It exits half a gap after its last answer: a request the
+		// multiplexor hands it meanwhile (one queued is handed at once)
+		// is in its pipe by then on both sides, and it exits with it
+		// unanswered, away from other events (fuzzGap).
+		s.workerEnv = append(s.workerEnv, fmt.Sprintf("FAKEWORKER_EXIT_AFTER=%d", 1+r.IntN(4)),
+			fmt.Sprintf("FAKEWORKER_EXIT_AFTER_MS=%d", fuzzGap/2/time.Millisecond))
 	}
 	flags := strings.Fields(strings.NewReplacer("WORKER", "/w", "SPOOL", "/s").Replace(s.argString()))
 	o, err := parseMuxArgs("sluice mux", flags, io.Discard)
