@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,11 +23,41 @@ func TestMuxIgnoresUSRSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Once no signal is pending for the process any more, a thread of it
+	// has taken each: a death would have come then, in the handler.
+	waitSignalsTaken(t, d.pid, syscall.SIGUSR1, syscall.SIGUSR2)
 	if !alive(d.pid) {
 		t.Fatal("sluice mux died of SIGUSR1 or SIGUSR2")
 	}
 	if r := muxQuery(t, d.main, "scan Q1 /tmp\n"); !strings.HasPrefix(r, "ok") {
 		t.Errorf("scan after the signals: %q", r)
+	}
+}
+
+// waitSignalsTaken waits until none of sigs is pending for process pid
+// (ShdPnd in /proc/pid/status: sent, not yet delivered to a thread).
+func waitSignalsTaken(t *testing.T, pid int, sigs ...syscall.Signal) {
+	t.Helper()
+	var mask uint64
+	for _, s := range sigs {
+		mask |= 1 << (uint(s) - 1)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return // gone: the caller sees it
+		}
+		var pending uint64
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+				pending, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
+		}
+		if pending&mask == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("signals %v still pending for %d after 10 s (ShdPnd %x)", sigs, pid, pending)
+		}
 	}
 }
