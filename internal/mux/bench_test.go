@@ -20,16 +20,17 @@ func benchSettings() settings {
 	return settings{min: 8, max: 8, queue: 128, busy: 30, queueTime: 30, slew: time.Millisecond}
 }
 
-// waitIdle waits until all of tg's workers are up.
-func waitIdle(b *testing.B, tg target, n int) {
-	b.Helper()
+// waitIdle waits until tg's first n slots have their workers up and idle
+// (polling its status for 5 s).
+func waitIdle(tb testing.TB, tg target, n int) {
+	tb.Helper()
 	for range 500 {
-		if strings.HasPrefix(query(b, tg.main, "status\n", false), strings.Repeat("I", n)+" ") {
+		if strings.HasPrefix(query(tb, tg.main, "status\n", false), strings.Repeat("I", n)) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	b.Fatal("workers not idle")
+	tb.Fatalf("%s: workers not idle", tg.name)
 }
 
 func benchConn(b *testing.B, req, prefix string, parallel bool) {

@@ -242,8 +242,12 @@ func differential(t *testing.T, st settings, steps []step) {
 	t.Helper()
 	sl := startSluice(t, st)
 	ref, haveRef := startReference(t, st)
-	// Both start their first worker at once; wait for the slow start.
-	time.Sleep(1500 * time.Millisecond)
+	// Both start their first -m workers (then one a second): the script
+	// starts once they are up.
+	waitIdle(t, sl, st.min)
+	if haveRef {
+		waitIdle(t, ref, st.min)
+	}
 	got := runScript(t, sl, steps)
 	if !haveRef {
 		return
