@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,7 +302,9 @@ func TestQueueServedAfterReap(t *testing.T) {
 
 // A worker that cannot be started when a slot comes free leaves the
 // queued request waiting (not failed with "Unable to activate worker"),
-// and the bring-up that starts one later serves it.
+// and the bring-up that starts one later serves it. That it still waits
+// is read after two failed starts (the reap's and a bring-up's), each of
+// which would have ended it.
 func TestQueueWaitsOutFailedStart(t *testing.T) {
 	prog := filepath.Join(t.TempDir(), "worker")
 	b, err := os.ReadFile(fakeWorker)
@@ -311,6 +314,8 @@ func TestQueueWaitsOutFailedStart(t *testing.T) {
 	if err := os.WriteFile(prog, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var failed atomic.Int32
+	more := make(chan struct{}, 1)
 	cfg := baseConfig()
 	cfg.Program = prog
 	cfg.MaxWorkers = 1
@@ -319,6 +324,15 @@ func TestQueueWaitsOutFailedStart(t *testing.T) {
 	cfg.QueueTimeout = 30 * time.Second
 	cfg.KillGrace = 2 * time.Second
 	cfg.Env = append(os.Environ(), "FAKEWORKER_LINGER=1")
+	cfg.Events = func(ev pool.Event) {
+		if ev.Kind == pool.EvStartFailed {
+			failed.Add(1)
+			select {
+			case more <- struct{}{}:
+			default:
+			}
+		}
+	}
 	p := start(t, cfg)
 	waitStates(t, p, "I")
 	if r := do(t, p, "pid"); r.Err != nil {
@@ -332,12 +346,18 @@ func TestQueueWaitsOutFailedStart(t *testing.T) {
 	done := make(chan pool.Result, 1)
 	go func() { done <- do(t, p, "queued") }()
 	waitQueued(t, p, 1)
-	// The killed worker is reaped, its slot stops, no worker starts.
+	// The killed worker is reaped, its slot stops, no worker starts: the
+	// start for the queued request fails, then a bring-up's.
 	waitStates(t, p, "S")
-	select {
-	case r := <-done:
-		t.Fatalf("the queued request ended while no worker could start: %q, %v", r.Reply, r.Err)
-	case <-time.After(300 * time.Millisecond):
+	for deadline := time.After(10 * time.Second); failed.Load() < 2; {
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("%d failed starts in 10 s, want 2", failed.Load())
+		}
+	}
+	if snap, _ := p.Snapshot(); snap.Queued != 1 {
+		t.Fatalf("after %d failed starts: %d queued, want the request still queued", failed.Load(), snap.Queued)
 	}
 	if err := os.Chmod(prog, 0o755); err != nil {
 		t.Fatal(err)
