@@ -358,6 +358,7 @@ type syslogSink struct {
 	c    *net.UnixConn
 	mu   sync.Mutex
 	msgs []string
+	more chan struct{} // closed (and replaced) at each message
 	done chan struct{}
 }
 
@@ -370,7 +371,7 @@ func newSyslogSink(t *testing.T, path string) *syslogSink {
 	if err := os.Chmod(path, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	s := &syslogSink{c: c, done: make(chan struct{})}
+	s := &syslogSink{c: c, more: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		buf := make([]byte, 65536)
@@ -381,6 +382,8 @@ func newSyslogSink(t *testing.T, path string) *syslogSink {
 			}
 			s.mu.Lock()
 			s.msgs = append(s.msgs, string(buf[:n]))
+			close(s.more)
+			s.more = make(chan struct{})
 			s.mu.Unlock()
 		}
 	}()
@@ -390,6 +393,33 @@ func newSyslogSink(t *testing.T, path string) *syslogSink {
 		os.Remove(path)
 	})
 	return s
+}
+
+// waitFor waits (up to 30 s) until n messages tagged tag start with
+// prefix.
+func (s *syslogSink) waitFor(t *testing.T, tag, prefix string, n int) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		s.mu.Lock()
+		more := s.more
+		s.mu.Unlock()
+		got := 0
+		for _, m := range s.with(tag) {
+			if _, msg, _ := strings.Cut(m, "> "); strings.HasPrefix(msg, prefix) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Errorf("%s: %d messages %q in 30 s, want %d", tag, got, prefix, n)
+			return
+		}
+	}
 }
 
 // with returns the messages whose tag is tag, as "<PRI> message" (time
@@ -450,7 +480,9 @@ func TestMuxSyslogVsReference(t *testing.T) {
 		muxQuery(t, d.main, "relayok 192.0.2.9 host 25 127.0.0.1 25 NOQUEUE\n")
 		muxQuery(t, d.main, "scan Q7 /tmp\n")
 		muxQuery(t, d.main, "stderr first%0Asecond "+strings.Repeat("x", 80)+"\n")
-		time.Sleep(10500 * time.Millisecond) // two -L lines
+		// Two -L lines (5 s apart), then stop: both sides log the same.
+		tag := map[string]string{"sluice": "sl-mux", "reference": "ref-mux"}[d.name]
+		sink.waitFor(t, tag, "Worker status: ", 2)
 		d.stop()
 	}
 	sl := featStart(t, "sluice", append([]string{bin, "mux"}, args("sl-mux")...), env)
