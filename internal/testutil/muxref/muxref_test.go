@@ -92,7 +92,8 @@ func TestFindOnThisHost(t *testing.T) {
 		if err != nil {
 			peer.Missing(t, "the reference "+filepath.Base(path), err)
 		}
-		if cmd := Command(t, path, "-h"); cmd.Path != got || cmd.Args[0] != path {
+		// -s: md-mx-ctrl -h also dials its socket, never the host's.
+		if cmd := Command(t, path, "-s", "/nonexistent/muxref.sock", "-h"); cmd.Path != got || cmd.Args[0] != path {
 			t.Errorf("Command(%s -h): path %s args %q, want path %s", path, cmd.Path, cmd.Args, got)
 		} else if out, _ := cmd.CombinedOutput(); !strings.Contains(string(out), "Usage: "+filepath.Base(path)) {
 			t.Errorf("%s -h printed %q", path, out)
