@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -650,11 +651,11 @@ func TestMuxSocketMapVsReference(t *testing.T) {
 	bin, worker := muxBinaries(t)
 	uarg, u := asUser(t)
 	type daemon struct {
-		name, network, addr string
+		name, network, addr, main string
 	}
 	start := func(name string, argv []string, network, addr string) daemon {
 		startForeground(t, name, argv, network, addr)
-		return daemon{name, network, addr}
+		return daemon{name, network, addr, argv[slices.Index(argv, "-s")+1]}
 	}
 	common := func(spool string) []string {
 		return append([]string{"-D", "-z", spool, "-s", spool + "/mx.sock", "-f", worker, "-m", "1", "-x", "1", "-b", "10"}, uarg...)
@@ -730,7 +731,8 @@ func TestMuxSocketMapVsReference(t *testing.T) {
 			}
 			hung := make(chan []string, 1)
 			go func() { hung <- mapTalk(t, d.network, d.addr, []string{ns("hang x")}) }()
-			time.Sleep(time.Second)
+			// The lookup made meanwhile finds the one worker busy.
+			featWaitStatus(t, &featDaemon{name: d.name, main: d.main}, `^B `)
 			results[i].busy[1] = strings.Join(mapTalk(t, d.network, d.addr, []string{ns("rev x")}), "|")
 			results[i].busy[0] = strings.Join(<-hung, "|")
 			settle(d)
