@@ -4,8 +4,10 @@
 #
 # The integration tests start their own private servers (a Postfix instance
 # under a temp dir, on loopback ports and sockets of their own). Run as root
-# on Debian, this script first installs the packages they need with apt-get;
-# without root it says loudly which suites will be skipped.
+# on Debian, this script first installs the packages they need with apt-get,
+# and runs the tests beside an installed sluice (its daemon on the default
+# paths, the multiplexor's drop-in: scripts/installed-host.sh), undone at
+# exit; without root it says loudly which suites will be skipped.
 #
 # Environment: FUZZTIME (default 10s) per fuzz target, and, when set, how
 # long the mux differential fuzzer (TestMuxDifferentialFuzz, run with the
@@ -26,6 +28,11 @@ packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/
 	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
 	chromium:/usr/bin/chromium systemd:/usr/bin/systemd-socket-activate systemd:/usr/bin/systemd-analyze
 	libnet-dns-perl:/usr/share/perl5/Net/DNS.pm)
+# A run that was killed may have left scripts/installed-host.sh's set-up
+# (see below) in place: undo it before looking at what is installed.
+if [ "$(id -u)" = 0 ]; then
+	scripts/installed-host.sh down
+fi
 missing=()
 for p in "${packages[@]}"; do
 	pkg=${p%%:*} bin=${p#*:}
@@ -108,10 +115,31 @@ else
 	echo "!!!!!!!! SKIPPING govulncheck: the Go vulnerability database (vuln.go.dev) cannot be reached from here" >&2
 fi
 
-step "go test -race -shuffle=on (SLUICE_REQUIRE_PEERS=${SLUICE_REQUIRE_PEERS})"
-# What tests leave for people to look at (the status page's screenshot).
+# What tests leave for people to look at (the status page's screenshot,
+# the installed daemon's log).
 export SLUICE_ARTIFACTS="${SLUICE_ARTIFACTS:-$PWD/artifacts}"
 mkdir -p "$SLUICE_ARTIFACTS"
+
+# The tests must not depend on the host: as root, the rest of the run
+# (tests and fuzzing) happens on a host set up as an administrator
+# following docs/operations.md and docs/mux.md would have it: sluice
+# installed and `sluice serve` running on its defaults (/run/sluice,
+# /var/lib/sluice), and MIMEDefang's multiplexor and md-mx-ctrl diverted
+# with sluice linked in their places (scripts/installed-host.sh). A test
+# that reached that daemon or those paths, or took the drop-in for the
+# reference, would fail or compare sluice with itself. All of it is
+# undone when the script exits, whichever way it exits.
+if [ "$(id -u)" = 0 ] && command -v dpkg-divert >/dev/null; then
+	step "an installed sluice: a daemon on the default paths, the multiplexor's drop-in"
+	hostbin=$(mktemp -d)
+	trap 'scripts/installed-host.sh down; rm -rf "$hostbin"' EXIT
+	go build -o "$hostbin/sluice" ./cmd/sluice
+	SLUICE_HOST_LOG="$SLUICE_ARTIFACTS/installed-sluice.log" scripts/installed-host.sh up "$hostbin/sluice"
+else
+	echo "!!!!!!!! not root on Debian: the tests run without an installed sluice beside them (scripts/installed-host.sh)" >&2
+fi
+
+step "go test -race -shuffle=on (SLUICE_REQUIRE_PEERS=${SLUICE_REQUIRE_PEERS})"
 # gotestsum runs go test -json and prints a line per package, the whole
 # output of every failed test, and at the end every skipped test with its
 # reason: a skip is never silent.

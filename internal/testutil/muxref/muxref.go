@@ -125,6 +125,9 @@ func find(path string) (string, error) {
 	if resolved != real {
 		how += " -> " + resolved
 	}
+	if fi, err := os.Stat(resolved); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s%s is not an executable file (%v)", real, how, fileMode(fi, err))
+	}
 	if bi, err := buildinfo.ReadFile(resolved); err == nil {
 		return "", fmt.Errorf("%s%s is a Go program (module %s, %s), not Debian's C %s: sluice's drop-in (docs/mux.md) is in its place and Debian's binary is not where a diversion would keep it (%s.distrib)",
 			real, how, bi.Main.Path, bi.GoVersion, filepath.Base(path), path)
@@ -133,6 +136,14 @@ func find(path string) (string, error) {
 		return "", fmt.Errorf("%s%s answers as sluice when invoked as sluice (%q), not as Debian's %s", real, how, out, filepath.Base(path))
 	}
 	return resolved, nil
+}
+
+// fileMode describes what os.Stat found, for error messages.
+func fileMode(fi os.FileInfo, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fi.Mode().String()
 }
 
 // trueName is where path's contents really are: the diverted name if

@@ -34,7 +34,8 @@ func fakeDpkgDivert(t *testing.T, diverted ...string) {
 // TestFind: the diverted binary when there is a diversion (also found by
 // its name alone where dpkg-divert is missing), links resolved; sluice
 // refused, whether it shows its Go build information or only answers as
-// sluice; a missing binary named with its Debian package.
+// sluice; a missing binary named with its Debian package, and what is
+// not an executable file refused.
 func TestFind(t *testing.T) {
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "ref")
@@ -67,6 +68,7 @@ func TestFind(t *testing.T) {
 		{goLink, "", goLink + " -> " + self + " is a Go program (module sluice, go"},
 		{behaves, "", behaves + " -> " + sluiceLike + ` answers as sluice when invoked as sluice ("usage: sluice <command> [flags]")`},
 		{filepath.Join(dir, "missing"), "", "(Debian package mimedefang"},
+		{"/dev/null", "", "/dev/null is not an executable file"},
 	} {
 		got, err := find(c.path)
 		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
