@@ -212,7 +212,7 @@ func TestMuxNotifyStatsTagsVsReference(t *testing.T) {
 		q("scan Q1 /tmp")
 		var wg sync.WaitGroup
 		wg.Go(func() { q("sleep 800") })
-		time.Sleep(250 * time.Millisecond)
+		featWaitStatus(t, d, `^BS `) // the second command starts a worker
 		q("sleep 200")
 		wg.Wait()
 		for _, tag := range []string{"hello%20world", longTag, "one%0Atwo"} {
