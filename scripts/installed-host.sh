@@ -24,7 +24,10 @@
 # harmless. What the host already had (an administrator's own daemon,
 # binary or diversion) is left as it is, and the tests run against it.
 # The daemon's log goes to $SLUICE_HOST_LOG (default $rec/daemon.log,
-# removed by "down").
+# removed by "down"). scripts/test.sh holds /run/lock/sluice-test.lock
+# while it uses the set-up; by hand, hold it too:
+#   flock /run/lock/sluice-test.lock sh -c 'scripts/installed-host.sh up BIN && go test ...; scripts/installed-host.sh down'
+
 set -euo pipefail
 
 rec=/var/lib/sluice-test-host

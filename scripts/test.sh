@@ -28,10 +28,18 @@ packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/
 	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
 	chromium:/usr/bin/chromium systemd:/usr/bin/systemd-socket-activate systemd:/usr/bin/systemd-analyze
 	libnet-dns-perl:/usr/share/perl5/Net/DNS.pm)
-# A run that was killed may have left scripts/installed-host.sh's set-up
-# (see below) in place: undo it before looking at what is installed.
+# One run at a time on a host, as root: what scripts/installed-host.sh
+# sets up below is the host's. The lock (on descriptor 9, closed for the
+# commands below that start daemons or run long) goes with this process,
+# however it ends. A run that was killed may have left that set-up in
+# place: undo it before looking at what is installed.
 if [ "$(id -u)" = 0 ]; then
-	scripts/installed-host.sh down
+	exec 9>/run/lock/sluice-test.lock
+	if ! flock -n 9; then
+		echo "waiting for another scripts/test.sh run on this host (/run/lock/sluice-test.lock)" >&2
+		flock 9
+	fi
+	scripts/installed-host.sh down 9>&-
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -132,9 +140,9 @@ mkdir -p "$SLUICE_ARTIFACTS"
 if [ "$(id -u)" = 0 ] && command -v dpkg-divert >/dev/null; then
 	step "an installed sluice: a daemon on the default paths, the multiplexor's drop-in"
 	hostbin=$(mktemp -d)
-	trap 'scripts/installed-host.sh down; rm -rf "$hostbin"' EXIT
+	trap 'scripts/installed-host.sh down 9>&-; rm -rf "$hostbin"' EXIT
 	go build -o "$hostbin/sluice" ./cmd/sluice
-	SLUICE_HOST_LOG="$SLUICE_ARTIFACTS/installed-sluice.log" scripts/installed-host.sh up "$hostbin/sluice"
+	SLUICE_HOST_LOG="$SLUICE_ARTIFACTS/installed-sluice.log" scripts/installed-host.sh up "$hostbin/sluice" 9>&-
 else
 	echo "!!!!!!!! not root on Debian: the tests run without an installed sluice beside them (scripts/installed-host.sh)" >&2
 fi
@@ -145,7 +153,7 @@ step "go test -race -shuffle=on (SLUICE_REQUIRE_PEERS=${SLUICE_REQUIRE_PEERS})"
 # reason: a skip is never silent.
 go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg \
 	--jsonfile "$SLUICE_ARTIFACTS/go-test.json" -- \
-	-race -shuffle=on -count=1 -timeout 20m ./...
+	-race -shuffle=on -count=1 -timeout 20m ./... 9>&-
 
 step "go test without the race detector: the milter's raw packet I/O"
 # The milter reads and writes packets with raw system calls on Linux, the
@@ -154,7 +162,7 @@ step "go test without the race detector: the milter's raw packet I/O"
 # never takes it. The milter engine and the daemon's tests (the real-MTA
 # milter tests among them) again, built as production is.
 go tool gotestsum --format pkgname-and-test-fails -- \
-	-count=1 -timeout 10m ./internal/milter/... ./internal/app/
+	-count=1 -timeout 10m ./internal/milter/... ./internal/app/ 9>&-
 
 # fuzz_target DIR NAME fuzzes one target for FUZZTIME. Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" when
@@ -166,7 +174,7 @@ fuzz_target() {
 	local dir=$1 name=$2 out rc
 	for attempt in 1 2; do
 		rc=0
-		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-10s}" "$dir" 2>&1) || rc=$?
+		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-10s}" "$dir" 2>&1 9>&-) || rc=$?
 		printf '%s\n' "$out"
 		[ "$rc" = 0 ] && return 0
 		if [ "$attempt" = 1 ] && grep -q '^    context deadline exceeded$' <<<"$out" &&

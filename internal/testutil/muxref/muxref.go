@@ -117,23 +117,23 @@ func Find(path string) (string, error) {
 }
 
 func find(path string) (string, error) {
-	real, how := trueName(path)
-	resolved, err := filepath.EvalSymlinks(real)
+	name, how := trueName(path)
+	resolved, err := filepath.EvalSymlinks(name)
 	if err != nil {
-		return "", fmt.Errorf("%s%s: %w (Debian package mimedefang; scripts/test.sh installs it as root)", real, how, err)
+		return "", fmt.Errorf("%s%s: %w (Debian package mimedefang; scripts/test.sh installs it as root)", name, how, err)
 	}
-	if resolved != real {
+	if resolved != name {
 		how += " -> " + resolved
 	}
 	if fi, err := os.Stat(resolved); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("%s%s is not an executable file (%v)", real, how, fileMode(fi, err))
+		return "", fmt.Errorf("%s%s is not an executable file (%v)", name, how, fileMode(fi, err))
 	}
 	if bi, err := buildinfo.ReadFile(resolved); err == nil {
-		return "", fmt.Errorf("%s%s is a Go program (module %s, %s), not Debian's C %s: sluice's drop-in (docs/mux.md) is in its place and Debian's binary is not where a diversion would keep it (%s.distrib)",
-			real, how, bi.Main.Path, bi.GoVersion, filepath.Base(path), path)
+		return "", fmt.Errorf("%s%s is a Go program (module %s, %s), not Debian's %s, a C program: docs/mux.md's drop-in puts sluice at %s and keeps Debian's binary at %s.distrib (dpkg-divert --local --rename)",
+			name, how, bi.Main.Path, bi.GoVersion, filepath.Base(path), path, path)
 	}
 	if out, ok := answersAsSluice(resolved); ok {
-		return "", fmt.Errorf("%s%s answers as sluice when invoked as sluice (%q), not as Debian's %s", real, how, out, filepath.Base(path))
+		return "", fmt.Errorf("%s%s answers as sluice when invoked as sluice (%q), not as Debian's %s", name, how, out, filepath.Base(path))
 	}
 	return resolved, nil
 }
