@@ -61,15 +61,15 @@ func fuzzRun(t *testing.T, s *fuzzSchedule, d *featDaemon) *fuzzOutcome {
 	}
 	for pi, ph := range s.phases {
 		now := time.Now()
-		time.Sleep(now.Truncate(time.Second).Add(time.Second + 100*time.Millisecond).Sub(now))
+		start := now.Truncate(time.Second).Add(time.Second + 100*time.Millisecond)
+		time.Sleep(time.Until(start))
 		replies := make([]string, len(ph.reqs))
 		var wg sync.WaitGroup
 		var lateMu sync.Mutex
-		start := time.Now()
 		for i, q := range ph.reqs {
 			wg.Go(func() {
 				plan := time.Duration(i) * fuzzGap
-				time.Sleep(plan)
+				time.Sleep(time.Until(start.Add(plan)))
 				lateMu.Lock()
 				o.late = max(o.late, time.Since(start)-plan)
 				lateMu.Unlock()

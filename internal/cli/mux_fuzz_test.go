@@ -5,13 +5,15 @@ package cli
 // random schedule (mux_fuzz_schedule_test.go, played by
 // mux_fuzz_run_test.go) and must give the same replies, the same state at
 // every quiet point, the same notification stream and the same stats-file
-// records, modulo times and pids. Each schedule runs once, and any
-// difference fails it, but for those the fuzzer can explain: a difference
-// the project keeps on purpose (internal/mux/differences.go, cited by its
-// id), or a race of the reference's whose outcome the fuzzer has seen
-// and names (fuzzTolerated). What used to differ from run to run by the
-// order in which workers exit is made the same on both sides by the exit
-// gate (mux_fuzz_gate_test.go).
+// records, modulo times and pids. Any difference fails the schedule, but
+// for those the fuzzer can explain: a difference the project keeps on
+// purpose (mux.Differences, cited by its id), or a race of the
+// reference's whose outcome the fuzzer has seen and names
+// (fuzzTolerated). A run in which the fuzzer measured a cause that voids
+// its timing (mux.FuzzCauses, cited by its id) is not judged, and the
+// schedule played again (fuzzCompare). What used to differ from run to run
+// by the order in which workers exit is made the same on both sides by
+// the exit gate (mux_fuzz_gate_test.go).
 //
 // By default four fixed seeds run (about a minute). FUZZSEED=n runs seed
 // n alone (to replay a finding: a failing schedule prints the command);
@@ -160,29 +162,54 @@ type fuzzOutcome struct {
 	late time.Duration
 }
 
-// fuzzCompare runs s once on both multiplexors and fails the test on
-// every difference the fuzzer cannot explain (fuzzDiffs), printing the
-// command that replays s; it returns how many it found. The differences
-// it explains are logged with their cause.
+// fuzzAttempts is how many runs a schedule gets while the fuzzer
+// measures in each a cause that voids its timing (mux.FuzzCauses).
+const fuzzAttempts = 3
+
+// fuzzMargin is the least time a schedule keeps between two events whose
+// order matters (fuzzGap); a request sender that wakes half of it late
+// voids the run ("late-sender").
+const fuzzMargin = 50 * time.Millisecond
+
+// fuzzCompare plays s on both multiplexors and fails the test on every
+// difference the fuzzer cannot explain (fuzzDiffs), printing the command
+// that replays s; it returns how many it found. The differences it
+// explains are logged with their cause. A run with differences in which
+// the fuzzer measured a cause that voids its timing ("late-sender": one
+// of its own request senders woke half the margin late) is not judged:
+// it is logged, and s played again on a fresh pair, up to fuzzAttempts
+// runs in all; if every run is void, the last one's differences fail.
 func fuzzCompare(t *testing.T, s *fuzzSchedule) int {
 	t.Logf("schedule %v", s)
-	n, diffs, explained := fuzzAttempt(t, s)
-	for _, e := range explained {
-		t.Logf("seed %d: explained: %s", s.seed, e)
+	for attempt := 1; ; attempt++ {
+		n, diffs, explained, late := fuzzAttempt(t, s)
+		for _, e := range explained {
+			t.Logf("seed %d: explained: %s", s.seed, e)
+		}
+		if n == 0 && len(diffs) > 0 && late >= fuzzMargin/2 {
+			why := fmt.Sprintf("a request sender woke %v late: %s", late.Round(time.Millisecond), fuzzCause("late-sender"))
+			if attempt < fuzzAttempts {
+				t.Logf("seed %d: run %d of at most %d not judged, %s; its differences:\n%s\nplaying it again",
+					s.seed, attempt, fuzzAttempts, why, strings.Join(diffs, "\n"))
+				continue
+			}
+			t.Errorf("seed %d: all %d runs void (in the last, %s); its differences follow", s.seed, attempt, why)
+		}
+		for _, d := range diffs {
+			t.Errorf("seed %d: %s", s.seed, d)
+		}
+		if n += len(diffs); n > 0 {
+			t.Errorf("seed %d failed; replay it with: %s", s.seed, fuzzReplay(s.seed))
+		}
+		return n
 	}
-	for _, d := range diffs {
-		t.Errorf("seed %d: %s", s.seed, d)
-	}
-	if n += len(diffs); n > 0 {
-		t.Errorf("seed %d failed; replay it with: %s", s.seed, fuzzReplay(s.seed))
-	}
-	return n
 }
 
 // fuzzAttempt runs s on a fresh pair. It reports sluice's broken
 // invariants and the harness's failures (their count is n) and returns
-// the differences from the reference, unexplained and explained.
-func fuzzAttempt(t *testing.T, s *fuzzSchedule) (n int, diffs, explained []string) {
+// the differences from the reference, unexplained and explained, and how
+// late the request senders woke on either side.
+func fuzzAttempt(t *testing.T, s *fuzzSchedule) (n int, diffs, explained []string, late time.Duration) {
 	wrapper := fuzzWrapper(t, s.workerEnv)
 	args := slices.Clone(s.args)
 	for i, a := range args {
@@ -210,14 +237,15 @@ func fuzzAttempt(t *testing.T, s *fuzzSchedule) (n int, diffs, explained []strin
 		}
 	}
 	if ref == nil {
-		return n, nil, nil
+		return n, nil, nil, got.late
 	}
 	for _, p := range want.problems {
 		t.Logf("seed %d: reference: %s (its own; not a difference)", s.seed, p)
 	}
-	t.Logf("seed %d: request senders woke up to %v late", s.seed, max(got.late, want.late))
+	late = max(got.late, want.late)
+	t.Logf("seed %d: request senders woke up to %v late", s.seed, late)
 	diffs, explained = fuzzDiffs(s, got, want)
-	return n, diffs, explained
+	return n, diffs, explained, late
 }
 
 // fuzzDiffs lists the differences between two outcomes that the fuzzer
@@ -287,6 +315,17 @@ func fuzzCite(id string) string {
 		panic("the fuzzer tolerates an unlisted difference: " + id)
 	}
 	return "deliberate difference " + id + " (internal/mux/differences.go)"
+}
+
+// fuzzCause names a cause the fuzzer measured in a run (mux.FuzzCauses);
+// an id that is not listed panics.
+func fuzzCause(id string) string {
+	for _, c := range mux.FuzzCauses {
+		if c.ID == id {
+			return "cause " + id + " (internal/mux/differences.go): " + c.Summary
+		}
+	}
+	panic("the fuzzer names an unlisted cause: " + id)
 }
 
 // fuzzTrimReaps drops the ReapWorker records after the first n.

@@ -102,3 +102,20 @@ func LookupDifference(id string) (Difference, bool) {
 	}
 	return Difference{}, false
 }
+
+// FuzzCauses are what the differential fuzzer (TestMuxDifferentialFuzz,
+// internal/cli/mux_fuzz_test.go) may measure in one of its runs to
+// explain a difference from the reference that is no difference of
+// sluice's: a run the fuzzer does not judge, and plays again. The fuzzer
+// cites a cause by its ID (Summary is the log's words, Detail
+// docs/mux.md's bullet, generated and checked by TestDifferencesDocs);
+// any other difference fails the schedule.
+var FuzzCauses = []Difference{
+	{ID: "late-sender",
+		Summary: "a request sender of the fuzzer woke later than half the schedule's margin between events",
+		Detail: "`late-sender`: the fuzzer's own goroutine that sends a request at its planned time woke up late, by half " +
+			"the schedule's 50 ms margin between events or more (the fuzzer measures every sender on both sides): two events " +
+			"the schedule keeps apart may then come in either order, on either side. Such a run is logged with the " +
+			"measurement and its differences, and the schedule played again on a fresh pair; one whose three runs are all " +
+			"like this fails, as does any run with a difference and no such lateness."},
+}

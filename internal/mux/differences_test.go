@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,18 +13,19 @@ import (
 
 var updateDocs = flag.Bool("update", false, "rewrite the deliberate-difference lists of README.md and docs/mux.md")
 
-// The lists of deliberate differences in README.md and docs/mux.md are
-// generated from mux.Differences, between markers; run `go test
-// ./internal/mux -run TestDifferencesDocs -update` after changing it.
+// The lists of deliberate differences in README.md and docs/mux.md, and
+// of the differential fuzzer's causes in docs/mux.md, are generated from
+// mux.Differences and mux.FuzzCauses, between markers; run `go test
+// ./internal/mux -run TestDifferencesDocs -update` after changing them.
 func TestDifferencesDocs(t *testing.T) {
 	seen := map[string]bool{}
-	for _, d := range mux.Differences {
+	for _, d := range slices.Concat(mux.Differences, mux.FuzzCauses) {
 		if d.ID == "" || d.Summary == "" || d.Detail == "" || seen[d.ID] {
 			t.Errorf("difference %+v: empty field or repeated id", d)
 		}
 		seen[d.ID] = true
 	}
-	var summary, detail []string
+	var summary, detail, causes []string
 	for i, d := range mux.Differences {
 		end := ";"
 		if i == len(mux.Differences)-1 {
@@ -32,17 +34,25 @@ func TestDifferencesDocs(t *testing.T) {
 		summary = append(summary, wrapBullet(d.Summary+end))
 		detail = append(detail, wrapBullet(d.Detail))
 	}
-	for _, f := range []struct{ path, body string }{
-		{"../../README.md", strings.Join(summary, "")},
-		{"../../docs/mux.md", strings.Join(detail, "")},
+	for _, c := range mux.FuzzCauses {
+		causes = append(causes, wrapBullet(c.Detail))
+	}
+	for _, f := range []struct {
+		path   string
+		blocks map[string]string // marker name -> body
+	}{
+		{"../../README.md", map[string]string{"": strings.Join(summary, "")}},
+		{"../../docs/mux.md", map[string]string{"": strings.Join(detail, ""), "FuzzCauses": strings.Join(causes, "")}},
 	} {
 		b, err := os.ReadFile(f.path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := replaceBetween(b, f.body)
-		if err != nil {
-			t.Fatalf("%s: %v", f.path, err)
+		got := b
+		for name, body := range f.blocks {
+			if got, err = replaceBetween(got, name, body); err != nil {
+				t.Fatalf("%s: markers %q: %v", f.path, name, err)
+			}
 		}
 		if *updateDocs {
 			if err := os.WriteFile(f.path, got, 0o644); err != nil {
@@ -51,25 +61,31 @@ func TestDifferencesDocs(t *testing.T) {
 			continue
 		}
 		if !bytes.Equal(got, b) {
-			t.Errorf("%s: the deliberate differences are not mux.Differences: run go test ./internal/mux -run TestDifferencesDocs -update", f.path)
+			t.Errorf("%s: the generated lists are not mux.Differences and mux.FuzzCauses: run go test ./internal/mux -run TestDifferencesDocs -update", f.path)
 		}
 	}
 }
 
-const (
-	beginMarker = "<!-- generated from internal/mux/differences.go: begin -->\n"
-	endMarker   = "<!-- generated from internal/mux/differences.go: end -->\n"
-)
+// markers are the lines around a generated list: name "" for the
+// deliberate differences, "FuzzCauses" for the fuzzer's causes.
+func markers(name string) (begin, end string) {
+	src := "internal/mux/differences.go"
+	if name != "" {
+		src += " (" + name + ")"
+	}
+	return "<!-- generated from " + src + ": begin -->\n", "<!-- generated from " + src + ": end -->\n"
+}
 
-// replaceBetween puts body between the markers of doc.
-func replaceBetween(doc []byte, body string) ([]byte, error) {
+// replaceBetween puts body between the markers called name in doc.
+func replaceBetween(doc []byte, name, body string) ([]byte, error) {
+	begin, end := markers(name)
 	s := string(doc)
-	i := strings.Index(s, beginMarker)
-	j := strings.Index(s, endMarker)
+	i := strings.Index(s, begin)
+	j := strings.Index(s, end)
 	if i < 0 || j < i {
 		return nil, os.ErrNotExist
 	}
-	return []byte(s[:i+len(beginMarker)] + body + s[j:]), nil
+	return []byte(s[:i+len(begin)] + body + s[j:]), nil
 }
 
 // wrapBullet renders text as a Markdown bullet wrapped at 76 columns.
