@@ -199,22 +199,5 @@ ROUNDS, MSGS and IDLE set the same as the flags, which win.
 `
 
 func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	s, err := parseSettings(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "milterbench: %v\n", err)
-		return 2
-	}
-	ctx, sig := daemons.SignalContext()
-	err = run(ctx, s, stdout)
-	if n := sig(); n != 0 {
-		return 128 + n
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 1
-	}
-	return 0
+	return daemons.Main("milterbench", args, getenv, stdout, stderr, parseSettings, run)
 }

@@ -170,22 +170,5 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 }
 
 func realMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	s, err := parseSettings(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "policybench: %v\n", err)
-		return 2
-	}
-	ctx, sig := daemons.SignalContext()
-	err = run(ctx, s, stdout)
-	if n := sig(); n != 0 {
-		return 128 + n
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 1
-	}
-	return 0
+	return daemons.Main("policybench", args, getenv, stdout, stderr, parseSettings, run)
 }

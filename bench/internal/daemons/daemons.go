@@ -10,6 +10,7 @@ package daemons
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -373,4 +374,30 @@ func StopSession(sid int, timeout time.Duration) bool {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	return false
+}
+
+// Main is a driver's main: parse its settings from args and the
+// environment (-h prints the usage: exit 0; a bad setting: exit 2),
+// then run it under SignalContext. The exit status is the scripts': 0,
+// 1 with "error: ..." on stderr, or 128 plus the signal that stopped it.
+func Main[S any](name string, args []string, getenv func(string) string, stdout, stderr io.Writer,
+	parse func([]string, func(string) string, io.Writer) (S, error), run func(context.Context, S, io.Writer) error) int {
+	s, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	ctx, sig := SignalContext()
+	err = run(ctx, s, stdout)
+	if n := sig(); n != 0 {
+		return 128 + n
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	return 0
 }
