@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,12 +54,14 @@ func child(t *testing.T, scenario, require string) string {
 	return string(out)
 }
 
-// results are the "--- RESULT: Name" lines of a verbose test run.
+// results are the "--- RESULT: Name" lines of a verbose test run, sorted
+// (parallel subtests report in whichever order they end).
 func results(out string) []string {
 	var r []string
 	for _, m := range regexp.MustCompile(`(?m)^\s*--- (\w+): (\S+)`).FindAllStringSubmatch(out, -1) {
 		r = append(r, m[1]+" "+m[2])
 	}
+	slices.Sort(r)
 	return r
 }
 
