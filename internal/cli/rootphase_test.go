@@ -109,12 +109,8 @@ func TestRootStartHostileStateFiles(t *testing.T) {
 			if err := os.Mkdir(state, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			u := peer.User(t, "sluice")
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			if err := os.Chown(state, uid, gid); err != nil { // as an earlier start left it
-				t.Fatal(err)
-			}
+			chownNames(t, state, "sluice", "sluice") // as an earlier start left it
+			uid, _ := strconv.Atoi(peer.User(t, "sluice").Uid)
 			c.plant(t, state, victim)
 			run := filepath.Join(base, "run")
 			cfg := filepath.Join(base, "sluice.toml")
