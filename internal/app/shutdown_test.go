@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"sluice/internal/config"
 )
@@ -24,6 +27,20 @@ func eventuallyTrue(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// unread is what c sent that its peer has not read yet (SIOCOUTQ).
+func unread(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1
+	if err := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || n < 0 {
+		t.Fatalf("SIOCOUTQ: %d, %v", n, err)
+	}
+	return n
 }
 
 // TestShutdownStopsEveryDoorFirst: while one door (anvil) waits for a
@@ -51,6 +68,9 @@ func TestShutdownStopsEveryDoorFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyTrue(t, func() bool { return d.anvil.Conns() == 1 }, "anvil's connection")
+	// Mid-request once anvil has read those bytes (before, the connection
+	// is idle, and Shutdown closes it at once).
+	eventuallyTrue(t, func() bool { return unread(t, c) == 0 }, "anvil to read the partial request")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
