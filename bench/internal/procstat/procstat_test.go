@@ -2,8 +2,10 @@ package procstat
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -42,11 +44,27 @@ func TestReadStatSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Session <= 0 {
+	// 0 is a real answer: the session's leader lives outside this pid
+	// namespace (a container's CI runner), so only a negative id is wrong.
+	if s.Session < 0 {
 		t.Errorf("own session %d", s.Session)
 	}
 	if !slices.Contains(SessionPIDs(s.Session), os.Getpid()) {
 		t.Errorf("SessionPIDs(%d) does not list this process", s.Session)
+	}
+	// A child that starts its own session leads it: its session id is its pid.
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cs, err := ReadStat(cmd.Process.Pid)
+	if err != nil || cs.Session != cmd.Process.Pid {
+		t.Errorf("child %d: session %d, %v", cmd.Process.Pid, cs.Session, err)
+	}
+	if got := SessionPIDs(cmd.Process.Pid); !slices.Equal(got, []int{cmd.Process.Pid}) {
+		t.Errorf("SessionPIDs(child) = %v", got)
 	}
 	if Ticks(-1) != 0 || Switches(-1) != 0 {
 		t.Error("a process that does not exist has CPU time or switches")
