@@ -33,6 +33,7 @@ func (nopSession) Disconnect(context.Context, string) error              { retur
 func (nopSession) Event(context.Context, Request, string) (int64, error) { return 1, nil }
 func (nopSession) NewTLSStatus(context.Context, string) (int64, error)   { return 0, nil }
 func (nopSession) Lookup(context.Context, string) (Counts, error)        { return Counts{}, nil }
+func (nopSession) Holding() bool                                         { return false }
 func (nopSession) Close()                                                {}
 func (nopSession) NewSession() Session                                   { return nopSession{} }
 

@@ -32,6 +32,9 @@ type Session interface {
 	NewTLSStatus(ctx context.Context, ident string) (rate int64, err error)
 	// Lookup reports every counter of ident, changing nothing.
 	Lookup(ctx context.Context, ident string) (Counts, error)
+	// Holding reports whether the stream holds a connection (an SMTP
+	// session smtpd has not yet said disconnect for).
+	Holding() bool
 	// Close drops whatever the stream still holds (smtpd went away).
 	Close()
 }
@@ -92,7 +95,10 @@ func (s *Server) serve(c *netserve.Conn) {
 	}
 	dec := NewDecoder(c.Reader(), s.o.MaxLine)
 	var rep Reply
-	for !c.Closing() {
+	// A stream holding a session is served through a Shutdown until smtpd
+	// ends the session (see netserve.Conn.Hold): closing it would drop a
+	// count that is still true while the next daemon could not know it.
+	for !c.Closing() || sess.Holding() {
 		m, err := dec.Decode()
 		c.Done()
 		if err != nil {
@@ -108,6 +114,7 @@ func (s *Server) serve(c *netserve.Conn) {
 			log.Debug("anvil: write failed; closing the stream", "err", err)
 			return
 		}
+		c.Hold(sess.Holding())
 	}
 }
 

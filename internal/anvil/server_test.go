@@ -31,9 +31,12 @@ type recorder struct {
 	closed int
 }
 
-func (r *recorder) NewSession() Session { return &recSession{r: r} }
+func (r *recorder) NewSession() Session { return &recSession{r: r, held: map[string]bool{}} }
 
-type recSession struct{ r *recorder }
+type recSession struct {
+	r    *recorder
+	held map[string]bool // idents connected and not yet disconnected
+}
 
 func (s *recSession) log(format string, args ...any) {
 	s.r.mu.Lock()
@@ -46,12 +49,15 @@ func (s *recSession) Connect(_ context.Context, ident string) (int64, int64, err
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.count[ident]++
+	s.held[ident] = true
 	return s.r.count[ident], 7, nil
 }
 func (s *recSession) Disconnect(_ context.Context, ident string) error {
 	s.log("disconnect %s", ident)
+	delete(s.held, ident)
 	return nil
 }
+func (s *recSession) Holding() bool { return len(s.held) > 0 }
 func (s *recSession) Event(_ context.Context, req Request, ident string) (int64, error) {
 	s.log("%s %s", req, ident)
 	return 3, nil
@@ -248,8 +254,10 @@ func TestMaxConns(t *testing.T) {
 	}
 }
 
-// TestShutdownClosesIdleStreams: Shutdown returns promptly although
-// clients keep their streams open, and Close is called on each session.
+// TestShutdownClosesIdleStreams: Shutdown closes at once the streams
+// that hold no session, serves those that hold one until smtpd says
+// disconnect, then closes them too (the next daemon must not meet a
+// session it never counted); Close is called on each session.
 func TestShutdownClosesIdleStreams(t *testing.T) {
 	rec := &recorder{count: map[string]int64{}}
 	s := NewServer(Options{Handler: rec, Logger: slog.New(slog.DiscardHandler)})
@@ -260,7 +268,7 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	var clients []*anviltest.Client
-	for range 5 {
+	for i := range 5 {
 		cl, err := anviltest.Dial("unix", l.Addr().String(), false)
 		if err != nil {
 			t.Fatal(err)
@@ -269,11 +277,40 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 		if _, err := cl.Do("connect", "smtp:192.0.2.1"); err != nil {
 			t.Fatal(err)
 		}
+		if i < 3 { // the session ended: the stream holds nothing
+			if _, err := cl.Do("disconnect", "smtp:192.0.2.1"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		clients = append(clients, cl)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Shutdown(ctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	for s.Conns() > 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := clients[0].Do("connect", "smtp:x"); err == nil {
+		t.Fatal("a stream holding nothing is still served after Shutdown began")
+	}
+	// The two holding streams are still served, until their sessions end.
+	for _, cl := range clients[3:] {
+		if r, err := cl.Do("message", "smtp:192.0.2.1"); err != nil || r["rate"] != 3 {
+			t.Fatalf("a holding stream during Shutdown: %v %v", r, err)
+		}
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) while two streams hold sessions", err)
+	default:
+	}
+	for _, cl := range clients[3:] {
+		if _, err := cl.Do("disconnect", "smtp:192.0.2.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	if err := <-done; err != netserve.ErrServerClosed {
@@ -282,7 +319,40 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 	if rec.closed != 5 {
 		t.Fatalf("%d sessions closed, want 5", rec.closed)
 	}
-	if _, err := clients[0].Do("connect", "smtp:x"); err == nil {
+	if _, err := clients[4].Do("connect", "smtp:x"); err == nil {
 		t.Fatal("stream still served after shutdown")
+	}
+}
+
+// TestShutdownHeldUntilDeadline: a stream whose session never ends is
+// closed when Shutdown's context ends.
+func TestShutdownHeldUntilDeadline(t *testing.T) {
+	rec := &recorder{count: map[string]int64{}}
+	s := NewServer(Options{Handler: rec, Logger: slog.New(slog.DiscardHandler)})
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	cl, err := anviltest.Dial("unix", l.Addr().String(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Do("connect", "smtp:192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want the context's end", err)
+	}
+	<-done
+	if _, err := cl.Do("message", "smtp:192.0.2.1"); err == nil {
+		t.Fatal("stream still served after Shutdown's context ended")
+	}
+	if rec.closed != 1 {
+		t.Fatalf("%d sessions closed, want 1", rec.closed)
 	}
 }

@@ -46,4 +46,6 @@ func (s *anvilSession) Lookup(ctx context.Context, ident string) (anvil.Counts, 
 	}, err
 }
 
+func (s *anvilSession) Holding() bool { return s.st.Holding() }
+
 func (s *anvilSession) Close() { s.d.gov.Load().AnvilClose(context.Background(), &s.st) }

@@ -65,6 +65,9 @@ type AnvilStream struct {
 	classQueue int64 // the class's queue cap, for handing the slot to a waiting send
 }
 
+// Holding reports whether the stream holds a connection.
+func (st *AnvilStream) Holding() bool { return st.lease.ID != 0 || st.classLease.ID != 0 }
+
 func anvilCountKey(ident string) string { return "anvil\x00c\x00" + ident }
 func anvilRateKey(ident string) string  { return "anvil\x00r\x00" + ident }
 

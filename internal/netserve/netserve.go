@@ -230,6 +230,7 @@ type Conn struct {
 	net.Conn
 	s       *Server
 	busy    atomic.Bool // inside a request
+	held    atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
 	peer    peerKey     // who the peer is, when a PeerLimits rule needs it
 	counted bool        // counted in s.perPeer
 }
@@ -237,6 +238,16 @@ type Conn struct {
 // Closing reports whether the server is shutting down; a handler checks it
 // between requests.
 func (c *Conn) Closing() bool { return c.s.closing.Load() }
+
+// Hold tells the server whether the connection holds state that ends
+// only with a later request of its peer (an anvil stream holding an SMTP
+// session's count until smtpd says disconnect). While held, Shutdown does
+// not close the connection between requests: it is served until the
+// handler stops holding it (then the handler ends it at the next
+// Closing check) or Shutdown's context ends. A stop that waits for this
+// leaves no session counted by a process that is gone and unknown to the
+// next one.
+func (c *Conn) Hold(on bool) { c.held.Store(on) }
 
 // Reader returns a reader that arms the idle deadline while waiting for a
 // request and the request deadline when a request takes more than one
@@ -248,7 +259,7 @@ func (c *Conn) Done() { c.busy.Store(false) }
 
 // wakeIdle makes a connection blocked between requests return at once.
 func (c *Conn) wakeIdle() {
-	if !c.busy.Load() {
+	if !c.busy.Load() && !c.held.Load() {
 		c.SetReadDeadline(time.Now())
 	}
 }
@@ -288,7 +299,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o
 	if !c.busy.Load() {
-		if c.s.closing.Load() {
+		if c.s.closing.Load() && !c.held.Load() {
 			return 0, os.ErrDeadlineExceeded
 		}
 		now := time.Now()
@@ -300,7 +311,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 			}
 			r.idleSet, r.deadline = now, false
 		}
-		if c.s.closing.Load() { // Shutdown may have raced the deadline above
+		if c.s.closing.Load() && !c.held.Load() { // Shutdown may have raced the deadline above
 			return 0, os.ErrDeadlineExceeded
 		}
 	} else if !r.deadline && o.RequestTimeout > 0 {
