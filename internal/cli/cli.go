@@ -191,6 +191,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", stderr)
 	path := fs.String("c", "", "configuration `file` to check (required)")
 	quiet := fs.Bool("q", false, "print only errors")
+	var units []string
+	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
+		func(f string) error { units = append(units, f); return nil })
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -202,6 +205,10 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(errs) == 0 {
 		errs = cfg.CheckAccess()
 	}
+	var skipped []string
+	if len(errs) == 0 {
+		skipped, errs = app.CheckSocketUnits(cfg, units)
+	}
 	if len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e)
@@ -211,6 +218,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if !*quiet {
 		printConfig(stdout, cfg)
+		for _, u := range skipped {
+			fmt.Fprintf(stdout, "socket unit %s: not installed, skipped\n", u)
+		}
 	}
 	fmt.Fprintf(stdout, "%s: OK\n", *path)
 	return 0

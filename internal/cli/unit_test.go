@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"sluice/internal/testutil/peer"
 	"sluice/internal/testutil/recipe"
@@ -18,9 +19,12 @@ import (
 // unitFile is the settings of a systemd unit file, by key, in order.
 type unitFile map[string][]string
 
+// unitPath is where the shipped unit file name is.
+func unitPath(name string) string { return filepath.Join(recipe.Root(), "examples", "systemd", name) }
+
 func readUnit(t *testing.T, name string) unitFile {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "systemd", name))
+	b, err := os.ReadFile(unitPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,19 +50,17 @@ func (u unitFile) one(t *testing.T, key string) string {
 	return u[key][0]
 }
 
-// TestSystemdUnitAsDeployed runs the shipped units as systemd would,
-// with the example configuration: systemd-socket-activate binds every
-// ListenStream= of the service's socket units (paths moved under a
-// directory of the test's own) and the test gives each socket its unit's
-// SocketUser=, SocketGroup= and SocketMode=, as systemd does; sluice runs
-// as the unit's User= and Group= with no capability (setpriv, as systemd's
-// CapabilityBoundingSet= and NoNewPrivileges= would), first ExecStartPre=,
-// then ExecStart=. Then each socket's peer, as its own user, gets in:
-// postfix on the anvil and policy sockets, qmailr (group nofiles) with
-// sluice throttle on the throttle socket; and another user does not.
+// TestSystemdUnitAsDeployed runs the shipped units as systemd would
+// (unitHost), with the example configuration and its milter turned on,
+// as the milter's socket unit asks: first ExecStartPre= (sluice check
+// with every socket unit), then ExecStart=. Then each socket's peer, as
+// its own user, gets in: postfix on the anvil, policy and milter
+// sockets, qmailr (group nofiles) with sluice throttle on the throttle
+// socket, sluice status on the web socket; and another user does not.
+// With the milter off again, the check and the start refuse alike the
+// socket the milter's unit still passes.
 func TestSystemdUnitAsDeployed(t *testing.T) {
 	peer.Root(t, "the unit's sockets are made by root for other users")
-	setpriv := peer.Binary(t, "util-linux", "setpriv")
 	perl := peer.Binary(t, "perl-base", "perl")
 	svc := readUnit(t, "sluice.service")
 	runUser, runGroup := svc.one(t, "User"), svc.one(t, "Group")
@@ -72,52 +74,12 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	postfix, qmailr, nobody := credential(t, "postfix"), credential(t, "qmailr"), credential(t, "nobody")
 	bin, _ := muxBinaries(t)
 	base := deployDir(t)
-
-	// The directories as Postfix, systemd's StateDirectory= and
-	// RuntimeDirectory= make them.
-	moved := strings.NewReplacer("/var/spool/postfix", filepath.Join(base, "spool"), "/run/sluice", filepath.Join(base, "run"),
-		"/var/lib/sluice", filepath.Join(base, "state"), "/etc/sluice/sluice.toml", filepath.Join(base, "sluice.toml"), "/usr/local/bin/sluice", bin,
-		"127.0.0.1:9465", "127.0.0.1:0")
-	mkdirOwned(t, filepath.Join(base, "spool"), "root", "root", 0o755)
-	mkdirOwned(t, filepath.Join(base, "spool", "private"), "postfix", "root", 0o700)
-	mkdirOwned(t, filepath.Join(base, "state"), runUser, runGroup, 0o750)
-	mkdirOwned(t, filepath.Join(base, "run"), runUser, runGroup, 0o755)
-	cfg, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(base, "sluice.toml"), []byte(moved.Replace(string(cfg))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	type sock struct{ path, user, group, mode string }
-	var socks []sock
-	for _, name := range strings.Fields(svc.one(t, "Sockets")) {
-		u := readUnit(t, name)
-		if u.one(t, "Service") != "sluice.service" {
-			t.Errorf("%s: Service=%s", name, u.one(t, "Service"))
-		}
-		for _, l := range u["ListenStream"] {
-			socks = append(socks, sock{moved.Replace(l), u.one(t, "SocketUser"), u.one(t, "SocketGroup"), u.one(t, "SocketMode")})
-		}
-	}
-	asUnit := []string{setpriv, "--reuid=" + runUser, "--regid=" + runGroup, "--init-groups", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"}
-	pre := strings.Fields(moved.Replace(svc.one(t, "ExecStartPre")))
-	if out, err := exec.Command(asUnit[0], append(asUnit[1:], pre...)...).CombinedOutput(); err != nil {
-		t.Fatalf("ExecStartPre %v: %v\n%s", pre, err, out)
-	}
-	var listen []string
-	for _, s := range socks {
-		listen = append(listen, s.path)
-	}
-	p := activate(t, "sluice", listen, append(asUnit, strings.Fields(moved.Replace(svc.one(t, "ExecStart")))...)...)
-	for _, s := range socks {
-		mode, _ := strconv.ParseUint(s.mode, 8, 32)
-		chownNames(t, s.path, s.user, s.group)
-		if err := os.Chmod(s.path, os.FileMode(mode)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	moved := movedDeployment(t, bin, base, runUser, runGroup)
+	cfgPath := filepath.Join(base, "sluice.toml")
+	writeMovedConfig(t, moved, cfgPath, true)
+	h := newUnitHost(t, moved, filepath.Join(base, "systemd"))
+	p := h.start()
+	assertUnprivileged(t, p.pid(), runUser)
 
 	connect := func(cred *syscall.SysProcAttr, path string) string {
 		cmd := exec.Command(perl, "-MIO::Socket::UNIX", "-e", `IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "$!\n"; print "connected\n"`, path)
@@ -126,7 +88,8 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 	anvilSock, policySock := filepath.Join(base, "spool", "private", "anvil"), filepath.Join(base, "spool", "private", "sluice-policy")
-	for _, path := range []string{anvilSock, policySock} {
+	milterSock := filepath.Join(base, "spool", "sluice", "milter")
+	for _, path := range []string{anvilSock, policySock, milterSock} {
 		if got := connect(postfix, path); got != "connected" {
 			t.Errorf("postfix connecting to %s: %s", path, got)
 		}
@@ -134,8 +97,9 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 			t.Errorf("nobody connecting to %s: %q, want Permission denied", path, got)
 		}
 	}
-	p.waitSockets(t, anvilSock) // the first connection started sluice; wait until it serves
-	assertUnprivileged(t, p.cmd.Process.Pid, runUser)
+	if !strings.Contains(p.stderr.String(), "milter service listening") {
+		t.Errorf("the milter does not serve the passed socket:\n%s", p.stderr.String())
+	}
 
 	throttleSock := filepath.Join(base, "run", "throttle")
 	cmd := exec.Command(bin, "throttle", "-s", throttleSock, "-k", "relay.example", "--", "/bin/echo", "sent")
@@ -147,6 +111,58 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	cmd.SysProcAttr = nobody
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied: user nobody") {
 		t.Errorf("sluice throttle as nobody: %v %q, want a permission error that names the user", err, out)
+	}
+	cmd = exec.Command(bin, "status", "-c", cfgPath)
+	cmd.SysProcAttr = credential(t, runUser)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "milter") {
+		t.Errorf("sluice status as %s through the web socket: %v\n%s", runUser, err, out)
+	}
+	h.stop()
+
+	// The milter off, its socket unit still installed: the check says
+	// which line, and the start refuses the same socket.
+	writeMovedConfig(t, moved, cfgPath, false)
+	out, err := h.preStart()
+	if err == nil || !strings.Contains(string(out), "sluice-milter.socket:") || !strings.Contains(string(out), "would refuse the socket") {
+		t.Errorf("ExecStartPre with the milter off: %v\n%s", err, out)
+	}
+	p = h.startMain()
+	if err := p.wait(t, 30*time.Second); err == nil || !strings.Contains(p.stderr.String(), "no listen address in the configuration names") {
+		t.Errorf("ExecStart with the milter off: %v\n%s", err, p.stderr.String())
+	}
+}
+
+// movedDeployment makes the directories of the example deployment under
+// base, as Postfix, systemd's StateDirectory= and RuntimeDirectory= make
+// them, and returns the replacer that moves the units' and the example
+// config's paths and the web's port there.
+func movedDeployment(t *testing.T, bin, base, runUser, runGroup string) *strings.Replacer {
+	t.Helper()
+	webPort := freePort(t)
+	mkdirOwned(t, filepath.Join(base, "spool"), "root", "root", 0o755)
+	mkdirOwned(t, filepath.Join(base, "spool", "private"), "postfix", "root", 0o700)
+	mkdirOwned(t, filepath.Join(base, "state"), runUser, runGroup, 0o750)
+	mkdirOwned(t, filepath.Join(base, "run"), runUser, runGroup, 0o755)
+	return strings.NewReplacer("/var/spool/postfix", filepath.Join(base, "spool"), "/run/sluice", filepath.Join(base, "run"),
+		"/var/lib/sluice", filepath.Join(base, "state"), "/etc/sluice/sluice.toml", filepath.Join(base, "sluice.toml"), "/usr/local/bin/sluice", bin,
+		"/etc/systemd/system", filepath.Join(base, "systemd"),
+		"127.0.0.1:9465", "127.0.0.1:"+strconv.Itoa(webPort))
+}
+
+// writeMovedConfig writes the example config, moved, with the milter on
+// or off, to path.
+func writeMovedConfig(t *testing.T, moved *strings.Replacer, path string, milter bool) {
+	t.Helper()
+	cfg, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := moved.Replace(string(cfg))
+	if milter {
+		text = recipe.Replace(t, text, "[milter]\nenabled = false", "[milter]\nenabled = true")
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

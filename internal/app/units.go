@@ -1,0 +1,65 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"sluice/internal/config"
+	"sluice/internal/safefs"
+	"sluice/internal/sdlisten"
+)
+
+// CheckSocketUnits checks systemd socket unit files against cfg by the
+// rule the start applies to the sockets systemd passes: every
+// ListenStream= must be a listen address of a door the configuration
+// turns on, or serve refuses to start (its clients would wait on the
+// socket for ever). A unit file that does not exist is skipped, as
+// systemd skips a unit in Sockets= that is not installed; its name is
+// returned in skipped. Errors name the file and line.
+func CheckSocketUnits(cfg *config.Config, files []string) (skipped []string, errs []error) {
+	for _, f := range files {
+		b, err := safefs.ReadFile(f, sdlisten.MaxUnitFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			skipped = append(skipped, f)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("socket unit %s: %w", f, err))
+			continue
+		}
+		ls, err := sdlisten.ParseSocketUnit(b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		for _, l := range ls {
+			if door := namedBy(cfg, l); door == "" {
+				errs = append(errs, fmt.Errorf("%s:%d: ListenStream=%s is no listen address of a door this configuration turns on: sluice serve would refuse the socket and not start (turn its door on with the address in its listen list, or remove the line)", f, l.Line, l.Value))
+			}
+		}
+	}
+	return skipped, errs
+}
+
+// namedBy returns the door whose listen list names the unit's socket, or "".
+func namedBy(cfg *config.Config, l sdlisten.UnitListen) string {
+	for _, fe := range (&Daemon{}).frontEnds(cfg) {
+		if !fe.on {
+			continue
+		}
+		for _, spec := range fe.listen {
+			network, addr, err := config.ParseListen(spec)
+			if err != nil {
+				continue
+			}
+			if network == "unix" {
+				addr = cfg.Path(addr)
+			}
+			if l.Names(network, addr) {
+				return fe.name
+			}
+		}
+	}
+	return ""
+}
