@@ -48,4 +48,14 @@ func (s *anvilSession) Lookup(ctx context.Context, ident string) (anvil.Counts, 
 
 func (s *anvilSession) Holding() bool { return s.st.Holding() }
 
-func (s *anvilSession) Close() { s.d.gov.Load().AnvilClose(context.Background(), &s.st) }
+// Close drops what the stream held. A stream closed while the daemon
+// stops, in the middle of an SMTP session, hands the session to the next
+// start (see Daemon.Shutdown).
+func (s *anvilSession) Close() {
+	if id := s.st.StreamIdent(); id != "" && s.d.stopping.Load() {
+		s.d.carryMu.Lock()
+		s.d.carryOut = append(s.d.carryOut, id)
+		s.d.carryMu.Unlock()
+	}
+	s.d.gov.Load().AnvilClose(context.Background(), &s.st)
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,12 @@ type Daemon struct {
 	snap    *snapshotter     // the memory store's file; nil when off
 	// refusals bounds refusal log lines; kept across reloads.
 	refusals *governor.RefusalLog
+	// carried holds the SMTP sessions the last stop handed over; kept
+	// across reloads. carryOut collects, while stopping, the sessions
+	// this daemon hands to the next (see Shutdown).
+	carried  *governor.AnvilCarried
+	carryMu  sync.Mutex
+	carryOut []string
 
 	anvil     *anvil.Server
 	policy    *policy.Server
@@ -145,7 +152,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.waiters.Retry = time.Second
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), log)
+	d.carried = governor.NewAnvilCarried()
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -161,6 +169,9 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	// before it touches the file) and before serving, as the user sluice
 	// runs as: a root start reaches here after ExecUnprivileged.
 	d.snap = newSnapshotter(cfg, raw, log)
+	if cfg.Anvil.Enabled {
+		d.takeCarry(d.stop, time.Now())
+	}
 	return d, nil
 }
 
@@ -304,7 +315,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -322,9 +333,13 @@ func (d *Daemon) reload() error {
 	return nil
 }
 
-func (d *Daemon) closeListeners() {
+// closeListeners closes the listeners of the doors named, or every
+// listener if none is named.
+func (d *Daemon) closeListeners(doors ...string) {
 	for _, bl := range d.listeners {
-		bl.l.Close()
+		if len(doors) == 0 || slices.Contains(doors, bl.door) {
+			bl.l.Close()
+		}
 	}
 }
 

@@ -55,32 +55,95 @@ func (d *Daemon) doors() []shutdowner {
 	return out
 }
 
-// Shutdown stops in two stages. First every door stops accepting (all
-// listeners are closed before any door drains, so no door takes new
-// clients while another waits for its own); then every door lets its
-// clients finish their requests, all at once, and when ctx ends closes
-// what is left. The store is closed last.
+// Shutdown stops in stages. First the milter, the throttle and the web
+// stop accepting: a new SMTP session's milter connection waits in the
+// backlog (under systemd's socket unit) for the next daemon. Then the
+// milter serves each open session to its end and the throttle lets its
+// waiting senders have their grants, until ctx ends. Meanwhile anvil and
+// the policy door go on as before, accepting too: a session still in
+// this daemon's milter asks them (smtpd's anvil events, the policy at
+// RCPT or END-OF-DATA, on a connection smtpd may open only now), and
+// what it asked the backlog would be answered only by the next daemon,
+// which starts when this one has gone: a wait until ctx ends, then a
+// tempfail. Nothing else is waited for: a session that is not in this
+// milter may be waiting for the next daemon, so waiting for it would
+// wait for ever. Then anvil and the policy door stop accepting and close
+// their connections; the SMTP sessions anvil's streams still held are
+// handed to the next start (a file in the state directory), and the
+// store's state is written and closed. What anvil and the policy door
+// counted meanwhile is in that state, so the next daemon's counts are
+// exact.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.stopping.Store(true)
-	d.closeListeners()
-	doors := d.doors()
-	errs := make([]error, len(doors))
+	d.closeListeners("milter", "throttle", "web")
+	var sessions []shutdowner
+	if d.throttle != nil {
+		sessions = append(sessions, d.throttle)
+	}
+	if d.milter != nil {
+		sessions = append(sessions, d.milter)
+	}
+	if d.web != nil {
+		sessions = append(sessions, d.web)
+	}
+	errs := make([]error, len(sessions)+1)
 	var wg sync.WaitGroup
-	for i, s := range doors {
+	for i, s := range sessions {
 		wg.Go(func() { errs[i] = s.Shutdown(ctx) })
 	}
-	wg.Wait()
+	d.waitLogging(&wg)
+	d.closeListeners("anvil", "policy")
+	if d.anvil != nil {
+		now, cancel := context.WithCancel(ctx)
+		cancel() // close every stream at once; those holding a session hand it over
+		_ = d.anvil.Shutdown(now)
+	}
+	if d.policy != nil {
+		errs[len(sessions)] = d.policy.Shutdown(ctx)
+	}
 	if d.stopStatus != nil {
 		d.stopStatus()
 	}
 	d.wg.Wait()
+	now := time.Now()
 	if d.snap != nil {
 		// Every door is closed: nothing decides after this.
-		d.snap.write(time.Now(), true)
+		d.snap.write(now, true)
 	}
+	d.writeCarry(now, d.carryOut)
 	d.store.Close()
 	d.log.Info("sluice stopped")
 	return errors.Join(errs...)
+}
+
+// waitLogging waits for wg, logging every few seconds what the doors
+// still serve: a stop that takes long says what it waits for.
+func (d *Daemon) waitLogging(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			var args []any
+			if d.milter != nil {
+				args = append(args, "milter_sessions", d.milter.Sessions())
+			}
+			if d.anvil != nil {
+				args = append(args, "anvil_streams", d.anvil.Conns())
+			}
+			if d.policy != nil {
+				args = append(args, "policy_connections", d.policy.Conns())
+			}
+			if d.throttle != nil {
+				args = append(args, "throttle_waiting", d.throttleWaiting.Load())
+			}
+			d.log.Info("shutting down: still serving", args...)
+		}
+	}
 }

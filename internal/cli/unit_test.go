@@ -74,7 +74,7 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	postfix, qmailr, nobody := credential(t, "postfix"), credential(t, "qmailr"), credential(t, "nobody")
 	bin, _ := muxBinaries(t)
 	base := deployDir(t)
-	moved := movedDeployment(t, bin, base, runUser, runGroup)
+	moved := movedDeploymentAt(t, bin, base, "", runUser, runGroup)
 	cfgPath := filepath.Join(base, "sluice.toml")
 	writeMovedConfig(t, moved, cfgPath, true)
 	h := newUnitHost(t, moved, filepath.Join(base, "systemd"))
@@ -132,26 +132,31 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	}
 }
 
-// movedDeployment makes the directories of the example deployment under
-// base, as Postfix, systemd's StateDirectory= and RuntimeDirectory= make
+// movedDeploymentAt makes the directories of the example deployment
+// under base, as systemd's StateDirectory= and RuntimeDirectory= make
 // them, and returns the replacer that moves the units' and the example
-// config's paths and the web's port there.
-func movedDeployment(t *testing.T, bin, base, runUser, runGroup string) *strings.Replacer {
+// config's paths and the web's port there. spool stands for
+// /var/spool/postfix: a private Postfix's queue directory, or "" for one
+// made under base.
+func movedDeploymentAt(t *testing.T, bin, base, spool, runUser, runGroup string) *strings.Replacer {
 	t.Helper()
 	webPort := freePort(t)
-	mkdirOwned(t, filepath.Join(base, "spool"), "root", "root", 0o755)
-	mkdirOwned(t, filepath.Join(base, "spool", "private"), "postfix", "root", 0o700)
+	if spool == "" {
+		spool = filepath.Join(base, "spool")
+		mkdirOwned(t, spool, "root", "root", 0o755)
+		mkdirOwned(t, filepath.Join(spool, "private"), "postfix", "root", 0o700)
+	}
 	mkdirOwned(t, filepath.Join(base, "state"), runUser, runGroup, 0o750)
 	mkdirOwned(t, filepath.Join(base, "run"), runUser, runGroup, 0o755)
-	return strings.NewReplacer("/var/spool/postfix", filepath.Join(base, "spool"), "/run/sluice", filepath.Join(base, "run"),
+	return strings.NewReplacer("/var/spool/postfix", spool, "/run/sluice", filepath.Join(base, "run"),
 		"/var/lib/sluice", filepath.Join(base, "state"), "/etc/sluice/sluice.toml", filepath.Join(base, "sluice.toml"), "/usr/local/bin/sluice", bin,
 		"/etc/systemd/system", filepath.Join(base, "systemd"),
 		"127.0.0.1:9465", "127.0.0.1:"+strconv.Itoa(webPort))
 }
 
 // writeMovedConfig writes the example config, moved, with the milter on
-// or off, to path.
-func writeMovedConfig(t *testing.T, moved *strings.Replacer, path string, milter bool) {
+// or off and the replacements oldnew made, to path.
+func writeMovedConfig(t *testing.T, moved *strings.Replacer, path string, milter bool, oldnew ...string) {
 	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
 	if err != nil {
@@ -161,7 +166,21 @@ func writeMovedConfig(t *testing.T, moved *strings.Replacer, path string, milter
 	if milter {
 		text = recipe.Replace(t, text, "[milter]\nenabled = false", "[milter]\nenabled = true")
 	}
+	text = recipe.Replace(t, text, oldnew...)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendFile appends text to the file at path.
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -172,8 +172,12 @@ func (h *unitHost) stop() {
 		h.t.Fatal(err)
 	}
 	_ = h.proc.cmd.Process.Signal(syscall.SIGTERM)
+	t0 := time.Now()
 	select {
 	case <-h.proc.done:
+		if d := time.Since(t0); d > 2*time.Second {
+			h.t.Logf("the stop took %v:\n%s", d, h.proc.stderr.String())
+		}
 	case <-time.After(limit):
 		h.t.Fatalf("sluice still runs %v after SIGTERM:\n%s", limit, h.proc.stderr.String())
 	}

@@ -180,9 +180,15 @@ func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 }
 
 // AnvilDisconnect ends the stream's connection for ident, if it holds one.
+// A disconnect for a session the previous daemon carried over ends that
+// session.
 func (g *Governor) AnvilDisconnect(ctx context.Context, st *AnvilStream, ident string) {
 	if st.ident == ident {
 		g.anvilDrop(ctx, st)
+		return
+	}
+	if c, ok := g.carried.take(ident); ok {
+		g.anvilDrop(ctx, &c)
 	}
 }
 
@@ -196,7 +202,7 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 	if ev == AnvilConn || ev >= numAnvilEvents {
 		return 0, fmt.Errorf("anvil event %d: %w", ev, limiter.ErrBadRequest)
 	}
-	if st.ident != ident {
+	if st.ident != ident && !g.claimCarried(ctx, st, ident) {
 		known, err := g.anvilKnown(ctx, ident)
 		if err != nil {
 			known = true // cannot tell: do not register a connection

@@ -21,6 +21,7 @@ type Governor struct {
 	obs      Observer
 	waiters  *limiter.Waiters
 	refusals *RefusalLog
+	carried  *AnvilCarried
 	log      *slog.Logger
 }
 
@@ -40,6 +41,9 @@ type Options struct {
 	// Refusals bounds refusal log lines; it must outlive reloads (nil:
 	// every refusal is logged).
 	Refusals *RefusalLog
+	// Carried holds the SMTP sessions the previous daemon handed over;
+	// it must outlive reloads (nil: none).
+	Carried *AnvilCarried
 	// Logger gets refusals and errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -56,7 +60,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, log: o.Logger}
 }
 
 // Classes returns the class table.

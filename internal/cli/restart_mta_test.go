@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/postfixtest"
+)
+
+// restartLoad is what the SMTP clients of TestRestartUnderPostfixLoad saw.
+type restartLoad struct {
+	delivered, counted, policyDeferred, capRefused atomic.Int64
+	open, maxOpen                                  atomic.Int64 // sessions greeted with 220 and not yet closed
+	maxGreet                                       atomic.Int64 // longest wait for a greeting, ns
+	mu                                             sync.Mutex
+	failures                                       []string // replies no limit explains
+}
+
+func (l *restartLoad) fail(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) < 20 {
+		l.failures = append(l.failures, fmt.Sprintf(format, args...))
+	}
+}
+
+// capRefusal reports whether a greeting is smtpd's refusal for a class
+// cap: anvil's count over the limit, or the milter's refusal at CONNECT.
+func capRefusal(r postfixtest.Reply) bool {
+	s := r.String()
+	return r.Code == 421 && (strings.Contains(s, "too many connections") || strings.Contains(s, "Service unavailable"))
+}
+
+// session runs one SMTP session with one message and records it.
+func (l *restartLoad) session(ctx context.Context, port int, sender string) {
+	t0 := time.Now()
+	c, g, err := postfixtest.DialSMTP(ctx, port)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.fail("dial: %v", err)
+		}
+		return
+	}
+	defer c.Close()
+	if d := int64(time.Since(t0)); d > l.maxGreet.Load() {
+		l.maxGreet.Store(d) // one writer at a time is not guaranteed; a lost maximum only lowers a logged figure
+	}
+	if capRefusal(g) {
+		l.capRefused.Add(1)
+		time.Sleep(10 * time.Millisecond) // a client tries again later
+		return
+	}
+	if g.Code != 220 {
+		l.fail("greeting %s", g)
+		return
+	}
+	n := l.open.Add(1)
+	defer l.open.Add(-1)
+	for m := l.maxOpen.Load(); n > m && !l.maxOpen.CompareAndSwap(m, n); m = l.maxOpen.Load() {
+	}
+	if r, err := c.Cmd("EHLO client.example"); err != nil || r.Code != 250 {
+		l.fail("EHLO: %v %v", r, err)
+		return
+	}
+	err = c.SendMessage(sender, "rcpt@example.net")
+	switch {
+	case err == nil:
+		l.delivered.Add(1)
+		if sender == "counted@example.org" {
+			l.counted.Add(1)
+		}
+	case sender == "counted@example.org" && strings.Contains(err.Error(), "450 4.7.1") && strings.Contains(err.Error(), "Too much mail from"):
+		l.policyDeferred.Add(1)
+	default:
+		l.fail("%s: %v", sender, err)
+	}
+}
+
+// TestRestartUnderPostfixLoad restarts sluice ten times, as systemctl
+// restart does under the shipped units (unitHost: the sockets of every
+// door stay while the daemon is gone), while a private Postfix takes
+// mail from eight SMTP clients at once through sluice's milter, policy
+// and anvil, as docs/operations.md wires them. The configuration is the
+// example's, with the milter on, a cap of 4 sessions on the loopback
+// class and a policy rule of 20 messages per hour for one sender (every
+// third message is from it). No message may get a reply that no limit
+// explains (a restart that closed a listener would show as the milter's
+// 451 or a policy timeout), the clients never hold more greeted sessions
+// than the cap, and exactly 20 messages of the counted sender are
+// accepted over the whole run: counts survive each restart.
+func TestRestartUnderPostfixLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Postfix under load and ten restarts")
+	}
+	peer.User(t, "sluice")
+	if err := postfixtest.Available(); err != nil {
+		peer.Missing(t, "a private Postfix instance", err)
+	}
+	bin, _ := muxBinaries(t)
+	base := deployDir(t)
+	smtpPort, err := postfixtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(base, "postfix", "queue")
+	mainCF := map[string]string{
+		"smtpd_milters":                       "unix:" + filepath.Join(queue, "sluice", "milter"),
+		"milter_default_action":               "tempfail",
+		"milter_protocol":                     "6",
+		"smtpd_end_of_data_restrictions":      "check_policy_service { unix:private/sluice-policy, timeout=10s, default_action=DUNNO }",
+		"smtpd_client_event_limit_exceptions": "",
+		"smtpd_client_connection_count_limit": "50",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
+	if inst.QueueDir() != queue {
+		t.Fatalf("queue directory %s, want %s", inst.QueueDir(), queue)
+	}
+
+	moved := movedDeploymentAt(t, bin, base, queue, "sluice", "sluice")
+	cfgPath := filepath.Join(base, "sluice.toml")
+	writeMovedConfig(t, moved, cfgPath, true, `name = "local"
+match = ["127.0.0.0/8", "::1"]`, `name = "local"
+match = ["127.0.0.0/8", "::1"]
+refuse = 4`)
+	appendFile(t, cfgPath, `
+[[policy.rule]]
+name = "sender-rate"
+count = "messages"
+stage = "END-OF-MESSAGE"
+key = ["sender"]
+limit = ["20/1h exact"]
+action = "DEFER_IF_PERMIT 4.7.1 Too much mail from {key}"
+`)
+	h := newUnitHost(t, moved, filepath.Join(base, "systemd"))
+	h.start()
+
+	var load restartLoad
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				sender := fmt.Sprintf("s%d-%d@example.org", seq.Add(1), rand.IntN(1<<30))
+				if seq.Load()%3 == 0 {
+					sender = "counted@example.org"
+				}
+				load.session(loadCtx, smtpPort, sender)
+			}
+		})
+	}
+	const restarts = 10
+	t0 := time.Now()
+	for range restarts {
+		time.Sleep(400 * time.Millisecond)
+		h.stop()
+		h.start()
+	}
+	time.Sleep(400 * time.Millisecond)
+	stopLoad()
+	wg.Wait()
+	took := time.Since(t0)
+	h.stop()
+
+	t.Logf("%d restarts in %v: %d messages accepted (%d of the counted sender, %d deferred by its rule), %d sessions refused for the class cap, at most %d sessions open, longest wait for a greeting %v",
+		restarts, took.Round(time.Millisecond), load.delivered.Load(), load.counted.Load(), load.policyDeferred.Load(), load.capRefused.Load(),
+		load.maxOpen.Load(), time.Duration(load.maxGreet.Load()).Round(time.Millisecond))
+	for _, f := range load.failures {
+		t.Errorf("a reply no limit explains: %s", f)
+	}
+	if load.counted.Load()+load.policyDeferred.Load() <= 20 {
+		t.Fatalf("the counted sender sent only %d messages; the run proves nothing of its limit", load.counted.Load()+load.policyDeferred.Load())
+	}
+	if load.counted.Load() != 20 {
+		t.Errorf("%d messages of the counted sender accepted over %d restarts, want exactly 20", load.counted.Load(), restarts)
+	}
+	if load.maxOpen.Load() > 4 {
+		t.Errorf("%d sessions open at once, over the class cap of 4", load.maxOpen.Load())
+	}
+	if load.capRefused.Load() == 0 {
+		t.Error("no session was refused for the class cap: the run proves nothing of the cap")
+	}
+}
