@@ -8,12 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"sluice/internal/anvil/anviltest"
 	"sluice/internal/config"
 )
 
@@ -29,26 +27,15 @@ func eventuallyTrue(t *testing.T, cond func() bool, what string) {
 	}
 }
 
-// unread is what c sent that its peer has not read yet (SIOCOUTQ).
-func unread(t *testing.T, c net.Conn) int {
-	t.Helper()
-	rc, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := -1
-	if err := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || n < 0 {
-		t.Fatalf("SIOCOUTQ: %d, %v", n, err)
-	}
-	return n
-}
-
-// TestShutdownStopsEveryDoorFirst: while one door (anvil) waits for a
-// client in the middle of a request, no other door accepts: every
-// listener is closed before any door drains.
-func TestShutdownStopsEveryDoorFirst(t *testing.T) {
+// TestShutdownStages: while the milter serves an open session, a
+// Shutdown has the milter, the throttle and the web stop accepting, and
+// anvil and the policy door go on accepting and answering (the session
+// may ask them); it returns when the session ends. The SMTP session an
+// anvil stream still held is handed to the next start: the next daemon
+// counts it until smtpd, on a new stream, says disconnect.
+func TestShutdownStages(t *testing.T) {
 	dir := t.TempDir()
-	path := writeConfig(t, dir, strings.Replace(cfgText(dir, "2"), "[anvil]\n", "[anvil]\nrequest_timeout = \"10m\"\n", 1))
+	path := writeConfig(t, dir, cfgText(dir, "2"))
 	cfg, errs := config.Load(path)
 	if len(errs) > 0 {
 		t.Fatal(errs)
@@ -58,41 +45,79 @@ func TestShutdownStopsEveryDoorFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Start()
-	// A client in the middle of a request holds anvil's drain.
-	c, err := net.Dial("unix", filepath.Join(dir, "anvil"))
+	m, _ := dialMilter(t, filepath.Join(dir, "milter"), "client.example", "192.0.2.9")
+	held, err := anviltest.Dial("unix", filepath.Join(dir, "anvil"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	if _, err := c.Write([]byte("request=lookup\nident=smtp:192.0.2.1")); err != nil {
+	defer held.Close()
+	if _, err := held.Do("connect", "smtp:192.0.2.1"); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyTrue(t, func() bool { return d.anvil.Conns() == 1 }, "anvil's connection")
-	// Mid-request once anvil has read those bytes (before, the connection
-	// is idle, and Shutdown closes it at once).
-	eventuallyTrue(t, func() bool { return unread(t, c) == 0 }, "anvil to read the partial request")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- d.Shutdown(ctx) }()
 	eventuallyTrue(t, func() bool {
-		_, err := os.Stat(filepath.Join(dir, "anvil"))
+		_, err := os.Stat(filepath.Join(dir, "milter"))
 		return os.IsNotExist(err)
-	}, "anvil's socket to go")
-	for _, door := range []string{"policy", "throttle", "milter", "web"} {
+	}, "the milter's socket to go")
+	for _, door := range []string{"throttle", "milter", "web"} {
 		if c, err := net.Dial("unix", filepath.Join(dir, door)); err == nil {
 			c.Close()
-			t.Errorf("%s accepts a connection while anvil drains", door)
+			t.Errorf("%s accepts a connection while the milter drains", door)
 		}
+	}
+	late, err := anviltest.Dial("unix", filepath.Join(dir, "anvil"), false)
+	if err != nil {
+		t.Fatalf("anvil refuses a new stream while the milter drains: %v", err)
+	}
+	if r, err := late.Do("lookup", "smtp:192.0.2.1"); err != nil || r["count"] != 1 {
+		t.Errorf("anvil lookup while the milter drains: %v %v", r, err)
+	}
+	late.Close()
+	if c, err := net.Dial("unix", filepath.Join(dir, "policy")); err != nil {
+		t.Errorf("the policy door refuses a connection while the milter drains: %v", err)
+	} else {
+		c.Close()
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("Shutdown returned (%v) while a client was mid-request", err)
+		t.Fatalf("Shutdown returned (%v) while the milter serves a session", err)
 	default:
 	}
-	c.Close() // the request ends: the drain completes
+	m.Close() // the SMTP session ends
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, carryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ids, err := parseCarry(b); err != nil || len(ids) != 1 || ids[0] != "smtp:192.0.2.1" {
+		t.Fatalf("handed over %q, %v", ids, err)
+	}
+
+	next := startDaemon(t, path)
+	if _, err := os.Stat(filepath.Join(dir, carryFile)); !os.IsNotExist(err) {
+		t.Errorf("the hand-over file is still there after the start: %v", err)
+	}
+	if n := next.carried.Len(); n != 1 {
+		t.Fatalf("%d sessions carried, want 1", n)
+	}
+	cl, err := anviltest.Dial("unix", filepath.Join(dir, "anvil"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if r, err := cl.Do("lookup", "smtp:192.0.2.1"); err != nil || r["count"] != 1 {
+		t.Errorf("the carried session is not counted: %v %v", r, err)
+	}
+	if _, err := cl.Do("disconnect", "smtp:192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cl.Do("lookup", "smtp:192.0.2.1"); err != nil || r["count"] != 0 || next.carried.Len() != 0 {
+		t.Errorf("after smtpd's disconnect on a new stream: %v %v, %d carried", r, err, next.carried.Len())
 	}
 }
 
