@@ -14,7 +14,6 @@ func (p *Pool) activate(s *slot, reason string) error {
 		return fmt.Errorf("pool: activation spacing")
 	}
 	proc, err := spawn(&p.cfg)
-	p.nowSet = false // a fork takes a while
 	if err != nil {
 		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
 		return err
@@ -39,14 +38,12 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
 	p.emit(Event{Kind: EvStartWorker, Worker: s.n, PID: proc.pid, Running: p.running(), Reason: reason})
 	p.stat(s, "StartWorker", `reason="`+reason+`"`)
-	n := 1
-	if proc.status != nil {
-		n++
-	}
-	p.wg.Add(n)
-	go p.drainStderr(s.n, proc)
-	if proc.status != nil {
-		go p.readStatus(s.n, proc)
+	side := proc.side
+	p.wg.Add(1)
+	go p.drainStderr(s.n, side)
+	if side.status != nil {
+		p.wg.Add(1)
+		go p.readStatus(s.n, side)
 	}
 	return nil
 }
@@ -72,12 +69,13 @@ func (p *Pool) kill(s *slot, reason string) {
 		s.cmd.call = nil
 		c.finish(Result{Err: ErrClosed})
 	}
+	p.stopIO(proc)
 	s.timers.busy.cancel(p)
 	s.timers.busy = nil
 	s.timers.dead.cancel(p)
 	s.timers.dead = nil
 	p.setState(s, Killed)
-	closeStdin(proc)
+	p.closeStdin(proc)
 	s.timers.kill = p.after(p.cfg.KillGrace, func() {
 		if s.proc != proc || proc.reaped {
 			return
@@ -116,10 +114,14 @@ func signalProc(proc *process, sig syscall.Signal) {
 	}
 }
 
-func closeStdin(proc *process) {
+// closeStdin closes a worker's stdin (owner only): it reads EOF.
+func (p *Pool) closeStdin(proc *process) {
 	if !proc.stdinClosed {
 		proc.stdinClosed = true
-		proc.stdin.Close()
+		p.react.forget(proc.io.in)
+		proc.io.wtimer.cancel(p)
+		syscall.Close(proc.io.in)
+		proc.io.in = -1
 	}
 }
 

@@ -48,14 +48,9 @@ func (p *Pool) reap() {
 		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
 		p.logReaped(s, ws, &ru, s.state == Killed)
 		if s.state == Busy && s.cmd.call != nil {
-			// Let the I/O's holder report what the worker wrote before it
-			// died; its stdout has hit or is about to hit EOF.
-			s.life.reapPending = true
-			if s.cmd.call.ownerIO {
-				p.reapOwnerIO(s)
-				continue
-			}
-			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
+			// What the worker wrote before it died is its reply; its
+			// stdout has hit or is about to hit EOF.
+			p.reapInFlight(s)
 			continue
 		}
 		p.finishReap(s)
@@ -72,8 +67,7 @@ func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, kil
 
 func (p *Pool) finishReap(s *slot) {
 	proc := s.proc
-	p.forgetProc(proc)
-	closeProc(proc)
+	p.closeProc(proc)
 	s.timers.kill.cancel(p)
 	s.timers.dead.cancel(p)
 	s.timers.busy.cancel(p)
@@ -98,13 +92,15 @@ func (p *Pool) finishReap(s *slot) {
 }
 
 // closeProc closes the parent's ends of a reaped worker's pipes, which
-// ends its I/O goroutines.
-func closeProc(proc *process) {
-	closeStdin(proc)
-	proc.stdout.Close()
-	proc.stderr.Close()
-	if proc.status != nil {
-		proc.status.Close()
+// ends its stderr and status readers.
+func (p *Pool) closeProc(proc *process) {
+	p.closeStdin(proc)
+	p.react.forget(proc.io.out)
+	syscall.Close(proc.io.out)
+	proc.io.out = -1
+	proc.side.stderr.Close()
+	if proc.side.status != nil {
+		proc.side.status.Close()
 	}
 }
 
@@ -122,7 +118,7 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 		}
 		if s.proc != nil {
 			signalProc(s.proc, syscall.SIGCONT)
-			closeStdin(s.proc)
+			p.closeStdin(s.proc)
 		}
 	}
 	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
@@ -187,8 +183,7 @@ func (p *Pool) reapAllNow() int {
 			left++
 			continue
 		}
-		p.forgetProc(proc)
-		closeProc(proc)
+		p.closeProc(proc)
 		s.proc = nil
 		p.setState(s, Stopped)
 		p.stat(s, "ReapWorker", "")

@@ -198,9 +198,9 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 	default:
 		s.cmd.workdir = ""
 	}
-	if *s.proc.qid.Load() != qid {
+	if *s.proc.side.qid.Load() != qid {
 		q := qid // only a changed id is allocated
-		s.proc.qid.Store(&q)
+		s.proc.side.qid.Store(&q)
 	}
 }
 
