@@ -35,3 +35,20 @@ func InsertEvents(l *EventLog, t, n int64) *EventLog {
 	l.t = slices.Insert(l.t, i, ins...)
 	return l
 }
+
+// Reset makes the log hold times, oldest first, using times as its
+// storage: the log's later changes may write into it or replace it (for a
+// store that keeps logs in storage of its own and lends them to the
+// algorithms; Times gives the result back).
+func (l *EventLog) Reset(times []int64) {
+	l.t, l.head = times, 0
+}
+
+// Times returns the log's event times, oldest first, aliasing its
+// storage.
+func (l *EventLog) Times() []int64 {
+	if l == nil {
+		return nil
+	}
+	return l.t[l.head:]
+}

@@ -7,11 +7,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+	"unsafe"
 
 	"sluice/internal/limiter"
 	"sluice/internal/safefs"
 )
+
+// persistState is the state of the snapshot files.
+type persistState struct{ mu sync.Mutex }
 
 // SnapStats describe one snapshot written or restored.
 type SnapStats struct {
@@ -26,47 +31,70 @@ type SnapStats struct {
 	Dropped int
 }
 
-// copyShard copies the live rate keys of one shard, under its lock only
-// for the copy; encoding happens after.
-func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
+// snapEntry describes record i of a locked shard as a snapshot entry,
+// aliasing its key and events: encode it before the lock is let go.
+func (sh *shard) snapEntry(i int) SnapEntry {
+	r := &sh.recs.s[i]
+	k := sh.key(i)
+	e := SnapEntry{Key: unsafe.String(unsafe.SliceData(k), len(k)), Algo: r.algo, Exp: r.exp}
+	switch r.algo {
+	case limiter.Anvil:
+		e.T = r.t
+		for c := range e.Counts {
+			e.Counts[c] = uint32(uint64(r.d[c/2]) >> (32 * (c % 2)))
+		}
+	case limiter.Smooth:
+		e.T = r.t
+	case limiter.Exact:
+		e.Log, e.Seq = sh.events(i), uint64(r.t)
+	}
+	return e
+}
+
+// live reports whether record i is a rate key holding something at now.
+func (sh *shard) live(i int, nowNs int64) bool {
+	r := &sh.recs.s[i]
+	return r.kind == kindRate && r.exp > nowNs && (r.algo != limiter.Exact || r.nev > 0)
+}
+
+// copyShard encodes the live rate keys of one shard onto buf, under its
+// lock, and marks them clean; it returns buf and the number of keys.
+func (s *Store) copyShard(sh *shard, nowNs int64, buf []byte) ([]byte, int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, e := range sh.m {
-		if e.kind != kindRate || e.exp == 0 || e.exp <= nowNs {
+	n := 0
+	for i := range sh.n {
+		sh.recs.s[i].dirty = false
+		if !sh.live(i, nowNs) {
 			continue
 		}
-		se := SnapEntry{Key: e.key, Algo: e.algo, Exp: e.exp, T: e.st.T, Counts: e.st.Counts, Seq: e.bseq}
-		if l := e.st.Log; l.Len() > 0 {
-			se.Log = l.AppendTimes(make([]int64, 0, l.Len()))
-		} else if e.algo == limiter.Exact {
-			continue // nothing held
-		}
-		buf = append(buf, se)
+		e := sh.snapEntry(i)
+		buf = appendEntry(buf, &e)
+		n++
 	}
-	return buf
+	sh.ndirty = 0
+	return buf, n
 }
 
 // encode writes the store's rate keys to w in the snapshot format, taking
 // the shards' locks one at a time and only to copy: decisions on other
-// shards go on meanwhile, and none waits for the encoding or the disk.
-// taken is when the copy begins; clean marks a snapshot written at a
-// graceful stop, after the last decision.
+// shards go on meanwhile, and none waits for the disk. taken is when the
+// copy begins; clean marks a snapshot written at a graceful stop, after
+// the last decision.
 func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
 	sw := newSnapWriter(w, taken, clean)
 	// Read before copying: every booking numbered up to here is in a
 	// shard not copied yet, or already in the copy.
 	seq := s.bseq.Load()
-	var buf []SnapEntry
+	var buf []byte
 	var st SnapStats
 	for i := range s.shards {
 		t := time.Now()
-		buf = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
+		var n int
+		buf, n = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
 		st.MaxHold = max(st.MaxHold, time.Since(t))
-		for j := range buf {
-			sw.entry(&buf[j])
-		}
-		st.Keys += len(buf)
-		clear(buf) // drop references to the copied logs
+		sw.rawEntries(buf, n)
+		st.Keys += n
 	}
 	return st, sw.finish(max(seq, s.bseq.Load()))
 }
@@ -212,24 +240,49 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 			st.Dropped++
 			continue
 		}
-		e := &entry{key: se.Key, kind: kindRate, algo: se.Algo, exp: se.Exp, bseq: se.Seq}
-		e.st.T, e.st.Counts = se.T, se.Counts
-		if se.Algo == limiter.Exact {
-			e.st.Log = limiter.NewEventLog(se.Log)
+		added, err := s.restoreOne(se)
+		if err != nil {
+			return st, err
 		}
-		sh := s.shardOf(se.Key)
-		sh.mu.Lock()
-		if _, dup := sh.m[se.Key]; !dup {
-			sh.m[se.Key] = e
-			s.n.Add(1)
+		if added {
 			st.Keys++
 		}
-		sh.mu.Unlock()
 	}
 	s.raiseSeq(snap.Seq)
 	s.observe(nowNs)
 	st.Took = time.Since(start)
 	return st, nil
+}
+
+// restoreOne adds one snapshot entry, unless its key is held already.
+func (s *Store) restoreOne(se *SnapEntry) (bool, error) {
+	h := s.hash(se.Key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.find(se.Key, h) >= 0 {
+		return false, nil
+	}
+	i, err := sh.insert(se.Key, h, kindRate, se.Algo)
+	if err != nil {
+		return false, err
+	}
+	s.n.Add(1)
+	r := &sh.recs.s[i]
+	switch se.Algo {
+	case limiter.Anvil:
+		r.t = se.T
+		for c := range r.d {
+			r.d[c] = int64(uint64(se.Counts[2*c]) | uint64(se.Counts[2*c+1])<<32)
+		}
+	case limiter.Smooth:
+		r.t = se.T
+	case limiter.Exact:
+		r.t = int64(se.Seq)
+		sh.keepLog(r, se.Log)
+	}
+	sh.setExp(i, se.Exp)
+	return true, nil
 }
 
 // RemoveTemps removes temporary files a crash in the middle of a write

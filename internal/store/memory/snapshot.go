@@ -117,7 +117,13 @@ func (sw *snapWriter) write(b []byte) {
 
 // entry appends one rate key.
 func (sw *snapWriter) entry(e *SnapEntry) {
-	b := sw.buf[:0]
+	sw.buf = appendEntry(sw.buf[:0], e)
+	sw.write(sw.buf)
+	sw.n++
+}
+
+// appendEntry encodes one rate key record, its tag first, onto b.
+func appendEntry(b []byte, e *SnapEntry) []byte {
 	b = append(b, tagRate)
 	b = binary.AppendUvarint(b, uint64(len(e.Key)))
 	b = append(b, e.Key...)
@@ -140,9 +146,13 @@ func (sw *snapWriter) entry(e *SnapEntry) {
 		}
 		b = binary.AppendUvarint(b, e.Seq)
 	}
+	return b
+}
+
+// rawEntries passes already encoded records (appendEntry) to the file.
+func (sw *snapWriter) rawEntries(b []byte, n int) {
 	sw.write(b)
-	sw.buf = b
-	sw.n++
+	sw.n += uint64(n)
 }
 
 // finish writes the end record and the checksum, and flushes.
