@@ -36,10 +36,12 @@ const (
 	changesHeaderLen = len(changesMagic) + 2 + 8 + 4
 	changesSuffix    = ".changes"
 	tagDel           = 2
-	// minCompact is the log size below which it is never compacted into
-	// a new base; above it, once it passes the base's size.
-	minCompact = 4 << 20
 )
+
+// minCompact is the log size below which it is never compacted into a
+// new base; above it, once it passes the base's size (a variable for the
+// tests).
+var minCompact int64 = 4 << 20
 
 // baseRef names a base: when it was taken and its checksum.
 type baseRef struct {
