@@ -159,6 +159,21 @@ func TestBreakerUnderStoppedRedis(t *testing.T) {
 		t.Fatalf("no log line says the circuit opened:\n%s", logs)
 	}
 	t.Logf("stopped Redis, %s: %d decisions, %d by the fail mode at once, %d waited for the deadline", elapsed, decisions, fast, missed)
+	// A lease refused at once was never sent: nothing to give back later.
+	orphans := func() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.orphans) }
+	for i := 0; ; i++ {
+		before := orphans()
+		_, _, _, err := s.Acquire(ctx, time.Now(), "brk-lease", 5, 0)
+		if errors.Is(err, ErrCircuitOpen) {
+			if after := orphans(); after > before {
+				t.Fatalf("an acquisition the breaker refused left an orphan to release (%d, was %d)", after, before)
+			}
+			break
+		}
+		if i == 10 {
+			t.Fatalf("10 acquisitions, none refused at once by the open circuit: %v", err)
+		}
+	}
 
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
