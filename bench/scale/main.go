@@ -18,12 +18,15 @@
 //     over N (bytes_per_key; rss_per_key is then redis-server's RSS
 //     growth, and sluice's own is beside it as sluice_rss_per_key);
 //  3. idle for -idle: the bytes written per second by the processes
-//     that hold the keys (/proc/PID/io wchar: sluice for the memory
-//     store; redis-server and sluice for Redis) and their CPU time in
+//     that hold the keys (sluice for the memory store; redis-server and
+//     sluice for Redis): every write (/proc/PID/io wchar, the issue's
+//     measure; with Redis it includes the replies of the key count's
+//     SCAN) and those for storage (write_bytes), and their CPU time in
 //     percent of one core;
 //  4. load for -duration: 64 connections, each one RCPT request at a
 //     time for a random sender among the N (so no new keys): decisions
-//     per second, p99 latency, and the bytes written per second meanwhile;
+//     per second, p99 latency, and the bytes written for storage per
+//     second meanwhile (wchar would count the replies);
 //  5. the snapshot: with the memory store, the longest write the daemon
 //     logged during the run ("took=" of its snapshot or compaction lines;
 //     writes counts them) and the time SIGTERM takes (it writes a last
@@ -35,7 +38,7 @@
 // Each run prints one line of name=value pairs ("run store=... algo=...
 // keys=..."), and at the end a table. With -svg (default docs/scale.svg)
 // it writes a plot of bytes per key, decisions per second and idle bytes
-// written per second against the key count.
+// written for storage per second against the key count.
 //
 // Settings, from the flags or the environment (flags win):
 //

@@ -174,27 +174,9 @@ func (b *bench) runOne(ctx context.Context, store, algo string, n int) (row, err
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return r, err
 	}
-	rss1, err := rss(sd.proc.PID())
+	holders, err := b.cost(ctx, sd, &r, rss0, used0, redisRSS0)
 	if err != nil {
 		return r, err
-	}
-	holders := []int{sd.proc.PID()}
-	if store == "redis" {
-		used1, err := b.redis.info(ctx, "memory", "used_memory")
-		if err != nil {
-			return r, err
-		}
-		redisRSS1, err := rss(b.redis.proc.PID())
-		if err != nil {
-			return r, err
-		}
-		r.BytesPerKey = float64(used1-used0) / float64(n)
-		r.RSSPerKey = float64(redisRSS1-redisRSS0) / float64(n)
-		r.SluiceRSS = float64(rss1-rss0) / float64(n)
-		holders = append(holders, b.redis.proc.PID())
-	} else {
-		r.BytesPerKey = float64(rss1-rss0) / float64(n)
-		r.RSSPerKey = r.BytesPerKey
 	}
 	daemons.Logf("%s: idle for %s", tag, b.s.idle)
 	a := sample(holders)
@@ -219,6 +201,33 @@ func (b *bench) runOne(ctx context.Context, store, algo string, n int) (row, err
 		return r, b.redisPersistence(ctx, sd, &r)
 	}
 	return r, b.memoryPersistence(ctx, sd, &r)
+}
+
+// cost sets r's bytes per key from the growth since the samples taken
+// before the fill, and returns the processes that hold the keys.
+func (b *bench) cost(ctx context.Context, sd *sluiced, r *row, rss0, used0, redisRSS0 int64) ([]int, error) {
+	n := float64(r.Keys)
+	rss1, err := rss(sd.proc.PID())
+	if err != nil {
+		return nil, err
+	}
+	if r.Store != "redis" {
+		r.BytesPerKey = float64(rss1-rss0) / n
+		r.RSSPerKey = r.BytesPerKey
+		return []int{sd.proc.PID()}, nil
+	}
+	used1, err := b.redis.info(ctx, "memory", "used_memory")
+	if err != nil {
+		return nil, err
+	}
+	redisRSS1, err := rss(b.redis.proc.PID())
+	if err != nil {
+		return nil, err
+	}
+	r.BytesPerKey = float64(used1-used0) / n
+	r.RSSPerKey = float64(redisRSS1-redisRSS0) / n
+	r.SluiceRSS = float64(rss1-rss0) / n
+	return []int{sd.proc.PID(), b.redis.proc.PID()}, nil
 }
 
 // memoryPersistence times the memory store's snapshot and restore: the
