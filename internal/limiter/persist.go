@@ -36,19 +36,19 @@ func InsertEvents(l *EventLog, t, n int64) *EventLog {
 	return l
 }
 
-// Reset makes the log hold times, oldest first, using times as its
+// Lend makes the log hold buf[head:], oldest first, using buf as its
 // storage: the log's later changes may write into it or replace it (for a
 // store that keeps logs in storage of its own and lends them to the
-// algorithms; Times gives the result back).
-func (l *EventLog) Reset(times []int64) {
-	l.t, l.head = times, 0
+// algorithms; Storage gives the result back).
+func (l *EventLog) Lend(buf []int64, head int) {
+	l.t, l.head = buf, head
 }
 
-// Times returns the log's event times, oldest first, aliasing its
-// storage.
-func (l *EventLog) Times() []int64 {
+// Storage returns the log's storage and where its events begin in it:
+// the events are buf[head:].
+func (l *EventLog) Storage() (buf []int64, head int) {
 	if l == nil {
-		return nil
+		return nil, 0
 	}
-	return l.t[l.head:]
+	return l.t, l.head
 }

@@ -13,20 +13,22 @@ var checkArgs = limiter.CheckRequest
 // place), and any create may remove keys at rest: an index is looked up
 // afresh after anything that may have removed one.
 
-// decide fills out with the decision on one check, changing nothing but
-// the trim of an exact log.
-func (s *Store) decide(sh *shard, h uint64, now time.Time, n int64, c limiter.Check) limiter.Decision {
+// decide returns the decision on one check, changing nothing but the
+// trim of an exact log, and the key's record (-1: none).
+func (s *Store) decide(sh *shard, h uint64, now time.Time, n int64, c limiter.Check) (limiter.Decision, int) {
 	nowNs := now.UnixNano()
 	var st limiter.State
 	i := s.get(sh, c.Key, h, kindRate, c.Limit.Algorithm, nowNs)
 	if i < 0 {
 		sh.loadZero(&st, c.Limit.Algorithm)
-		return st.Decide(now, c, n)
+		return st.Decide(now, c, n), -1
 	}
 	sh.load(i, &st)
 	d := st.Decide(now, c, n)
-	sh.save(i, &st)
-	return d
+	if c.Limit.Algorithm == limiter.Exact {
+		sh.save(i, &st)
+	}
+	return d, i
 }
 
 // Hit implements limiter.Store.
@@ -40,8 +42,15 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 	defer unlockAll(held)
 	nowNs := now.UnixNano()
 	all := true
+	// The records found, and their shards' moves then: still theirs
+	// unless a removal happened since.
+	var ib [4]int
+	var mb [4]uint64
+	idx, moves := ib[:0], mb[:0]
 	for i, c := range checks {
-		out[i] = s.decide(shs[i], hs[i], now, n, c)
+		var k int
+		out[i], k = s.decide(shs[i], hs[i], now, n, c)
+		idx, moves = append(idx, k), append(moves, shs[i].moves)
 		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
 			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
 		}
@@ -52,7 +61,10 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 	}
 	for i, c := range checks {
 		sh := shs[i]
-		k := s.get(sh, c.Key, hs[i], kindRate, c.Limit.Algorithm, nowNs)
+		k := idx[i]
+		if k < 0 || sh.moves != moves[i] {
+			k = s.get(sh, c.Key, hs[i], kindRate, c.Limit.Algorithm, nowNs)
+		}
 		if k < 0 {
 			var err error
 			if k, err = s.create(sh, c.Key, hs[i], kindRate, c.Limit.Algorithm, nowNs); err != nil {
@@ -84,7 +96,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter
 	defer unlockAll(held)
 	nowNs := now.UnixNano()
 	for i, c := range checks {
-		out[i] = s.decide(shs[i], hs[i], now, n, c)
+		out[i], _ = s.decide(shs[i], hs[i], now, n, c)
 		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
 			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
 		}

@@ -486,7 +486,7 @@ func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
 		r.t = se.T
 	case limiter.Exact:
 		r.t = int64(se.Seq)
-		sh.keepLog(r, se.Log)
+		sh.keepLog(r, se.Log, 0)
 	}
 	sh.setExp(i, se.Exp)
 	return true, nil

@@ -23,10 +23,10 @@ func (sh *shard) load(i int, st *limiter.State) {
 		st.T = r.t
 	case limiter.Exact:
 		if r.nev == spilled {
-			sh.scratch.Reset(sh.spill[r.d[0]])
+			sh.scratch.Lend(sh.spill[r.d[0]], int(r.d[1]))
 		} else {
 			sh.sbuf = append(sh.sbuf[:0], r.d[:r.nev]...)
-			sh.scratch.Reset(sh.sbuf)
+			sh.scratch.Lend(sh.sbuf, 0)
 		}
 		st.Log = &sh.scratch
 	}
@@ -35,7 +35,7 @@ func (sh *shard) load(i int, st *limiter.State) {
 // loadZero fills st with the state of a key not held.
 func (sh *shard) loadZero(st *limiter.State, algo limiter.Algorithm) {
 	if algo == limiter.Exact {
-		sh.scratch.Reset(sh.sbuf[:0])
+		sh.scratch.Lend(sh.sbuf[:0], 0)
 		st.Log = &sh.scratch
 	}
 }
@@ -52,13 +52,16 @@ func (sh *shard) save(i int, st *limiter.State) {
 	case limiter.Smooth:
 		r.t = st.T
 	case limiter.Exact:
-		sh.keepLog(r, st.Log.Times())
+		buf, head := st.Log.Storage()
+		sh.keepLog(r, buf, head)
 	}
 }
 
-// keepLog stores an exact log's events in r: inline when they fit, else
-// in the spill table.
-func (sh *shard) keepLog(r *record, times []int64) {
+// keepLog stores an exact log's events, buf[head:], in r: inline when
+// they fit, else in the spill table (with head: the room before it is
+// reused when the log compacts itself).
+func (sh *shard) keepLog(r *record, buf []int64, head int) {
+	times := buf[head:]
 	if len(times) <= inlineEvents {
 		var in [inlineEvents]int64
 		copy(in[:], times) // times may alias the spilled slice freed below
@@ -70,7 +73,7 @@ func (sh *shard) keepLog(r *record, times []int64) {
 		return
 	}
 	if r.nev == spilled {
-		sh.spill[r.d[0]] = times // the slice lent, or its growth
+		sh.spill[r.d[0]], r.d[1] = buf, int64(head) // the slice lent, or its growth
 		return
 	}
 	// times aliases the scratch buffer: the log gets storage of its own.
@@ -85,7 +88,7 @@ func (sh *shard) keepLog(r *record, times []int64) {
 		k = uint32(len(sh.spill))
 		sh.spill = append(sh.spill, own)
 	}
-	r.d[0], r.nev = int64(k), spilled
+	r.d[0], r.d[1], r.nev = int64(k), 0, spilled
 }
 
 // events returns record i's exact events, aliasing the record or its
@@ -93,7 +96,7 @@ func (sh *shard) keepLog(r *record, times []int64) {
 func (sh *shard) events(i int) []int64 {
 	r := &sh.recs.s[i]
 	if r.nev == spilled {
-		return sh.spill[r.d[0]]
+		return sh.spill[r.d[0]][r.d[1]:]
 	}
 	return r.d[:r.nev]
 }

@@ -37,7 +37,8 @@ type record struct {
 	t int64
 	// d holds an anvil key's 8 counters (two to a word), an exact key's
 	// events when at most inlineEvents (nev of them), or the side-table
-	// index of a spilled log (nev == spilled) or of a lease set (d[0]).
+	// index of a spilled log (nev == spilled: d[0], and where its events
+	// begin in it, d[1]) or of a lease set (d[0]).
 	d    [inlineEvents]int64
 	koff uint32 // the key's offset in the arena
 	klen uint32 // and length
@@ -85,6 +86,9 @@ type shard struct {
 	minExp int64
 	// ndirty counts records marked dirty.
 	ndirty int
+	// moves counts removals: a record index found before is still the
+	// key's while moves has not changed.
+	moves uint64
 	spill  [][]int64    // exact logs longer than inlineEvents
 	sfree  []uint32     // free entries of spill
 	leases [][]leaseRec // the leases of lease keys
@@ -225,6 +229,7 @@ func (sh *shard) repack(extra int) error {
 // shift back, and the last record moves into its place.
 func (sh *shard) remove(i int) {
 	r := &sh.recs.s[i]
+	sh.moves++
 	sh.dead += int(r.klen)
 	if r.dirty {
 		sh.ndirty--
