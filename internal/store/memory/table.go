@@ -88,7 +88,7 @@ type shard struct {
 	ndirty int
 	// moves counts removals: a record index found before is still the
 	// key's while moves has not changed.
-	moves uint64
+	moves  uint64
 	spill  [][]int64    // exact logs longer than inlineEvents
 	sfree  []uint32     // free entries of spill
 	leases [][]leaseRec // the leases of lease keys
