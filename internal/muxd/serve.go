@@ -138,7 +138,7 @@ func (r *running) poolConfig() pool.Config {
 		StatusPipe: o.StatusPipe, TickInterval: o.Tick, TickBands: o.Ticks,
 		StatusLogInterval: o.LogInterval, LogScheduling: o.SchedLog,
 		RLimitRSS: o.RLimitRSS, RLimitAS: o.RLimitAS,
-		Autoscale: o.Autoscale,
+		Autoscale: o.Autoscale, Embed: o.Embed,
 	}
 	if r.eventLog != nil {
 		cfg.EventLog = slog.New(mux.NewEventLogHandler(r.eventLog))

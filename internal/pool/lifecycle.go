@@ -13,7 +13,7 @@ func (p *Pool) activate(s *slot, reason string) error {
 		p.emit(Event{Kind: EvActivationSpacing, Worker: s.n})
 		return fmt.Errorf("pool: activation spacing")
 	}
-	proc, err := spawn(&p.cfg)
+	proc, err := p.spawn()
 	if err != nil {
 		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
 		return err
@@ -46,6 +46,30 @@ func (p *Pool) activate(s *slot, reason string) error {
 		go p.readStatus(s.n, side)
 	}
 	return nil
+}
+
+// spawn starts a worker process: forked by the zygote with -E, else
+// forked and exec'd here.
+func (p *Pool) spawn() (*process, error) {
+	if !p.cfg.Embed || p.embedOff {
+		return spawn(&p.cfg)
+	}
+	if p.zyg == nil {
+		z, err := startZygote(&p.cfg)
+		if err != nil {
+			p.embedOff = true
+			p.emit(Event{Kind: EvEmbedFailed, Worker: -1, Err: err})
+			return spawn(&p.cfg)
+		}
+		p.zyg = z
+	}
+	proc, err := p.zyg.spawn(&p.cfg)
+	if err != nil {
+		// A zygote that failed a fork is started afresh next time.
+		p.zyg.close()
+		p.zyg = nil
+	}
+	return proc, err
 }
 
 // kill is docs/protocols/mimedefang-multiplexor.md, "Killing and reaping": SIGCONT (and SIGTERM at once if busy), close stdin, then
@@ -196,6 +220,12 @@ func (p *Pool) idleTimer() {
 // reread is docs/protocols/mimedefang-multiplexor.md, "Reread and generations": a new generation, idle workers killed, then R.
 func (p *Pool) reread() {
 	p.generation++
+	if p.zyg != nil {
+		// The next worker comes from a zygote that has read the filter
+		// again, as the reference re-creates its interpreter.
+		p.zyg.close()
+		p.zyg = nil
+	}
 	for _, s := range p.idleList() {
 		p.kill(s, "Forcing reread of filter rules")
 	}

@@ -31,6 +31,11 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.react = r
 	r.start()
 	defer r.close()
+	defer func() {
+		if p.zyg != nil {
+			p.zyg.close()
+		}
+	}()
 	p.start = p.clk.Now()
 	for _, s := range p.slots {
 		s.lastChange = p.start

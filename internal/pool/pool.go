@@ -47,6 +47,11 @@ type Pool struct {
 	idleBuf        []*slot   // findFree's scratch
 	reapBuf        []*slot   // reapOrder's scratch
 
+	// zyg is -E's Perl process (embed.go), started at the first
+	// activation; embedOff once it failed to start.
+	zyg      *zygote
+	embedOff bool
+
 	ema         float64
 	lastScaleIn time.Time
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // reapOrder lists the slots that have a process, oldest process first:
@@ -54,6 +55,38 @@ func (p *Pool) reap() {
 			continue
 		}
 		p.finishReap(s)
+	}
+	if p.cfg.Embed {
+		p.reapStrays()
+	}
+}
+
+// reapStrays is -E's: sluice is a child subreaper, so what a worker
+// leaves running when it exits becomes sluice's child when it ends. Each
+// such child that has exited is reaped; a worker (or the zygote) found
+// exited is left to the next reap, which its SIGCHLD brings.
+func (p *Pool) reapStrays() {
+	if p.zyg != nil {
+		p.zyg.reap()
+	}
+	for {
+		var info [128]byte // siginfo_t
+		if _, _, e := syscall.Syscall6(syscall.SYS_WAITID, 0 /* P_ALL */, 0, uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|syscall.WNOHANG|0x1000000 /* WNOWAIT */, 0, 0); e != 0 {
+			return
+		}
+		pid := int(*(*int32)(unsafe.Pointer(&info[16]))) // si_pid
+		if pid == 0 || p.zyg != nil && pid == p.zyg.pid {
+			return
+		}
+		for _, s := range p.slots {
+			if s.proc != nil && s.proc.pid == pid {
+				return
+			}
+		}
+		if got, _ := syscall.Wait4(pid, nil, syscall.WNOHANG, nil); got != pid {
+			return
+		}
 	}
 }
 
