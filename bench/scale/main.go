@@ -324,11 +324,12 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 			return fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	}
-	fmt.Fprintf(stdout, "scale: sluice %s, %s, steps %v, load %s at c=%d, idle %s\n",
-		strings.TrimSpace(string(rev)), time.Now().UTC().Format(time.RFC3339), s.steps, s.duration, conc, s.idle)
 	if s.stall {
+		fmt.Fprintf(stdout, "scale -stall: sluice %s, %s\n", strings.TrimSpace(string(rev)), time.Now().UTC().Format(time.RFC3339))
 		return b.stall(ctx)
 	}
+	fmt.Fprintf(stdout, "scale: sluice %s, %s, steps %v, load %s at c=%d, idle %s\n",
+		strings.TrimSpace(string(rev)), time.Now().UTC().Format(time.RFC3339), s.steps, s.duration, conc, s.idle)
 	if contains(s.stores, "redis") {
 		if err := b.startRedis(ctx); err != nil {
 			return err
