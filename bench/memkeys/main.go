@@ -13,7 +13,10 @@
 // and, with -persist, the snapshot's figures: a first (full) write, a
 // write after an idle interval (nothing changed: the bytes it wrote), a
 // write after 1,000 decisions, and a restore of the files into an empty
-// store (read, decode, insert).
+// store (read, decode, insert). With -idle D it then leaves the store
+// idle for D, its sweeper running and a snapshot write every 5 s (the
+// daemon's default interval), and prints the bytes written (wchar) and
+// the CPU used (user + system) over that time.
 //
 //	go run ./bench/memkeys                       # 1e5 and 1e6 keys, both algorithms
 //	go run ./bench/memkeys -keys 1e7 -persist    # one step further
@@ -37,6 +40,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"sluice/internal/limiter"
@@ -49,10 +53,11 @@ func main() {
 	algo := flag.String("algo", "exact", "exact or smooth (with -child)")
 	keys := flag.String("keys", "1e5,1e6", "key counts, comma-separated")
 	persist := flag.Bool("persist", false, "also measure the snapshot: write, idle write, restore")
+	idle := flag.Duration("idle", 0, "with -persist: then stay idle this long, writing every 5s")
 	memprofile := flag.String("memprofile", "", "write a heap profile after filling (with -child)")
 	flag.Parse()
 	if *child {
-		if err := measure(*n, *algo, *persist, *memprofile); err != nil {
+		if err := measure(*n, *algo, *persist, *idle, *memprofile); err != nil {
 			fmt.Fprintln(os.Stderr, "memkeys:", err)
 			os.Exit(1)
 		}
@@ -73,7 +78,7 @@ func main() {
 		for _, a := range []string{"exact", "smooth"} {
 			args := []string{"-child", "-n", strconv.Itoa(int(f)), "-algo", a}
 			if *persist {
-				args = append(args, "-persist")
+				args = append(args, "-persist", "-idle", idle.String())
 			}
 			cmd := exec.Command(self, args...)
 			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -90,7 +95,7 @@ func key(i int) string {
 	return "policy\x00{sender\x00s" + strconv.Itoa(10_000_000+i) + "@sender.example}\x000"
 }
 
-func measure(n int, algo string, persist bool, memprofile string) error {
+func measure(n int, algo string, persist bool, idle time.Duration, memprofile string) error {
 	lim := limiter.Limit{Algorithm: limiter.Exact, N: 10, Period: time.Hour}
 	if algo == "smooth" {
 		lim.Algorithm = limiter.Smooth
@@ -129,14 +134,44 @@ func measure(n int, algo string, persist bool, memprofile string) error {
 		f.Close()
 	}
 	if persist {
-		return measurePersist(s, n, lim, now.Add(time.Duration(n)))
+		return measurePersist(s, n, lim, now.Add(time.Duration(n)), idle)
 	}
 	return nil
 }
 
+// measureIdle leaves s idle for d, writing its snapshot every 5 s, and
+// prints what that wrote and cost.
+func measureIdle(s *memory.Store, path string, n int, lim limiter.Limit, d time.Duration) error {
+	w0, cpu0, start := wchar(), cpuTime(), time.Now()
+	written := int64(0)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for time.Since(start) < d {
+		now := <-t.C
+		st, err := s.WriteSnapshot(path, now, false)
+		if err != nil {
+			return err
+		}
+		written += st.Bytes
+	}
+	el := time.Since(start)
+	fmt.Printf("memkeys %-6s keys=%-9d idle_s=%.0f idle_wchar_bytes=%d snapshot_bytes=%d idle_cpu_pct=%.2f\n",
+		lim.Algorithm, n, el.Seconds(), wchar()-w0, written, 100*(cpuTime()-cpu0).Seconds()/el.Seconds())
+	return nil
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // measurePersist writes the store's snapshot, writes again with nothing
 // changed, again after 1,000 decisions, and restores it into a new store.
-func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time) error {
+func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time, idle time.Duration) error {
 	dir, err := os.MkdirTemp("", "memkeys-")
 	if err != nil {
 		return err
@@ -149,7 +184,7 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time) er
 	}
 	fmt.Printf("memkeys %-6s keys=%-9d first_write_bytes=%d first_write_s=%.2f\n", lim.Algorithm, n, st.Bytes, st.Took.Seconds())
 	w0 := wchar()
-	idle, err := s.WriteSnapshot(path, now.Add(5*time.Second), false)
+	idleSt, err := s.WriteSnapshot(path, now.Add(5*time.Second), false)
 	if err != nil {
 		return err
 	}
@@ -170,7 +205,7 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time) er
 	}
 	w3 := wchar()
 	fmt.Printf("memkeys %-6s keys=%-9d idle_write_bytes=%d (wchar %d)  after_1000_decisions_bytes=%d (wchar %d, %.3f s)\n",
-		lim.Algorithm, n, idle.Bytes, w1-w0, busy.Bytes, w3-w2, busy.Took.Seconds())
+		lim.Algorithm, n, idleSt.Bytes, w1-w0, busy.Bytes, w3-w2, busy.Took.Seconds())
 	r := memory.New(memory.Options{MaxKeys: 2*n + 1000})
 	defer r.Close()
 	start := time.Now()
@@ -187,6 +222,11 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time) er
 		return fmt.Errorf("restored %d keys, want %d", rst.Keys, n)
 	}
 	fmt.Printf("memkeys %-6s keys=%-9d restore_s=%.2f (read, decode, insert)\n", lim.Algorithm, n, took.Seconds())
+	if idle > 0 {
+		r.Close()
+		snap = nil
+		return measureIdle(s, path, n, lim, idle)
+	}
 	return nil
 }
 
