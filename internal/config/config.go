@@ -68,10 +68,15 @@ type Log struct {
 
 // Limiter configures the limiter core and its in-memory store.
 type Limiter struct {
-	// MaxKeys caps the keys the store holds.
+	// MaxKeys caps the keys the memory store holds. A key takes about 85
+	// bytes plus its length (a sender key of 40 bytes: 125 bytes), so the
+	// default of 10,000,000 is about 1.3 GB at most; memory is taken as
+	// keys arrive (docs/limiter.md, "Sizing max_keys").
 	MaxKeys int `toml:"max_keys"`
-	// WhenFull: "evict" idle keys, "fail-open" (admit untracked) or
-	// "fail-closed" (refuse) when the store is full.
+	// WhenFull is what a new key gets when the store is full of keys still
+	// counting (keys at rest always make room, and a key still counting is
+	// never dropped for a new one): "evict" or "fail-open" admit it
+	// untracked, "fail-closed" refuses it.
 	WhenFull string `toml:"when_full"`
 	// StatusInterval is how often peak figures are logged (anvil's
 	// anvil_status_update_time).
@@ -434,7 +439,7 @@ func Default() *Config {
 		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
 			MaxLinesPerSecond: 200},
 		Limiter: Limiter{
-			MaxKeys:        1_000_000,
+			MaxKeys:        10_000_000,
 			WhenFull:       "evict",
 			StatusInterval: Duration(10 * time.Minute),
 		},
