@@ -239,10 +239,16 @@ func writeChangesFile(path string, data []byte) (*os.File, error) {
 
 // encodeDirty appends the shard's changed keys to sg, under its lock,
 // and marks them clean: a key holding something as its entry, one that
-// does not as a deletion.
+// does not (or was removed since it changed) as a deletion.
 func (sh *shard) encodeDirty(sg *segment, nowNs int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.trackGone = true
+	for _, k := range sh.gone {
+		sg.del([]byte(k)) // before the keys held: a key made again wins
+	}
+	clear(sh.gone)
+	sh.gone = sh.gone[:0]
 	if sh.ndirty == 0 {
 		return
 	}

@@ -393,3 +393,49 @@ func FuzzDecodeChanges(f *testing.F) {
 		}
 	})
 }
+
+// TestChangeLogKeyGoneBeforeWrite: a key an undo emptied and the sweeper
+// dropped before the next write is still written as gone: a restore does
+// not bring back the undone event.
+func TestChangeLogKeyGoneBeforeWrite(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	ex := limiter.Check{Key: "e", Limit: limExact}
+	out := make([]limiter.Decision, 1)
+	if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{ex}, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteSnapshot(path, t0, false); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Millisecond)
+	if err := s.Undo(t.Context(), now, t0, 1, []limiter.Check{ex}); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep(now)
+	if s.Len() != 0 {
+		t.Fatalf("Len %d: the emptied key was kept", s.Len())
+	}
+	if st, err := s.WriteSnapshot(path, now, false); err != nil || st.Keys != 1 {
+		t.Fatalf("write after the key went: %+v %v, want its deletion", st, err)
+	}
+	r, _ := restored(t, path, now)
+	if err := r.Peek(t.Context(), now, 1, []limiter.Check{ex}, out); err != nil || out[0].Count != 0 || r.Len() != 0 {
+		t.Fatalf("restored: %+v %v, Len %d; the undone event came back", out[0], err, r.Len())
+	}
+}
+
+// TestZeroHitsLeaveNothing: hits of zero events on new keys hold nothing,
+// so they do not fill the store.
+func TestZeroHitsLeaveNothing(t *testing.T) {
+	s := New(Options{MaxKeys: 10})
+	defer s.Close()
+	out := make([]limiter.Decision, 1)
+	for i := range 100 {
+		c := []limiter.Check{{Key: fmt.Sprint("z", i), Limit: limExact}}
+		if err := s.Hit(t.Context(), t0, 0, limiter.Leaky, c, out); err != nil {
+			t.Fatalf("zero hit %d: %v", i, err)
+		}
+	}
+}

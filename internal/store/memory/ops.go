@@ -9,6 +9,16 @@ import (
 
 var checkArgs = limiter.CheckRequest
 
+// atRest is a rate key's expiry: exp, or now when it holds nothing (an
+// exact log emptied by an undo, a hit of zero events), so that it goes as
+// any key at rest goes.
+func atRest(exp, nowNs int64) int64 {
+	if exp == 0 {
+		return nowNs
+	}
+	return exp
+}
+
 // Record indices move when a key is removed (the last record takes its
 // place), and any create may remove keys at rest: an index is looked up
 // afresh after anything that may have removed one.
@@ -79,7 +89,7 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 			out[i].Count = st.Decide(now, c, 0).Count
 		}
 		sh.save(k, &st)
-		sh.setExp(k, st.ExpiresAt(c.Limit))
+		sh.setExp(k, atRest(st.ExpiresAt(c.Limit), nowNs))
 		sh.markDirty(k)
 	}
 	return nil
@@ -127,7 +137,7 @@ func (s *Store) Undo(_ context.Context, now, at time.Time, n int64, checks []lim
 			sh.load(k, &st)
 			st.Undo(now, at, c, n)
 			sh.save(k, &st)
-			sh.setExp(k, st.ExpiresAt(c.Limit))
+			sh.setExp(k, atRest(st.ExpiresAt(c.Limit), nowNs))
 			sh.markDirty(k)
 		}
 	}
@@ -194,7 +204,7 @@ func (s *Store) Cancel(_ context.Context, now time.Time, r limiter.Reservation) 
 		sh.load(k, &st)
 		st.Cancel(now, r.At, r.N)
 		sh.save(k, &st)
-		sh.setExp(k, st.ExpiresAt(r.Limit))
+		sh.setExp(k, atRest(st.ExpiresAt(r.Limit), now.UnixNano()))
 		sh.markDirty(k)
 	}
 	return nil

@@ -91,6 +91,9 @@ func (sh *shard) live(i int, nowNs int64) bool {
 func (s *Store) copyShard(sh *shard, nowNs int64, buf []byte) ([]byte, int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.trackGone = true
+	clear(sh.gone) // the base holds what is left
+	sh.gone = sh.gone[:0]
 	n := 0
 	for i := range sh.n {
 		sh.recs.s[i].dirty = false
@@ -405,6 +408,12 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 		p.mu.Lock()
 		p.path, p.ref, p.baseLen, p.carry, p.clean = src.path, snap.ref, src.baseLen, src.carry, snap.Clean
 		p.mu.Unlock()
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			sh.trackGone = true
+			sh.mu.Unlock()
+		}
 	}
 	st.Took = time.Since(start)
 	return st, nil

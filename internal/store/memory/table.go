@@ -86,6 +86,11 @@ type shard struct {
 	minExp int64
 	// ndirty counts records marked dirty.
 	ndirty int
+	// gone holds the keys of changed records removed before a write took
+	// their change (trackGone: only once the store writes snapshots), so
+	// the next write can say they hold nothing.
+	gone      []string
+	trackGone bool
 	// moves counts removals: a record index found before is still the
 	// key's while moves has not changed.
 	moves  uint64
@@ -233,6 +238,9 @@ func (sh *shard) remove(i int) {
 	sh.dead += int(r.klen)
 	if r.dirty {
 		sh.ndirty--
+		if sh.trackGone && r.kind == kindRate {
+			sh.gone = append(sh.gone, string(sh.key(i)))
+		}
 	}
 	sh.freeSide(r)
 	m := uint32(len(sh.slots.s) - 1)
