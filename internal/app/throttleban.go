@@ -342,7 +342,10 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 	}
 	k.suspendLocked(until, "the relay banned it ("+why+")")
 	g.log.Warn("throttle: relay ban; key suspended", "key", id, "until", until.UTC().Format(time.RFC3339Nano), "cool_off", cool.String(), "ban", streak, "why", why)
-	if bp.Adapt {
+	k.trimDelivered(now, bp)
+	if bp.Adapt && len(k.delivered) > 0 {
+		// Nothing delivered in the last period (a ban again right after
+		// a cool-off): the relay's ban is still on, the rate says nothing.
 		g.lowerLocked(ctx, id, bp, k, now, why)
 	}
 }
