@@ -237,6 +237,18 @@ func writeChangesFile(path string, data []byte) (*os.File, error) {
 	return f, nil
 }
 
+// closeChanges closes the change log (Close calls it); a later write
+// starts a new base.
+func (s *Store) closeChanges() {
+	p := &s.persist
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.logf != nil {
+		p.logf.Close()
+		p.logf, p.full = nil, true
+	}
+}
+
 // encodeDirty appends the shard's changed keys to sg, under its lock,
 // and marks them clean: a key holding something as its entry, one that
 // does not (or was removed since it changed) as a deletion.

@@ -131,12 +131,14 @@ func New(o Options) *Store {
 	return s
 }
 
-// Close stops the sweeper and closes the booking journal. The store
-// remains usable.
+// Close stops the sweeper and closes the booking journal and the change
+// log. The store remains usable (a snapshot written after Close is a new
+// base).
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 	s.closeJournal()
+	s.closeChanges()
 	return nil
 }
 
