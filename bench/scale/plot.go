@@ -24,7 +24,7 @@ var panels = []panel{
 // Plot geometry, in SVG user units.
 const (
 	panelW, panelH = 320.0, 260.0
-	padL, padR     = 62.0, 12.0
+	padL, padR     = 62.0, 24.0
 	padT, padB     = 30.0, 40.0
 	legendH        = 46.0
 )

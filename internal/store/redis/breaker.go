@@ -15,17 +15,22 @@ var ErrCircuitOpen = errors.New("circuit open: Redis missed its deadlines; decid
 
 // breaker is the store's circuit breaker (see the package comment). While
 // closed, calls go to Redis and consecutive misses (a deadline passed, or
-// no connection) are counted; at after misses it opens: calls fail at
-// once with ErrCircuitOpen, except one probe every probe interval, which
-// goes to Redis. Any answer from Redis (the probe's, a call that was
-// already in flight, a background PING) closes it. The closed path is two
-// atomic loads.
+// no connection) are counted; at after misses, the last one seen at
+// least span after the first, it opens: calls fail at once with
+// ErrCircuitOpen, except one probe every probe interval, which goes to
+// Redis. Any answer from Redis (the probe's, a call that was already in
+// flight, a background PING) closes it. The span (the deadline) keeps
+// one stall that times out every call in flight at once (this host's
+// CPU starved, a GC pause) from opening it: a call sent after the first
+// miss must miss too. The closed path is two atomic loads.
 type breaker struct {
 	after int64         // misses in a row that open it; 0: never opens
+	span  time.Duration // the least time from the first of them to the last
 	probe time.Duration // while open, the time between probes
 
-	open   atomic.Bool
-	misses atomic.Int64 // consecutive misses
+	open      atomic.Bool
+	misses    atomic.Int64 // consecutive misses
+	firstMiss atomic.Int64 // when the first of them was seen, Unix ns
 
 	mu      sync.Mutex
 	retryAt time.Time // open: when the next probe may go
@@ -78,8 +83,9 @@ func (b *breaker) answered(probe bool) (closed bool) {
 }
 
 // missed notes a call Redis did not answer in time (or could not be
-// reached for); it opens the breaker at the after-th miss in a row, and
-// says so once. A failed probe keeps it open for another interval.
+// reached for) at now; it opens the breaker at the after-th miss in a
+// row if span has passed since the first, and says so once. A failed
+// probe keeps it open for another interval.
 func (b *breaker) missed(probe bool, now time.Time) (opened bool) {
 	if probe {
 		b.mu.Lock()
@@ -88,7 +94,11 @@ func (b *breaker) missed(probe bool, now time.Time) (opened bool) {
 		b.mu.Unlock()
 		return false
 	}
-	if n := b.misses.Add(1); b.after <= 0 || n < b.after || b.open.Load() {
+	n := b.misses.Add(1)
+	if n == 1 {
+		b.firstMiss.Store(now.UnixNano())
+	}
+	if b.after <= 0 || n < b.after || b.open.Load() || now.UnixNano()-b.firstMiss.Load() < int64(b.span) {
 		return false
 	}
 	b.mu.Lock()

@@ -16,7 +16,7 @@ import (
 // The breaker's states, step by step, on a clock of the test's own.
 func TestBreakerStates(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	b := breaker{after: 3, probe: time.Second}
+	b := breaker{after: 3, span: 100 * time.Millisecond, probe: time.Second}
 	enter := func(at time.Time, wantOK, wantProbe bool) {
 		t.Helper()
 		if ok, probe := b.enter(at); ok != wantOK || probe != wantProbe {
@@ -33,16 +33,22 @@ func TestBreakerStates(t *testing.T) {
 			t.Fatal("an answer while closed reported a close")
 		}
 	}
+	// Three misses in a row, but all at once (one stall timing out every
+	// call in flight): not yet.
 	enter(t0, true, false)
-	if !b.missed(false, t0) {
-		t.Fatal("the third miss in a row did not open it")
+	if b.missed(false, t0.Add(99*time.Millisecond)) {
+		t.Fatal("opened by misses within less than the span")
+	}
+	enter(t0, true, false)
+	if !b.missed(false, t0.Add(100*time.Millisecond)) {
+		t.Fatal("the fourth miss in a row, a span after the first, did not open it")
 	}
 	// A call that was in flight misses too: no second trip.
 	if b.missed(false, t0) {
 		t.Fatal("opened twice")
 	}
-	enter(t0.Add(999*time.Millisecond), false, false)
-	enter(t0.Add(time.Second), true, true)
+	enter(t0.Add(1099*time.Millisecond), false, false)
+	enter(t0.Add(1100*time.Millisecond), true, true)
 	// While the probe is out, everyone else fails at once.
 	enter(t0.Add(1500*time.Millisecond), false, false)
 	b.missed(true, t0.Add(2*time.Second))
@@ -59,8 +65,8 @@ func TestBreakerStates(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 	// An answer to a call sent before it opened closes it too.
-	for range 3 {
-		b.missed(false, t0)
+	for i := range 3 {
+		b.missed(false, t0.Add(time.Duration(i)*time.Second))
 	}
 	if !b.open.Load() || !b.answered(false) || b.open.Load() {
 		t.Fatal("a late answer did not close it")
@@ -146,9 +152,10 @@ func TestBreakerUnderStoppedRedis(t *testing.T) {
 	if uint64(fast) != st.FastFails || fast == 0 {
 		t.Fatalf("%d decisions failed at once, the breaker counted %d", fast, st.FastFails)
 	}
-	// Only the first wave (one call per worker, in flight when it
-	// opened) and the probes (one per interval elapsed) went to Redis.
-	if maxMissed := workers + int(elapsed/probe) + 1; missed > maxMissed {
+	// Only two waves (one call per worker in flight at the stop, and the
+	// next, sent after the first misses, which opened it) and the probes
+	// (one per interval elapsed) went to Redis.
+	if maxMissed := 2*workers + int(elapsed/probe) + 1; missed > maxMissed {
 		t.Fatalf("%d decisions waited for the deadline, want at most %d (%d workers, probes every %s over %s); %d failed at once",
 			missed, maxMissed, workers, probe, elapsed, fast)
 	}

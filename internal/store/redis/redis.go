@@ -90,13 +90,17 @@
 // A hung Redis (stopped, swapping, a network that drops packets) would
 // make every decision wait the whole deadline, and every MTA process
 // with it. So after Options.BreakAfter misses in a row (a deadline
-// passed, or no connection; an error reply is an answer) the store's
-// circuit opens: calls fail at once with ErrCircuitOpen, and the limiter
-// decides them by its fail mode without waiting. Every
-// Options.ProbeInterval one call goes to Redis as a probe; the first
-// answer from Redis (the probe's, a call that was in flight, or the
-// health check's PING) closes the circuit. Under a hung Redis a decision
-// thus waits at most one deadline, and only the probes wait at all.
+// passed, or no connection; an error reply is an answer), the last of
+// them at least a deadline after the first, the store's circuit opens:
+// calls fail at once with ErrCircuitOpen, and the limiter decides them
+// by its fail mode without waiting. (The deadline between the first miss
+// and the last means a call sent after the first miss missed too: one
+// stall of this host, which times out every call in flight at once, is
+// not taken for a hung Redis.) Every Options.ProbeInterval one call goes
+// to Redis as a probe; the first answer from Redis (the probe's, a call
+// that was in flight, or the health check's PING) closes the circuit.
+// Under a hung Redis a decision thus waits at most one deadline, and
+// after the first two deadlines only the probes wait at all.
 // Opening and closing are logged; Breaker reports the state and counts.
 // In Cluster mode there is no breaker: the store cannot tell which
 // master a miss came from, and one dead master must not stop the
@@ -267,7 +271,7 @@ func newStore(ctx context.Context, o Options, c conn) (*Store, error) {
 		leases: make(map[limiter.Lease]leaseRec),
 		resv:   make(map[resvKey]int64),
 		done:   make(chan struct{}),
-		brk:    breaker{after: int64(max(o.BreakAfter, 0)), probe: o.ProbeInterval},
+		brk:    breaker{after: int64(max(o.BreakAfter, 0)), span: o.Deadline, probe: o.ProbeInterval},
 	}
 	if o.Cluster {
 		// One breaker for the store would let a dead master's misses
