@@ -6,55 +6,9 @@
 // -t/-T stats file (StatsLog) and the -d trace; its syslog client is
 // package syslog's.
 //
-// # DIFFERENCES
-//
-// Deliberate differences from mimedefang-multiplexor 3.3 (the reference),
-// for the README:
-//
-//   - Go has no select() limit: descriptors at or above 1024 work.
-//   - -R/-M: limits are set by an exec shim (sluice re-executes itself as
-//     /proc/self/exe, calls setrlimit, then execs the worker; no shell).
-//     A failed setrlimit is reported on the worker's stderr, so it is
-//     logged (as "Worker N stderr: setrlimit(...) failed: ...") only with
-//     -l, where the reference always syslogs a warning. An exec failure
-//     makes the worker exit 1 as with the reference; without -R/-M a
-//     program that cannot be executed fails the activation instead
-//     ("error: Unable to activate worker").
-//   - A worker whose stdout hit EOF is never chosen again; the reference
-//     may still hand it the next request before it is reaped.
-//   - The queue is also served when a slot comes free by a reap or a
-//     bring-up (the reference waits for a worker to finish a command).
-//   - Syslog: without /dev/log the log goes to stderr (after one notice);
-//     a log message that cannot be queued (the syslog daemon stuck) is
-//     dropped rather than blocking the pool. Messages with structured
-//     attributes (sluice's own, not the reference's) show them as
-//     " key=value".
-//   - Stats file: lines are written by a goroutine through a 4096-byte
-//     buffer (the reference's stdio buffer), so without -u they appear
-//     when it fills, at SIGHUP and at exit, as with the reference. A
-//     write error is logged once per run of failures and the buffered
-//     lines are lost; if the writer falls 4096 lines behind (a hung
-//     disk), lines are dropped instead of blocking the pool.
-//   - Notification listeners are served by their own goroutines: a
-//     message queued while a write is in progress is batched exactly as
-//     the reference batches it (256 bytes, then replaced by the newest).
-//   - -d writes sluice's own event-loop trace ("SSS.mmm <event>") to
-//     /var/log/mdefang-event-debug.log (truncated at start, as the
-//     reference's fopen "w"); the reference writes its event library's
-//     lines, and only when built with DEBUG_EVENT (Debian's is not).
-//   - -Z tags and worker stderr are processed in the reference's 63-byte
-//     pieces of each read, so long lines split as they do in 3.3 (upstream
-//     HEAD reads status tags 1023 bytes at a time).
-//   - -k (upstream HEAD's autoscaling, which 3.3 rejects as an unknown
-//     option) follows upstream HEAD as docs/protocols/mimedefang-multiplexor.md, "Autoscaling" describes it: every 15 s ema = 0.75*ema +
-//     0.25*busy/running, starting at 0; above 0.80 one stopped slot is started
-//     (reason "Autoscale: scale-out (ema_busy=x.xx)") if no worker started
-//     in the last 5 s; below 0.30, with more than -m running and no
-//     scale-in or start in the last 30 s, the idle worker idle the
-//     longest is killed with reason "Autoscale: scale-in (ema_busy=x.xx)"
-//     (HEAD's exact scale-in wording and choice of worker are not known).
-//     The "autoscale" command is answered by the multiplexor only with -k;
-//     without it, it goes to a worker, as in 3.3 (HEAD answers it always).
+// The deliberate differences from mimedefang-multiplexor 3.3 (the
+// reference) are Differences (differences.go), from which the README's
+// and docs/mux.md's lists are generated.
 package mux
 
 import (

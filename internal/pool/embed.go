@@ -30,7 +30,8 @@ import (
 // and its parent has exited. -R and -M are set on the worker with
 // prlimit(2) before sluice sends it a command.
 
-// zygoteScript is the zygote. Its arguments are the program and its
+// zygoteScript is the zygote (shown as "sluice mux -E: <program>" in
+// ps; its workers as the program). Its arguments are the program and its
 // arguments, the last one -server or -serveru. Requests on stdin:
 // "fork <dir>"; answers on stdout: "ready" once the program is compiled,
 // then "<pid>" or "error <why>" per request.
@@ -43,6 +44,7 @@ package main;
 { no strict; do $prog; }
 die "$prog: $@" if $@;
 main();
+$0 = "sluice mux -E: $prog";
 print "ready\n";
 while (my $line = <STDIN>) {
 	chomp $line;
@@ -61,7 +63,7 @@ while (my $line = <STDIN>) {
 			POSIX::dup2(fileno($st), 3); close $st;
 		}
 		syswrite($w, "ok\n"); close $w;
-		$| = 1;
+		$| = 1; $0 = $prog;
 		do_main_loop();
 		POSIX::_exit(0);
 	}

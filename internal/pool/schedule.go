@@ -152,9 +152,9 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	s.timers.busyProc = proc
 	s.timers.busy = p.schedule(&s.timers.busyEntry, p.cfg.BusyTimeout)
 	c.slot = s.n
-	// The stats line comes before the hand-off: once the worker has the
-	// command its reply can reach the client, and the record must not
-	// trail the answer it describes.
+	// The stats line comes before the command is written: once the
+	// worker has the command its reply can reach the client, and the
+	// record must not trail the answer it describes.
 	if c.scanPath() && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
