@@ -58,6 +58,9 @@ type Daemon struct {
 	anvil     *anvil.Server
 	policy    *policy.Server
 	throttle  *throttle.Server
+	// throttleBan reads the throttle's send results (ban signs,
+	// suspension, learned limits).
+	throttleBan *banGuard
 	milter    *milter.Server
 	web       *web.Server
 	listeners []boundListener

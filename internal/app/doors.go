@@ -89,6 +89,9 @@ func (d *Daemon) newPolicy(p config.Policy) func(net.Listener) error {
 }
 
 func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
+	if d.throttleBan == nil {
+		d.throttleBan = d.openBanGuard()
+	}
 	d.throttle = throttle.NewServer(throttle.Options{
 		Handler:        throttleHandler{d},
 		Logger:         d.log,

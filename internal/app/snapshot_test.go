@@ -145,6 +145,11 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The changes since the snapshot's base are in its change log.
+	crashedLog, err := os.ReadFile(file + ".changes")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.stop(t)
 
 	for _, bad := range []string{"garbage", "SLUICEMS\x00\x07rest", string(crashed[:len(crashed)-3])} {
@@ -162,6 +167,7 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	// Unclean stop without the guard: counts as of the last write, a
 	// warning; with it, exact limits grant nothing for one period.
 	os.WriteFile(file, crashed, 0o600)
+	os.WriteFile(file+".changes", crashedLog, 0o600)
 	r = runSnapDaemon(t, path)
 	if v := policyVerb(t, sock, "s@example.org"); v != "DEFER_IF_PERMIT" {
 		t.Fatalf("unclean snapshot: %s", v)
@@ -175,6 +181,7 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	}
 	writeConfig(t, dir, snapConfig(dir, true))
 	os.WriteFile(file, crashed, 0o600)
+	os.WriteFile(file+".changes", crashedLog, 0o600)
 	r = runSnapDaemon(t, path)
 	defer r.stop(t)
 	if v := policyVerb(t, sock, "new2@example.org"); v != "DEFER_IF_PERMIT" {

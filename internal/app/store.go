@@ -27,7 +27,6 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if cfg.Store.Kind != "redis" {
 		return memory.New(memory.Options{
 			MaxKeys: cfg.Limiter.MaxKeys,
-			Evict:   cfg.Limiter.WhenFull == "evict",
 			Logger:  log,
 		}), cfg.Limiter.WhenFull != "fail-closed", nil
 	}

@@ -3,20 +3,80 @@ package app
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/governor"
+	"sluice/internal/limiter"
 	"sluice/internal/throttle"
 )
 
 // throttleHandler adapts the throttle front end to the governor in force
-// when each request arrives.
+// when each request arrives, and to the ban guard (nil: no policy reads
+// results).
 type throttleHandler struct{ d *Daemon }
 
 func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Grant, error) {
 	g := h.d.gov.Load()
+	var bp *banPolicy
+	var id string
+	if ban := h.d.throttleBan; ban != nil {
+		if name, bucket, _, ok := g.ThrottleTarget(key); ok {
+			bp, id = ban.policy(h.d.cfg.Load(), name), name+" "+bucket
+		}
+	}
+	if bp == nil {
+		return h.acquire(ctx, g, key)
+	}
+	ban := h.d.throttleBan
+	if until, why := ban.admit(ctx, id); !until.IsZero() {
+		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, until, why)}
+	}
+	suspended, stop := ban.watch(id)
+	wctx, cancel := context.WithCancel(governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp)))
+	go func() {
+		select {
+		case <-suspended:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	gr, err := h.acquire(wctx, g, key)
+	cancel()
+	if err != nil {
+		stop()
+		if ctx.Err() == nil && isClosed(suspended) {
+			return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
+		}
+		return gr, err
+	}
+	done := gr.Done
+	gr.Done = func(used bool) { stop(); done(used) }
+	gr.Revoked = suspended
+	gr.RevokeReason = func() string { return ban.revokeReason(id) }
+	gr.Judge = func(ctx context.Context, lines []throttle.ResultLine) string {
+		// The policy in force when the result comes (a reload between
+		// grant and result applies its signs).
+		if p := ban.policy(h.d.cfg.Load(), bp.name); p != nil {
+			bp = p
+		}
+		return ban.judge(ctx, id, bp, lines)
+	}
+	return gr, nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key string) (throttle.Grant, error) {
 	h.d.metrics.ThrottleWaiters(int(h.d.throttleWaiting.Add(1)))
 	start := time.Now()
 	gr, err := g.ThrottleAcquire(ctx, key)
@@ -32,6 +92,18 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 		return throttle.Grant{}, err
 	}
 	return throttle.Grant{At: gr.At, Latest: gr.Latest, Done: func(used bool) { g.ThrottleDone(context.Background(), gr, used) }}, nil
+}
+
+// openBanGuard returns the guard of the throttle's ban handling, its
+// marks in the state directory's throttle.marks.
+func (d *Daemon) openBanGuard() *banGuard {
+	path := filepath.Join(d.cfg.Load().StateDir, "throttle.marks")
+	m, err := limiter.NewMemoryMarks(path, nil)
+	if err != nil {
+		d.log.Error("throttle: the marks file cannot be read; suspensions and learned limits start afresh and are not kept", "err", err)
+		m, _ = limiter.NewMemoryMarks("", nil)
+	}
+	return newBanGuard(m, d.log)
 }
 
 // ThrottleRules converts the configured throttle policies for the governor.

@@ -62,7 +62,6 @@ const (
 type muxOptions struct {
 	muxd.Options
 	help, version         bool
-	embedded              bool // -E, accepted and ignored
 	notices               []string
 	backlogSet, lockGiven bool
 }
@@ -115,7 +114,6 @@ func defaultMuxOptions() *muxOptions {
 func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, error) {
 	o := defaultMuxOptions()
 	extra, err := getopt(args, muxArgOpts, muxFlagOpts, false, func(c byte, val string) (bool, error) {
-		again := c == 'E' && o.embedded
 		if err := o.set(c, val); err != nil {
 			return false, err
 		}
@@ -123,9 +121,6 @@ func parseMuxArgs(prog string, args []string, stderr io.Writer) (*muxOptions, er
 		// follows them is never looked at.
 		if o.help || o.version {
 			return false, nil
-		}
-		if c == 'E' && !again { // the reference's own words, unprefixed
-			o.notices = append(o.notices, "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.")
 		}
 		return true, nil
 	})
@@ -186,7 +181,7 @@ func (o *muxOptions) flag(c byte) *bool {
 	return map[byte]*bool{
 		'h': &o.help, 'v': &o.version, 'D': &o.Foreground, 'G': &o.Group, 'l': &o.Verbose,
 		'T': &o.StatsSyslog, 'u': &o.Flush, 'Z': &o.StatusPipe, 'd': &o.DebugEvents,
-		'A': &o.SchedLog, 'E': &o.embedded, 'k': &o.Autoscale,
+		'A': &o.SchedLog, 'E': &o.Embed, 'k': &o.Autoscale,
 	}[c]
 }
 
@@ -340,7 +335,7 @@ func muxUsage(w io.Writer, name string) {
 	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
   -A                -- Log scheduling decisions
   -k                -- Autoscale workers (upstream HEAD)
--E (embedded Perl) is accepted and ignored, with the reference's notice.
+-E forks the workers from one perl that has compiled the -f program once.
 `)
 }
 

@@ -150,12 +150,11 @@ func TestMuxFlags(t *testing.T) {
 		// Every other option lands in its own field.
 		{[]string{"-TuZdAkE", "-t", "/s", "-N", "/n", "-O", "/o", "-R", "100", "-M", "-5", "-X", "7", "-V", "9",
 			"-W", "2", "-b", "30", "-c", "20", "-i", "40", "-w", "5", "-r", "9", "-P", "3", "-L", "60", "-q", "4"}, def(func(o *muxOptions) {
-			o.StatsSyslog, o.Flush, o.StatusPipe, o.DebugEvents, o.SchedLog, o.Autoscale, o.embedded = true, true, true, true, true, true, true
+			o.StatsSyslog, o.Flush, o.StatusPipe, o.DebugEvents, o.SchedLog, o.Autoscale, o.Embed = true, true, true, true, true, true, true
 			o.Stats, o.MapSocket, o.NotifySocket, o.RLimitRSS, o.RLimitAS = "/s", "/n", "/o", 102400, 0
 			o.Tick, o.Lifetime, o.Spacing, o.Busy, o.Cmd, o.Idle, o.Slew = 7*time.Second, 9*time.Second, 2*time.Second,
 				30*time.Second, 20*time.Second, 40*time.Second, 5*time.Second
 			o.MaxRequests, o.Ticks, o.LogInterval, o.Queue = 9, 3, time.Minute, 4
-			o.notices = []string{"mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag."}
 		})},
 		{[]string{"-S", "LOG_Local3", "-Y", "md"}, def(func(o *muxOptions) {
 			o.Facility, o.Label = "LOG_Local3", "md"
@@ -174,33 +173,27 @@ func TestMuxFlags(t *testing.T) {
 	}
 }
 
-// Every flag is built: none is announced as missing; -E (embedded Perl,
-// which Go cannot have) gets the reference's own notice, once.
+// Every flag is built: none is announced as missing, -E (embedded Perl)
+// included.
 func TestMuxNoNotImplementedNotices(t *testing.T) {
-	all := []string{"-O", "inet:4001", "-t", "/tmp/stats", "-T", "-u", "-X", "60", "-P", "2", "-R", "1000",
+	all := []string{"-E", "-O", "inet:4001", "-t", "/tmp/stats", "-T", "-u", "-X", "60", "-P", "2", "-R", "1000",
 		"-M", "1000", "-Z", "-L", "60", "-S", "mail", "-Y", "x", "-d", "-A", "-k", "-N", "/m"}
 	o, err := parseMuxArgs("sluice mux", append(all, all...), io.Discard)
 	if err != nil || len(o.notices) != 0 {
 		t.Fatalf("%v %q", err, o.notices)
 	}
-	// Through the command: the -E notice is on stderr before the run
-	// starts (which here stops at once: no such user). runMux sets the
-	// umask.
+	// Through the command: no notice before the run starts (which here
+	// stops at once: no such user). runMux sets the umask.
 	mask := syscall.Umask(0o022)
 	defer syscall.Umask(mask)
 	code, _, errs := run("mux", "-D", "-N", "/m", "-O", "/o", "-E", "-U", "no-such-user-here")
-	want := "mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag.\n" +
-		"sluice mux: Unknown user 'no-such-user-here'\n"
+	want := "sluice mux: Unknown user 'no-such-user-here'\n"
 	if code != 1 || errs != want {
 		t.Errorf("%d %q", code, errs)
 	}
 	// A fatal parse error comes before any notice.
 	if code, _, errs := run("mux", "-E", "-q", "500"); code != 1 || errs != "sluice mux: Request queue size 500 too big (128 max)\n" {
 		t.Errorf("%d %q", code, errs)
-	}
-	o, err = parseMuxArgs("sluice mux", []string{"-E", "-E"}, io.Discard)
-	if err != nil || !reflect.DeepEqual(o.notices, []string{"mimedefang-multiplexor compiled without support for embedded perl.  Ignoring -E flag."}) {
-		t.Errorf("-E: %v %q", err, o.notices)
 	}
 }
 

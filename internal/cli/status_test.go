@@ -147,7 +147,7 @@ func TestStatusLive(t *testing.T) {
 	})
 	for _, re := range []string{
 		`(?m)^sluice \S.* · up \d+s · config generation 1, loaded \d+s ago$`,
-		`(?m)^store +memory · \d+ / 1,000,000 keys · healthy$`,
+		`(?m)^store +memory · \d+ / 10,000,000 keys · healthy$`,
 		`(?m)^traffic +6 decisions · 3 deferred since start$`,
 		`(?m)^doors +policy +unix:policy +1 conn$`,
 		`(?m)^ +milter +unix:milter +1 conn$`,

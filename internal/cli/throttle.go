@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +82,15 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		network, addr = n, a
 	}
-	cl, rep, err := takeSlot(ctx, network, addr, *key, *timeout, stderr)
+	// qmail-rspawn reads qmail-remote's stderr as part of its report, up
+	// to the message report: with -qmail-remote, notes come after it.
+	notes := stderr
+	if *qmail {
+		held := &bytes.Buffer{}
+		notes = held
+		defer func() { stderr.Write(held.Bytes()) }()
+	}
+	cl, rep, err := takeSlot(ctx, network, addr, *key, *timeout, notes)
 	var se signalError
 	switch {
 	case errors.As(err, &se):
@@ -90,13 +99,14 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if !*failOpen {
 			return deferred(fmt.Sprintf("throttle server unavailable (%v)", err))
 		}
-		fmt.Fprintf(stderr, "sluice throttle: %v; sending unthrottled (fail-open)\n", err)
+		fmt.Fprintf(notes, "sluice throttle: %v; sending unthrottled (fail-open)\n", err)
 	case rep.Defer != "":
 		return deferred(rep.Defer)
-	default:
-		defer cl.Done() // sent: the slot stays used; the concurrency slot ends
 	}
-	return runCommand(cmdArgs, stderr)
+	if *qmail {
+		return runQmailRemote(cl, cmdArgs, stdout, stderr)
+	}
+	return runReported(cl, cmdArgs, stdout, stderr)
 }
 
 // maxStaleSlots is how many times a sender that woke too late for its
@@ -132,9 +142,16 @@ func takeSlot(ctx context.Context, network, addr, key string, timeout time.Durat
 			}
 			return nil, rep, err
 		}
-		if sig := sleepUntil(rep.At); sig != 0 {
+		revoked, stop := cl.Watch()
+		sig, why := sleepUntil(rep.At, revoked)
+		stop()
+		if sig != 0 {
 			cl.Close() // the slot goes back
 			return nil, rep, signalError{sig}
+		}
+		if why != "" {
+			cl.Close() // the key was suspended while this sender waited
+			return nil, throttle.Reply{Defer: why}, nil
 		}
 		late := time.Since(rep.Latest)
 		if rep.Latest.IsZero() || late <= 0 {
@@ -149,11 +166,17 @@ func takeSlot(ctx context.Context, network, addr, key string, timeout time.Durat
 }
 
 // sleepUntil sleeps once until t; a termination signal ends the sleep and
-// is returned (0 when the sleep ran out).
-func sleepUntil(t time.Time) syscall.Signal {
+// is returned (0 when the sleep ran out), and so does the server taking
+// the slot back (the reason is returned).
+func sleepUntil(t time.Time, revoked <-chan string) (syscall.Signal, string) {
 	d := time.Until(t)
 	if d <= 0 {
-		return 0
+		select {
+		case why := <-revoked:
+			return 0, why
+		default:
+			return 0, ""
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -162,9 +185,11 @@ func sleepUntil(t time.Time) syscall.Signal {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return 0
+		return 0, ""
+	case why := <-revoked:
+		return 0, why
 	case s := <-sigs:
-		return s.(syscall.Signal)
+		return s.(syscall.Signal), ""
 	}
 }
 
@@ -195,11 +220,12 @@ func acquireOrSignal(ctx context.Context, cl *throttle.Client, key string) (thro
 	return throttle.Reply{}, errInterrupted
 }
 
-// runCommand runs the command with stdio passed through, forwards termination
-// signals to it, and returns its exit status (128+signal if killed).
-func runCommand(argv []string, stderr io.Writer) int {
+// runCommand runs the command with stdin passed through and its output to
+// stdout and errout, forwards termination signals to it, and returns its
+// exit status (128+signal if killed).
+func runCommand(argv []string, stdout, errout io.Writer, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, errout
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)

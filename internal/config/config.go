@@ -68,10 +68,15 @@ type Log struct {
 
 // Limiter configures the limiter core and its in-memory store.
 type Limiter struct {
-	// MaxKeys caps the keys the store holds.
+	// MaxKeys caps the keys the memory store holds. A key takes about 85
+	// bytes plus its length (a sender key of 40 bytes: 125 bytes), so the
+	// default of 10,000,000 is about 1.3 GB at most; memory is taken as
+	// keys arrive (docs/limiter.md, "Sizing max_keys").
 	MaxKeys int `toml:"max_keys"`
-	// WhenFull: "evict" idle keys, "fail-open" (admit untracked) or
-	// "fail-closed" (refuse) when the store is full.
+	// WhenFull is what a new key gets when the store is full of keys still
+	// counting (keys at rest always make room, and a key still counting is
+	// never dropped for a new one): "evict" or "fail-open" admit it
+	// untracked, "fail-closed" refuses it.
 	WhenFull string `toml:"when_full"`
 	// StatusInterval is how often peak figures are logged (anvil's
 	// anvil_status_update_time).
@@ -365,6 +370,29 @@ type ThrottlePolicy struct {
 	// limit and one concurrency cap for all of them, as for a smarthost
 	// every destination goes through); false gives each key its own.
 	Shared bool `toml:"shared"`
+	// BanSigns are texts in the relay's answers that mean it has cut the
+	// sender off (matched ignoring case, e.g. "too many", "rate limit"), or
+	// reply codes matched as words ("554", "5.7.1"). A send's permanent
+	// failure that matches one suspends the key and is reported to qmail as
+	// temporary (docs/throttle.md).
+	BanSigns []string `toml:"ban_signs"`
+	// BanAfter counts that many consecutive failed sends (the relay took
+	// nothing, for no recipient's own reason) as a ban even without a sign
+	// (0: off).
+	BanAfter int `toml:"ban_after"`
+	// CoolOff is how long a ban suspends the key (default 5m); it doubles
+	// for each ban that follows within MaxCoolOff of the last one's end.
+	CoolOff Duration `toml:"cool_off"`
+	// MaxCoolOff caps the growing cool-off (default 1h).
+	MaxCoolOff Duration `toml:"max_cool_off"`
+	// Adapt learns the relay's limit: a ban or a throttling answer (a
+	// temporary failure matching a ban sign) halves the rate the key last
+	// had, and each AdaptWindow of clean sends raises it by one, never above
+	// limit.
+	Adapt bool `toml:"adapt"`
+	// AdaptWindow is how long sends must go clean before the learned limit
+	// rises by one (default ten periods of limit).
+	AdaptWindow Duration `toml:"adapt_window"`
 }
 
 // Socket sets owner, group and mode of unix sockets sluice creates.
@@ -411,7 +439,7 @@ func Default() *Config {
 		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
 			MaxLinesPerSecond: 200},
 		Limiter: Limiter{
-			MaxKeys:        1_000_000,
+			MaxKeys:        10_000_000,
 			WhenFull:       "evict",
 			StatusInterval: Duration(10 * time.Minute),
 		},

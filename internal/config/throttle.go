@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"sluice/internal/hostmask"
@@ -22,7 +23,29 @@ type ThrottlePolicySpec struct {
 	MaxWait     time.Duration
 	Margin      time.Duration
 	Shared      bool
+	Ban         BanSpec
 }
+
+// BanSpec is what a policy does when the relay bans anyway (ban_signs,
+// ban_after, cool_off, max_cool_off, adapt, adapt_window).
+type BanSpec struct {
+	Signs       []string
+	After       int
+	CoolOff     time.Duration
+	MaxCoolOff  time.Duration
+	Adapt       bool
+	AdaptWindow time.Duration
+}
+
+// On says whether the policy reads send results at all.
+func (b BanSpec) On() bool { return len(b.Signs) > 0 || b.After > 0 || b.Adapt }
+
+// Defaults of a ban's cool-off.
+const (
+	DefaultCoolOff    = 5 * time.Minute
+	DefaultMaxCoolOff = time.Hour
+	maxBanSign        = 200
+)
 
 // ThrottlePolicies parses and checks the [[throttle.policy]] tables.
 func (c *Config) ThrottlePolicies() ([]ThrottlePolicySpec, []error) {
@@ -78,9 +101,52 @@ func (c *Config) ThrottlePolicies() ([]ThrottlePolicySpec, []error) {
 				add("margin", "must be between 0 and 1m")
 			}
 		}
+		spec.Ban = c.banSpec(p, spec.Limit.Period+spec.Margin, add)
 		out = append(out, spec)
 	}
 	return out, errs
+}
+
+func (c *Config) banSpec(p ThrottlePolicy, period time.Duration, add func(field, format string, args ...any)) BanSpec {
+	b := BanSpec{Signs: p.BanSigns, After: p.BanAfter, CoolOff: p.CoolOff.D(), MaxCoolOff: p.MaxCoolOff.D(), Adapt: p.Adapt, AdaptWindow: p.AdaptWindow.D()}
+	for j, sign := range p.BanSigns {
+		field := fmt.Sprintf("ban_signs[%d]", j+1)
+		switch {
+		case strings.TrimSpace(sign) == "":
+			add(field, "a ban sign must not be empty (it would match every answer)")
+		case len(sign) > maxBanSign:
+			add(field, "a ban sign is at most %d bytes", maxBanSign)
+		case strings.IndexFunc(sign, func(r rune) bool { return r < ' ' || r > '~' }) >= 0:
+			add(field, "a ban sign is printable ASCII (qmail-remote prints nothing else)")
+		}
+	}
+	if b.After < 0 {
+		add("ban_after", "must not be negative (0: off)")
+	}
+	if b.CoolOff == 0 {
+		b.CoolOff = DefaultCoolOff
+	}
+	if b.MaxCoolOff == 0 {
+		b.MaxCoolOff = max(DefaultMaxCoolOff, b.CoolOff)
+	}
+	switch {
+	case b.CoolOff < 0 || b.MaxCoolOff < 0:
+		add("cool_off", "must be positive")
+	case b.MaxCoolOff < b.CoolOff:
+		add("max_cool_off", "%s is shorter than cool_off (%s)", b.MaxCoolOff, b.CoolOff)
+	}
+	if b.AdaptWindow == 0 {
+		b.AdaptWindow = 10 * period
+	}
+	switch {
+	case b.AdaptWindow < 0:
+		add("adapt_window", "must be positive")
+	case p.AdaptWindow != 0 && !p.Adapt:
+		add("adapt_window", "set, but adapt is off")
+	case p.Adapt && b.AdaptWindow < period:
+		add("adapt_window", "%s is shorter than the limit's period with its margin (%s): a window of clean sends needs a whole period", b.AdaptWindow, period)
+	}
+	return b
 }
 
 func (c *Config) validateThrottle() []error {

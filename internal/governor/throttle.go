@@ -109,6 +109,30 @@ func (g *Governor) throttlePolicy(key string) *ThrottlePolicy {
 	return nil
 }
 
+// ThrottleTarget names the policy that paces key's sends and the budget
+// they count against (the key, or "*" for a shared policy); ok is false
+// when no policy matches. lim is the policy's configured limit.
+func (g *Governor) ThrottleTarget(key string) (policy, bucket string, lim limiter.Limit, ok bool) {
+	p := g.throttlePolicy(key)
+	if p == nil {
+		return "", "", limiter.Limit{}, false
+	}
+	bucket = key
+	if p.Shared {
+		bucket = "*"
+	}
+	return p.Name, bucket, p.Limit, true
+}
+
+type throttleCapKey struct{}
+
+// WithThrottleCap returns a context under which ThrottleAcquire books
+// with at most n sends per period (a learned limit below the configured
+// one; n <= 0 or above it changes nothing).
+func WithThrottleCap(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, throttleCapKey{}, n)
+}
+
 // ThrottleAcquire waits, first come first served, for a concurrency slot
 // of key's policy, then books the next send slot under its rate limit, and
 // returns the time the slot is the caller's. Keys no policy matches may
@@ -166,6 +190,9 @@ func (g *Governor) throttleAcquire(ctx context.Context, key string) (ThrottleGra
 	gr.classLease, gr.classCap = cl, ccap
 	lim := p.Limit
 	lim.Period += p.Margin
+	if n, _ := ctx.Value(throttleCapKey{}).(int64); n > 0 && n < lim.N {
+		lim.N = n
+	}
 	left := deadline.Sub(g.lim.Now())
 	res, err := g.lim.Reserve(ctx, "throttle\x00r\x00"+p.Name+"\x00"+bucket, lim, 1, max(left, 0))
 	if err != nil {

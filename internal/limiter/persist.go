@@ -35,3 +35,20 @@ func InsertEvents(l *EventLog, t, n int64) *EventLog {
 	l.t = slices.Insert(l.t, i, ins...)
 	return l
 }
+
+// Lend makes the log hold buf[head:], oldest first, using buf as its
+// storage: the log's later changes may write into it or replace it (for a
+// store that keeps logs in storage of its own and lends them to the
+// algorithms; Storage gives the result back).
+func (l *EventLog) Lend(buf []int64, head int) {
+	l.t, l.head = buf, head
+}
+
+// Storage returns the log's storage and where its events begin in it:
+// the events are buf[head:].
+func (l *EventLog) Storage() (buf []int64, head int) {
+	if l == nil {
+		return nil, 0
+	}
+	return l.t, l.head
+}

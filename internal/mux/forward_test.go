@@ -12,13 +12,15 @@ import (
 	"sluice/internal/pool"
 )
 
-// TestForwardedBySubmit: a forwarded command read whole at the accept is
-// answered through pool.Submit (the owner writes the reply), status from
-// the owner's snapshot and version at once; a request queued
+// TestForwardedOnOwner: a forwarded command read whole at the accept is
+// answered on the pool's owner (it writes the worker's reply), status
+// from the owner's snapshot and version at once, none by a connection
+// goroutine; a request queued
 // behind a busy worker when the server closes ends with EOF for its
 // client, and the pool's later end of the call does not touch the
 // connection again.
-func TestForwardedBySubmit(t *testing.T) {
+func TestForwardedOnOwner(t *testing.T) {
+	fs := watchFront(t)
 	dir := t.TempDir()
 	p, _ := runPool(t, dir)
 	srv := mux.New(mux.Options{Pool: p, Timeout: 10 * time.Second})
@@ -66,8 +68,8 @@ func TestForwardedBySubmit(t *testing.T) {
 			t.Fatalf("%q: %q, want %s", r.req, got, r.want)
 		}
 	}
-	if n := srv.Inlined(); n != 3 {
-		t.Fatalf("Serve took %d requests itself, want 3", n)
+	if n := fs.count(mux.FrontHandOff); n != 0 {
+		t.Fatalf("%d connections handed to connection goroutines, want 0", n)
 	}
 	// "sleep" is not one of the counted kinds: a connection goroutine
 	// forwards it (Do), and it holds the only worker.

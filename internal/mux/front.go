@@ -12,29 +12,24 @@ import (
 // The main socket is served on the pool's owner goroutine, as a
 // single-threaded multiplexor serves everything from one epoll loop: its
 // listening descriptor and the connections whose request line is not in
-// yet are watched in the owner's epoll set beside the workers' stdout
-// (pool.Owner). The owner accepts as soon as its set says a connection
-// waits, reads the line when it comes, hands a forwarded command to the
-// pool without the inbox, and writes the reply and closes the connection
-// when the worker's reply is in (forward.go). A goroutine accepting on
-// the runtime's poller accepted later: it runs only when the runtime
-// looks at its poller, and under load the listen queue (the reference's
-// backlog of 5) was full two thirds of the time, where the floor's was a
-// quarter; each client that then blocks in connect costs a wakeup at the
-// next accept (docs/mux.md, "Accepting on the owner").
+// yet are watched in the owner's epoll set beside the workers' pipes
+// (pool.Owner). The owner accepts as soon as a connection waits, reads
+// the line when it comes, hands a forwarded command to the pool without
+// the inbox, answers a built-in command from a snapshot it takes itself,
+// and writes the reply and closes the connection when the worker's reply
+// is in. A forwarded request thus costs no goroutine switch; an idle
+// connection costs an epoll watch and a timer, no goroutine.
 //
-// The owner serves the socket while the pool runs. Close ends that on
-// the owner: the connections still waiting for their line or for the
-// pool see EOF, as with the reference's SIGTERM. While a pool stops
-// before its server (muxd closes the server first), new connections wait
-// in the listen queue until it has stopped (its workers reaped), and
-// Serve then accepts by itself.
+// A connection goes to a connection goroutine (Server.goServe) with what
+// was read when its first read brings part of a line, end of file or an
+// error, or a line the owner does not answer itself (reread, autoscale,
+// a command no counted kind names, one too long): that goroutine's
+// reader is the one framing of every odd case. A connection that sends
+// nothing within the timeout is closed without a reply, as the reference
+// does.
 //
-// A connection goes to a connection goroutine with what was read
-// (handOff) when its first read brings part of a line, end of file or an
-// error, or a line that is not answered at once: the goroutine's reader
-// is the one framing of every odd case. A connection that sends nothing
-// within the timeout is closed without a reply, as the reference does.
+// Close ends the front on the owner: the connections still waiting for
+// their line or for the pool see EOF, as with the reference's SIGTERM.
 
 // frontBatch is how many connections the owner accepts per readiness of
 // the listening socket before it looks at its other descriptors.
@@ -76,7 +71,6 @@ func traceFront(step frontStep, d time.Duration) {
 // the owner's (or, once the pool has stopped, stop's caller's).
 type front struct {
 	s        *Server
-	ls       *listenerState
 	lfd      int // a non-blocking duplicate of the listener's descriptor, closed by stop
 	o        *pool.Owner
 	rb       reqBuf
@@ -98,13 +92,13 @@ type front struct {
 }
 
 // startFront serves the listener descriptor lfd of the main socket on the
-// pool's owner until the server closes; false when the pool cannot (it
-// has stopped, or has no epoll set of its own), or when the server closes
-// before startFront has learnt whether the owner took lfd (the pool may
-// not run yet): f is then stopped after the owner's start, whenever the
-// owner comes to it. lfd belongs to f from here on.
-func (s *Server) startFront(ls *listenerState, lfd int) (*front, bool) {
-	f := &front{s: s, ls: ls, lfd: lfd, done: make(chan struct{})}
+// pool's owner until the server closes; false when the pool has stopped,
+// or when the server closes before startFront has learnt whether the
+// owner took lfd (the pool may not run yet): f is then stopped after the
+// owner's start, whenever the owner comes to it. lfd belongs to f from
+// here on.
+func (s *Server) startFront(lfd int) (*front, bool) {
+	f := &front{s: s, lfd: lfd, done: make(chan struct{})}
 	f.onAccept, f.onRetry = f.accept, f.rewatch
 	ok := make(chan bool, 1)
 	if !s.o.Pool.OnOwner(func(o *pool.Owner) {
@@ -158,25 +152,22 @@ func (f *front) stop(onOwner bool) {
 }
 
 // wait stops f once the server closes or the pool stops, and returns
-// when it is stopped: true if the server has closed.
-func (f *front) wait() (closed bool) {
+// when it is stopped.
+func (f *front) wait() {
 	select {
 	case <-f.s.ctx.Done():
 	case <-f.s.o.Pool.Done():
 	}
 	f.halt()
 	<-f.done
-	return f.s.ctx.Err() != nil
 }
 
 // accept empties the listen queue (frontBatch connections at most), then
 // reads each connection taken, and watches the listener again. Taking
-// them all before answering any is what the floor does: answering one
+// them all before answering any keeps the clients fair: answering one
 // between two accepts lets its client connect again at once, into the
 // place the next accept freed, while the clients blocked in connect(2)
-// for that place wake to a full queue and wait again at the back (status
-// p99 under 64 clients was 6.8-8.7 ms before, about the reference's
-// after: docs/mux.md, "Accepting on the owner").
+// for that place wake to a full queue and wait again at the back.
 func (f *front) accept() {
 	if f.stopped {
 		return
@@ -237,18 +228,15 @@ func (f *front) first(fd int) {
 func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 	line, in, whole := firstRead(&f.rb, n, e, spent)
 	if !whole {
-		traceFront(frontHandOff, 0)
-		f.s.handOff(f.ls, handed{fd: fd, in: in})
+		f.handOff(fd, in)
 		return
 	}
 	if forwardsAtOnce(line) {
-		f.s.inlined.Add(1)
 		r := f.newReq(fd)
 		f.o.Submit(pool.Request{Line: line, Queue: true}, r.done)
 		return
 	}
 	if a, ok := f.s.lookupBuiltin(line, true); ok {
-		f.s.inlined.Add(1)
 		if a.view == nil {
 			f.s.write(fd, unsafe.Slice(unsafe.StringData(a.reply), len(a.reply)))
 			return
@@ -258,6 +246,19 @@ func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 		f.s.write(fd, f.out)
 		return
 	}
+	f.handOff(fd, inline{line: line, whole: true})
+}
+
+// handOff gives the connection fd to a connection goroutine.
+func (f *front) handOff(fd int, in inline) {
 	traceFront(frontHandOff, 0)
-	f.s.handOff(f.ls, handed{fd: fd, in: inline{line: line, whole: true}})
+	f.s.goServe(fd, true, in)
+}
+
+// forwardsAtOnce reports whether line, read whole on the main socket, is
+// one of the commands the front forwards itself: the four kinds the pool
+// counts (none is a built-in command: TestForwardedKindsAreNotBuiltin),
+// short enough for a worker.
+func forwardsAtOnce(line string) bool {
+	return pool.KindOf(line) != pool.Other && len(line) <= maxCommand
 }

@@ -81,11 +81,10 @@ func (f *front) await(fd int) {
 	}
 	if err := f.o.Watch(fd, w.onReadable); err != nil {
 		w.lk.next, f.waitFree = f.waitFree, w
-		traceFront(frontHandOff, 0)
-		f.s.handOff(f.ls, handed{fd: fd})
+		f.handOff(fd, inline{})
 		return
 	}
-	w.fd, w.since = fd, time.Now()
+	w.fd, w.since = fd, f.o.Now()
 	push(&f.waiting, w)
 	f.o.Arm(&w.timer, f.s.o.Timeout, w.onExpire)
 	traceFront(frontAwait, 0)
@@ -101,11 +100,10 @@ func (w *waitingConn) readable() {
 	if e == syscall.EAGAIN && f.o.Watch(w.fd, w.onReadable) == nil {
 		return
 	}
-	fd, spent := w.fd, time.Since(w.since)
+	fd, spent := w.fd, f.o.Now().Sub(w.since)
 	w.release()
 	if e == syscall.EAGAIN { // not watched: its goroutine waits on the poller
-		traceFront(frontHandOff, 0)
-		f.s.handOff(f.ls, handed{fd: fd, in: inline{spent: spent}})
+		f.handOff(fd, inline{spent: spent})
 		return
 	}
 	f.got(fd, n, e, spent)

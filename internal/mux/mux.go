@@ -6,55 +6,9 @@
 // -t/-T stats file (StatsLog) and the -d trace; its syslog client is
 // package syslog's.
 //
-// # DIFFERENCES
-//
-// Deliberate differences from mimedefang-multiplexor 3.3 (the reference),
-// for the README:
-//
-//   - Go has no select() limit: descriptors at or above 1024 work.
-//   - -R/-M: limits are set by an exec shim (sluice re-executes itself as
-//     /proc/self/exe, calls setrlimit, then execs the worker; no shell).
-//     A failed setrlimit is reported on the worker's stderr, so it is
-//     logged (as "Worker N stderr: setrlimit(...) failed: ...") only with
-//     -l, where the reference always syslogs a warning. An exec failure
-//     makes the worker exit 1 as with the reference; without -R/-M a
-//     program that cannot be executed fails the activation instead
-//     ("error: Unable to activate worker").
-//   - A worker whose stdout hit EOF is never chosen again; the reference
-//     may still hand it the next request before it is reaped.
-//   - The queue is also served when a slot comes free by a reap or a
-//     bring-up (the reference waits for a worker to finish a command).
-//   - Syslog: without /dev/log the log goes to stderr (after one notice);
-//     a log message that cannot be queued (the syslog daemon stuck) is
-//     dropped rather than blocking the pool. Messages with structured
-//     attributes (sluice's own, not the reference's) show them as
-//     " key=value".
-//   - Stats file: lines are written by a goroutine through a 4096-byte
-//     buffer (the reference's stdio buffer), so without -u they appear
-//     when it fills, at SIGHUP and at exit, as with the reference. A
-//     write error is logged once per run of failures and the buffered
-//     lines are lost; if the writer falls 4096 lines behind (a hung
-//     disk), lines are dropped instead of blocking the pool.
-//   - Notification listeners are served by their own goroutines: a
-//     message queued while a write is in progress is batched exactly as
-//     the reference batches it (256 bytes, then replaced by the newest).
-//   - -d writes sluice's own event-loop trace ("SSS.mmm <event>") to
-//     /var/log/mdefang-event-debug.log (truncated at start, as the
-//     reference's fopen "w"); the reference writes its event library's
-//     lines, and only when built with DEBUG_EVENT (Debian's is not).
-//   - -Z tags and worker stderr are processed in the reference's 63-byte
-//     pieces of each read, so long lines split as they do in 3.3 (upstream
-//     HEAD reads status tags 1023 bytes at a time).
-//   - -k (upstream HEAD's autoscaling, which 3.3 rejects as an unknown
-//     option) follows upstream HEAD as docs/protocols/mimedefang-multiplexor.md, "Autoscaling" describes it: every 15 s ema = 0.75*ema +
-//     0.25*busy/running, starting at 0; above 0.80 one stopped slot is started
-//     (reason "Autoscale: scale-out (ema_busy=x.xx)") if no worker started
-//     in the last 5 s; below 0.30, with more than -m running and no
-//     scale-in or start in the last 30 s, the idle worker idle the
-//     longest is killed with reason "Autoscale: scale-in (ema_busy=x.xx)"
-//     (HEAD's exact scale-in wording and choice of worker are not known).
-//     The "autoscale" command is answered by the multiplexor only with -k;
-//     without it, it goes to a worker, as in 3.3 (HEAD answers it always).
+// The deliberate differences from mimedefang-multiplexor 3.3 (the
+// reference) are Differences (differences.go), from which the README's
+// and docs/mux.md's lists are generated.
 package mux
 
 import (
@@ -65,8 +19,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -114,11 +66,8 @@ type Options struct {
 type Server struct {
 	o          Options
 	mu         sync.Mutex
-	listeners  map[net.Listener]*acceptor
-	conns      map[net.Conn]struct{}  // connections of listeners without a descriptor
-	files      map[*os.File]struct{}  // fdConns registered with the poller
-	async      map[*asyncReq]struct{} // requests forwarded with pool.Submit (forward.go)
-	inlined    atomic.Uint64          // requests Serve answered or forwarded itself (tests)
+	listeners  map[net.Listener]*acceptor // nil for a main socket (its front owns its descriptor)
+	files      map[*os.File]struct{}      // the connection goroutines' connections
 	restricted int
 	closed     bool
 	ctx        context.Context // cancelled by Close: ends waits on the pool
@@ -128,6 +77,10 @@ type Server struct {
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("mux: server closed")
+
+// ErrPoolStopped is returned by Serve on the main socket when the pool
+// stops before the server closes.
+var ErrPoolStopped = errors.New("mux: pool stopped")
 
 // New returns a Server for o.
 func New(o Options) *Server {
@@ -141,74 +94,62 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{},
-		conns: map[net.Conn]struct{}{}, files: map[*os.File]struct{}{}, async: map[*asyncReq]struct{}{}}
+	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{}, files: map[*os.File]struct{}{}}
 }
 
-// Serve accepts connections on l until Close; privileged is false for the
-// restricted (-a) socket. A listener with a descriptor is served through
-// a duplicate of it (conn.go), so it is Close, not l.Close, that stops
-// Serve.
+// Serve serves l until Close; privileged is false for the restricted
+// (-a) socket. l must have a descriptor (a *net.UnixListener or
+// *net.TCPListener): Serve works on duplicates of it, so it is Close,
+// not l.Close, that stops Serve.
 //
-// The main socket is served on the pool's owner (front.go) while the pool
-// can; Serve then only waits for Close. Otherwise, and on the restricted
-// socket, Serve accepts. On the main socket it takes a request that is
-// whole at the accept and that it can answer without waiting itself: a
-// built-in command, or a command counted by the pool (forward.go). Other
-// connections are served
-// by connection goroutines that outlive them: a
-// goroutine done with one waits for Serve to hand it the next (up to
-// maxIdleConnWorkers wait); a new one starts only when none waits. A
-// goroutine per connection would cost its creation and, on every
-// connection, the growth of its stack to what serving needs.
-//
-// Only Serve (or the owner) accepts. Connection goroutines used to take the next
-// connection from the backlog themselves, which saved a hand-off per
-// request but kept goroutines runnable in a chain: the runtime consults
-// its poller only when no goroutine is runnable (or every 10 ms from
-// sysmon), so a connection that had to wait there for its request line
-// waited behind the chain. Under 64 clients sending status, sluice's p99
-// was several times the reference's and the floor's (18.6 against 5.3
-// and 3.3 ms; 5.5 ms without the chain, in the same run), its clients
-// served unevenly, and the chain gained throughput for status only
-// (docs/mux.md#performance).
+// The main socket is served on the pool's owner (front.go); Serve waits
+// until Close, or until the pool stops (ErrPoolStopped). The restricted
+// socket is accepted here, a connection goroutine per connection (at
+// most 20 at once, as the reference allows).
 func (s *Server) Serve(l net.Listener, privileged bool) error {
+	rc, err := rawConn(l)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	var acc *acceptor
+	lfd := -1
+	if privileged {
+		lfd = dupNonblock(rc)
+	} else {
+		acc = newAcceptor(rc)
+	}
+	if lfd < 0 && acc == nil {
+		l.Close()
+		return errors.New("mux: cannot duplicate the listener's descriptor")
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		l.Close()
+		acc.close()
+		closeRaw(lfd)
 		return ErrServerClosed
 	}
-	acc := newAcceptor(l)
 	s.listeners[l] = acc
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	ls := &listenerState{hand: make(chan handed), privileged: privileged}
-	if acc != nil && privileged {
-		if lfd := acc.dup(); lfd >= 0 {
-			if f, ok := s.startFront(ls, lfd); ok && f.wait() {
-				return ErrServerClosed
-			}
-			// The pool has no epoll set, or has stopped: serve from here.
+	if privileged {
+		f, ok := s.startFront(lfd)
+		if ok {
+			f.wait()
 		}
+		if s.isClosed() {
+			return ErrServerClosed
+		}
+		return ErrPoolStopped
 	}
-	rb := new(reqBuf) // take's
 	var delay time.Duration
 	for {
-		var c net.Conn
-		fd := -1
-		var err error
-		if acc != nil {
-			fd, err = acc.accept()
-		} else {
-			c, err = l.Accept()
-		}
+		fd, err := acc.accept()
 		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
+			if s.isClosed() {
 				return ErrServerClosed
 			}
 			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
@@ -220,56 +161,16 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 			continue
 		}
 		delay = 0
-		if !s.admit(privileged) {
-			if c != nil {
-				c.Close()
-			} else {
-				syscall.Close(fd)
-			}
+		if !s.admit(false) {
+			closeRaw(fd)
 			if s.isClosed() {
 				return ErrServerClosed
 			}
 			continue
 		}
-		if c != nil {
-			s.mu.Lock()
-			if s.closed { // since admit: Close has closed s.conns already
-				s.mu.Unlock()
-				c.Close()
-				s.connDone(privileged)
-				return ErrServerClosed
-			}
-			s.conns[c] = struct{}{}
-			s.wg.Add(1)
-			s.mu.Unlock()
-			go s.serveConn(c, privileged)
-			continue
-		}
-		s.take(ls, fd, rb)
+		s.goServe(fd, false, inline{})
 	}
 }
-
-// handOff gives h, an admitted connection, to a waiting connection
-// goroutine, or to a new one.
-func (s *Server) handOff(ls *listenerState, h handed) {
-	select {
-	case ls.hand <- h:
-	default:
-		s.wg.Add(1)
-		go s.connWorker(ls, h)
-	}
-}
-
-// listenerState is what the connection goroutines of one listener share.
-type listenerState struct {
-	hand       chan handed  // accepted connections to waiting connection goroutines
-	idle       atomic.Int32 // connection goroutines waiting on hand
-	privileged bool
-}
-
-// maxIdleConnWorkers is how many connection goroutines of a listener may
-// wait for a connection; the others end.
-const maxIdleConnWorkers = 128
 
 // admit counts a new connection; false (the caller closes it) when the
 // server is closing or the restricted socket has its maximum of clients.
@@ -291,34 +192,36 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-// connWorker serves h, then the connections Serve hands it, until the
-// server closes or enough others wait.
-func (s *Server) connWorker(ls *listenerState, h handed) {
-	defer s.wg.Done()
-	buf := new(reqBuf)
-	c := &fdConn{fd: h.fd, s: s}
-	for {
-		s.serve(c, ls.privileged, buf, h.in)
-		c.Close()
-		s.connDone(ls.privileged)
-		if ls.idle.Add(1) > maxIdleConnWorkers {
-			ls.idle.Add(-1)
-			return
-		}
-		select {
-		case h = <-ls.hand:
-			c.fd = h.fd
-			ls.idle.Add(-1)
-		case <-s.ctx.Done():
-			ls.idle.Add(-1)
-			return
-		}
+// goServe serves the admitted connection fd on a connection goroutine of
+// its own, with in, what was read of it already: the slow path (a line
+// split across reads, a command the owner does not answer, the
+// restricted socket).
+func (s *Server) goServe(fd int, privileged bool, in inline) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeRaw(fd)
+		s.connDone(privileged)
+		return
 	}
+	f := os.NewFile(uintptr(fd), "mux-client")
+	s.files[f] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		s.serve(fileConn{f}, privileged, new(reqBuf), in)
+		s.mu.Lock()
+		delete(s.files, f)
+		s.mu.Unlock()
+		f.Close()
+		s.connDone(privileged)
+	}()
 }
 
 // Close stops every listener and closes every connection (clients in
 // flight see EOF, as with the reference's SIGTERM), then waits for the
-// connection goroutines.
+// connection goroutines and for the fronts to stop.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -327,28 +230,12 @@ func (s *Server) Close() error {
 		l.Close()
 		acc.close()
 	}
-	for c := range s.conns {
-		c.Close()
-	}
 	for f := range s.files {
 		f.Close()
 	}
-	s.closeAsync()
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
-}
-
-func (s *Server) serveConn(c net.Conn, privileged bool) {
-	defer func() {
-		c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.connDone(privileged)
-		s.wg.Done()
-	}()
-	s.serve(netConn{c}, privileged, new(reqBuf), inline{})
 }
 
 func (s *Server) connDone(privileged bool) {
@@ -427,7 +314,7 @@ func readRequest(c clientConn, timeout time.Duration, rb *reqBuf, pre []byte) (l
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errConnClosed) {
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrClosed) {
 				return "", false
 			}
 			break // EOF: whatever arrived is the command

@@ -82,6 +82,8 @@ func poolEventText(ev pool.Event) (string, slog.Level) {
 		return fmt.Sprintf("Starting worker %d (pid %d) (%d running): %s", n, ev.PID, ev.Running, ev.Reason), info
 	case pool.EvActivationSpacing:
 		return fmt.Sprintf("Did not start worker %d: Not enough time elapsed since last worker activation", n), slog.LevelDebug
+	case pool.EvEmbedFailed:
+		return fmt.Sprintf("Could not initialize embedded Perl interpreter -- falling back to old method. (%v)", ev.Err), errl
 	case pool.EvStartFailed:
 		return fmt.Sprintf("Could not start worker %d: %v", n, ev.Err), errl
 	case pool.EvKillWorker:

@@ -64,6 +64,7 @@ type Options struct {
 	StatusPipe            bool          // -Z
 	DebugEvents, SchedLog bool          // -d -A
 	Autoscale             bool          // -k
+	Embed                 bool          // -E: workers forked from one perl (pool.Config.Embed)
 	RLimitRSS, RLimitAS   uint64        // -R -M, bytes; 0 for none
 	LogInterval           time.Duration // -L
 	Tick                  time.Duration // -X

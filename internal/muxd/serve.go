@@ -37,12 +37,11 @@ type running struct {
 // rereads the filter rules (a new worker generation) and SIGHUP reopens
 // the stats file, as the reference does.
 func (d *daemon) serve(ctx context.Context, listeners []listener) int {
-	// One P, unless GOMAXPROCS says otherwise: the multiplexor's work is a
-	// chain of hand-offs between goroutines (connection, pool owner,
-	// worker pipes), and with more Ps each one wakes another thread that
-	// spins looking for work: mux CPU per request was 35-40% higher for
-	// no more throughput (bench/mux.sh on 2 cores). The reference is
-	// single-threaded too.
+	// One P, unless GOMAXPROCS says otherwise: the multiplexor's work is
+	// one goroutine's (the pool's owner), and with more Ps the goroutines
+	// it wakes (the reactor's waiter, connection goroutines) wake another
+	// thread that spins looking for work, costing CPU for no throughput.
+	// The reference is single-threaded too.
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
@@ -138,7 +137,7 @@ func (r *running) poolConfig() pool.Config {
 		StatusPipe: o.StatusPipe, TickInterval: o.Tick, TickBands: o.Ticks,
 		StatusLogInterval: o.LogInterval, LogScheduling: o.SchedLog,
 		RLimitRSS: o.RLimitRSS, RLimitAS: o.RLimitAS,
-		Autoscale: o.Autoscale,
+		Autoscale: o.Autoscale, Embed: o.Embed,
 	}
 	if r.eventLog != nil {
 		cfg.EventLog = slog.New(mux.NewEventLogHandler(r.eventLog))

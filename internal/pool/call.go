@@ -4,14 +4,14 @@ import (
 	"time"
 )
 
+// call is one request in the pool, the owner's from the moment it is
+// handled: queued, in flight on a worker (slot, proc), then ended once
+// with finish.
 type call struct {
 	req  Request
 	kind Kind
-	// ch signals the client: first its grant (proc set) if it gets one,
-	// then its result (res) unless the grant's holder claimed the call.
-	// Messages carry no data, so that making ch is one allocation.
-	ch    chan struct{}
-	res   Result
+	// done gets the outcome on the owner goroutine (finish).
+	done  func(Result)
 	timer *timerEntry // queue timeout while queued (qtimer)
 	// qtimer is the queue timeout's timer entry, kept in the call so that
 	// queueing allocates no entry.
@@ -19,21 +19,21 @@ type call struct {
 	start  time.Time // clock time of dispatch
 	// tick is the band of an internal tick request (docs/protocols/mimedefang-multiplexor.md, "Ticks"), -1 otherwise.
 	tick int
-	// onDone, when set, is called on the owner goroutine instead of
-	// sending the result on ch (ticks, Submit).
-	onDone func(Result)
-	// ownerIO: the owner reads the reply itself (Submit; ownerio.go);
-	// cleared at the grant if a goroutine has to hold the I/O instead.
-	ownerIO bool
-
-	// Set by the owner when it grants a worker (see io.go).
+	// Set by dispatch: the worker's slot and process.
 	slot int
 	proc *process
-	// io decides who ends a granted call (handoff.go), shared by the
-	// owner and the grant's holder; ior is the holder's progress.
-	io    handoff
-	ior   ioProgress
-	watch ctxWatch // the client's (clientIO)
+}
+
+func newCall(req Request, done func(Result)) *call {
+	return &call{req: req, kind: KindOf(req.Line), tick: -1, done: done}
+}
+
+// finish ends c with r: its done runs, once.
+func (c *call) finish(r Result) {
+	if d := c.done; d != nil {
+		c.done = nil
+		d(r)
+	}
 }
 
 // scanPath reports whether c takes the reference's scan path (doScan: the

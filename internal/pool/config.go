@@ -45,6 +45,11 @@ type Config struct {
 	// EvStderr event; otherwise stderr is read and discarded.
 	LogStderr bool
 
+	// Embed is -E: the workers are forked from one Perl process that has
+	// compiled Program (mimedefang.pl, with its filter) once (embed.go);
+	// if it cannot start, workers are started as without Embed.
+	Embed bool
+
 	// StatusPipe is -Z: each worker gets the write end of a pipe as fd 3
 	// and the tags it writes there while busy become its status tag (docs/protocols/mimedefang-multiplexor.md, "Status tags").
 	// The caller passes the matching "-serveru" argument in Args.

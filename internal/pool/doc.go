@@ -3,65 +3,31 @@
 // Killed), one line-protocol command per busy worker over its stdin and
 // stdout, a FIFO queue, busy and idle timeouts, recycling and reaping.
 //
-// One owner goroutine holds every slot, the queue and the timers; clients
-// talk to it over channels. Timers come from an injected clock.Clock.
-// Children are reaped with wait4(WNOHANG) on SIGCHLD.
+// # One owner
 //
-// A request's worker I/O is done by the client's own goroutine: the owner
-// grants it a Busy worker (and keeps the slot, its busy timer and all
-// bookkeeping) after writing the command to the worker as far as its
-// stdin pipe takes it at once, the client writes the rest (if any) and
-// reads the reply on the worker's pipes, then claims the call with an
-// atomic state change and reports the outcome to the owner in one
-// message, before it returns. The
-// owner can still end the call first (busy timeout, kill, shutdown): it
-// claims the call, answers the client itself and interrupts the client's
-// read; every such claim kills the worker. A client whose context ends
-// hands its unfinished read to a helper goroutine. io.go has the whole
-// protocol, handoff.go the claim.
+// One goroutine, the owner (Run, loop.go), holds every slot, the queue,
+// the timers and every worker's stdin and stdout: it writes each command
+// and reads each reply itself, through its own epoll set (the reactor,
+// reactor.go), between the messages of its inbox, as a single-threaded
+// multiplexor does. Clients reach it over the inbox: Submit (the outcome
+// comes to a function run on the owner) and Do (Submit and a wait);
+// a front end may run its own code on the owner (OnOwner and Owner,
+// owner.go: the mux's main socket is served there). Timers come from the
+// injected clock.Clock; children are reaped with wait4(WNOHANG) on
+// SIGCHLD. With Embed (-E) a worker is forked by one Perl process that
+// compiled the program once (embed.go), and reaped as any other.
 //
-// A call made with Submit has no waiting client: the owner itself holds
-// its I/O. It watches the worker's stdout in an epoll set of its own (the
-// reactor, reactor.go), polled between messages, reads the reply when it
-// comes and ends the call with the same claim and bookkeeping a client's
-// report gets; the call's done function, run on the owner, answers the
-// front end's client (ownerio.go). A forwarded request then costs the
-// owner a few system calls and no goroutine switch.
+// What the types enforce: a worker's pipes and buffers are fields of its
+// process (workerio.go), and only the owner holds a *process; the
+// goroutines that read a worker's stderr and -Z status pipe are given its
+// procSide, which holds nothing of the request I/O (the queue id and the
+// out-of-memory mark they share are atomics). A reply is copied out of
+// the worker's buffer before it is given to the client, which owns it.
 //
-// A front end may go further and serve its clients on the owner itself
-// (owner.go): OnOwner runs its code there, and an Owner lets it watch its
-// own descriptors in the reactor (the mux's listening socket, and
-// connections whose request is not in yet), bound their waits with the
-// owner's timers, and submit or take a snapshot without the inbox. The
-// owner is then one epoll loop over the workers' stdout and the front
-// end's clients, as a single-threaded multiplexor is.
-//
-// # Who owns what
-//
-//   - The owner goroutine (Run, loop.go) alone reads and writes every
-//     slot, the stopped list, the queue, the timer heap, the load
-//     histories and the counters. Everything else reaches them through
-//     Pool.in (calls, I/O events, functions run by exec) or Pool.tags.
-//     Config.Notify, Config.Stats and Config.Events are called on it
-//     (Events also from the stderr readers, for EvStderr).
-//   - A granted call's process pipes and buffers (process.buf, wbuf and
-//     the raw I/O fields of rawio.go) are the owner's until it grants the
-//     call (it writes the command's first bytes, preWrite), then belong
-//     to the grant's holder until
-//     the call's handoff leaves running: the client in Do, a helper once
-//     the client left (finishAbandoned), a tick's goroutine, or for a
-//     Submit call the owner itself (which never gives them up).
-//   - The reactor (its epoll set, its watches and process.rfd) is the
-//     owner's, but for its waiter goroutine, which only waits for the
-//     set to be readable and kicks the owner. A front end's watched
-//     descriptors are the front end's, used in code the owner runs, or,
-//     once the owner loop has ended, by whatever ends the front end.
-//   - Each process has a stderr reader (drainStderr) and, with -Z, a
-//     status reader (readStatus); they share only process.qid and
-//     process.oom (atomics) and send on Pool.tags.
-//   - Context watch groups (watch.go) are guarded by Pool.wmu.
-//   - Every goroutine the pool starts is counted in Pool.wg, which Run
-//     waits for before it returns.
+// The other goroutines: the reactor's waiter (parks on the epoll
+// descriptor when the owner has nothing else to do), the stderr and
+// status readers, and nothing else; every one is counted in Pool.wg,
+// which Run waits for before it returns.
 //
 // # Slot states
 //

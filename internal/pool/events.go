@@ -92,6 +92,7 @@ const (
 	EvWorkerDied                         // a worker closed its stdout without a reply: OOM
 	EvStatus                             // -L: Counts, Queued, Msgs, Activations
 	EvStderr                             // with LogStderr, a worker's stderr line: QID, Line
+	EvEmbedFailed                        // -E: the embedded Perl process could not start: Err (workers are started as without -E)
 )
 
 // StatsEvent is one line of the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"), before formatting.

@@ -11,7 +11,7 @@ import (
 
 // TestDoContextEndsMidRequest: a client whose context ends while its
 // worker works gets ErrClosed at once; the worker's reply is still read
-// (by a helper), so the worker goes back to idle, its request counted,
+// (by the owner), so the worker goes back to idle, its request counted,
 // and serves the next request normally.
 func TestDoContextEndsMidRequest(t *testing.T) {
 	cfg := baseConfig()

@@ -13,8 +13,7 @@ func (p *Pool) activate(s *slot, reason string) error {
 		p.emit(Event{Kind: EvActivationSpacing, Worker: s.n})
 		return fmt.Errorf("pool: activation spacing")
 	}
-	proc, err := spawn(&p.cfg)
-	p.nowSet = false // a fork takes a while
+	proc, err := p.spawn()
 	if err != nil {
 		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
 		return err
@@ -39,16 +38,38 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
 	p.emit(Event{Kind: EvStartWorker, Worker: s.n, PID: proc.pid, Running: p.running(), Reason: reason})
 	p.stat(s, "StartWorker", `reason="`+reason+`"`)
-	n := 1
-	if proc.status != nil {
-		n++
-	}
-	p.wg.Add(n)
-	go p.drainStderr(s.n, proc)
-	if proc.status != nil {
-		go p.readStatus(s.n, proc)
+	side := proc.side
+	p.wg.Add(1)
+	go p.drainStderr(s.n, side)
+	if side.status != nil {
+		p.wg.Add(1)
+		go p.readStatus(s.n, side)
 	}
 	return nil
+}
+
+// spawn starts a worker process: forked by the zygote with -E, else
+// forked and exec'd here.
+func (p *Pool) spawn() (*process, error) {
+	if !p.cfg.Embed || p.embedOff {
+		return spawn(&p.cfg)
+	}
+	if p.zyg == nil {
+		z, err := startZygote(&p.cfg)
+		if err != nil {
+			p.embedOff = true
+			p.emit(Event{Kind: EvEmbedFailed, Worker: -1, Err: err})
+			return spawn(&p.cfg)
+		}
+		p.zyg = z
+	}
+	proc, err := p.zyg.spawn(&p.cfg)
+	if err != nil {
+		// A zygote that failed a fork is started afresh next time.
+		p.zyg.close()
+		p.zyg = nil
+	}
+	return proc, err
 }
 
 // kill is docs/protocols/mimedefang-multiplexor.md, "Killing and reaping": SIGCONT (and SIGTERM at once if busy), close stdin, then
@@ -72,12 +93,13 @@ func (p *Pool) kill(s *slot, reason string) {
 		s.cmd.call = nil
 		c.finish(Result{Err: ErrClosed})
 	}
+	p.stopIO(proc)
 	s.timers.busy.cancel(p)
 	s.timers.busy = nil
 	s.timers.dead.cancel(p)
 	s.timers.dead = nil
 	p.setState(s, Killed)
-	closeStdin(proc)
+	p.closeStdin(proc)
 	s.timers.kill = p.after(p.cfg.KillGrace, func() {
 		if s.proc != proc || proc.reaped {
 			return
@@ -116,10 +138,14 @@ func signalProc(proc *process, sig syscall.Signal) {
 	}
 }
 
-func closeStdin(proc *process) {
+// closeStdin closes a worker's stdin (owner only): it reads EOF.
+func (p *Pool) closeStdin(proc *process) {
 	if !proc.stdinClosed {
 		proc.stdinClosed = true
-		proc.stdin.Close()
+		p.react.forget(proc.io.in)
+		proc.io.wtimer.cancel(p)
+		syscall.Close(proc.io.in)
+		proc.io.in = -1
 	}
 }
 
@@ -194,6 +220,12 @@ func (p *Pool) idleTimer() {
 // reread is docs/protocols/mimedefang-multiplexor.md, "Reread and generations": a new generation, idle workers killed, then R.
 func (p *Pool) reread() {
 	p.generation++
+	if p.zyg != nil {
+		// The next worker comes from a zygote that has read the filter
+		// again, as the reference re-creates its interpreter.
+		p.zyg.close()
+		p.zyg = nil
+	}
 	for _, s := range p.idleList() {
 		p.kill(s, "Forcing reread of filter rules")
 	}

@@ -12,7 +12,9 @@ import (
 // Run starts the minimum workers and serves until ctx ends; then it
 // closes every worker's stdin, waits up to KillGrace for them to exit,
 // sends SIGTERM, waits again, sends SIGKILL, and reaps every child before
-// it returns. Queued and in-flight requests get ErrClosed.
+// it returns. Queued and in-flight requests get ErrClosed. Its one error
+// is the owner's epoll set failing to be made: the pool then stops at
+// once (every request gets ErrClosed).
 func (p *Pool) Run(ctx context.Context) error {
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
@@ -21,13 +23,19 @@ func (p *Pool) Run(ctx context.Context) error {
 		close(p.done)
 		p.drainInbox()
 		p.wg.Wait()
-		p.stopWatches()
 	}()
-	if r, err := newReactor(); err == nil {
-		p.react = r
-		r.start()
-		defer r.close()
+	r, err := newReactor()
+	if err != nil {
+		return err
 	}
+	p.react = r
+	r.start()
+	defer r.close()
+	defer func() {
+		if p.zyg != nil {
+			p.zyg.close()
+		}
+	}()
 	p.start = p.clk.Now()
 	for _, s := range p.slots {
 		s.lastChange = p.start
@@ -48,10 +56,9 @@ func (p *Pool) Run(ctx context.Context) error {
 	var timer clock.Timer
 	var armed time.Time
 	for {
-		if p.react != nil && p.react.armed() {
+		if p.react.armed() {
 			// Replies that have come in since the last message, before
 			// the timers are armed: their handling may start new ones.
-			p.nowSet = false
 			p.react.poll()
 		}
 		var tc <-chan time.Time
@@ -72,11 +79,6 @@ func (p *Pool) Run(ctx context.Context) error {
 		} else if timer != nil {
 			timer.Stop()
 			timer = nil
-		}
-		p.nowSet = false
-		var kick <-chan struct{}
-		if p.react != nil {
-			kick = p.react.kick
 		}
 		select {
 		case <-ctx.Done():
@@ -101,7 +103,7 @@ func (p *Pool) Run(ctx context.Context) error {
 			}
 		case ev := <-p.tags:
 			p.handleTag(ev)
-		case <-kick:
+		case <-p.react.kick:
 			p.react.kicked()
 		case <-sigchld:
 			p.reap()
@@ -112,14 +114,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-// ownerMsg is one message on Pool.in: a call (c), a function to run (f)
-// or a worker I/O event (ev). drop, if set, is run instead of f when the
-// pool stops before the message is handled (drainInbox).
+// ownerMsg is one message on Pool.in: a call (c) or a function to run
+// (f). drop, if set, is run instead of f when the pool stops before the
+// message is handled (drainInbox).
 type ownerMsg struct {
 	c    *call
 	f    func()
 	drop func()
-	ev   ioEvent
 }
 
 const (
@@ -128,13 +129,9 @@ const (
 )
 
 func (p *Pool) handle(m ownerMsg) {
-	p.nowSet = false
-	switch {
-	case m.c != nil:
+	if m.c != nil {
 		p.submit(m.c)
-	case m.f != nil:
-		m.f()
-	default:
-		p.handleIO(m.ev)
+		return
 	}
+	m.f()
 }

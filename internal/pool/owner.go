@@ -1,9 +1,6 @@
 package pool
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // Owner is what a front end may do on the pool's owner goroutine. A
 // front end that reads its clients there (the mux's main socket: its
@@ -15,11 +12,6 @@ import (
 // goroutine: in a function given to OnOwner, a watch's or a timer's
 // function, or a Submit call's done.
 type Owner struct{ p *Pool }
-
-// ErrNoReactor is Owner.Watch's error when the pool has no epoll set of
-// its own (its creation failed at Run): the front end then serves its
-// clients from goroutines.
-var ErrNoReactor = errors.New("pool: no owner epoll set")
 
 // OnOwner runs f on the owner goroutine; if the pool stops before f has
 // run, drop runs instead (if not nil), on the goroutine that ends the
@@ -38,19 +30,13 @@ func (p *Pool) Done() <-chan struct{} { return p.done }
 // readable or has hung up, then the watch is spent (Watch again for the
 // next). fn must tolerate a call when nothing is there (EAGAIN: watch
 // again). Forget fd before closing it.
-func (o *Owner) Watch(fd int, fn func()) error {
-	if o.p.react == nil {
-		return ErrNoReactor
-	}
-	return o.p.react.watch(fd, fn)
-}
+func (o *Owner) Watch(fd int, fn func()) error { return o.p.react.watch(fd, false, fn) }
 
 // Forget removes fd's watch, armed or spent.
-func (o *Owner) Forget(fd int) {
-	if o.p.react != nil {
-		o.p.react.forget(fd)
-	}
-}
+func (o *Owner) Forget(fd int) { o.p.react.forget(fd) }
+
+// Now is the pool's clock.
+func (o *Owner) Now() time.Time { return o.p.clk.Now() }
 
 // OwnerTimer is a function the owner runs at a deadline (Owner.Arm). Its
 // zero value is a timer not armed.
@@ -81,8 +67,7 @@ func (t *OwnerTimer) Stop() {
 // the queue at once, and done is called exactly once, on the owner
 // (perhaps before Submit returns).
 func (o *Owner) Submit(req Request, done func(Result)) {
-	o.p.nowSet = false
-	o.p.submit(&call{req: req, kind: KindOf(req.Line), tick: -1, onDone: done, ownerIO: true})
+	o.p.submit(newCall(req, done))
 }
 
 // SnapshotInto is the pool's state now, with the load windows qs, into

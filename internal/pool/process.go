@@ -2,6 +2,7 @@ package pool
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,22 +14,24 @@ import (
 // first maxReply bytes and the rest of that line is thrown away.
 const maxReply = 4096
 
-// process is one worker child. Its pipes' parent ends are non-blocking
-// files served by the runtime's netpoller, so a worker waiting for work
-// costs a parked goroutine, never an OS thread. The child is reaped by
-// wait4(WNOHANG) on SIGCHLD in the owner loop, never by a blocking wait.
+// process is one worker child, the owner goroutine's alone: only code
+// the owner runs holds a *process, so its stdin and stdout (io) and their
+// buffers have one user by construction. The goroutines that read its
+// stderr and -Z status pipe are given its side, which holds nothing of
+// the request I/O. The child is reaped by wait4(WNOHANG) on SIGCHLD in
+// the owner loop, never by a blocking wait.
 type process struct {
-	pid    int
-	stdin  *os.File
-	stdout *os.File
+	pid         int
+	io          pipes
+	side        *procSide
+	stdinClosed bool
+	reaped      bool
+}
+
+// procSide is what a worker's stderr and status readers share with the
+// owner.
+type procSide struct {
 	stderr *os.File
-	// buf and wbuf are the reply and command buffers of the request in
-	// flight, used only by the holder of its grant (io.go), as are pipes
-	// and watch (the holder's ctx watch, armed when a read waits).
-	buf, wbuf []byte
-	pipes     *rawPipes
-	watch     *ctxWatch
-	pool      *Pool
 	// status is the read end of the -Z status pipe (nil without -Z).
 	status *os.File
 	// qid is the queue id of the worker's last scan, senderok or recipok
@@ -37,32 +40,40 @@ type process struct {
 	qid atomic.Pointer[string]
 	// oom is set when the worker wrote "Out of memory!" on stderr.
 	oom atomic.Bool
-
-	// rfd is stdout's descriptor once the owner has watched it for a
-	// reply (-1 before), and onReadable the owner's handler for it
-	// (ownerio.go); both are the owner's.
-	rfd        int
-	onReadable func()
-
-	stdinClosed bool
-	reaped      bool
 }
 
 // spawn forks and execs cfg.Program with fds 0, 1 and 2 on fresh pipes, in
 // cfg.Dir with cfg.Env. argv[0] is the program's basename, as the reference
-// does. No shell is involved.
+// does. No shell is involved. The parent's ends of stdin and stdout are
+// bare non-blocking descriptors for the owner's epoll set; stderr and the
+// status pipe are files on the runtime's poller, read by goroutines.
 func spawn(cfg *Config) (*process, error) {
-	var files [8]*os.File // inR, inW, outR, outW, errR, errW, statusR, statusW
+	var raw [4]int // stdin r, w; stdout r, w
+	for i := range raw {
+		raw[i] = -1
+	}
+	var files [4]*os.File // errR, errW, statusR, statusW
 	closeAll := func() {
+		for _, fd := range raw {
+			if fd >= 0 {
+				syscall.Close(fd)
+			}
+		}
 		for _, f := range files {
 			if f != nil {
 				f.Close()
 			}
 		}
 	}
-	npipes := 6
+	for i := 0; i < 4; i += 2 {
+		if err := syscall.Pipe2(raw[i:i+2], syscall.O_CLOEXEC); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("creating worker pipes: %w", err)
+		}
+	}
+	npipes := 2
 	if cfg.StatusPipe {
-		npipes = 8
+		npipes = 4
 	}
 	for i := 0; i < npipes; i += 2 {
 		r, w, err := os.Pipe()
@@ -72,12 +83,9 @@ func spawn(cfg *Config) (*process, error) {
 		}
 		files[i], files[i+1] = r, w
 	}
-	// Pipes' raw conns cannot fail; asked for before the fork, so that no
-	// child needs reaping on this error path.
-	pipes, err := newRawPipes(files[1], files[2])
-	if err != nil {
+	if err := errors.Join(syscall.SetNonblock(raw[1], true), syscall.SetNonblock(raw[2], true)); err != nil {
 		closeAll()
-		return nil, err
+		return nil, fmt.Errorf("creating worker pipes: %w", err)
 	}
 	env := cfg.Env
 	if env == nil {
@@ -91,55 +99,35 @@ func spawn(cfg *Config) (*process, error) {
 		path = "/proc/self/exe"
 		env = append(env[:len(env):len(env)], shimEnvValue(cfg))
 	}
-	// Fd puts the child's ends in blocking mode, which is what the child
-	// expects; the parent's ends stay non-blocking.
-	fds := []uintptr{files[0].Fd(), files[3].Fd(), files[5].Fd()}
+	// Fd puts the child's ends of the poller's pipes in blocking mode,
+	// which is what the child expects.
+	fds := []uintptr{uintptr(raw[0]), uintptr(raw[3]), files[1].Fd()}
 	if cfg.StatusPipe {
-		fds = append(fds, files[7].Fd())
+		fds = append(fds, files[3].Fd())
 	}
-	attr := &syscall.ProcAttr{
-		Dir:   cfg.Dir,
-		Env:   env,
-		Files: fds,
-		Sys:   &syscall.SysProcAttr{},
-	}
+	attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: env, Files: fds, Sys: &syscall.SysProcAttr{}}
 	pid, err := syscall.ForkExec(path, argv, attr)
-	for _, i := range []int{0, 3, 5, 7} {
+	syscall.Close(raw[0])
+	syscall.Close(raw[3])
+	raw[0], raw[3] = -1, -1
+	for _, i := range []int{1, 3} {
 		if files[i] != nil {
 			files[i].Close()
+			files[i] = nil
 		}
 	}
 	if err != nil {
-		for _, i := range []int{1, 2, 4, 6} {
-			if files[i] != nil {
-				files[i].Close()
-			}
-		}
+		closeAll()
 		return nil, fmt.Errorf("starting %s: %w", cfg.Program, err)
 	}
 	pr := &process{
-		pid:    pid,
-		pipes:  pipes,
-		stdin:  files[1],
-		stdout: files[2],
-		stderr: files[4],
-		status: files[6],
-		buf:    make([]byte, maxReply+512),
-		rfd:    -1,
+		pid:  pid,
+		io:   newPipes(raw[1], raw[2]),
+		side: &procSide{stderr: files[0], status: files[2]},
 	}
 	empty := ""
-	pr.qid.Store(&empty)
-	pipes.blocked = pr.readBlocked
+	pr.side.qid.Store(&empty)
 	return pr, nil
-}
-
-// ioEvent reports the end of one command on a worker.
-type ioEvent struct {
-	slot     int
-	proc     *process
-	reply    []byte
-	eof      bool // stdout ended (or failed) before a newline
-	writeErr error
 }
 
 // chunk is the reference's read size for a worker's stderr and status
@@ -151,7 +139,7 @@ const chunk = 63
 // With LogStderr each line is logged as the reference logs it,
 // "[<qid>: ]Worker <n> stderr: <line>"; "Out of memory!" marks the
 // worker as out of memory.
-func (p *Pool) drainStderr(n int, pr *process) {
+func (p *Pool) drainStderr(n int, pr *procSide) {
 	defer p.wg.Done()
 	buf := make([]byte, 4096)
 	for {
@@ -165,7 +153,7 @@ func (p *Pool) drainStderr(n int, pr *process) {
 	}
 }
 
-func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
+func (p *Pool) stderrChunk(n int, pr *procSide, b []byte) {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
@@ -181,20 +169,5 @@ func (p *Pool) stderrChunk(n int, pr *process, b []byte) {
 		if len(line) > 0 {
 			p.emit(Event{Kind: EvStderr, Worker: n, QID: qid, Line: string(line)})
 		}
-	}
-}
-
-// send hands ev to the owner loop; false when the loop has exited.
-func (p *Pool) send(ev ioEvent) bool {
-	select {
-	case p.in <- ownerMsg{ev: ev}: // the usual case, cheaper than a full select
-		return true
-	default:
-	}
-	select {
-	case p.in <- ownerMsg{ev: ev}:
-		return true
-	case <-p.done:
-		return false
 	}
 }

@@ -9,25 +9,18 @@ import (
 	"unsafe"
 )
 
-// reactor is the owner loop's own epoll set: the workers' stdout pipes
-// while the owner itself reads the reply of a call submitted with Submit
-// (ownerio.go), and the descriptors a front end serving its clients on
-// the owner watches (Owner.Watch: the mux's listening socket and the
-// connections whose request is not in yet). It exists so that a
-// forwarded request costs no goroutine switch while the pool is busy:
-// the owner takes the readiness of every such descriptor from one
-// epoll_wait(2) between the messages it handles,
-// instead of a goroutine per request waiting on the runtime's poller and
-// reporting over Pool.in (docs/mux.md, "What the rest of the gap is:
-// goroutines, not Go").
+// reactor is the owner loop's epoll set: the workers' stdin and stdout,
+// and the descriptors of a front end serving its clients on the owner
+// (Owner.Watch). The owner takes the readiness of all of them from one
+// epoll_wait(2) between the messages it handles, as a single-threaded
+// multiplexor does, so that a request costs no goroutine switch.
 //
 // The owner polls the set without waiting (poll) before it waits for its
 // next message, whenever a watch is armed. When it has nothing else to
 // do, one waiter goroutine parks on the set's descriptor through the
 // runtime's poller (an epoll descriptor is readable while it has events)
 // and kicks the owner; the owner drains the set and lets the waiter wait
-// again (rearm). Watches are one-shot (EPOLLONESHOT): a watch fires once
-// per arm, and its owner re-arms it while it still wants the reply.
+// again. Watches are one-shot (EPOLLONESHOT): a watch fires once per arm.
 //
 // Everything but the waiter's wait is the owner goroutine's.
 type reactor struct {
@@ -143,14 +136,17 @@ func (r *reactor) slot(fd int) *watchSlot {
 	return &r.fds[fd]
 }
 
-// watch arms a one-shot watch for fd's readability: fn runs on the owner
-// once fd is readable (or has hung up).
-func (r *reactor) watch(fd int, fn func()) error {
+// watch arms a one-shot watch for fd's readability (or, if out, its
+// writability): fn runs on the owner once fd is ready (or has hung up).
+func (r *reactor) watch(fd int, out bool, fn func()) error {
 	if fd < 0 {
 		return fmt.Errorf("pool: watch descriptor %d: %w", fd, syscall.EBADF)
 	}
 	w := r.slot(fd)
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(fd)}
+	if out {
+		ev.Events = syscall.EPOLLOUT | syscall.EPOLLONESHOT
+	}
 	op := syscall.EPOLL_CTL_MOD
 	if !w.added {
 		op = syscall.EPOLL_CTL_ADD

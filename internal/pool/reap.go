@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // reapOrder lists the slots that have a process, oldest process first:
@@ -48,17 +49,44 @@ func (p *Pool) reap() {
 		p.elog("reaped worker=%d pid=%d", s.n, proc.pid)
 		p.logReaped(s, ws, &ru, s.state == Killed)
 		if s.state == Busy && s.cmd.call != nil {
-			// Let the I/O's holder report what the worker wrote before it
-			// died; its stdout has hit or is about to hit EOF.
-			s.life.reapPending = true
-			if s.cmd.call.ownerIO {
-				p.reapOwnerIO(s)
-				continue
-			}
-			_ = proc.stdout.SetReadDeadline(time.Now().Add(time.Second))
+			// What the worker wrote before it died is its reply; its
+			// stdout has hit or is about to hit EOF.
+			p.reapInFlight(s)
 			continue
 		}
 		p.finishReap(s)
+	}
+	if p.cfg.Embed {
+		p.reapStrays()
+	}
+}
+
+// reapStrays is -E's: sluice is a child subreaper, so what a worker
+// leaves running when it exits becomes sluice's child when it ends. Each
+// such child that has exited is reaped; a worker (or the zygote) found
+// exited is left to the next reap, which its SIGCHLD brings.
+func (p *Pool) reapStrays() {
+	if p.zyg != nil {
+		p.zyg.reap()
+	}
+	for {
+		var info [128]byte // siginfo_t
+		if _, _, e := syscall.Syscall6(syscall.SYS_WAITID, 0 /* P_ALL */, 0, uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|syscall.WNOHANG|0x1000000 /* WNOWAIT */, 0, 0); e != 0 {
+			return
+		}
+		pid := int(*(*int32)(unsafe.Pointer(&info[16]))) // si_pid
+		if pid == 0 || p.zyg != nil && pid == p.zyg.pid {
+			return
+		}
+		for _, s := range p.slots {
+			if s.proc != nil && s.proc.pid == pid {
+				return
+			}
+		}
+		if got, _ := syscall.Wait4(pid, nil, syscall.WNOHANG, nil); got != pid {
+			return
+		}
 	}
 }
 
@@ -72,8 +100,7 @@ func (p *Pool) logReaped(s *slot, ws syscall.WaitStatus, ru *syscall.Rusage, kil
 
 func (p *Pool) finishReap(s *slot) {
 	proc := s.proc
-	p.forgetProc(proc)
-	closeProc(proc)
+	p.closeProc(proc)
 	s.timers.kill.cancel(p)
 	s.timers.dead.cancel(p)
 	s.timers.busy.cancel(p)
@@ -98,13 +125,15 @@ func (p *Pool) finishReap(s *slot) {
 }
 
 // closeProc closes the parent's ends of a reaped worker's pipes, which
-// ends its I/O goroutines.
-func closeProc(proc *process) {
-	closeStdin(proc)
-	proc.stdout.Close()
-	proc.stderr.Close()
-	if proc.status != nil {
-		proc.status.Close()
+// ends its stderr and status readers.
+func (p *Pool) closeProc(proc *process) {
+	p.closeStdin(proc)
+	p.react.forget(proc.io.out)
+	syscall.Close(proc.io.out)
+	proc.io.out = -1
+	proc.side.stderr.Close()
+	if proc.side.status != nil {
+		proc.side.status.Close()
 	}
 }
 
@@ -122,7 +151,7 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 		}
 		if s.proc != nil {
 			signalProc(s.proc, syscall.SIGCONT)
-			closeStdin(s.proc)
+			p.closeStdin(s.proc)
 		}
 	}
 	steps := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
@@ -187,8 +216,7 @@ func (p *Pool) reapAllNow() int {
 			left++
 			continue
 		}
-		p.forgetProc(proc)
-		closeProc(proc)
+		p.closeProc(proc)
 		s.proc = nil
 		p.setState(s, Stopped)
 		p.stat(s, "ReapWorker", "")

@@ -6,28 +6,19 @@ import (
 	"time"
 )
 
-// handleIO is the end of a command on a worker (docs/protocols/mimedefang-multiplexor.md, "Forwarded commands" and "After each reply").
-func (p *Pool) handleIO(ev ioEvent) {
-	s := p.slots[ev.slot]
-	if s.proc != ev.proc {
-		return
-	}
-	if s.state != Busy || s.cmd.call == nil {
-		// A killed worker's late answer.
-		if s.life.reapPending {
-			p.finishReap(s)
-		}
-		return
-	}
+// handleIO is the end of the command in flight on s (docs/protocols/mimedefang-multiplexor.md, "Forwarded commands" and "After each reply"):
+// its reply, whether the worker's stdout ended before a newline (eof), or
+// the error writing the command.
+func (p *Pool) handleIO(s *slot, reply []byte, eof bool, writeErr error) {
 	c := s.cmd.call
 	s.cmd.call = nil
 	s.timers.busy.cancel(p)
 	s.timers.busy = nil
 	if p.cfg.EventLog != nil {
-		p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(ev.reply), ev.eof, ev.writeErr)
+		p.elog("reply worker=%d bytes=%d eof=%v writeErr=%v", s.n, len(reply), eof, writeErr)
 	}
-	if ev.writeErr != nil {
-		p.emit(Event{Kind: EvTalkError, Worker: s.n, Err: ev.writeErr})
+	if writeErr != nil {
+		p.emit(Event{Kind: EvTalkError, Worker: s.n, Err: writeErr})
 		c.finish(Result{Err: ErrTalk})
 		p.kill(s, "Error talking to worker process")
 		if s.life.reapPending {
@@ -35,8 +26,8 @@ func (p *Pool) handleIO(ev ioEvent) {
 		}
 		return
 	}
-	noData := ev.eof && len(ev.reply) == 0
-	if ev.eof {
+	noData := eof && len(reply) == 0
+	if eof {
 		// Its stdout is gone: it is never chosen again, and if it does not
 		// exit by itself it is killed.
 		s.life.dead = true
@@ -56,13 +47,10 @@ func (p *Pool) handleIO(ev ioEvent) {
 		}
 		r.Err = ErrNoResponse
 	} else {
-		r.Reply = ev.reply
+		r.Reply = reply
 	}
 	s.life.numRequests++
 	p.finishCommand(s, c)
-	if !c.ownerIO {
-		c.finish(r)
-	}
 	p.setState(s, Idle)
 	s.idleSince = p.now()
 	s.cmd.cur = Other
@@ -70,14 +58,11 @@ func (p *Pool) handleIO(ev ioEvent) {
 	if c.tick < 0 && !c.req.Map && s.cmd.workdir != "" && p.cfg.Stats != nil {
 		p.stat(s, "EndFilter", "numRequests="+strconv.Itoa(s.life.numRequests))
 	}
-	if c.ownerIO {
-		// The owner's own call is answered after the bookkeeping: the
-		// state change, EndFilter and the next queued command to this
-		// worker come first, as the reference's event loop writes the
-		// reply after it has handled the answer (a client's goroutine,
-		// woken above, writes it whenever it runs).
-		c.finish(r)
-	}
+	// The call is answered after the bookkeeping: the state change,
+	// EndFilter and the next queued command to this worker come first, as
+	// the reference's event loop writes the reply after it has handled
+	// the answer.
+	c.finish(r)
 	if s.life.reapPending {
 		p.finishReap(s)
 		return
@@ -95,7 +80,7 @@ func (p *Pool) handleIO(ev ioEvent) {
 // logDied is the reference's error for a worker that closed its stdout
 // without answering; it is logged even without -l.
 func (p *Pool) logDied(s *slot) {
-	p.emit(Event{Kind: EvWorkerDied, Worker: s.n, OOM: s.proc.oom.Load()})
+	p.emit(Event{Kind: EvWorkerDied, Worker: s.n, OOM: s.proc.side.oom.Load()})
 }
 
 // finishCommand counts a command that ended (answered, timed out or died).

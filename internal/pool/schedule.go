@@ -152,9 +152,9 @@ func (p *Pool) dispatch(s *slot, c *call) {
 	s.timers.busyProc = proc
 	s.timers.busy = p.schedule(&s.timers.busyEntry, p.cfg.BusyTimeout)
 	c.slot = s.n
-	// The stats line comes before the hand-off: once the worker has the
-	// command its reply can reach the client, and the record must not
-	// trail the answer it describes.
+	// The stats line comes before the command is written: once the
+	// worker has the command its reply can reach the client, and the
+	// record must not trail the answer it describes.
 	if c.scanPath() && c.tick < 0 && !c.req.Map {
 		p.stat(s, "StartFilter", "")
 	}
@@ -198,9 +198,9 @@ func (p *Pool) noteCommand(s *slot, c *call) {
 	default:
 		s.cmd.workdir = ""
 	}
-	if *s.proc.qid.Load() != qid {
+	if *s.proc.side.qid.Load() != qid {
 		q := qid // only a changed id is allocated
-		s.proc.qid.Store(&q)
+		s.proc.side.qid.Store(&q)
 	}
 }
 

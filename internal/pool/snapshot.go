@@ -63,17 +63,6 @@ func (p *Pool) SnapshotLoad(qs ...LoadQuery) (snap Snapshot, ok bool) {
 	return snap, ok
 }
 
-// SnapshotTo is SnapshotLoad without waiting: done gets the snapshot on
-// the owner goroutine (so it must not block or call the pool), or nil
-// when the pool stops first. False when the pool has stopped already
-// (done is then not called).
-func (p *Pool) SnapshotTo(qs []LoadQuery, done func(*Snapshot)) bool {
-	return p.post(ownerMsg{f: func() {
-		snap := p.snapshot(qs)
-		done(&snap)
-	}, drop: func() { done(nil) }})
-}
-
 // snapshot is the pool's state now, with the load windows qs (owner only).
 func (p *Pool) snapshot(qs []LoadQuery) Snapshot {
 	var snap Snapshot

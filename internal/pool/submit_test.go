@@ -110,17 +110,21 @@ func TestSubmitDoneOnce(t *testing.T) {
 	}
 }
 
-// TestSnapshotToDoneOnce: SnapshotTo's done gets the pool's state on the
-// owner; posted while the pool stops, each done is called exactly once
-// (with a snapshot, or nil once stopped) or SnapshotTo reports false.
-func TestSnapshotToDoneOnce(t *testing.T) {
+// TestOnOwnerOnce: OnOwner's function runs on the owner; posted while the
+// pool stops, each message either runs or is dropped (its drop runs),
+// exactly once, or OnOwner reports false.
+func TestOnOwnerOnce(t *testing.T) {
 	p, stop := pooltest.Run(t, baseConfig())
-	got := make(chan *pool.Snapshot, 1)
-	if !p.SnapshotTo(nil, func(s *pool.Snapshot) { got <- s }) {
-		t.Fatal("SnapshotTo: pool stopped")
+	got := make(chan int, 1)
+	if !p.OnOwner(func(o *pool.Owner) {
+		var sn pool.Snapshot
+		o.SnapshotInto(&sn, nil)
+		got <- len(sn.Slots)
+	}, nil) {
+		t.Fatal("OnOwner: pool stopped")
 	}
-	if s := <-got; s == nil || len(s.Slots) != 2 {
-		t.Fatalf("snapshot %+v, want 2 slots", s)
+	if n := <-got; n != 2 {
+		t.Fatalf("snapshot on the owner has %d slots, want 2", n)
 	}
 	const n = 200
 	var calls [n]atomic.Int32
@@ -130,21 +134,21 @@ func TestSnapshotToDoneOnce(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := range n {
-			posted[i] = p.SnapshotTo(nil, func(*pool.Snapshot) { calls[i].Add(1) })
+			posted[i] = p.OnOwner(func(*pool.Owner) { calls[i].Add(1) }, func() { calls[i].Add(1) })
 		}
 	}()
 	stop()
 	wg.Wait()
-	// stop has returned with Run and every SnapshotTo has returned: each
+	// stop has returned with Run and every OnOwner has returned: each
 	// message is either refused (false) or was run or dropped before Run
-	// returned (drainInbox). No done can come later: the counts are final.
+	// returned (drainInbox). Nothing can come later: the counts are final.
 	for i := range n {
 		want := int32(0)
 		if posted[i] {
 			want = 1
 		}
 		if c := calls[i].Load(); c != want {
-			t.Errorf("snapshot %d (posted %v): done called %d times", i, posted[i], c)
+			t.Errorf("message %d (posted %v): run or dropped %d times", i, posted[i], c)
 		}
 	}
 }

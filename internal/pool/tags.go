@@ -57,7 +57,7 @@ func (p *Pool) notifyTag(s *slot) {
 // tagEvent is what a -Z status pipe delivered in one read.
 type tagEvent struct {
 	slot int
-	proc *process
+	side *procSide
 	tag  string // the tag the reference would end up with if busy
 }
 
@@ -65,7 +65,7 @@ type tagEvent struct {
 // worker is busy, and the (non-empty) result is notified.
 func (p *Pool) handleTag(ev tagEvent) {
 	s := p.slots[ev.slot]
-	if s.proc != ev.proc {
+	if s.proc == nil || s.proc.side != ev.side {
 		return
 	}
 	if s.state == Busy {
@@ -79,7 +79,7 @@ func (p *Pool) handleTag(ev tagEvent) {
 // after its last newline (or, when that is empty, the piece before it),
 // cut to 63 bytes and percent-decoded. One event per read reaches the
 // owner, which applies the tag only while the worker is busy.
-func (p *Pool) readStatus(n int, pr *process) {
+func (p *Pool) readStatus(n int, pr *procSide) {
 	defer p.wg.Done()
 	buf := make([]byte, 4096)
 	for {
@@ -92,7 +92,7 @@ func (p *Pool) readStatus(n int, pr *process) {
 		}
 		if changed {
 			select {
-			case p.tags <- tagEvent{slot: n, proc: pr, tag: tag}:
+			case p.tags <- tagEvent{slot: n, side: pr, tag: tag}:
 			case <-p.done:
 				return
 			}

@@ -24,7 +24,7 @@ func (p *Pool) doTick(band int) {
 		return
 	}
 	c := &call{req: Request{Line: fmt.Sprintf("tick %d", band)}, kind: Other, tick: band}
-	c.onDone = func(Result) { p.scheduleTick(band) }
+	c.done = func(Result) { p.scheduleTick(band) }
 	p.dispatch(s, c)
 }
 

@@ -48,13 +48,8 @@ func (p *Pool) after(d time.Duration, fn func()) *timerEntry {
 	return p.schedule(&timerEntry{fn: fn, index: -1}, d)
 }
 
-// now is the clock's time, read once per message of the owner loop.
-func (p *Pool) now() time.Time {
-	if !p.nowSet {
-		p.nowT, p.nowSet = p.clk.Now(), true
-	}
-	return p.nowT
-}
+// now is the pool's clock.
+func (p *Pool) now() time.Time { return p.clk.Now() }
 
 // schedule (re)arms e, an entry kept by its user, to fire in d.
 func (p *Pool) schedule(e *timerEntry, d time.Duration) *timerEntry {

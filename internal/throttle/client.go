@@ -3,7 +3,9 @@ package throttle
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -47,3 +49,48 @@ func (cl *Client) Done() error {
 
 // Close gives up: the place in line, or a slot not used yet, goes back.
 func (cl *Client) Close() error { return cl.c.Close() }
+
+// Watch listens, while the sender waits for its slot, for the server
+// taking the slot back (its key was suspended): the channel then gets the
+// reason. stop ends the watch; call it before Report, Done or Close.
+func (cl *Client) Watch() (revoked <-chan string, stop func()) {
+	ch := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		line, err := readLine(cl.r)
+		if err == nil && strings.HasPrefix(line, "DEFER") {
+			ch <- strings.TrimSpace(strings.TrimPrefix(line, "DEFER"))
+		}
+	}()
+	return ch, func() {
+		cl.c.SetReadDeadline(time.Now())
+		<-done
+		cl.c.SetReadDeadline(time.Time{})
+	}
+}
+
+// Report tells the server the send's result and returns its verdict: one
+// flag per line, VerdictTemporary for a permanent failure to report as
+// temporary. A revocation that came while the sender was sending is
+// skipped.
+func (cl *Client) Report(lines []ResultLine, timeout time.Duration) (string, error) {
+	cl.c.SetDeadline(time.Now().Add(timeout))
+	defer cl.c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(cl.c, FormatReport(lines)); err != nil {
+		return "", fmt.Errorf("send result: %w", err)
+	}
+	for {
+		line, err := readLine(cl.r)
+		if err != nil {
+			return "", fmt.Errorf("throttle server went away before its verdict: %w", err)
+		}
+		if strings.HasPrefix(line, "DEFER") {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "ERR "); ok {
+			return "", fmt.Errorf("throttle server: %s", rest)
+		}
+		return ParseVerdict(line, len(lines))
+	}
+}

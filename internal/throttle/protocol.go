@@ -10,8 +10,18 @@
 //	                                    Unix nanoseconds)
 //	        DEFER <reason>\n            (do not send now; try later)
 //	        ERR <reason>\n              (malformed request)
+//	server: DEFER <reason>\n            (after OK, at any time until the
+//	                                    result: the slot is taken back, the
+//	                                    key was suspended; a sender that has
+//	                                    not sent yet defers)
 //	client: DONE\n                      (the send happened and ended)
+//	        or REPORT <n>\n and n lines (the send happened; its result:
+//	           <kind><text>\n           r h s K Z D as in qmail-remote's
+//	                                    report, or x<status> <output's end>)
 //	        or close                    (gave up: an unused slot is given back)
+//	server: VERDICT <flags>\n           (after REPORT: one flag per line, "."
+//	                                    keep, "T" report this permanent
+//	                                    failure as temporary: a ban did it)
 //
 // One request per connection. Keys are 1 to 255 printable ASCII bytes
 // without spaces (a host name, an address, a relay's name).

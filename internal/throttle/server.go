@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,14 @@ type Grant struct {
 	// cannot start by then asks again.
 	Latest time.Time
 	Done   func(used bool)
+	// Revoked, if not nil, is closed when the slot is taken back (its key
+	// was suspended): a sender that has not sent yet is told to defer,
+	// with RevokeReason's text.
+	Revoked      <-chan struct{}
+	RevokeReason func() string
+	// Judge, if not nil, reads the sender's result (a REPORT) and returns
+	// the verdict flags, one per line.
+	Judge func(ctx context.Context, lines []ResultLine) string
 }
 
 // DeferError tells a sender not to send now, and why.
@@ -99,22 +108,27 @@ func (s *Server) serve(c *netserve.Conn) {
 		fmt.Fprintf(c, "ERR %s\n", strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "))
 		return
 	}
-	// From now on the client only closes (or says DONE): watch for that,
-	// so a sender that goes away leaves the line at once.
+	// From now on the client only closes, says DONE or reports its result:
+	// watch for that, so a sender that goes away leaves the line at once.
 	sr.r = c.Conn
 	c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan struct{})
 	var used atomic.Bool
+	granted := make(chan Grant, 1)
+	var wmu sync.Mutex // the verdict and a revocation write to c
 	go func() {
 		defer close(gone)
 		defer cancel()
 		for {
 			l, err := readLine(r)
-			if l == "DONE" {
-				used.Store(true)
-			}
 			if err != nil || l == "DONE" || c.Closing() {
+				used.Store(l == "DONE")
+				return
+			}
+			if strings.HasPrefix(l, "REPORT") {
+				used.Store(true)
+				s.report(ctx, c, r, l, granted, &wmu)
 				return
 			}
 		}
@@ -154,10 +168,74 @@ func (s *Server) serve(c *netserve.Conn) {
 		// from others' for the same key (and after it asked again).
 		s.o.Logger.Debug("throttle: slot granted", "key", key, "at", g.At.Format(time.RFC3339Nano), "sender", sender(c.Conn))
 	}
-	if _, err := c.Write([]byte(FormatOK(g.At, g.Latest))); err != nil {
+	granted <- g
+	wmu.Lock()
+	_, err = c.Write([]byte(FormatOK(g.At, g.Latest)))
+	wmu.Unlock()
+	if err != nil {
 		return
 	}
-	<-ctx.Done() // the send is over when the client closes or says DONE
+	select {
+	case <-ctx.Done(): // the send is over when the client closes, says DONE or reports
+	case <-g.Revoked:
+		// The key was suspended: a sender still waiting for its time
+		// defers (one that is already sending ignores this and reports).
+		reason := "the key is suspended"
+		if g.RevokeReason != nil {
+			reason = g.RevokeReason()
+		}
+		wmu.Lock()
+		fmt.Fprintf(c, "DEFER %s\n", oneLine(reason))
+		wmu.Unlock()
+		<-ctx.Done()
+	}
+}
+
+// report reads a REPORT's lines, has the grant judge them and answers
+// with the verdict (every line kept when the grant has no judge).
+func (s *Server) report(ctx context.Context, c *netserve.Conn, r *bufio.Reader, head string, granted <-chan Grant, wmu *sync.Mutex) {
+	fail := func(err error) {
+		s.o.Logger.Warn("throttle: malformed report", "err", err)
+		wmu.Lock()
+		fmt.Fprintf(c, "ERR %s\n", strings.TrimPrefix(err.Error(), ErrProtocol.Error()+": "))
+		wmu.Unlock()
+	}
+	n, err := ParseReportHeader(head)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if s.o.RequestTimeout > 0 {
+		c.SetReadDeadline(time.Now().Add(s.o.RequestTimeout))
+	}
+	lines := make([]ResultLine, 0, n)
+	for range n {
+		l, err := readLine(r)
+		if err != nil {
+			fail(err)
+			return
+		}
+		rl, err := ParseResultLine(l)
+		if err != nil {
+			fail(err)
+			return
+		}
+		lines = append(lines, rl)
+	}
+	var g Grant
+	select {
+	case g = <-granted:
+	default: // a report before the grant: nothing to judge it by
+	}
+	verdict := strings.Repeat(string(rune(VerdictKeep)), n)
+	if g.Judge != nil {
+		if v := g.Judge(ctx, lines); len(v) == n {
+			verdict = v
+		}
+	}
+	wmu.Lock()
+	fmt.Fprintf(c, "VERDICT %s\n", verdict)
+	wmu.Unlock()
 }
 
 func oneLine(s string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(s) }

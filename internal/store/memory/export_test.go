@@ -20,6 +20,3 @@ func (s *Store) Encode(w io.Writer, taken time.Time, clean bool) (int, error) {
 	st, err := s.encode(w, taken, clean)
 	return st.Keys, err
 }
-
-// Evicted returns how many keys were evicted at the cap.
-func (s *Store) Evicted() uint64 { return s.evicted.Load() }

@@ -286,25 +286,31 @@ func (s *Store) ReplayBookings(bs []Booking, now time.Time) (int, error) {
 }
 
 func (s *Store) replayOne(b Booking, nowNs int64) (bool, error) {
-	sh := s.shardOf(b.Key)
+	h := s.hash(b.Key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[b.Key]
-	if e != nil && (e.kind != kindRate || e.algo != limiter.Exact) {
+	k := sh.find(b.Key, h)
+	if k >= 0 && (sh.recs.s[k].kind != kindRate || sh.recs.s[k].algo != limiter.Exact) {
 		return false, nil // the key changed meaning since
 	}
-	if e == nil {
+	if k < 0 {
 		var err error
-		if e, err = s.create(sh, b.Key, kindRate, limiter.Exact, nowNs); err != nil {
+		if k, err = s.create(sh, b.Key, h, kindRate, limiter.Exact, nowNs); err != nil {
 			return false, err
 		}
 	}
-	if b.Seq <= e.bseq {
+	r := &sh.recs.s[k]
+	if b.Seq <= uint64(r.t) {
 		return false, nil
 	}
-	e.bseq = b.Seq
-	e.st.Log = limiter.InsertEvents(e.st.Log, b.At, b.N)
-	e.exp = max(e.exp, b.Exp)
+	r.t = int64(b.Seq)
+	var st limiter.State
+	sh.load(k, &st)
+	st.Log = limiter.InsertEvents(st.Log, b.At, b.N)
+	sh.save(k, &st)
+	sh.setExp(k, max(r.exp, b.Exp))
+	sh.markDirty(k)
 	return true, nil
 }
 

@@ -1,12 +1,12 @@
-// Package memory is the in-process limiter.Store: sharded maps of per-key
-// state with a hard cap on keys, expiry of idle keys and an explicit choice
-// of what happens when the cap is reached.
+// Package memory is the in-process limiter.Store: sharded tables of
+// fixed-size records outside the Go heap (table.go), a hard cap on keys,
+// expiry of idle keys, and at the cap room made only from keys at rest.
 package memory
 
 import (
-	"context"
 	"hash/maphash"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,61 +16,39 @@ import (
 	"sluice/internal/limiter"
 )
 
+// DefaultMaxKeys is the key cap when Options.MaxKeys is not set: about
+// 1.3 GB of records, index and keys of 40 bytes (docs/limiter.md).
+const DefaultMaxKeys = 10_000_000
+
 // Options configure a Store.
 type Options struct {
 	// MaxKeys caps the number of keys held in the whole store (default
-	// 1,000,000). At the cap, room is made in the shard of the new key, or,
-	// when it has nothing to give, in another.
+	// DefaultMaxKeys). At the cap, room is made by dropping keys at rest
+	// (every limit back at rest: nothing in the window, the bucket empty,
+	// no lease held), in the shard of the new key or, when it has none,
+	// in another. A key still counting is never dropped for a new one:
+	// when only such keys are held, the new key gets limiter.ErrFull,
+	// which the limiter answers by its fail mode.
 	MaxKeys int
-	// Evict chooses what happens at the cap: true evicts the idle key that
-	// expires soonest among a sample (keys holding leases are never
-	// evicted); false refuses new keys with limiter.ErrFull.
-	Evict bool
 	// Shards is the number of lock shards, rounded up to a power of two
 	// (default 64).
 	Shards int
 	// SweepInterval is how often every shard is swept for expired keys
 	// (default 10s). Expired keys are also dropped when touched.
 	SweepInterval time.Duration
+	// FullLogInterval is the least time between two log lines about new
+	// keys refused at the cap (default 1m).
+	FullLogInterval time.Duration
 	// Clock drives the sweeper (default the real clock).
 	Clock clock.Clock
-	// Logger receives eviction warnings (default slog.Default()).
+	// Logger receives the warnings about the cap (default slog.Default()).
 	Logger *slog.Logger
 }
 
 const (
 	kindRate uint8 = iota + 1
 	kindLease
-	evictSample = 8
 )
-
-type entry struct {
-	key  string
-	kind uint8
-	algo limiter.Algorithm
-	// exp is when the entry may be dropped (Unix ns); 0 means never (it
-	// holds leases without TTL).
-	exp int64
-	st  limiter.State
-	ls  *leaseSet
-	// bseq is the sequence number of the key's latest booking (see the
-	// booking journal).
-	bseq uint64
-}
-
-type leaseRec struct {
-	id  uint64
-	exp int64 // Unix ns; 0: no TTL
-}
-
-type leaseSet struct{ l []leaseRec }
-
-type shard struct {
-	mu  sync.Mutex
-	m   map[string]*entry
-	idx int
-	_   [24]byte // keep neighbouring shards' locks off one cache line
-}
 
 // Store is the in-memory limiter.Store. Create it with New.
 type Store struct {
@@ -84,14 +62,22 @@ type Store struct {
 	// operation; the sweeper expires nothing after it, so callers that
 	// pass their own times (tests, replays) see the same expiry as the
 	// wall clock would give.
-	seen    atomic.Int64
-	evicted atomic.Uint64
+	seen atomic.Int64
+	// reclaimed counts keys at rest dropped to make room at the cap;
+	// refused counts new keys refused there (ErrFull); fullLogged is when
+	// (Unix ns) the last line about them was logged.
+	reclaimed  atomic.Uint64
+	refused    atomic.Uint64
+	fullLogged atomic.Int64
+	loggedAt   atomic.Uint64 // refused at the last line
 	// guard is the restart guard's start (Unix ns; 0: off): see
 	// SetRestartGuard.
 	guard atomic.Int64
 	// bseq numbers bookings; journal, if set, records each (journal.go).
 	bseq    atomic.Uint64
 	journal atomic.Pointer[journal]
+	// persist is the state of the snapshot files (persist.go).
+	persist persistState
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -102,7 +88,7 @@ var _ limiter.Store = (*Store)(nil)
 // New returns a Store and starts its sweeper; Close stops it.
 func New(o Options) *Store {
 	if o.MaxKeys <= 0 {
-		o.MaxKeys = 1_000_000
+		o.MaxKeys = DefaultMaxKeys
 	}
 	if o.Shards <= 0 {
 		o.Shards = 64
@@ -113,6 +99,9 @@ func New(o Options) *Store {
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = 10 * time.Second
+	}
+	if o.FullLogInterval <= 0 {
+		o.FullLogInterval = time.Minute
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -129,23 +118,40 @@ func New(o Options) *Store {
 		done:   make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
 		s.shards[i].idx = i
 	}
+	// The mappings go with the store: when it is unreachable, they are
+	// released (Close leaves the store usable, so it cannot).
+	runtime.AddCleanup(s, func(shs []shard) {
+		for i := range shs {
+			shs[i].release()
+		}
+	}, s.shards)
 	go s.sweeper()
 	return s
 }
 
-// Close stops the sweeper. The store remains usable.
+// Close stops the sweeper and closes the booking journal and the change
+// log. The store remains usable (a snapshot written after Close is a new
+// base).
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 	s.closeJournal()
+	s.closeChanges()
 	return nil
 }
 
 // Len returns the number of keys held.
 func (s *Store) Len() int { return int(s.n.Load()) }
+
+// Reclaimed returns how many keys at rest were dropped to make room at
+// the cap.
+func (s *Store) Reclaimed() uint64 { return s.reclaimed.Load() }
+
+// Refused returns how many new keys were refused at the cap
+// (limiter.ErrFull) because every key held was still counting.
+func (s *Store) Refused() uint64 { return s.refused.Load() }
 
 func (s *Store) sweeper() {
 	defer close(s.done)
@@ -163,7 +169,10 @@ func (s *Store) sweeper() {
 		case <-t.C():
 		}
 		cutoff := min(s.opts.Clock.Now().UnixNano(), s.seen.Load())
-		s.sweepShard(&s.shards[next], cutoff)
+		sh := &s.shards[next]
+		sh.mu.Lock()
+		s.sweepShard(sh, cutoff)
+		sh.mu.Unlock()
 		next = (next + 1) % len(s.shards)
 	}
 }
@@ -172,19 +181,33 @@ func (s *Store) sweeper() {
 // sweeper does the same one shard at a time).
 func (s *Store) Sweep(now time.Time) {
 	for i := range s.shards {
-		s.sweepShard(&s.shards[i], now.UnixNano())
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.sweepShard(sh, now.UnixNano())
+		sh.mu.Unlock()
 	}
 }
 
-func (s *Store) sweepShard(sh *shard, now int64) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for k, e := range sh.m {
-		if s.expireLeases(e, now); e.exp != 0 && e.exp <= now {
-			delete(sh.m, k)
-			s.n.Add(-1)
+// sweepShard drops the expired keys of a locked shard, returns how many,
+// and sets its minExp to the earliest expiry left.
+func (s *Store) sweepShard(sh *shard, now int64) int {
+	dropped := 0
+	var next int64
+	for i := sh.n - 1; i >= 0; i-- {
+		if sh.recs.s[i].kind == kindLease {
+			s.expireLeases(sh, i, now)
+		}
+		// Records after i were seen already; the last moves into i.
+		if e := sh.recs.s[i].exp; e != 0 && e <= now {
+			sh.remove(i)
+			dropped++
+		} else if e != 0 && (next == 0 || e < next) {
+			next = e
 		}
 	}
+	sh.minExp = next
+	s.n.Add(int64(-dropped))
+	return dropped
 }
 
 // observe notes the time of an operation for the sweeper.
@@ -194,36 +217,40 @@ func (s *Store) observe(now int64) {
 	}
 }
 
-func (s *Store) shardOf(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
-// get returns the live entry for key of the given kind, or nil. An
-// expired entry, or one of another kind or algorithm (after a config
+func (s *Store) shardOf(h uint64) *shard { return &s.shards[h&s.mask] }
+
+// get returns the live record of key (hash h) of the given kind, or -1.
+// An expired record, or one of another kind or algorithm (after a config
 // change), is dropped.
-func (s *Store) get(sh *shard, key string, kind uint8, algo limiter.Algorithm, now int64) *entry {
+func (s *Store) get(sh *shard, key string, h uint64, kind uint8, algo limiter.Algorithm, now int64) int {
 	s.observe(now)
-	e := sh.m[key]
-	if e == nil {
-		return nil
+	i := sh.find(key, h)
+	if i < 0 {
+		return -1
 	}
-	s.expireLeases(e, now)
-	if (e.exp != 0 && e.exp <= now) || e.kind != kind || e.algo != algo {
-		delete(sh.m, key)
+	r := &sh.recs.s[i]
+	if r.kind == kindLease {
+		s.expireLeases(sh, i, now)
+	}
+	if (r.exp != 0 && r.exp <= now) || r.kind != kind || r.algo != algo {
+		sh.remove(i)
 		s.n.Add(-1)
-		return nil
+		return -1
 	}
-	return e
+	return i
 }
 
-// create adds an entry for key, making room at the cap. The cap is on the
+// create adds a record for key, making room at the cap. The cap is on the
 // whole store: a slot is claimed on the shared count before inserting.
-func (s *Store) create(sh *shard, key string, kind uint8, algo limiter.Algorithm, now int64) (*entry, error) {
+func (s *Store) create(sh *shard, key string, h uint64, kind uint8, algo limiter.Algorithm, now int64) (int, error) {
 	for {
 		v := s.n.Load()
 		if v >= int64(s.opts.MaxKeys) {
 			if !s.makeRoom(sh, now) {
-				return nil, limiter.ErrFull
+				s.noteFull(now)
+				return -1, limiter.ErrFull
 			}
 			continue
 		}
@@ -231,15 +258,20 @@ func (s *Store) create(sh *shard, key string, kind uint8, algo limiter.Algorithm
 			break
 		}
 	}
-	e := &entry{key: key, kind: kind, algo: algo}
-	sh.m[e.key] = e
-	return e, nil
+	i, err := sh.insert(key, h, kind, algo)
+	if err != nil {
+		s.n.Add(-1)
+		s.noteFull(now)
+		return -1, err
+	}
+	return i, nil
 }
 
-// makeRoom drops expired keys from a sample of the shard, then, if
-// eviction is on, the idle key that expires soonest. When the shard has
-// nothing to give (it is empty, or holds only leases), the other shards are
-// tried, those not locked already (the caller may hold several).
+// makeRoom drops the keys at rest of the shard, or, when it has none,
+// of the first other shard that has some and is not locked already (the
+// caller may hold several). A shard's minExp tells without a scan that it
+// has none, so a flood of new keys against a store of live keys costs a
+// look at each shard's minExp per new key, not a scan.
 func (s *Store) makeRoom(sh *shard, now int64) bool {
 	if s.roomIn(sh, now) {
 		return true
@@ -258,39 +290,32 @@ func (s *Store) makeRoom(sh *shard, now int64) bool {
 	return false
 }
 
-// roomIn makes room in one locked shard (see makeRoom).
+// roomIn drops the keys at rest of one locked shard, if it has any.
 func (s *Store) roomIn(sh *shard, now int64) bool {
-	var victim *entry
-	seen := 0
-	for k, e := range sh.m {
-		s.expireLeases(e, now)
-		if e.exp != 0 && e.exp <= now {
-			delete(sh.m, k)
-			s.n.Add(-1)
-			return true
-		}
-		if e.exp != 0 && (victim == nil || e.exp < victim.exp) {
-			victim = e
-		}
-		if seen++; seen >= evictSample {
-			break
-		}
-	}
-	if !s.opts.Evict || victim == nil {
+	if sh.minExp == 0 || sh.minExp > now {
 		return false
 	}
-	delete(sh.m, victim.key)
-	s.n.Add(-1)
-	if v := s.evicted.Add(1); v&(v-1) == 0 {
-		// Log at 1, 2, 4, 8... evictions so a flood does not flood the log.
-		s.opts.Logger.Warn("limiter store full: evicting idle keys", "max_keys", s.opts.MaxKeys, "evicted_total", s.evicted.Load())
+	n := s.sweepShard(sh, now)
+	s.reclaimed.Add(uint64(n))
+	return n > 0
+}
+
+// noteFull counts a new key refused at the cap and logs it, at most once
+// per FullLogInterval, with the number refused since the last line.
+func (s *Store) noteFull(now int64) {
+	total := s.refused.Add(1)
+	last := s.fullLogged.Load()
+	if last != 0 && now-last < int64(s.opts.FullLogInterval) || !s.fullLogged.CompareAndSwap(last, now) {
+		return
 	}
-	return true
+	prev := s.loggedAt.Swap(total)
+	s.opts.Logger.Warn("limiter store full: every key held is still counting; new keys get the fail mode (when_full)",
+		"max_keys", s.opts.MaxKeys, "refused", total-prev, "refused_total", total, "reclaimed_total", s.reclaimed.Load())
 }
 
 // lockShards locks the given shards once each, in a fixed order, and
 // returns them for unlocking.
-func (s *Store) lockShards(shards []*shard, buf []*shard) []*shard {
+func lockShards(shards []*shard, buf []*shard) []*shard {
 	if len(shards) == 1 {
 		shards[0].mu.Lock()
 		return append(buf, shards[0])
@@ -311,271 +336,19 @@ func (s *Store) lockShards(shards []*shard, buf []*shard) []*shard {
 	return buf
 }
 
-// lockChecks locks the shards of every check's key.
-func (s *Store) lockChecks(checks []limiter.Check) []*shard {
-	shards := make([]*shard, 0, len(checks))
-	for _, c := range checks {
-		shards = append(shards, s.shardOf(c.Key))
-	}
-	return s.lockShards(shards, make([]*shard, 0, len(shards)))
-}
-
 func unlockAll(shs []*shard) {
 	for _, sh := range shs {
 		sh.mu.Unlock()
 	}
 }
 
-var checkArgs = limiter.CheckRequest
-
-// Hit implements limiter.Store.
-func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode, checks []limiter.Check, out []limiter.Decision) error {
-	if err := checkArgs(n, checks, out); err != nil {
-		return err
-	}
-	var shBuf [4]*shard
-	var entBuf [4]*entry
-	shards, ents := shBuf[:0], entBuf[:0]
+// lockKeys hashes the checks' keys into hs, their shards into shs, and
+// locks those shards (the list to unlock is returned, built in lk).
+func (s *Store) lockKeys(checks []limiter.Check, hs []uint64, shs, lk []*shard) ([]uint64, []*shard, []*shard) {
 	for _, c := range checks {
-		shards = append(shards, s.shardOf(c.Key))
+		h := s.hash(c.Key)
+		hs = append(hs, h)
+		shs = append(shs, s.shardOf(h))
 	}
-	var lockBuf [4]*shard
-	locked := s.lockShards(shards, lockBuf[:0])
-	defer unlockAll(locked)
-	nowNs := now.UnixNano()
-	all := true
-	for i, c := range checks {
-		e := s.get(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs)
-		ents = append(ents, e)
-		if e != nil {
-			out[i] = e.st.Decide(now, c, n)
-		} else {
-			var zero limiter.State
-			out[i] = zero.Decide(now, c, n)
-		}
-		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
-			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
-		}
-		all = all && out[i].Allowed
-	}
-	if !all && mode == limiter.Leaky {
-		return nil
-	}
-	for i, c := range checks {
-		e := ents[i]
-		if e == nil {
-			// A second check on the same key may have created it.
-			if e = s.get(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs); e == nil {
-				var err error
-				if e, err = s.create(shards[i], c.Key, kindRate, c.Limit.Algorithm, nowNs); err != nil {
-					return err
-				}
-			}
-		}
-		e.st.Record(now, c, n)
-		e.exp = e.st.ExpiresAt(c.Limit)
-		if !out[i].Allowed && s.guardUntil(c.Limit, nowNs) == 0 {
-			// Strict: the refused hit counted; report the new level.
-			out[i].Count = e.st.Decide(now, c, 0).Count
-		}
-	}
-	return nil
-}
-
-// Peek implements limiter.Store.
-func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter.Check, out []limiter.Decision) error {
-	if err := checkArgs(n, checks, out); err != nil {
-		return err
-	}
-	shs := s.lockChecks(checks)
-	defer unlockAll(shs)
-	nowNs := now.UnixNano()
-	for i, c := range checks {
-		var st limiter.State
-		if e := s.get(s.shardOf(c.Key), c.Key, kindRate, c.Limit.Algorithm, nowNs); e != nil {
-			out[i] = e.st.Decide(now, c, n)
-		} else {
-			out[i] = st.Decide(now, c, n)
-		}
-		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
-			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
-		}
-		if out[i].Allowed {
-			out[i].Count -= n
-		}
-	}
-	return nil
-}
-
-// Undo implements limiter.Store.
-func (s *Store) Undo(_ context.Context, now, at time.Time, n int64, checks []limiter.Check) error {
-	var out [1]limiter.Decision
-	for _, c := range checks {
-		if err := checkArgs(n, []limiter.Check{c}, out[:]); err != nil {
-			return err
-		}
-	}
-	shs := s.lockChecks(checks)
-	defer unlockAll(shs)
-	nowNs := now.UnixNano()
-	for _, c := range checks {
-		if e := s.get(s.shardOf(c.Key), c.Key, kindRate, c.Limit.Algorithm, nowNs); e != nil {
-			e.st.Undo(now, at, c, n)
-			e.exp = e.st.ExpiresAt(c.Limit)
-		}
-	}
-	return nil
-}
-
-// Reserve implements limiter.Store.
-func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limiter.Limit, n int64, maxWait time.Duration) (limiter.Reservation, error) {
-	if err := limiter.CheckReservation(lim, n); err != nil {
-		return limiter.Reservation{}, err
-	}
-	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	nowNs := now.UnixNano()
-	e := s.get(sh, key, kindRate, limiter.Exact, nowNs)
-	var st limiter.State
-	stp := &st
-	if e != nil {
-		stp = &e.st
-	}
-	from := now
-	if until := s.guardUntil(lim, nowNs); until != 0 {
-		// Held back by the restart guard: book from its end.
-		from = time.Unix(0, until)
-		maxWait -= time.Duration(until - nowNs)
-	}
-	at, ok := stp.Reserve(from, lim, n, maxWait)
-	r := limiter.Reservation{Key: key, Limit: lim, N: n, At: at}
-	if !ok {
-		return r, limiter.ErrTooLong
-	}
-	if e == nil {
-		var err error
-		if e, err = s.create(sh, key, kindRate, limiter.Exact, nowNs); err != nil {
-			return limiter.Reservation{}, err
-		}
-		e.st = st
-	}
-	e.exp = e.st.ExpiresAt(lim)
-	e.bseq = s.bseq.Add(1)
-	if j := s.journal.Load(); j != nil {
-		// Before the caller hears its time: a crash after this keeps it.
-		j.append(Booking{Seq: e.bseq, Key: key, At: at.UnixNano() | 1, N: n, Exp: e.exp})
-	}
-	return r, nil
-}
-
-// Cancel implements limiter.Store.
-func (s *Store) Cancel(_ context.Context, now time.Time, r limiter.Reservation) error {
-	sh := s.shardOf(r.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := s.get(sh, r.Key, kindRate, limiter.Exact, now.UnixNano()); e != nil {
-		e.st.Cancel(now, r.At, r.N)
-		e.exp = e.st.ExpiresAt(r.Limit)
-	}
-	return nil
-}
-
-// expireLeases drops leases past their TTL and recomputes the entry's
-// expiry: a lease entry lives while it holds leases.
-func (s *Store) expireLeases(e *entry, now int64) {
-	if e.kind != kindLease {
-		return
-	}
-	l := e.ls.l
-	kept := l[:0]
-	var last int64
-	noTTL := false
-	for _, r := range l {
-		if r.exp != 0 && r.exp <= now {
-			continue
-		}
-		kept = append(kept, r)
-		if r.exp == 0 {
-			noTTL = true
-		} else {
-			last = max(last, r.exp)
-		}
-	}
-	e.ls.l = kept
-	switch {
-	case len(kept) == 0:
-		e.exp = now // drop it
-	case noTTL:
-		e.exp = 0
-	default:
-		e.exp = last
-	}
-}
-
-// Acquire implements limiter.Store.
-func (s *Store) Acquire(_ context.Context, now time.Time, key string, capacity int64, ttl time.Duration) (limiter.Lease, int64, bool, error) {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	nowNs := now.UnixNano()
-	e := s.get(sh, key, kindLease, 0, nowNs)
-	held := int64(0)
-	if e != nil {
-		held = int64(len(e.ls.l))
-	}
-	if capacity > 0 && held >= capacity {
-		return limiter.Lease{}, held, false, nil
-	}
-	if e == nil {
-		var err error
-		if e, err = s.create(sh, key, kindLease, 0, nowNs); err != nil {
-			return limiter.Lease{}, 0, false, err
-		}
-		e.ls = &leaseSet{}
-	}
-	r := leaseRec{id: s.nextID.Add(1)}
-	if ttl > 0 {
-		r.exp = nowNs + int64(ttl)
-	}
-	e.ls.l = append(e.ls.l, r)
-	s.expireLeases(e, nowNs)
-	return limiter.Lease{Key: key, ID: r.id}, int64(len(e.ls.l)), true, nil
-}
-
-// Release implements limiter.Store.
-func (s *Store) Release(_ context.Context, now time.Time, l limiter.Lease) (int64, error) {
-	sh := s.shardOf(l.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	nowNs := now.UnixNano()
-	e := s.get(sh, l.Key, kindLease, 0, nowNs)
-	if e == nil {
-		return 0, nil
-	}
-	for i, r := range e.ls.l {
-		if r.id == l.ID {
-			last := len(e.ls.l) - 1
-			e.ls.l[i] = e.ls.l[last]
-			e.ls.l = e.ls.l[:last]
-			break
-		}
-	}
-	held := int64(len(e.ls.l))
-	if held == 0 {
-		delete(sh.m, l.Key)
-		s.n.Add(-1)
-	}
-	return held, nil
-}
-
-// Held implements limiter.Store.
-func (s *Store) Held(_ context.Context, now time.Time, key string) (int64, error) {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := s.get(sh, key, kindLease, 0, now.UnixNano()); e != nil {
-		return int64(len(e.ls.l)), nil
-	}
-	return 0, nil
+	return hs, shs, lockShards(shs, lk)
 }

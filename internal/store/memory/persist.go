@@ -7,76 +7,246 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+	"unsafe"
 
 	"sluice/internal/limiter"
 	"sluice/internal/safefs"
 )
 
+// persistState is what the snapshot files hold, for the next write (one
+// write at a time: mu).
+type persistState struct {
+	mu   sync.Mutex
+	path string // the base the store wrote or was restored from ("": none)
+	ref  baseRef
+	// baseLen is the base's size; logLen the end of the change log this
+	// process writes (0: none started yet).
+	baseLen, logLen int64
+	logf            *os.File
+	// carry is the valid segments of the change log a restore read: the
+	// first log this process starts begins with them.
+	carry []byte
+	// clean says the files end with a clean mark.
+	clean bool
+	// full says the next write must be a new base: a write failed, and
+	// the changes it took are not on disk.
+	full bool
+	sg   segment
+}
+
+// snapSource is what a snapshot read from files says about them.
+type snapSource struct {
+	path    string
+	baseLen int64
+	carry   []byte
+}
+
 // SnapStats describe one snapshot written or restored.
 type SnapStats struct {
-	Keys  int           // rate keys written, or restored
-	Bytes int64         // file size
+	Keys  int           // rate keys written (changed keys, for a change), or restored
+	Bytes int64         // bytes written: the new base, or the change appended
 	Took  time.Duration // copy, encode and write (or read and decode)
+	// Full says a new base was written (the first write, or the change
+	// log had grown past the base), not a change appended.
+	Full bool
 	// MaxHold is the longest one shard's lock was held for its copy: the
 	// longest a decision on that shard waited for the snapshot.
 	MaxHold time.Duration
 	// Dropped counts keys of a restored snapshot that expired while the
 	// daemon was down, or did not fit under the key cap.
 	Dropped int
+	crc     uint32 // the base's checksum
 }
 
-// copyShard copies the live rate keys of one shard, under its lock only
-// for the copy; encoding happens after.
-func (s *Store) copyShard(sh *shard, nowNs int64, buf []SnapEntry) []SnapEntry {
+// snapEntry describes record i of a locked shard as a snapshot entry,
+// aliasing its key and events: encode it before the lock is let go.
+func (sh *shard) snapEntry(i int) SnapEntry {
+	r := &sh.recs.s[i]
+	k := sh.key(i)
+	e := SnapEntry{Key: unsafe.String(unsafe.SliceData(k), len(k)), Algo: r.algo, Exp: r.exp}
+	switch r.algo {
+	case limiter.Anvil:
+		e.T = r.t
+		for c := range e.Counts {
+			e.Counts[c] = uint32(uint64(r.d[c/2]) >> (32 * (c % 2)))
+		}
+	case limiter.Smooth:
+		e.T = r.t
+	case limiter.Exact:
+		e.Log, e.Seq = sh.events(i), uint64(r.t)
+	}
+	return e
+}
+
+// live reports whether record i is a rate key holding something at now.
+func (sh *shard) live(i int, nowNs int64) bool {
+	r := &sh.recs.s[i]
+	return r.kind == kindRate && r.exp > nowNs && (r.algo != limiter.Exact || r.nev > 0)
+}
+
+// copyShard encodes the live rate keys of one shard onto buf, under its
+// lock, and marks them clean; it returns buf and the number of keys.
+func (s *Store) copyShard(sh *shard, nowNs int64, buf []byte) ([]byte, int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, e := range sh.m {
-		if e.kind != kindRate || e.exp == 0 || e.exp <= nowNs {
+	sh.trackGone = true
+	clear(sh.gone) // the base holds what is left
+	sh.gone = sh.gone[:0]
+	n := 0
+	for i := range sh.n {
+		sh.recs.s[i].dirty = false
+		if !sh.live(i, nowNs) {
 			continue
 		}
-		se := SnapEntry{Key: e.key, Algo: e.algo, Exp: e.exp, T: e.st.T, Counts: e.st.Counts, Seq: e.bseq}
-		if l := e.st.Log; l.Len() > 0 {
-			se.Log = l.AppendTimes(make([]int64, 0, l.Len()))
-		} else if e.algo == limiter.Exact {
-			continue // nothing held
-		}
-		buf = append(buf, se)
+		e := sh.snapEntry(i)
+		buf = appendEntry(buf, &e)
+		n++
 	}
-	return buf
+	sh.ndirty = 0
+	return buf, n
 }
 
 // encode writes the store's rate keys to w in the snapshot format, taking
 // the shards' locks one at a time and only to copy: decisions on other
-// shards go on meanwhile, and none waits for the encoding or the disk.
-// taken is when the copy begins; clean marks a snapshot written at a
-// graceful stop, after the last decision.
+// shards go on meanwhile, and none waits for the disk. taken is when the
+// copy begins; clean marks a snapshot written at a graceful stop, after
+// the last decision.
 func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
 	sw := newSnapWriter(w, taken, clean)
 	// Read before copying: every booking numbered up to here is in a
 	// shard not copied yet, or already in the copy.
 	seq := s.bseq.Load()
-	var buf []SnapEntry
+	var buf []byte
 	var st SnapStats
 	for i := range s.shards {
 		t := time.Now()
-		buf = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
+		var n int
+		buf, n = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
 		st.MaxHold = max(st.MaxHold, time.Since(t))
-		for j := range buf {
-			sw.entry(&buf[j])
-		}
-		st.Keys += len(buf)
-		clear(buf) // drop references to the copied logs
+		sw.rawEntries(buf, n)
+		st.Keys += n
 	}
-	return st, sw.finish(max(seq, s.bseq.Load()))
+	err := sw.finish(max(seq, s.bseq.Load()))
+	st.crc = sw.sum
+	return st, err
 }
 
-// WriteSnapshot writes the store to path atomically: to a temporary file
-// in the same directory, synced, then renamed over path, and the
-// directory synced. A reader sees the old snapshot or the new one, never
-// a part.
+// WriteSnapshot saves the store's counts at path. The first write of a
+// store, and one after the change log has grown past the base, writes a
+// new base: atomically, to a temporary file in the same directory,
+// synced, renamed over path, the directory synced, then a new, empty
+// change log (path+".changes") started for it. Every other write appends
+// to the change log only the keys changed since the write before, as one
+// segment, synced: nothing at all when nothing changed (unless the clean
+// mark changes). A reader sees each write whole or not at all.
 func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats, error) {
+	p := &s.persist
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	start := time.Now()
+	j := s.journal.Load()
+	var jfrom int64
+	if j != nil {
+		jfrom = j.offset() // what is journaled by now is in the copy
+	}
+	var st SnapStats
+	var err error
+	if p.path != path || p.full {
+		st, err = s.writeFull(path, now, clean)
+	} else {
+		st, err = s.writeChanges(path, now, clean)
+	}
+	if err != nil {
+		p.full = true // the changes taken are on no disk
+		return SnapStats{}, err
+	}
+	st.Took = time.Since(start)
+	if j != nil {
+		if err := j.compact(jfrom); err != nil {
+			return st, fmt.Errorf("store snapshot written, but: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// writeChanges appends the keys changed since the last write to the
+// change log, or, when the log would pass the base's size (and
+// minCompact), writes a new base instead.
+func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats, error) {
+	p := &s.persist
+	sg := &p.sg
+	sg.begin(now.UnixNano(), clean)
+	var st SnapStats
+	for i := range s.shards {
+		t := time.Now()
+		s.shards[i].encodeDirty(sg, now.UnixNano())
+		st.MaxHold = max(st.MaxHold, time.Since(t))
+	}
+	st.Keys = sg.n
+	if sg.n == 0 && clean == p.clean {
+		return st, nil // nothing changed: nothing to write
+	}
+	seg := sg.seal(s.bseq.Load())
+	if p.logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
+		return s.writeFull(path, now, clean)
+	}
+	if p.logf == nil {
+		// The first change of this process: a new log, holding the
+		// segments a restore read and this one.
+		data := append(append(changesHeader(p.ref), p.carry...), seg...)
+		f, err := writeChangesFile(path+changesSuffix, data)
+		if err != nil {
+			return st, fmt.Errorf("store snapshot: %w", err)
+		}
+		p.logf, p.logLen, p.carry = f, int64(len(data)), nil
+		st.Bytes = int64(len(data))
+	} else {
+		n, err := p.logf.WriteAt(seg, p.logLen)
+		if err == nil {
+			err = p.logf.Sync()
+		}
+		if err != nil {
+			if n > 0 {
+				p.logf.Truncate(p.logLen) // a torn segment would hide later ones
+			}
+			return st, fmt.Errorf("store snapshot: change log %s: %w", path+changesSuffix, err)
+		}
+		p.logLen += int64(n)
+		st.Bytes = int64(n)
+	}
+	p.clean = clean
+	return st, nil
+}
+
+// writeFull writes a new base and starts its change log.
+func (s *Store) writeFull(path string, now time.Time, clean bool) (SnapStats, error) {
+	p := &s.persist
+	st, err := s.writeBase(path, now, clean)
+	if err != nil {
+		return st, err
+	}
+	if p.logf != nil {
+		p.logf.Close()
+	}
+	p.path, p.ref, p.baseLen, p.clean = path, baseRef{taken: now.UnixNano(), crc: st.crc}, st.Bytes, clean
+	p.logf, p.logLen, p.carry, p.full = nil, 0, nil, false
+	hdr := changesHeader(p.ref)
+	f, err := writeChangesFile(path+changesSuffix, hdr)
+	if err != nil {
+		// The base holds everything; the next write tries again.
+		p.full = true
+		return st, fmt.Errorf("store snapshot written, but: %w", err)
+	}
+	p.logf, p.logLen = f, int64(len(hdr))
+	st.Bytes += p.logLen
+	st.Full = true
+	return st, nil
+}
+
+// writeBase writes every key to a new base at path, atomically.
+func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -90,11 +260,6 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 			os.Remove(tmp)
 		}
 	}()
-	j := s.journal.Load()
-	var jfrom int64
-	if j != nil {
-		jfrom = j.offset() // what is journaled by now is in the copy
-	}
 	st, err := s.encode(f, now, clean)
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: write %s: %w", tmp, err)
@@ -120,12 +285,7 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
 		}
 	}
-	st.Bytes, st.Took = fi.Size(), time.Since(start)
-	if j != nil {
-		if err := j.compact(jfrom); err != nil {
-			return st, fmt.Errorf("store snapshot written, but: %w", err)
-		}
-	}
+	st.Bytes = fi.Size()
 	return st, nil
 }
 
@@ -165,7 +325,7 @@ func ReadSnapshotFile(r io.Reader, limit int64) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return DecodeSnapshot(data)
+	return decodeSnapshot(data, true)
 }
 
 // readChecked reads r whole (at most limit bytes) once check accepted
@@ -194,11 +354,14 @@ func readChecked(r io.Reader, limit int64, n int, check func(head []byte) error)
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
 var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
 
-// Restore loads a decoded snapshot into an empty store, before it serves.
-// Keys that expired by now (while the daemon was down) are dropped, so
-// every window continues exactly where it was; keys beyond the cap are
-// dropped too (the soonest to expire first would be better; the cap is
-// rarely reached by a snapshot of a store with the same cap).
+// Restore loads a decoded snapshot into an empty store, before it serves:
+// the base's keys, then the changes of its log. Keys that expired by now
+// (while the daemon was down) are dropped, so every window continues
+// exactly where it was; keys beyond the cap are dropped too (the soonest
+// to expire first would be better; the cap is rarely reached by a
+// snapshot of a store with the same cap). A snapshot read from files
+// (ReadSnapshot) makes them the store's: its next write appends to them
+// what changed since.
 func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 	start := time.Now()
 	if s.Len() != 0 {
@@ -206,30 +369,136 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 	}
 	nowNs := now.UnixNano()
 	var st SnapStats
+	keyBytes := 0
+	for i := range snap.Entries {
+		keyBytes += len(snap.Entries[i].Key)
+	}
+	if err := s.presize(min(len(snap.Entries), s.opts.MaxKeys), keyBytes); err != nil {
+		return st, err
+	}
 	for i := range snap.Entries {
 		se := &snap.Entries[i]
 		if se.Exp <= nowNs || s.Len() >= s.opts.MaxKeys {
 			st.Dropped++
 			continue
 		}
-		e := &entry{key: se.Key, kind: kindRate, algo: se.Algo, exp: se.Exp, bseq: se.Seq}
-		e.st.T, e.st.Counts = se.T, se.Counts
-		if se.Algo == limiter.Exact {
-			e.st.Log = limiter.NewEventLog(se.Log)
+		if _, err := s.restoreOne(se, false); err != nil {
+			return st, err
 		}
-		sh := s.shardOf(se.Key)
-		sh.mu.Lock()
-		if _, dup := sh.m[se.Key]; !dup {
-			sh.m[se.Key] = e
-			s.n.Add(1)
-			st.Keys++
-		}
-		sh.mu.Unlock()
 	}
+	for i := range snap.changes {
+		c := &snap.changes[i]
+		if c.del || c.e.Exp <= nowNs {
+			s.forget(c.e.Key)
+			continue
+		}
+		if _, err := s.restoreOne(&c.e, true); err != nil {
+			if errors.Is(err, limiter.ErrFull) {
+				st.Dropped++
+				continue
+			}
+			return st, err
+		}
+	}
+	st.Keys = s.Len()
 	s.raiseSeq(snap.Seq)
 	s.observe(nowNs)
+	if src := snap.src; src != nil {
+		p := &s.persist
+		p.mu.Lock()
+		p.path, p.ref, p.baseLen, p.carry, p.clean = src.path, snap.ref, src.baseLen, src.carry, snap.Clean
+		p.mu.Unlock()
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			sh.trackGone = true
+			sh.mu.Unlock()
+		}
+	}
 	st.Took = time.Since(start)
 	return st, nil
+}
+
+// presize gives every shard of an empty store room for its share of n
+// keys of keyBytes in all, so a restore does not grow them step by step.
+func (s *Store) presize(n, keyBytes int) error {
+	per := n/len(s.shards) + n/len(s.shards)/4 + 16
+	kper := keyBytes/len(s.shards) + keyBytes/len(s.shards)/4 + 1024
+	slots := 2 * minRecs
+	for slots*maxLoad < per*8 {
+		slots *= 2
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		err := sh.recs.alloc(per, sh.n)
+		if err == nil && slots > len(sh.slots.s) {
+			err = sh.rehash(slots)
+		}
+		if err == nil && kper > cap(sh.keys) {
+			err = sh.repack(kper / 2)
+		}
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forget drops key, if held (a change log's deletion).
+func (s *Store) forget(key string) {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i := sh.find(key, h); i >= 0 {
+		sh.remove(i)
+		s.n.Add(-1)
+	}
+}
+
+// restoreOne adds one snapshot entry; a key held already is kept, or,
+// with replace, given the entry's state.
+func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
+	h := s.hash(se.Key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(se.Key, h)
+	switch {
+	case i >= 0 && !replace:
+		return false, nil
+	case i >= 0 && (sh.recs.s[i].kind != kindRate || sh.recs.s[i].algo != se.Algo):
+		sh.remove(i)
+		s.n.Add(-1)
+		i = -1
+	}
+	if i < 0 {
+		if s.Len() >= s.opts.MaxKeys {
+			return false, limiter.ErrFull
+		}
+		var err error
+		if i, err = sh.insert(se.Key, h, kindRate, se.Algo); err != nil {
+			return false, err
+		}
+		s.n.Add(1)
+	}
+	r := &sh.recs.s[i]
+	switch se.Algo {
+	case limiter.Anvil:
+		r.t = se.T
+		for c := range r.d {
+			r.d[c] = int64(uint64(se.Counts[2*c]) | uint64(se.Counts[2*c+1])<<32)
+		}
+	case limiter.Smooth:
+		r.t = se.T
+	case limiter.Exact:
+		r.t = int64(se.Seq)
+		sh.keepLog(r, se.Log, 0)
+	}
+	sh.setExp(i, se.Exp)
+	return true, nil
 }
 
 // RemoveTemps removes temporary files a crash in the middle of a write
@@ -237,7 +506,7 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 // many. Call it before the first write.
 func RemoveTemps(path string) int {
 	n := 0
-	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp"}
+	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp", path + changesSuffix + ".tmp"}
 	for _, p := range pats {
 		ms, _ := filepath.Glob(p)
 		for _, m := range ms {
@@ -263,6 +532,21 @@ func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
 	snap, err := ReadSnapshotFile(f, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot: %w", err)
+	}
+	// The log stays below the base's size (or minCompact) but for the
+	// segment that passes it, itself at most a base.
+	c, err := readChanges(path, 2*limit, snap.ref)
+	if err != nil {
+		return nil, err
+	}
+	c.apply(snap)
+	snap.src = &snapSource{path: path, baseLen: fi.Size()}
+	if c != nil {
+		snap.src.carry = c.raw
 	}
 	return snap, nil
 }

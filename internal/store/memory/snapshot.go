@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"hash/maphash"
 	"io"
 	"math"
 	"time"
+	"unsafe"
 
 	"sluice/internal/limiter"
 )
@@ -81,6 +83,13 @@ type Snapshot struct {
 	Entries []SnapEntry
 	// Seq is the highest booking sequence number given out.
 	Seq uint64
+
+	// ref names the base file; changes are its change log's records,
+	// applied after Entries; src, for a snapshot read from files, says
+	// what the files hold (persist.go).
+	ref     baseRef
+	changes []change
+	src     *snapSource
 }
 
 // snapWriter encodes a snapshot as a stream.
@@ -91,6 +100,7 @@ type snapWriter struct {
 	n   uint64
 	buf []byte
 	err error
+	sum uint32 // the checksum, once finished
 }
 
 func newSnapWriter(w io.Writer, taken time.Time, clean bool) *snapWriter {
@@ -117,7 +127,13 @@ func (sw *snapWriter) write(b []byte) {
 
 // entry appends one rate key.
 func (sw *snapWriter) entry(e *SnapEntry) {
-	b := sw.buf[:0]
+	sw.buf = appendEntry(sw.buf[:0], e)
+	sw.write(sw.buf)
+	sw.n++
+}
+
+// appendEntry encodes one rate key record, its tag first, onto b.
+func appendEntry(b []byte, e *SnapEntry) []byte {
 	b = append(b, tagRate)
 	b = binary.AppendUvarint(b, uint64(len(e.Key)))
 	b = append(b, e.Key...)
@@ -140,9 +156,13 @@ func (sw *snapWriter) entry(e *SnapEntry) {
 		}
 		b = binary.AppendUvarint(b, e.Seq)
 	}
+	return b
+}
+
+// rawEntries passes already encoded records (appendEntry) to the file.
+func (sw *snapWriter) rawEntries(b []byte, n int) {
 	sw.write(b)
-	sw.buf = b
-	sw.n++
+	sw.n += uint64(n)
 }
 
 // finish writes the end record and the checksum, and flushes.
@@ -154,7 +174,8 @@ func (sw *snapWriter) finish(seq uint64) error {
 	if sw.err != nil {
 		return sw.err
 	}
-	_, err := sw.out.Write(binary.BigEndian.AppendUint32(nil, sw.crc.Sum32()))
+	sw.sum = sw.crc.Sum32()
+	_, err := sw.out.Write(binary.BigEndian.AppendUint32(nil, sw.sum))
 	return err
 }
 
@@ -162,7 +183,17 @@ func (sw *snapWriter) finish(seq uint64) error {
 // other version, truncation, checksum mismatch, malformed or out-of-order
 // record, trailing bytes) returns an error wrapping ErrSnapshot and no
 // entries: a snapshot is used whole or not at all.
-func DecodeSnapshot(data []byte) (*Snapshot, error) {
+func DecodeSnapshot(data []byte) (*Snapshot, error) { return decodeSnapshot(data, false) }
+
+// minEntryLen is about the smallest a common entry is (a smooth key of a
+// few bytes): the decoder sizes its tables by it, so that a large
+// snapshot is not copied over and over as they grow.
+const minEntryLen = 48
+
+// decodeSnapshot is DecodeSnapshot; with alias, the keys decoded share
+// data's memory (which must then never change) instead of each being a
+// copy, and exact logs share one array.
+func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 	if len(data) < len(snapMagic) || string(data[:len(snapMagic)]) != snapMagic {
 		return nil, fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
 	}
@@ -173,19 +204,24 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
 	}
 	body := data[:len(data)-trailerLen]
-	if got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(data[len(body):]); got != want {
+	got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(data[len(body):])
+	if got != want {
 		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", ErrSnapshot)
 	}
 	flags := binary.BigEndian.Uint16(data[10:])
 	if flags&^snapClean != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrSnapshot, flags)
 	}
+	taken := int64(binary.BigEndian.Uint64(data[12:]))
 	snap := &Snapshot{
-		Taken: time.Unix(0, int64(binary.BigEndian.Uint64(data[12:]))),
+		Taken: timeOf(taken),
 		Clean: flags&snapClean != 0,
+		ref:   baseRef{taken: taken, crc: got},
 	}
-	d := snapDecoder{b: body[headerLen:]}
-	seen := map[string]struct{}{}
+	d := snapDecoder{b: body[headerLen:], alias: alias}
+	guess := min(len(d.b)/minEntryLen, 1<<24)
+	seen := newKeySet(guess)
+	snap.Entries = make([]SnapEntry, 0, guess)
 	for {
 		tag := d.byte()
 		if d.err != nil {
@@ -201,10 +237,9 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, dup := seen[e.Key]; dup {
+		if seen.dup(e.Key, snap.Entries) {
 			return nil, fmt.Errorf("%w: key %q appears twice", ErrSnapshot, e.Key)
 		}
-		seen[e.Key] = struct{}{}
 		snap.Entries = append(snap.Entries, e)
 	}
 	n := d.uvarint()
@@ -229,9 +264,69 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	return snap, nil
 }
 
+// keySet tells a key seen before among a snapshot's entries: by a 64-bit
+// hash of each, and on a matching hash by the entry's key itself.
+type keySet struct {
+	seed  maphash.Seed
+	first map[uint64]int32    // hash -> the entry that has it
+	more  map[string]struct{} // keys whose hash another key had first
+}
+
+func newKeySet(n int) *keySet {
+	return &keySet{seed: maphash.MakeSeed(), first: make(map[uint64]int32, n)}
+}
+
+// dup reports whether key is held by an entry before, and notes it as
+// the key of the entry about to be appended to entries.
+func (ks *keySet) dup(key string, entries []SnapEntry) bool {
+	h := maphash.String(ks.seed, key)
+	i, ok := ks.first[h]
+	if !ok {
+		ks.first[h] = int32(len(entries))
+		return false
+	}
+	if entries[i].Key == key {
+		return true
+	}
+	if _, ok := ks.more[key]; ok {
+		return true
+	}
+	if ks.more == nil {
+		ks.more = map[string]struct{}{}
+	}
+	ks.more[key] = struct{}{}
+	return false
+}
+
 type snapDecoder struct {
 	b   []byte
 	err error
+	// alias makes keys share b's memory; logs is where exact logs are
+	// cut from (see decodeSnapshot).
+	alias bool
+	logs  []int64
+}
+
+// str returns the first n bytes of d.b as a string (n is checked).
+func (d *snapDecoder) str(n uint64) string {
+	if d.alias && n > 0 {
+		return unsafe.String(&d.b[0], int(n))
+	}
+	return string(d.b[:n])
+}
+
+// logBuf returns an empty slice with room for n events, its own: cut
+// from a shared array when decoding with alias.
+func (d *snapDecoder) logBuf(n int) []int64 {
+	if !d.alias || n > 256 {
+		return make([]int64, 0, n)
+	}
+	if len(d.logs)+n > cap(d.logs) {
+		d.logs = make([]int64, 0, 1<<16)
+	}
+	l := d.logs[len(d.logs) : len(d.logs) : len(d.logs)+n]
+	d.logs = d.logs[:len(d.logs)+n]
+	return l
 }
 
 var errShort = errors.New("short")
@@ -291,7 +386,7 @@ func (d *snapDecoder) entry() (SnapEntry, error) {
 	if d.err != nil {
 		return e, d.fail("key")
 	}
-	e.Key = string(d.b[:kl])
+	e.Key = d.str(kl)
 	d.b = d.b[kl:]
 	e.Algo = limiter.Algorithm(d.byte())
 	e.Exp = d.varint()
@@ -334,7 +429,7 @@ func (d *snapDecoder) events(e *SnapEntry) error {
 	if d.err != nil {
 		return d.fail("key " + quoteKey(e.Key))
 	}
-	e.Log = make([]int64, 0, n)
+	e.Log = d.logBuf(int(n))
 	t := d.varint()
 	e.Log = append(e.Log, t)
 	for i := uint64(1); i < n && d.err == nil; i++ {
@@ -354,6 +449,9 @@ func (d *snapDecoder) events(e *SnapEntry) error {
 	}
 	return nil
 }
+
+// timeOf is the time of Unix ns t.
+func timeOf(t int64) time.Time { return time.Unix(0, t) }
 
 // quoteKey shows a key in an error (keys hold NUL separators).
 func quoteKey(k string) string {

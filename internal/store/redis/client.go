@@ -231,3 +231,12 @@ func isOOM(err error) bool {
 // defaultDialTimeout bounds one connection attempt; commands give up at
 // their own deadline before that.
 const defaultDialTimeout = 2 * time.Second
+
+// The circuit breaker's defaults: three misses in a row are not a slow
+// moment (a pipelined batch that missed shares one cause), and a probe
+// every half second costs at most one deadline's wait per half second
+// while bringing decisions back within half a second of Redis's return.
+const (
+	defaultBreakAfter    = 3
+	defaultProbeInterval = 500 * time.Millisecond
+)

@@ -61,8 +61,9 @@ func (s *Store) Acquire(ctx context.Context, now time.Time, key string, capacity
 		args = append(args, itoa(capacity), itoa(ttlMicros(ttl)), m)
 		v, t1, err := s.eval(ctx, "acquire", acquireScript, []string{rk}, args)
 		if err != nil {
-			if _, ok := serverError(err); !ok {
+			if _, ok := serverError(err); !ok && !errors.Is(err, ErrCircuitOpen) {
 				// The script may have run: make sure the slot comes back.
+				// (With the circuit open it was never sent.)
 				s.mu.Lock()
 				s.orphans = append(s.orphans, orphan{rk, m, time.Now().Add(ttl)})
 				s.mu.Unlock()

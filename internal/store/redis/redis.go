@@ -84,6 +84,27 @@
 // the limiter applies its fail mode. A call that timed out may still have
 // been applied by Redis. The client reconnects by itself; Healthy and
 // Errors report on it.
+//
+// # Circuit breaker
+//
+// A hung Redis (stopped, swapping, a network that drops packets) would
+// make every decision wait the whole deadline, and every MTA process
+// with it. So after Options.BreakAfter misses in a row (a deadline
+// passed, or no connection; an error reply is an answer), the last of
+// them at least a deadline after the first, the store's circuit opens:
+// calls fail at once with ErrCircuitOpen, and the limiter decides them
+// by its fail mode without waiting. (The deadline between the first miss
+// and the last means a call sent after the first miss missed too: one
+// stall of this host, which times out every call in flight at once, is
+// not taken for a hung Redis.) Every Options.ProbeInterval one call goes
+// to Redis as a probe; the first answer from Redis (the probe's, a call
+// that was in flight, or the health check's PING) closes the circuit.
+// Under a hung Redis a decision thus waits at most one deadline, and
+// after the first two deadlines only the probes wait at all.
+// Opening and closing are logged; Breaker reports the state and counts.
+// In Cluster mode there is no breaker: the store cannot tell which
+// master a miss came from, and one dead master must not stop the
+// decisions the others can make.
 package redis
 
 import (
@@ -127,6 +148,15 @@ type Options struct {
 	KeyPrefix string
 	// Deadline bounds each call (default 50ms).
 	Deadline time.Duration
+	// BreakAfter is how many calls in a row must miss their deadline (or
+	// find no connection) before the circuit breaker opens (default 3;
+	// negative: never; with Cluster there is no breaker). See the package
+	// comment.
+	BreakAfter int
+	// ProbeInterval is, while the breaker is open, the time between the
+	// calls let through to see whether Redis answers again (default
+	// 500ms).
+	ProbeInterval time.Duration
 	// DialTimeout bounds one connection attempt (default 2s).
 	DialTimeout time.Duration
 	// Owner names this host in its leases (default hostname:pid).
@@ -156,6 +186,7 @@ type Store struct {
 
 	healthy  atomic.Bool
 	errs     atomic.Uint64
+	brk      breaker
 	keyBase  atomic.Int64 // the last full count, less keyDelta then
 	keyDelta atomic.Int64 // keys this store's scripts created less dropped
 	// offset is, with Redis TIME, a lower bound of the Redis clock less
@@ -204,6 +235,12 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = defaultDialTimeout
 	}
+	if o.BreakAfter == 0 {
+		o.BreakAfter = defaultBreakAfter
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = defaultProbeInterval
+	}
 	if o.Owner == "" {
 		host, _ := os.Hostname()
 		o.Owner = host + ":" + strconv.Itoa(os.Getpid())
@@ -234,6 +271,12 @@ func newStore(ctx context.Context, o Options, c conn) (*Store, error) {
 		leases: make(map[limiter.Lease]leaseRec),
 		resv:   make(map[resvKey]int64),
 		done:   make(chan struct{}),
+		brk:    breaker{after: int64(max(o.BreakAfter, 0)), span: o.Deadline, probe: o.ProbeInterval},
+	}
+	if o.Cluster {
+		// One breaker for the store would let a dead master's misses
+		// fail the decisions of the live masters' slots.
+		s.brk.after = 0
 	}
 	pctx, cancel := context.WithTimeout(ctx, max(o.Deadline, 5*time.Second))
 	defer cancel()
@@ -313,6 +356,7 @@ func (s *Store) run() {
 				ctx, cancel := context.WithTimeout(s.bg, s.opts.Deadline)
 				if s.c.ping(ctx) == nil {
 					s.healthy.Store(true)
+					s.answered(false)
 				}
 				cancel()
 			}
@@ -354,8 +398,14 @@ func (s *Store) warn(msg string, err error) {
 }
 
 // eval runs one script within the deadline and returns its reply and the
-// local time it arrived.
+// local time it arrived. While the circuit breaker is open it fails at
+// once, but for the probes.
 func (s *Store) eval(parent context.Context, op string, sc *script, keys, args []string) ([]int64, time.Time, error) {
+	ok, probe := s.brk.enter(time.Now())
+	if !ok {
+		s.errs.Add(1)
+		return nil, time.Now(), fmt.Errorf("redis store: %s: %w", op, ErrCircuitOpen)
+	}
 	ctx, cancel := context.WithTimeout(parent, s.opts.Deadline)
 	defer cancel()
 	v, err := s.c.eval(ctx, sc, keys, args)
@@ -364,12 +414,28 @@ func (s *Store) eval(parent context.Context, op string, sc *script, keys, args [
 		if parent.Err() != nil {
 			// The caller gave up (its own deadline or cancellation):
 			// nothing is known about Redis.
+			s.brk.abandoned(probe)
 			return nil, t1, fmt.Errorf("redis store: %s: %w", op, err)
+		}
+		if _, ok := serverError(err); ok {
+			s.answered(probe)
+		} else if s.brk.missed(probe, t1) {
+			s.log.Warn("redis store: Redis missed its deadline on consecutive calls; circuit open: deciding by the fail mode at once, probing Redis at intervals",
+				"misses", s.opts.BreakAfter, "deadline", s.opts.Deadline.String(), "probe_interval", s.opts.ProbeInterval.String(), "addrs", s.opts.Addrs, "err", err)
 		}
 		return nil, t1, s.fail(op, err)
 	}
+	s.answered(probe)
 	s.healthy.Store(true)
 	return v, t1, nil
+}
+
+// answered tells the breaker that Redis answered, and logs the circuit's
+// closing.
+func (s *Store) answered(probe bool) {
+	if s.brk.answered(probe) {
+		s.log.Info("redis store: Redis answers again; circuit closed", "addrs", s.opts.Addrs, "decided_by_fail_mode", s.brk.fastFails.Load())
+	}
 }
 
 func (s *Store) fail(op string, err error) error {

@@ -141,3 +141,47 @@ func testCapEvicts(t *testing.T, s limiter.Store, maxKeys int) {
 		t.Fatalf("the newest key lost its event: %+v %v", out[0], err)
 	}
 }
+
+// testCapKeepsLive: a store that drops only keys at rest (see
+// Backend.KeepsLiveKeys). A key at its limit is refused; a flood of five
+// times the cap in new keys gets ErrFull once the store is full of keys
+// still counting, and the first key is still refused after it; keys at
+// rest make room again.
+func testCapKeepsLive(t *testing.T, s limiter.Store, maxKeys int) {
+	out := make([]limiter.Decision, 1)
+	first := exact("first-sender", 10, time.Hour)
+	for i := range 10 {
+		if err := s.Hit(ctx, at(time.Duration(i)*time.Millisecond), 1, limiter.Leaky, []limiter.Check{first}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("event %d of 10: %+v %v", i+1, out[0], err)
+		}
+	}
+	now := at(time.Second)
+	if err := s.Hit(ctx, now, 1, limiter.Leaky, []limiter.Check{first}, out); err != nil || out[0].Allowed {
+		t.Fatalf("11th event within the hour: %+v %v, want refused", out[0], err)
+	}
+	admitted, full := 0, 0
+	for i := range 5 * maxKeys {
+		err := s.Hit(ctx, now, 1, limiter.Leaky, []limiter.Check{capCheck(i, time.Hour)}, out)
+		switch {
+		case errors.Is(err, limiter.ErrFull):
+			full++
+		case err != nil:
+			t.Fatalf("new key %d: %v", i, err)
+		default:
+			admitted++
+		}
+	}
+	if full == 0 || admitted >= maxKeys || s.Len() > maxKeys {
+		t.Fatalf("%d new keys admitted, %d refused as full, Len %d, cap %d", admitted, full, s.Len(), maxKeys)
+	}
+	if err := s.Hit(ctx, now.Add(time.Second), 1, limiter.Leaky, []limiter.Check{first}, out); err != nil || out[0].Allowed || out[0].Count != 10 {
+		t.Fatalf("after %d new keys the first key: %+v %v, want refused at 10", 5*maxKeys, out[0], err)
+	}
+	// An hour after the flood every key is at rest: new keys fit again.
+	later := now.Add(time.Hour + time.Second)
+	for i := range maxKeys {
+		if err := s.Hit(ctx, later, 1, limiter.Leaky, []limiter.Check{capCheck(5*maxKeys+i, time.Hour)}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("new key %d once the others are at rest: %+v %v", i, out[0], err)
+		}
+	}
+}

@@ -43,6 +43,12 @@ type Backend struct {
 	// cap evicts idle keys (evict) or refuses new keys with
 	// limiter.ErrFull. Its stores must implement Sweeper too.
 	Capped func(t *testing.T, evict bool) (s limiter.Store, maxKeys int)
+	// KeepsLiveKeys says the store, at its cap, drops only keys at rest
+	// (nothing left in any window) and refuses a new key with
+	// limiter.ErrFull rather than drop a key still counting, whatever
+	// evict says (store/memory). The suite then checks that a flood of
+	// new keys resets nobody's count, instead of CapEvictsIdleKeys.
+	KeepsLiveKeys bool
 }
 
 // Run runs every case against stores made by b; each case gets a fresh
@@ -88,6 +94,9 @@ func Run(t *testing.T, b Backend) {
 		{"CapRefusesNewKeys", false, testCapRefuses},
 		{"CapEvictsIdleKeys", true, testCapEvicts},
 	} {
+		if b.KeepsLiveKeys && c.evict {
+			c.name, c.fn = "CapKeepsLiveKeys", testCapKeepsLive
+		}
 		t.Run(c.name, func(t *testing.T) {
 			s, maxKeys := b.Capped(t, c.evict)
 			defer s.Close()

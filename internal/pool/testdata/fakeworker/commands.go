@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/signal"
 	"strconv"
@@ -95,6 +96,8 @@ func timed(c config, word, arg string, n int) bool {
 // reports whether word was one of them.
 func probe(word, line, arg string, n int) bool {
 	switch word {
+	case "len": // the line's length and CRC-32
+		fmt.Fprintf(out, "len %d %08x\n", len(line), crc32.ChecksumIEEE([]byte(line)))
 	case "tick": // record the tick in ticks.log (in the working directory), answer "tock n"
 		if f, err := os.OpenFile("ticks.log", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666); err == nil {
 			fmt.Fprintf(f, "%s\n", line)

@@ -1,0 +1,394 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"sluice/internal/config"
+	"sluice/internal/limiter"
+	"sluice/internal/throttle"
+)
+
+// Names of the marks the ban guard keeps per throttle key (policy name,
+// a space, and the key or "*" for a shared policy).
+const (
+	markSuspend = "suspend" // value: the ban streak; expires when the cool-off ends
+	markBans    = "bans"    // value: the ban streak; expires max_cool_off after the suspension
+	markLimit   = "limit"   // value: the learned limit
+)
+
+// learnedTTL is how long a learned limit is kept after its last change.
+const learnedTTL = 30 * 24 * time.Hour
+
+// sharedPoll is how often a daemon with senders waiting on a key reads
+// the shared marks for a suspension another daemon made.
+const sharedPoll = 250 * time.Millisecond
+
+// banGuard reads the results of sends and acts on bans: a key whose relay
+// banned it is suspended for a cool-off (its waiting senders defer at
+// once, new ones too), the permanent failures the ban caused are reported
+// as temporary, and with adapt the key's limit is learned. What must
+// outlive the daemon or be shared (suspension, streak, learned limit)
+// are marks; consecutive failures and recent deliveries are this daemon's.
+type banGuard struct {
+	marks limiter.Marks
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu   sync.Mutex
+	keys map[string]*banKey
+	cfg  *config.Config
+	pols map[string]*banPolicy
+}
+
+// banPolicy is a policy's ban settings with what the guard derives.
+type banPolicy struct {
+	config.BanSpec
+	name   string
+	signs  throttle.Signs
+	limit  int64         // the configured limit's N
+	period time.Duration // the configured period plus the margin
+}
+
+// banKey is one key's local state.
+type banKey struct {
+	mu         sync.Mutex
+	watchers   int
+	suspended  chan struct{} // closed when the key is suspended
+	until      time.Time     // end of the suspension known here
+	reason     string
+	failures   int         // consecutive failed sends
+	delivered  []time.Time // deliveries within the last period, oldest first
+	trouble    time.Time   // the last failure, throttling answer or ban
+	learned    int64       // 0: the configured limit
+	learnedAt  time.Time   // when the learned limit was set
+	learnedChk time.Time   // when the marks were last read for it
+	polling    bool
+	used       time.Time
+}
+
+func newBanGuard(marks limiter.Marks, log *slog.Logger) *banGuard {
+	return &banGuard{marks: marks, log: log, now: time.Now, keys: map[string]*banKey{}}
+}
+
+// policy returns the ban settings of the named policy in cfg, nil when it
+// reads no results.
+func (g *banGuard) policy(cfg *config.Config, name string) *banPolicy {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cfg != cfg {
+		g.cfg, g.pols = cfg, map[string]*banPolicy{}
+		specs, _ := cfg.ThrottlePolicies()
+		for _, s := range specs {
+			if s.Ban.On() {
+				g.pols[s.Name] = &banPolicy{BanSpec: s.Ban, name: s.Name, signs: throttle.NewSigns(s.Ban.Signs), limit: s.Limit.N, period: s.Limit.Period + s.Margin}
+			}
+		}
+	}
+	return g.pols[name]
+}
+
+func (g *banGuard) key(id string) *banKey {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := g.keys[id]
+	now := g.now()
+	if k == nil {
+		if len(g.keys) >= 4096 {
+			g.prune(now)
+		}
+		k = &banKey{suspended: make(chan struct{})}
+		g.keys[id] = k
+	}
+	k.used = now
+	return k
+}
+
+// prune forgets keys idle for an hour with nobody waiting (their marks
+// stay in the marks store).
+func (g *banGuard) prune(now time.Time) {
+	for id, k := range g.keys {
+		k.mu.Lock()
+		idle := k.watchers == 0 && now.Sub(k.used) > time.Hour && !now.Before(k.until)
+		k.mu.Unlock()
+		if idle {
+			delete(g.keys, id)
+		}
+	}
+}
+
+// resumeLocked starts a new suspension channel once the last suspension
+// is over.
+func (k *banKey) resumeLocked(now time.Time) {
+	select {
+	case <-k.suspended:
+		if !now.Before(k.until) {
+			k.suspended = make(chan struct{})
+		}
+	default:
+	}
+}
+
+// suspendLocked records a suspension until until and tells the waiting
+// senders.
+func (k *banKey) suspendLocked(until time.Time, reason string) {
+	if until.After(k.until) {
+		k.until, k.reason = until, reason
+	}
+	select {
+	case <-k.suspended:
+	default:
+		close(k.suspended)
+	}
+}
+
+// admit returns the end of id's suspension (zero when not suspended) and
+// its reason.
+func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := g.now()
+	k.resumeLocked(now)
+	if now.Before(k.until) {
+		return k.until, k.reason
+	}
+	m, ok, err := g.marks.Get(ctx, id, markSuspend)
+	if err != nil {
+		g.log.Warn("throttle: reading the key's suspension failed; sending", "key", id, "err", err)
+		return time.Time{}, ""
+	}
+	if ok && now.Before(m.Expires) {
+		k.suspendLocked(m.Expires, "the relay banned it")
+		return k.until, k.reason
+	}
+	return time.Time{}, ""
+}
+
+// watch returns a channel closed when id is suspended, and a function to
+// call when the sender is gone. With shared marks, a poller reads them
+// while anyone watches.
+func (g *banGuard) watch(id string) (<-chan struct{}, func()) {
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.resumeLocked(g.now())
+	k.watchers++
+	if g.marks.Shared() && !k.polling {
+		k.polling = true
+		go g.poll(id, k)
+	}
+	return k.suspended, func() {
+		k.mu.Lock()
+		k.watchers--
+		k.mu.Unlock()
+	}
+}
+
+// poll reads the shared suspension of id for as long as senders watch
+// it; it ends with the last of them.
+func (g *banGuard) poll(id string, k *banKey) {
+	t := time.NewTicker(sharedPoll)
+	defer t.Stop()
+	for range t.C {
+		k.mu.Lock()
+		if k.watchers == 0 {
+			k.polling = false
+			k.mu.Unlock()
+			return
+		}
+		k.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
+		m, ok, err := g.marks.Get(ctx, id, markSuspend)
+		cancel()
+		if err == nil && ok && g.now().Before(m.Expires) {
+			k.mu.Lock()
+			k.suspendLocked(m.Expires, "the relay banned it")
+			k.mu.Unlock()
+		}
+	}
+}
+
+// revokeReason is what a sender told to defer hears.
+func (g *banGuard) revokeReason(id string) string {
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return suspendedText(id, k.until, k.reason)
+}
+
+func suspendedText(id string, until time.Time, reason string) string {
+	return fmt.Sprintf("%s is suspended until %s: %s", id, until.UTC().Format(time.RFC3339), reason)
+}
+
+// limit is id's limit in force: the learned one, if lower than configured.
+func (g *banGuard) limit(ctx context.Context, id string, bp *banPolicy) int64 {
+	if !bp.Adapt {
+		return bp.limit
+	}
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	g.refreshLearnedLocked(ctx, id, k)
+	if k.learned > 0 && k.learned < bp.limit {
+		return k.learned
+	}
+	return bp.limit
+}
+
+// refreshLearnedLocked reads the learned limit from the marks: once for
+// marks of this daemon's own, every second for shared ones.
+func (g *banGuard) refreshLearnedLocked(ctx context.Context, id string, k *banKey) {
+	now := g.now()
+	if !k.learnedChk.IsZero() && (!g.marks.Shared() || now.Sub(k.learnedChk) < time.Second) {
+		return
+	}
+	k.learnedChk = now
+	m, ok, err := g.marks.Get(ctx, id, markLimit)
+	switch {
+	case err != nil:
+		g.log.Warn("throttle: reading the learned limit failed", "key", id, "err", err)
+	case ok:
+		k.learned, k.learnedAt = m.Value, m.Since
+	default:
+		k.learned, k.learnedAt = 0, time.Time{}
+	}
+}
+
+// judge reads a send's result for id: counts it, starts a ban, adapts the
+// limit, and returns the verdict flags for the sender.
+func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []throttle.ResultLine) string {
+	j := throttle.Judge(lines, bp.signs)
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := g.now()
+	k.resumeLocked(now)
+	if bp.Adapt {
+		g.refreshLearnedLocked(ctx, id, k)
+	}
+	switch {
+	case j.Delivered:
+		k.failures = 0
+		k.delivered = append(k.delivered, now)
+		k.trimDelivered(now, bp)
+		if bp.Adapt {
+			g.raiseLocked(ctx, id, bp, k, now)
+		}
+	case j.Failed:
+		k.failures++
+		k.trouble = now
+	}
+	if j.Ban || j.Slow {
+		k.trouble = now
+	}
+	switch {
+	case j.Ban || bp.After > 0 && k.failures >= bp.After:
+		why := fmt.Sprintf("%d failed sends in a row", k.failures)
+		if j.Ban {
+			why = fmt.Sprintf("the relay's answer matched the ban sign %q", j.Sign)
+		}
+		k.failures = 0
+		g.banLocked(ctx, id, bp, k, now, why)
+	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.period)) && !now.Before(k.until):
+		g.lowerLocked(ctx, id, bp, k, now, fmt.Sprintf("throttling answer matching %q", j.Sign))
+	}
+	return throttle.Verdict(lines, bp.signs, now.Before(k.until))
+}
+
+func (k *banKey) trimDelivered(now time.Time, bp *banPolicy) {
+	i := 0
+	for i < len(k.delivered) && now.Sub(k.delivered[i]) > bp.period {
+		i++
+	}
+	k.delivered = k.delivered[i:]
+	if n := len(k.delivered); int64(n) > bp.limit {
+		k.delivered = k.delivered[n-int(bp.limit):]
+	}
+}
+
+// banLocked suspends id, unless it is already: the cool-off doubles for
+// each ban within max_cool_off of the last one's end.
+func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
+	if now.Before(k.until) {
+		return // the ban already on
+	}
+	streak := int64(1)
+	if m, ok, err := g.marks.Get(ctx, id, markBans); err == nil && ok {
+		streak = m.Value + 1
+	}
+	cool := bp.CoolOff
+	for i := int64(1); i < streak && cool < bp.MaxCoolOff; i++ {
+		cool *= 2
+	}
+	cool = min(cool, bp.MaxCoolOff)
+	until := now.Add(cool)
+	added, err := g.marks.Add(ctx, id, markSuspend, limiter.Mark{Value: streak, Since: now, Expires: until})
+	if err != nil {
+		g.log.Error("throttle: recording the key's suspension failed; suspended on this daemon only", "key", id, "err", err)
+		added = true
+	}
+	if !added { // another daemon got there first
+		if m, ok, err := g.marks.Get(ctx, id, markSuspend); err == nil && ok {
+			k.suspendLocked(m.Expires, "the relay banned it")
+		}
+		return
+	}
+	if err := g.marks.Put(ctx, id, markBans, limiter.Mark{Value: streak, Since: now, Expires: until.Add(bp.MaxCoolOff)}); err != nil {
+		g.log.Warn("throttle: recording the ban streak failed", "key", id, "err", err)
+	}
+	k.suspendLocked(until, "the relay banned it ("+why+")")
+	g.log.Warn("throttle: relay ban; key suspended", "key", id, "until", until.UTC().Format(time.RFC3339Nano), "cool_off", cool.String(), "ban", streak, "why", why)
+	k.trimDelivered(now, bp)
+	if bp.Adapt && len(k.delivered) > 0 {
+		// Nothing delivered in the last period (a ban again right after
+		// a cool-off): the relay's ban is still on, the rate says nothing.
+		g.lowerLocked(ctx, id, bp, k, now, why)
+	}
+}
+
+// lowerLocked halves the rate id had: the lower of its limit and the
+// sends the relay took in the last period.
+func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
+	cur := bp.limit
+	if k.learned > 0 && k.learned < cur {
+		cur = k.learned
+	}
+	k.trimDelivered(now, bp)
+	base := min(cur, max(int64(len(k.delivered)), 1))
+	next := max(base/2, 1)
+	if err := g.marks.Put(ctx, id, markLimit, limiter.Mark{Value: next, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
+		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)
+	}
+	k.learned, k.learnedAt, k.learnedChk = next, now, now
+	g.log.Warn("throttle: limit lowered", "key", id, "limit", next, "was", cur, "per", bp.period.String(), "why", why)
+}
+
+// raiseLocked adds one to a learned limit after adapt_window of clean
+// sends; at the configured limit the mark goes.
+func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
+	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow {
+		return
+	}
+	next := k.learned + 1
+	var err error
+	if next >= bp.limit {
+		next = 0
+		err = g.marks.Delete(ctx, id, markLimit)
+	} else {
+		err = g.marks.Put(ctx, id, markLimit, limiter.Mark{Value: next, Since: now, Expires: now.Add(learnedTTL)})
+	}
+	if err != nil {
+		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)
+		return
+	}
+	k.learned, k.learnedAt, k.learnedChk = next, now, now
+	shown := next
+	if next == 0 {
+		shown = bp.limit
+	}
+	g.log.Info("throttle: limit raised", "key", id, "limit", shown, "configured", bp.limit)
+}

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
+	"sluice/internal/throttle/bantest"
+)
+
+// banScenario is the qmail article's scenario at a smaller scale of time:
+// a relay that bans for banT with a permanent 554 after more than banX
+// sends in any banY, 500 messages queued at once (and one to an unknown
+// user), delivered by qmail-send's 10 concurrent qmail-remotes, each the
+// deployed wrapper (sluice throttle -qmail-remote, as qmailr) around a
+// qmail-remote that speaks SMTP to the relay.
+const (
+	banX, banY, banT = 60, 2 * time.Second, 3 * time.Second
+	banMessages      = 500
+	banUnknown       = "nobody@example.net"
+)
+
+type banRun struct {
+	queue bantest.QueueResult
+	relay bantest.RelayStats
+	log   string
+}
+
+// runBanScenario plays the scenario with policy, the throttle policy in
+// sluice.toml.
+func runBanScenario(t *testing.T, bin, standin, policy string) banRun {
+	t.Helper()
+	relay, err := bantest.StartRelay(bantest.RelayOptions{X: banX, Y: banY, T: banT, Unknown: map[string]bool{banUnknown: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	dir := deployDir(t)
+	var cred *syscall.SysProcAttr
+	if os.Geteuid() == 0 {
+		// As deployed: qmail-rspawn runs the wrapper as qmailr (group
+		// nofiles), which may use the socket through its group.
+		cred = credential(t, "qmailr")
+		policy = "[throttle.socket]\ngroup = \"nofiles\"\nmode = \"0660\"\n" + policy
+	}
+	var logw logbuf.Buffer
+	startThrottleDaemon(t, dir, policy, &logw)
+	sock := filepath.Join(dir, "throttle")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := bantest.RunQueue(ctx, bantest.QueueOptions{
+		Messages: banMessages + 1, Concurrency: 10, RetryUnit: 700 * time.Millisecond,
+		Deliver: func(ctx context.Context, i int) (int, []byte) {
+			rcpt := fmt.Sprintf("subscriber%d@example.net", i)
+			if i == banMessages {
+				rcpt = banUnknown
+			}
+			cmd := exec.CommandContext(ctx, bin, "throttle", "-qmail-remote", "-s", sock, "--", standin, "example.net", "list@example.org", rcpt)
+			cmd.Env = append(os.Environ(), bantest.RelayEnv+"="+relay.Addr())
+			cmd.SysProcAttr = cred
+			return bantest.Run(cmd, "Subject: list mail\n\nhello\n")
+		},
+	})
+	if ctx.Err() != nil {
+		t.Fatalf("the queue did not empty in a minute: %+v", res)
+	}
+	return banRun{queue: res, relay: relay.Stats(), log: logw.String()}
+}
+
+// buildBanBinaries builds sluice and bantest's qmail-remote where qmailr
+// may run them.
+func buildBanBinaries(t *testing.T) (string, string) {
+	t.Helper()
+	dir := deployDir(t)
+	var bins []string
+	for _, pkg := range []string{"sluice/cmd/sluice", "sluice/internal/throttle/bantest/qmail-remote"} {
+		bin := filepath.Join(dir, filepath.Base(pkg))
+		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+		bins = append(bins, bin)
+	}
+	return bins[0], bins[1]
+}
+
+// TestThrottleBanScenario: with adapt and a limit far above the relay's
+// (which sluice is not told), no permanent failure reaches qmail, all 500
+// messages are delivered once each, the relay bans at most twice; the
+// unknown user's message still bounces. Without protection the same run
+// bounces most of the list.
+func TestThrottleBanScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two runs of 500 deliveries")
+	}
+	if os.Geteuid() == 0 {
+		peer.User(t, "qmailr")
+	}
+	bin, standin := buildBanBinaries(t)
+
+	adapt := runBanScenario(t, bin, standin, `
+[[throttle.policy]]
+name = "relay"
+match = ["*"]
+limit = "400/1s"
+shared = true
+ban_signs = ["too many"]
+ban_after = 5
+cool_off = "4s"
+adapt = true
+`)
+	q, r := adapt.queue, adapt.relay
+	t.Logf("adapt, unknown limit: delivered %d, bounced %d (%q), deferrals %d, relay bans %d, refused %d, most in %s %d, took %s",
+		q.Delivered, q.Bounced, q.Bounces, q.Deferrals, r.Bans, r.Refused, banY, r.MaxInY, q.Took.Round(time.Millisecond))
+	if q.Delivered != banMessages || q.Bounced != 1 || !strings.Contains(q.Bounces[0], "user unknown") {
+		t.Errorf("delivered %d of %d, bounced %d (want only the unknown user's): %q\n%s", q.Delivered, banMessages, q.Bounced, q.Bounces, tail(adapt.log, 30))
+	}
+	if r.Bans > 2 {
+		t.Errorf("the relay banned %d times, want at most 2", r.Bans)
+	}
+	for i := range banMessages {
+		if n := r.Recipient[fmt.Sprintf("subscriber%d@example.net", i)]; n != 1 {
+			t.Errorf("subscriber%d got the message %d times", i, n)
+		}
+	}
+	if !strings.Contains(adapt.log, "throttle: relay ban; key suspended") || !strings.Contains(adapt.log, "throttle: limit lowered") {
+		t.Errorf("no ban or no lowered limit logged:\n%s", tail(adapt.log, 30))
+	}
+
+	none := runBanScenario(t, bin, standin, `
+[[throttle.policy]]
+name = "relay"
+match = ["*"]
+limit = "400/1s"
+shared = true
+`)
+	q, r = none.queue, none.relay
+	t.Logf("no protection: delivered %d, bounced %d, relay bans %d, took %s", q.Delivered, q.Bounced, r.Bans, q.Took.Round(time.Millisecond))
+	if q.Bounced < banMessages/5 {
+		t.Errorf("without protection only %d bounces: the scenario does not show the article's problem", q.Bounced)
+	}
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(s, "\n")
+	return strings.Join(l[max(len(l)-n, 0):], "\n")
+}

@@ -1,0 +1,122 @@
+package memory
+
+import (
+	"sluice/internal/limiter"
+)
+
+// The algorithms (limiter.State) work on a State value; load fills one
+// from a record and save writes it back. An exact log is lent to them as
+// the shard's scratch log: over a copy of the inline events, or over the
+// spilled slice itself, so every exact operation must be saved (a trim
+// may shift a spilled slice in place).
+
+// load fills st with record i's state.
+func (sh *shard) load(i int, st *limiter.State) {
+	r := &sh.recs.s[i]
+	switch r.algo {
+	case limiter.Anvil:
+		st.T = r.t
+		for k := range st.Counts {
+			st.Counts[k] = uint32(uint64(r.d[k/2]) >> (32 * (k % 2)))
+		}
+	case limiter.Smooth:
+		st.T = r.t
+	case limiter.Exact:
+		if r.nev == spilled {
+			sh.scratch.Lend(sh.spill[r.d[0]], int(r.d[1]))
+		} else {
+			sh.sbuf = append(sh.sbuf[:0], r.d[:r.nev]...)
+			sh.scratch.Lend(sh.sbuf, 0)
+		}
+		st.Log = &sh.scratch
+	}
+}
+
+// loadZero fills st with the state of a key not held.
+func (sh *shard) loadZero(st *limiter.State, algo limiter.Algorithm) {
+	if algo == limiter.Exact {
+		sh.scratch.Lend(sh.sbuf[:0], 0)
+		st.Log = &sh.scratch
+	}
+}
+
+// save writes st back to record i.
+func (sh *shard) save(i int, st *limiter.State) {
+	r := &sh.recs.s[i]
+	switch r.algo {
+	case limiter.Anvil:
+		r.t = st.T
+		for k := range r.d {
+			r.d[k] = int64(uint64(st.Counts[2*k]) | uint64(st.Counts[2*k+1])<<32)
+		}
+	case limiter.Smooth:
+		r.t = st.T
+	case limiter.Exact:
+		buf, head := st.Log.Storage()
+		sh.keepLog(r, buf, head)
+	}
+}
+
+// keepLog stores an exact log's events, buf[head:], in r: inline when
+// they fit, else in the spill table (with head: the room before it is
+// reused when the log compacts itself).
+func (sh *shard) keepLog(r *record, buf []int64, head int) {
+	times := buf[head:]
+	if len(times) <= inlineEvents {
+		var in [inlineEvents]int64
+		copy(in[:], times) // times may alias the spilled slice freed below
+		if r.nev == spilled {
+			sh.spill[r.d[0]] = nil
+			sh.sfree = append(sh.sfree, uint32(r.d[0]))
+		}
+		r.d, r.nev = in, uint8(len(times))
+		return
+	}
+	if r.nev == spilled {
+		sh.spill[r.d[0]], r.d[1] = buf, int64(head) // the slice lent, or its growth
+		return
+	}
+	// times aliases the scratch buffer: the log gets storage of its own.
+	own := make([]int64, len(times), 2*len(times))
+	copy(own, times)
+	var k uint32
+	if n := len(sh.sfree); n > 0 {
+		k = sh.sfree[n-1]
+		sh.sfree = sh.sfree[:n-1]
+		sh.spill[k] = own
+	} else {
+		k = uint32(len(sh.spill))
+		sh.spill = append(sh.spill, own)
+	}
+	r.d[0], r.d[1], r.nev = int64(k), 0, spilled
+}
+
+// events returns record i's exact events, aliasing the record or its
+// spilled slice.
+func (sh *shard) events(i int) []int64 {
+	r := &sh.recs.s[i]
+	if r.nev == spilled {
+		return sh.spill[r.d[0]][r.d[1]:]
+	}
+	return r.d[:r.nev]
+}
+
+// leaseSet returns the leases of lease record i.
+func (sh *shard) leaseSet(i int) []leaseRec { return sh.leases[sh.recs.s[i].d[0]] }
+
+// setLeases replaces the leases of lease record i.
+func (sh *shard) setLeases(i int, l []leaseRec) { sh.leases[sh.recs.s[i].d[0]] = l }
+
+// newLeaseSet gives lease record i an empty lease set.
+func (sh *shard) newLeaseSet(i int) {
+	var k uint32
+	if n := len(sh.lfree); n > 0 {
+		k = sh.lfree[n-1]
+		sh.lfree = sh.lfree[:n-1]
+	} else {
+		k = uint32(len(sh.leases))
+		sh.leases = append(sh.leases, nil)
+	}
+	sh.leases[k] = make([]leaseRec, 0, 2)
+	sh.recs.s[i].d[0] = int64(k)
+}
