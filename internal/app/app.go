@@ -48,15 +48,16 @@ type Daemon struct {
 	// refusals bounds refusal log lines; kept across reloads.
 	refusals *governor.RefusalLog
 
-	anvil    *anvil.Server
-	policy   *policy.Server
-	throttle *throttle.Server
+	anvil     *anvil.Server
+	policy    *policy.Server
+	throttle  *throttle.Server
+	milter    *milter.Server
+	web       *web.Server
+	listeners []boundListener
+
 	// throttleBan reads the throttle's send results (ban signs,
 	// suspension, learned limits).
 	throttleBan *banGuard
-	milter      *milter.Server
-	web         *web.Server
-	listeners   []boundListener
 
 	// What the status page and the metrics show.
 	version      string
