@@ -80,7 +80,7 @@ limit = "2/10s"
 // the learned limit.
 func TestThrottleBanSuspendsAndResumes(t *testing.T) {
 	dir := t.TempDir()
-	startDaemon(t, writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
+	d := startDaemon(t, writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
 [anvil]
 enabled = false
 [policy]
@@ -196,6 +196,9 @@ adapt = true
 	c2.Close()
 	if !strings.Contains(rep.Defer, "suspended until") {
 		t.Fatalf("a new sender during the cool-off: %+v, want a deferral", rep)
+	}
+	if ks := d.Status().ThrottleKeys; len(ks) != 1 || ks[0].Key != "relay *" || !ks[0].SuspendedUntil.After(time.Now()) || ks[0].Limit != 1 || ks[0].Configured != 4 || ks[0].Bans != 1 {
+		t.Errorf("the status's throttle keys: %+v, want relay * suspended, learned limit 1 of 4, 1 ban", ks)
 	}
 	marks, err := limiter.NewMemoryMarks(filepath.Join(dir, "throttle.marks"), nil)
 	if err != nil {

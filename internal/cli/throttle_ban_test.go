@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/status"
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle/bantest"
@@ -198,5 +199,38 @@ cool_off = "1h"
 	code, _, _ = runThrottle(t, bin, "-s", sock, "-k", "other.example", "--", "true")
 	if code != 0 {
 		t.Errorf("another key: exit %d, want 0 (only the banned key is suspended)", code)
+	}
+}
+
+// TestStatusShowsThrottleKeys: `sluice status` shows a suspended key with
+// its learned limit, and a key back to normal sending at a learned one.
+func TestStatusShowsThrottleKeys(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	writeStatus(&b, &status.Status{Now: now, ThrottleKeys: []status.ThrottleKey{
+		{Key: "smarthost *", SuspendedUntil: now.Add(90 * time.Second), Bans: 2, Limit: 15, Configured: 100, Period: "1m1s"},
+		{Key: "each mx.example", Limit: 3, Configured: 8, Period: "10.25s"},
+	}})
+	out := b.String()
+	for _, want := range [][]string{
+		{"smarthost *", "suspended until 2026-11-26T12:01:30Z (1m30s)", " 2 ", "15/1m1s learned, 100 configured"},
+		{"each mx.example", "normal", " 0 ", "3/10.25s learned, 8 configured"},
+	} {
+		found := false
+		for line := range strings.Lines(out) {
+			at := 0
+			for _, part := range want {
+				i := strings.Index(line[at:], part)
+				if i < 0 {
+					at = -1
+					break
+				}
+				at += i + len(part)
+			}
+			found = found || at >= 0
+		}
+		if !found {
+			t.Errorf("sluice status has no line with %q in turn:\n%s", want, out)
+		}
 	}
 }
