@@ -224,3 +224,74 @@ adapt = true
 		t.Errorf("after the cool-off two slots %s apart, want a period with margin (the learned limit is 1)", gap)
 	}
 }
+
+// TestThrottleBanSharedThroughRedis: two daemons on one Redis share a
+// key's suspension: a ban reported to the first defers a sender sleeping
+// until its slot on the second (which polls the marks while senders
+// wait), and a new sender there defers at once.
+func TestThrottleBanSharedThroughRedis(t *testing.T) {
+	srv := startRedis(t)
+	door := `[policy]
+enabled = false
+[throttle]
+listen = ["unix:throttle"]
+[[throttle.policy]]
+name = "relay"
+match = ["*"]
+limit = "2/1s"
+shared = true
+max_wait = "1m"
+ban_signs = ["too many"]
+cool_off = "1h"
+adapt = true
+`
+	paths := []string{
+		redisStoreConfig(t, fmt.Sprintf("addrs = [%q]\nkey_prefix = \"ban:\"\n", srv.Addr()), door),
+		redisStoreConfig(t, fmt.Sprintf("addrs = [%q]\nkey_prefix = \"ban:\"\n", srv.Addr()), door),
+	}
+	var socks []string
+	for _, p := range paths {
+		startDaemon(t, p)
+		socks = append(socks, filepath.Join(filepath.Dir(p), "throttle"))
+	}
+	acquire := func(sock, key string) (*throttle.Client, throttle.Reply) {
+		t.Helper()
+		cl, err := throttle.Dial("unix", sock, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := cl.Acquire(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl, rep
+	}
+	a1, _ := acquire(socks[0], "a.example")
+	if v, err := a1.Report([]throttle.ResultLine{{Kind: 'r'}, {Kind: 'K', Text: "ok"}}, 5*time.Second); err != nil || v != ".." {
+		t.Fatalf("delivered: %q %v", v, err)
+	}
+	a1.Close()
+	ban, _ := acquire(socks[0], "b.example")
+	sleeper, rep := acquire(socks[1], "c.example") // the third slot, a period on
+	if rep.Defer != "" || !rep.At.After(time.Now()) {
+		t.Fatalf("the second daemon's sender: %+v, want a slot to come", rep)
+	}
+	revoked, stop := sleeper.Watch()
+	defer stop()
+	if v, err := ban.Report([]throttle.ResultLine{{Kind: 'D', Text: "Connected to 127.0.0.1 but sender was rejected. Remote host said: 554 too many"}}, 5*time.Second); err != nil || v != "T" {
+		t.Fatalf("the ban: %q %v", v, err)
+	}
+	ban.Close()
+	start := time.Now()
+	select {
+	case why := <-revoked:
+		t.Logf("the other daemon's sleeping sender told to defer %s after the ban: %s", time.Since(start), why)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other daemon's sleeping sender was not told to defer")
+	}
+	c, rep := acquire(socks[1], "d.example")
+	c.Close()
+	if !strings.Contains(rep.Defer, "suspended until") {
+		t.Fatalf("a new sender on the other daemon: %+v, want a deferral", rep)
+	}
+}
