@@ -372,7 +372,8 @@ func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k 
 // raiseLocked adds one to a learned limit after adapt_window of clean
 // sends; at the configured limit the mark goes.
 func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
-	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow {
+	// A window of clean sends: none during a suspension.
+	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow || now.Sub(k.until) < bp.AdaptWindow {
 		return
 	}
 	next := k.learned + 1
