@@ -26,7 +26,7 @@
 # EOF; each client has a Go runtime processor of its own, so that it is
 # scheduled by the kernel as the milter's threads are (with 2 processors
 # for 64 clients, muxload's own run queue made every target's p99 a coin
-# toss: docs/mux.md#performance). Commands: relayok and scan (of a real work directory with INPUTMSG,
+# toss: bench/results/2026-11-26-mux-notebook.md). Commands: relayok and scan (of a real work directory with INPUTMSG,
 # HEADERS and COMMANDS; the fake worker does not read it) go to a worker,
 # status is answered by the multiplexor itself. Each command runs at
 # c = 1, 8 and 64 clients, against each multiplexor in turn (which goes
@@ -84,7 +84,7 @@ WORKERS=8
 # the same: the backlog decides how clients wait (a connect beyond it
 # blocks in the kernel until an accept makes room), and a floor with 128
 # against sluice with 5 measured the backlog more than the multiplexor
-# (docs/mux.md#performance).
+# (bench/results/2026-11-26-mux-notebook.md).
 backlog_arg=()
 if [[ -n ${BACKLOG:-} ]]; then
 	[[ $BACKLOG =~ ^[1-9][0-9]*$ ]] || die "BACKLOG=$BACKLOG is not a positive number"

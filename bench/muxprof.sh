@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # muxprof.sh — where a multiplexor's CPU goes under the relayok load of
-# bench/mux.sh (docs/mux.md, "What the rest of the gap is: goroutines,
+# bench/mux.sh (bench/results/2026-11-26-mux-notebook.md, "What the rest of the gap is: goroutines,
 # not Go"). For each target (sluice, mimedefang, floor: the multiplexors
 # and the C floor of bench/mux.sh, with the same 8 fake workers and
 # options), one after the other, it runs muxload with C clients for

@@ -8,7 +8,7 @@
 //
 // It tells what the C floor's design costs in Go, against what sluice's
 // design (a goroutine per connection, a pool owner goroutine) costs: see
-// docs/mux.md, "What the rest of the gap is: goroutines, not Go". Like
+// bench/results/2026-11-26-mux-notebook.md, "What the rest of the gap is: goroutines, not Go". Like
 // bench/muxgofloor it takes sluice mux's command line as bench/mux.sh
 // passes it (-s, -f, -x and -I are used, the rest is ignored), so that it
 // can stand in for a sluice binary:

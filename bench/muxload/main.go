@@ -21,7 +21,7 @@
 // status on 2 CPUs it made the p99 of every multiplexor (the floor's too)
 // 45-100 ms and served the busiest client 3-6 times as often as the least;
 // with a processor each, 1.1-1.7 times, and the floor's p99 fell to 3-4 ms
-// (docs/mux.md#performance). The result is one line:
+// (bench/results/2026-11-26-mux-notebook.md). The result is one line:
 //
 //	target=<label> cmd=<cmd> c=<c> reqs=<n> secs=<s> rps=<x> p50_us=<x> p99_us=<x> errors=<n> total=<n>
 //

@@ -58,12 +58,13 @@ type Daemon struct {
 	anvil     *anvil.Server
 	policy    *policy.Server
 	throttle  *throttle.Server
-	// throttleBan reads the throttle's send results (ban signs,
-	// suspension, learned limits).
-	throttleBan *banGuard
 	milter    *milter.Server
 	web       *web.Server
 	listeners []boundListener
+
+	// throttleBan reads the throttle's send results (ban signs,
+	// suspension, learned limits).
+	throttleBan *banGuard
 
 	// What the status page and the metrics show.
 	version      string

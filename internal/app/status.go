@@ -65,6 +65,9 @@ func (d *Daemon) Status() status.Status {
 	}
 	d.metrics.Classes(mc)
 	st.Talkers, st.Deferrals = d.obs.top(now, statusRows)
+	if d.throttleBan != nil {
+		st.ThrottleKeys, _ = d.throttleBan.states(ctx, cfg)
+	}
 	if sock := cfg.Web.MuxSocket; sock != "" {
 		if p, err := poolstatus.Poll(ctx, sock, muxPollTimeout); err == nil {
 			st.Pool = p

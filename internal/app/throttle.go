@@ -10,6 +10,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/store/redis"
 	"sluice/internal/throttle"
 )
 
@@ -95,8 +96,18 @@ func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key 
 }
 
 // openBanGuard returns the guard of the throttle's ban handling, its
-// marks in the state directory's throttle.marks.
+// marks in Redis (shared by every daemon on it) with a Redis store, else
+// in the state directory's throttle.marks.
 func (d *Daemon) openBanGuard() *banGuard {
+	st := d.store
+	if is, ok := st.(instrumentedStore); ok {
+		st = is.Store
+	}
+	if rs, ok := st.(*redis.Store); ok {
+		if m := rs.Marks(); m != nil {
+			return newBanGuard(m, d.log)
+		}
+	}
 	path := filepath.Join(d.cfg.Load().StateDir, "throttle.marks")
 	m, err := limiter.NewMemoryMarks(path, nil)
 	if err != nil {

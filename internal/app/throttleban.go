@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/limiter"
+	"sluice/internal/status"
 	"sluice/internal/throttle"
 )
 
@@ -370,7 +372,8 @@ func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k 
 // raiseLocked adds one to a learned limit after adapt_window of clean
 // sends; at the configured limit the mark goes.
 func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
-	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow {
+	// A window of clean sends: none during a suspension.
+	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow || now.Sub(k.until) < bp.AdaptWindow {
 		return
 	}
 	next := k.learned + 1
@@ -391,4 +394,36 @@ func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k 
 		shown = bp.limit
 	}
 	g.log.Info("throttle: limit raised", "key", id, "limit", shown, "configured", bp.limit)
+}
+
+// states lists the keys with a mark: suspended, in a ban streak, or at a
+// learned limit, with their policy's configured limit.
+func (g *banGuard) states(ctx context.Context, cfg *config.Config) ([]status.ThrottleKey, error) {
+	list, err := g.marks.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := g.now()
+	var out []status.ThrottleKey
+	for _, m := range list {
+		if len(out) == 0 || out[len(out)-1].Key != m.Key {
+			out = append(out, status.ThrottleKey{Key: m.Key})
+			name, _, _ := strings.Cut(m.Key, " ")
+			if bp := g.policy(cfg, name); bp != nil {
+				out[len(out)-1].Configured, out[len(out)-1].Period = bp.limit, bp.period.String()
+			}
+		}
+		k := &out[len(out)-1]
+		switch m.Name {
+		case markSuspend:
+			if now.Before(m.Expires) {
+				k.SuspendedUntil = m.Expires
+			}
+		case markBans:
+			k.Bans = m.Value
+		case markLimit:
+			k.Limit = m.Value
+		}
+	}
+	return out, nil
 }

@@ -268,13 +268,54 @@ func statusMsgs(t *testing.T, status string) int {
 // senderok, recipok, scan (of a real work dir), map (main socket and -N),
 // unknown commands and ticks with the filter's answers, byte for byte as
 // the reference multiplexor does with the same filter.
-func TestMuxRealWorkersVsReference(t *testing.T) {
+func TestMuxRealWorkersVsReference(t *testing.T) { testMuxRealWorkers(t) }
+
+// The same with -E (Debian's MX_EMBED_PERL=yes): the reference forks its
+// workers from its embedded interpreter, sluice from its perl process,
+// which is sluice's child, shown as "sluice mux -E: <program>"; every
+// worker is sluice's child too (sluice is their subreaper).
+func TestMuxRealWorkersEmbeddedVsReference(t *testing.T) {
+	muxes := testMuxRealWorkers(t, "-E")
+	children := childCmdlines(t, muxes[0].pid)
+	zygotes := 0
+	for _, c := range children {
+		if strings.HasPrefix(c, "sluice mux -E: "+perlWorker) {
+			zygotes++
+		}
+	}
+	if zygotes != 1 || len(children) < 3 {
+		t.Errorf("sluice -E's children %q: want its perl and the workers", children)
+	}
+}
+
+// childCmdlines lists the command lines of pid's children (of each of
+// its threads).
+func childCmdlines(t *testing.T, pid int) []string {
+	t.Helper()
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no /proc/%d/task/*/children: %v", pid, err)
+	}
+	var kids []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	var out []string
+	for _, c := range kids {
+		cmd, _ := os.ReadFile("/proc/" + c + "/cmdline")
+		out = append(out, strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " "))
+	}
+	return out
+}
+
+func testMuxRealWorkers(t *testing.T, extra ...string) []*muxProc {
 	needReal(t, perlWorker)
 	muxref.Mux(t)
 	_, u := asUser(t)
 	// -X 1 -P 2: tick bands 0 and 1 every second. -x 4 leaves a worker
 	// for the requests while both ticks run.
-	muxes := startRealPair(t, "-m", "2", "-x", "4", "-X", "1", "-P", "2")
+	muxes := startRealPair(t, append([]string{"-m", "2", "-x", "4", "-X", "1", "-P", "2"}, extra...)...)
 
 	type step struct {
 		req  string
@@ -404,6 +445,7 @@ func TestMuxRealWorkersVsReference(t *testing.T) {
 			}
 		})
 	}
+	return muxes
 }
 
 // End to end: a private Postfix whose smtpd_milters is the real mimedefang

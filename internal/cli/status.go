@@ -253,6 +253,29 @@ func writeStatus(w io.Writer, st *status.Status) {
 	writeTable(w, "top talkers: nobody is talking", "top talkers (busiest against their limits)", "key\trule\tcount/limit\trate", talkers, statusTalkers)
 	writeTable(w, "recent deferrals: none", "recent deferrals (newest first)",
 		"when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply", deferrals, statusDeferrals)
+	if len(st.ThrottleKeys) > 0 {
+		writeTable(w, "", "throttle keys not in their normal state (after the relay's bans)", "key\tstate\tbans in a row\tlimit", throttleKeyRows(st, now), 0)
+	}
+}
+
+// throttleKeyRows are the rows of the throttle keys a ban changed.
+func throttleKeyRows(st *status.Status, now time.Time) []string {
+	var rows []string
+	for _, k := range st.ThrottleKeys {
+		state := "normal"
+		if k.SuspendedUntil.After(now) {
+			state = "suspended until " + k.SuspendedUntil.UTC().Format(time.RFC3339) + " (" + k.SuspendedUntil.Sub(now).Round(time.Second).String() + ")"
+		}
+		limit := "configured"
+		if k.Configured > 0 {
+			limit = fmt.Sprintf("%d/%s (configured)", k.Configured, k.Period)
+		}
+		if k.Limit > 0 {
+			limit = fmt.Sprintf("%d/%s learned, %d configured", k.Limit, k.Period, k.Configured)
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%s", safe(k.Key), state, k.Bans, limit))
+	}
+	return rows
 }
 
 // writeTable prints one section after a blank line: empty when there are

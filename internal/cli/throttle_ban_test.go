@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/status"
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle/bantest"
@@ -152,4 +153,84 @@ shared = true
 func tail(s string, n int) string {
 	l := strings.Split(s, "\n")
 	return strings.Join(l[max(len(l)-n, 0):], "\n")
+}
+
+// TestThrottleCommandBan: for a command other than qmail-remote, the exit
+// status and the end of stderr are the result: a failure whose text
+// matches a ban sign exits 75 (try again later) and suspends the key, so
+// the next sender defers without running its command; a failure that
+// matches no sign keeps its status. With -qmail-remote and the key
+// suspended, qmail gets a Z report.
+func TestThrottleCommandBan(t *testing.T) {
+	bin := buildSluice(t)
+	dir := t.TempDir()
+	startThrottleDaemon(t, dir, `
+[[throttle.policy]]
+name = "relays"
+match = ["*"]
+limit = "100/1s"
+ban_signs = ["rate limit"]
+cool_off = "1h"
+`, nil)
+	sock := filepath.Join(dir, "throttle")
+	fail := func(text string) []string {
+		return []string{"sh", "-c", "echo '" + text + "' >&2; exit 1"}
+	}
+	code, _, stderr := runThrottle(t, bin, append([]string{"-s", sock, "-k", "other.example", "--"}, fail("550 5.1.1 bad address")...)...)
+	if code != 1 {
+		t.Errorf("a failure matching no sign: exit %d, want 1 (%s)", code, stderr)
+	}
+	code, _, stderr = runThrottle(t, bin, append([]string{"-s", sock, "-k", "relay.example", "--"}, fail("550 rate limit exceeded")...)...)
+	if code != exTempFail || !strings.Contains(stderr, "550 rate limit exceeded") || !strings.Contains(stderr, "ban") {
+		t.Errorf("a failure matching a sign: exit %d, want %d\n%s", code, exTempFail, stderr)
+	}
+	marker := filepath.Join(dir, "ran")
+	code, _, stderr = runThrottle(t, bin, "-s", sock, "-k", "relay.example", "--", "touch", marker)
+	if code != exTempFail || !strings.Contains(stderr, "suspended until") {
+		t.Errorf("a sender while the key is suspended: exit %d, want %d\n%s", code, exTempFail, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran while its key was suspended")
+	}
+	code, out, _ := runThrottle(t, bin, "-qmail-remote", "-s", sock, "--", "true", "relay.example", "s@example.org", "r@example.net")
+	if code != 0 || !strings.HasPrefix(out, "Z") || !strings.Contains(out, "suspended until") || !strings.HasSuffix(out, "\x00") {
+		t.Errorf("qmail-remote while the key is suspended: exit %d, report %q", code, out)
+	}
+	code, _, _ = runThrottle(t, bin, "-s", sock, "-k", "other.example", "--", "true")
+	if code != 0 {
+		t.Errorf("another key: exit %d, want 0 (only the banned key is suspended)", code)
+	}
+}
+
+// TestStatusShowsThrottleKeys: `sluice status` shows a suspended key with
+// its learned limit, and a key back to normal sending at a learned one.
+func TestStatusShowsThrottleKeys(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	writeStatus(&b, &status.Status{Now: now, ThrottleKeys: []status.ThrottleKey{
+		{Key: "smarthost *", SuspendedUntil: now.Add(90 * time.Second), Bans: 2, Limit: 15, Configured: 100, Period: "1m1s"},
+		{Key: "each mx.example", Limit: 3, Configured: 8, Period: "10.25s"},
+	}})
+	out := b.String()
+	for _, want := range [][]string{
+		{"smarthost *", "suspended until 2026-11-26T12:01:30Z (1m30s)", " 2 ", "15/1m1s learned, 100 configured"},
+		{"each mx.example", "normal", " 0 ", "3/10.25s learned, 8 configured"},
+	} {
+		found := false
+		for line := range strings.Lines(out) {
+			at := 0
+			for _, part := range want {
+				i := strings.Index(line[at:], part)
+				if i < 0 {
+					at = -1
+					break
+				}
+				at += i + len(part)
+			}
+			found = found || at >= 0
+		}
+		if !found {
+			t.Errorf("sluice status has no line with %q in turn:\n%s", want, out)
+		}
+	}
 }

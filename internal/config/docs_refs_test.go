@@ -17,7 +17,6 @@ import (
 // gone are names the pages still cite on purpose, to say that they are no
 // longer there; each is allowed only on the page named.
 var gone = map[string]string{
-	"pool.PollWaiters":  "docs/mux.md",         // "... was measured again ... so it was removed"
 	"FuzzPercentDecode": "docs/reliability.md", // the target's name before it moved to internal/percent
 }
 

@@ -27,6 +27,9 @@ type Status struct {
 	Talkers []Talker `json:"talkers,omitempty"`
 	// Deferrals are the most recent refusals, newest first.
 	Deferrals []Deferral `json:"deferrals,omitempty"`
+	// ThrottleKeys are the throttle keys not in their normal state
+	// (suspended after a ban, or sending at a learned limit), by key.
+	ThrottleKeys []ThrottleKey `json:"throttle_keys,omitempty"`
 	// Totals are running counts since start; the web server turns their
 	// growth into per-second rates for History.
 	Totals Totals `json:"totals"`
@@ -131,4 +134,15 @@ type Sample struct {
 	Slots     int     `json:"slots"`     // worker slots
 	Decisions float64 `json:"decisions"` // per second since the previous sample
 	Deferrals float64 `json:"deferrals"` // per second since the previous sample
+}
+
+// ThrottleKey is the state of one throttle key (a policy's budget) that
+// a relay's ban or throttling answers changed.
+type ThrottleKey struct {
+	Key            string    `json:"key"`                        // the policy's name, a space, the key or "*" when shared
+	SuspendedUntil time.Time `json:"suspended_until,omitzero"`   // zero: not suspended
+	Bans           int64     `json:"bans,omitempty"`             // bans in a row (the cool-off doubles with each)
+	Limit          int64     `json:"limit,omitempty"`            // the learned limit (0: the configured one)
+	Configured     int64     `json:"configured_limit,omitempty"` // the configured limit
+	Period         string    `json:"period,omitempty"`           // the limit's window, with its margin
 }

@@ -175,11 +175,17 @@ func (s *Server) serve(c *netserve.Conn) {
 	if err != nil {
 		return
 	}
+	waitSend(ctx, c, g, &wmu)
+}
+
+// waitSend waits for the send to end (the client closes, says DONE or
+// reports); if the grant is revoked first (its key was suspended), it
+// tells the client to defer: a sender still waiting for its time gives
+// its slot up, one already sending ignores it and reports.
+func waitSend(ctx context.Context, c *netserve.Conn, g Grant, wmu *sync.Mutex) {
 	select {
-	case <-ctx.Done(): // the send is over when the client closes, says DONE or reports
+	case <-ctx.Done():
 	case <-g.Revoked:
-		// The key was suspended: a sender still waiting for its time
-		// defers (one that is already sending ignores this and reports).
 		reason := "the key is suspended"
 		if g.RevokeReason != nil {
 			reason = g.RevokeReason()

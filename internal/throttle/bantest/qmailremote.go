@@ -33,40 +33,58 @@ func QmailRemote(relay string, argv []string, in io.Reader, out io.Writer) int {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(60 * time.Second))
-	host := "127.0.0.1"
-	br := bufio.NewReader(c)
-	var text string
-	code := func() int {
-		var b strings.Builder
-		n := 0
-		for {
-			l, err := br.ReadString('\n')
-			if err != nil {
-				return -1
-			}
-			b.WriteString(strings.TrimSuffix(l, "\r\n") + "\n")
-			if len(l) < 4 || l[3] != '-' {
-				fmt.Sscanf(l, "%d", &n)
-				break
-			}
+	q := &qsession{c: c, br: bufio.NewReader(c), report: report, host: "127.0.0.1"}
+	return q.smtp(argv, in)
+}
+
+// qsession is one SMTP session of the stand-in, as qmail-remote.c's smtp().
+type qsession struct {
+	c      net.Conn
+	br     *bufio.Reader
+	report func(string)
+	host   string
+	text   string // the last reply's lines, as smtpcode() keeps them
+}
+
+// code reads a reply (multi-line too) and returns its code (-1: the
+// connection died).
+func (q *qsession) code() int {
+	var b strings.Builder
+	n := 0
+	for {
+		l, err := q.br.ReadString('\n')
+		if err != nil {
+			return -1
 		}
-		text = b.String()
-		return n
-	}
-	send := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
-	quit := func(prepend, appendix string) int {
-		send("QUIT")
-		r := prepend + host + appendix + ".\n"
-		if text != "" {
-			r += "Remote host said: " + text
+		b.WriteString(strings.TrimSuffix(l, "\r\n") + "\n")
+		if len(l) < 4 || l[3] != '-' {
+			fmt.Sscanf(l, "%d", &n)
+			break
 		}
-		report(r)
-		return 0
 	}
-	dropped := func() int {
-		report("ZConnected to " + host + " but connection died. (#4.4.2)\n")
-		return 0
+	q.text = b.String()
+	return n
+}
+
+func (q *qsession) send(s string) { fmt.Fprintf(q.c, "%s\r\n", s) }
+
+func (q *qsession) quit(prepend, appendix string) int {
+	q.send("QUIT")
+	r := prepend + q.host + appendix + ".\n"
+	if q.text != "" {
+		r += "Remote host said: " + q.text
 	}
+	q.report(r)
+	return 0
+}
+
+func (q *qsession) dropped() int {
+	q.report("ZConnected to " + q.host + " but connection died. (#4.4.2)\n")
+	return 0
+}
+
+func (q *qsession) smtp(argv []string, in io.Reader) int {
+	code, send, quit, dropped, report, host := q.code, q.send, q.quit, q.dropped, q.report, q.host
 	n := code()
 	switch {
 	case n < 0:
@@ -98,15 +116,15 @@ func QmailRemote(relay string, argv []string, in io.Reader, out io.Writer) int {
 		case n < 0:
 			return dropped()
 		case n >= 500:
-			report("h" + host + " does not like recipient.\nRemote host said: " + text)
+			report("h" + host + " does not like recipient.\nRemote host said: " + q.text)
 		case n >= 400:
-			report("s" + host + " does not like recipient.\nRemote host said: " + text)
+			report("s" + host + " does not like recipient.\nRemote host said: " + q.text)
 		default:
 			report("r")
 			bother = true
 		}
 	}
-	text = ""
+	q.text = ""
 	if !bother {
 		return quit("DGiving up on ", "")
 	}

@@ -210,4 +210,3 @@ func (r *Relay) serve(c net.Conn) {
 		}
 	}
 }
-

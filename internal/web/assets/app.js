@@ -363,6 +363,25 @@
     }
   }
 
+  // ---- throttle keys a relay's ban changed ----
+  function renderThrottleKeys(st) {
+    const tb = $("throttle-keys");
+    clear(tb);
+    const list = st.throttle_keys || [];
+    $("throttle-keys-card").hidden = list.length === 0;
+    for (const k of list) {
+      const tr = el("tr");
+      tr.appendChild(el("td", "key", k.key));
+      const until = k.suspended_until ? Date.parse(k.suspended_until) : 0;
+      tr.appendChild(el("td", null, until > Date.parse(st.now) ? "suspended until " + k.suspended_until : "normal"));
+      tr.appendChild(el("td", "num", num(k.bans || 0)));
+      let lim = k.configured_limit ? num(k.configured_limit) + " per " + k.period + " (configured)" : "configured";
+      if (k.limit) lim = num(k.limit) + " per " + k.period + " learned, " + num(k.configured_limit) + " configured";
+      tr.appendChild(el("td", null, lim));
+      tb.appendChild(tr);
+    }
+  }
+
   function apply(st) {
     last = st;
     mergeHistory(st.history);
@@ -371,6 +390,7 @@
     renderHistory();
     renderClasses(st);
     renderTalkers(st);
+    renderThrottleKeys(st);
     renderDeferrals(st);
     renderDoors(st);
     document.body.dataset.updated = st.now;
