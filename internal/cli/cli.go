@@ -333,6 +333,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
+	up, err := upgradeChild()
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 1
+	}
+	if up != nil {
+		defer up.Close()
+	}
 	cfg := serveConfig(*path, *stateDir, stderr)
 	if cfg == nil {
 		return 1
@@ -343,8 +351,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// default action: a SIGTERM while the daemon starts stops it cleanly
 	// once it has started.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
+	if up != nil {
+		takeOver(up, *grace, log)
+	}
 	d, err := startUnlessStopped(sigs, log, func(stop context.Context) (*app.Daemon, error) {
 		return start(stop, cfg, *path, *stateDir, log, level)
 	})
@@ -352,25 +363,53 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	s := &serveState{cfg: cfg, path: *path, stateDir: *stateDir, grace: *grace, log: log, level: level, sd: notifySystemd(log), sigs: sigs}
+	for {
+		code, next := s.run(ctx, d, up)
+		if next == nil {
+			return code
+		}
+		d, up = next, nil // an upgrade failed after this process stopped: serve again
+	}
+}
+
+// serveState is what serve keeps across the daemons it runs (one, or
+// another after an upgrade that failed late).
+type serveState struct {
+	cfg            *config.Config
+	path, stateDir string
+	grace          time.Duration
+	log            *slog.Logger
+	level          *slog.LevelVar
+	sd             *sdnotify.Notifier
+	sigs           chan os.Signal
+}
+
+// run serves with d until it stops; a daemon to run next is returned
+// when an upgrade failed after d stopped. up, if set, is the conversation
+// with the daemon this one took over from.
+func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handConn) (int, *app.Daemon) {
 	d.SetVersion(versionString())
 	d.Start()
-	sd := notifySystemd(log)
-	reload := reloader(d, sd, log)
+	reload := reloader(d, s.sd, s.log)
 	defer background(func(ctx context.Context) {
 		if err := d.Watch(ctx, 500*time.Millisecond, reload); err != nil {
-			log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
+			s.log.Warn("not watching the configuration file; reload with SIGHUP", "err", err)
 		}
 	})()
 	src := "embedded defaults"
-	if *path != "" {
-		src = *path
+	if s.path != "" {
+		src = s.path
 	}
-	log.Info("sluice started", "version", versionString(), "config", src, "state_dir", cfg.StateDir, "socket_dir", cfg.SocketDir())
-	_ = sd.Ready("serving")
+	s.log.Info("sluice started", "version", versionString(), "config", src, "state_dir", s.cfg.StateDir, "socket_dir", s.cfg.SocketDir(), "pid", os.Getpid())
+	if up != nil {
+		tookOver(up, s.log)
+	}
+	_ = s.sd.Ready("serving")
 	defer background(func(ctx context.Context) {
-		sd.Watchdog(ctx, func() bool { return d.Alive(sd.WatchdogInterval() / 2) })
+		s.sd.Watchdog(ctx, func() bool { return d.Alive(s.sd.WatchdogInterval() / 2) })
 	})()
-	return serveUntilStop(ctx, d, sd, log, *grace, sigs, reload)
+	return s.serveUntilStop(ctx, d, reload)
 }
 
 // serveConfig loads the configuration for serve, with -state-dir applied,
@@ -423,29 +462,38 @@ func background(fn func(ctx context.Context)) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// serveUntilStop reloads on SIGHUP and shuts down on another signal, when
-// ctx ends or when a listener fails (then exiting 1, so that the service
-// manager restarts us).
-func serveUntilStop(ctx context.Context, d *app.Daemon, sd *sdnotify.Notifier, log *slog.Logger, grace time.Duration, sigs <-chan os.Signal, reload func()) int {
+// serveUntilStop reloads on SIGHUP, upgrades on SIGUSR2, and shuts down
+// on another signal, when ctx ends or when a listener fails (then exiting
+// 1, so that the service manager restarts us). A daemon to run next is
+// returned when an upgrade failed after d stopped.
+func (s *serveState) serveUntilStop(ctx context.Context, d *app.Daemon, reload func()) (int, *app.Daemon) {
 	for {
 		select {
 		case <-ctx.Done():
-			_ = sd.Stopping()
-			return shutdown(d, log, grace, sigs)
+			_ = s.sd.Stopping()
+			return shutdown(d, s.log, s.grace, s.sigs), nil
 		case err := <-d.Failed():
 			// A door that stopped accepting leaves its clients waiting.
-			log.Error("shutting down: a listener failed", "err", err, "grace", grace)
-			_ = sd.Stopping()
-			shutdown(d, log, grace, sigs)
-			return 1
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
+			s.log.Error("shutting down: a listener failed", "err", err, "grace", s.grace)
+			_ = s.sd.Stopping()
+			shutdown(d, s.log, s.grace, s.sigs)
+			return 1, nil
+		case sig := <-s.sigs:
+			switch sig {
+			case syscall.SIGHUP:
 				reload()
 				continue
+			case syscall.SIGUSR2:
+				s.log.Info("upgrade: starting the executable on disk with every listener", "signal", sig.String())
+				done, next := upgrade(d, s)
+				if done || next != nil {
+					return 0, next
+				}
+				continue
 			}
-			log.Info("shutting down: no new connections; waiting for clients", "signal", s.String(), "grace", grace)
-			_ = sd.Stopping()
-			return shutdown(d, log, grace, sigs)
+			s.log.Info("shutting down: no new connections; waiting for clients", "signal", sig.String(), "grace", s.grace)
+			_ = s.sd.Stopping()
+			return shutdown(d, s.log, s.grace, s.sigs), nil
 		}
 	}
 }

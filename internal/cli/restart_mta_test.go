@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -100,6 +101,90 @@ func TestRestartUnderPostfixLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("Postfix under load and ten restarts")
 	}
+	m := startMTADeployment(t, "")
+	moved, base, ctx, smtpPort := m.moved, m.base, m.ctx, m.smtpPort
+	h := newUnitHost(t, moved, filepath.Join(base, "systemd"))
+	h.start()
+
+	load, stop := startLoad(ctx, smtpPort)
+	const restarts = 10
+	t0 := time.Now()
+	for range restarts {
+		time.Sleep(400 * time.Millisecond)
+		h.stop()
+		h.start()
+	}
+	time.Sleep(400 * time.Millisecond)
+	stop()
+	t.Logf("%d restarts in %v", restarts, time.Since(t0).Round(time.Millisecond))
+	h.stop()
+	load.check(t)
+}
+
+// startLoad runs eight SMTP clients, each one session after another with
+// one message (every third from the counted sender), until stop.
+func startLoad(ctx context.Context, port int) (*restartLoad, func()) {
+	load := &restartLoad{}
+	loadCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				n := seq.Add(1)
+				sender := fmt.Sprintf("s%d-%d@example.org", n, rand.IntN(1<<30))
+				if n%3 == 0 {
+					sender = "counted@example.org"
+				}
+				load.session(loadCtx, port, sender)
+			}
+		})
+	}
+	return load, func() { cancel(); wg.Wait() }
+}
+
+// check asserts what the clients saw: no reply that no limit explains,
+// exactly 20 messages of the counted sender, never more greeted sessions
+// open than the cap of 4, and the cap reached.
+func (l *restartLoad) check(t *testing.T) {
+	t.Helper()
+	t.Logf("%d messages accepted (%d of the counted sender, %d deferred by its rule), %d sessions refused for the class cap, at most %d sessions open, longest wait for a greeting %v",
+		l.delivered.Load(), l.counted.Load(), l.policyDeferred.Load(), l.capRefused.Load(),
+		l.maxOpen.Load(), time.Duration(l.maxGreet.Load()).Round(time.Millisecond))
+	for _, f := range l.failures {
+		t.Errorf("a reply no limit explains: %s", f)
+	}
+	if l.counted.Load()+l.policyDeferred.Load() <= 20 {
+		t.Fatalf("the counted sender sent only %d messages; the run proves nothing of its limit", l.counted.Load()+l.policyDeferred.Load())
+	}
+	if l.counted.Load() != 20 {
+		t.Errorf("%d messages of the counted sender accepted, want exactly 20", l.counted.Load())
+	}
+	if l.maxOpen.Load() > 4 {
+		t.Errorf("%d sessions open at once, over the class cap of 4", l.maxOpen.Load())
+	}
+	if l.capRefused.Load() == 0 {
+		t.Error("no session was refused for the class cap: the run proves nothing of the cap")
+	}
+}
+
+// mtaDeployment is a private Postfix wired to sluice's milter, policy
+// door and anvil as docs/operations.md wires them, and the example
+// configuration for it (moved under base, the milter on, a cap of 4 on
+// the loopback class, 20 messages per hour for the counted sender).
+type mtaDeployment struct {
+	ctx      context.Context
+	bin      string
+	base     string
+	cfgPath  string
+	smtpPort int
+	moved    *strings.Replacer
+}
+
+// startMTADeployment starts the Postfix and writes the configuration,
+// with head put in front of it.
+func startMTADeployment(t *testing.T, head string) *mtaDeployment {
+	t.Helper()
 	peer.User(t, "sluice")
 	if err := postfixtest.Available(); err != nil {
 		peer.Missing(t, "a private Postfix instance", err)
@@ -120,12 +205,11 @@ func TestRestartUnderPostfixLoad(t *testing.T) {
 		"smtpd_client_connection_count_limit": "50",
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
 	if inst.QueueDir() != queue {
 		t.Fatalf("queue directory %s, want %s", inst.QueueDir(), queue)
 	}
-
 	moved := movedDeploymentAt(t, bin, base, queue, "sluice", "sluice")
 	cfgPath := filepath.Join(base, "sluice.toml")
 	writeMovedConfig(t, moved, cfgPath, true, `name = "local"
@@ -141,53 +225,14 @@ key = ["sender"]
 limit = ["20/1h exact"]
 action = "DEFER_IF_PERMIT 4.7.1 Too much mail from {key}"
 `)
-	h := newUnitHost(t, moved, filepath.Join(base, "systemd"))
-	h.start()
-
-	var load restartLoad
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var seq atomic.Int64
-	for range 8 {
-		wg.Go(func() {
-			for loadCtx.Err() == nil {
-				sender := fmt.Sprintf("s%d-%d@example.org", seq.Add(1), rand.IntN(1<<30))
-				if seq.Load()%3 == 0 {
-					sender = "counted@example.org"
-				}
-				load.session(loadCtx, smtpPort, sender)
-			}
-		})
+	if head != "" {
+		b, err := os.ReadFile(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfgPath, append([]byte(head), b...), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	const restarts = 10
-	t0 := time.Now()
-	for range restarts {
-		time.Sleep(400 * time.Millisecond)
-		h.stop()
-		h.start()
-	}
-	time.Sleep(400 * time.Millisecond)
-	stopLoad()
-	wg.Wait()
-	took := time.Since(t0)
-	h.stop()
-
-	t.Logf("%d restarts in %v: %d messages accepted (%d of the counted sender, %d deferred by its rule), %d sessions refused for the class cap, at most %d sessions open, longest wait for a greeting %v",
-		restarts, took.Round(time.Millisecond), load.delivered.Load(), load.counted.Load(), load.policyDeferred.Load(), load.capRefused.Load(),
-		load.maxOpen.Load(), time.Duration(load.maxGreet.Load()).Round(time.Millisecond))
-	for _, f := range load.failures {
-		t.Errorf("a reply no limit explains: %s", f)
-	}
-	if load.counted.Load()+load.policyDeferred.Load() <= 20 {
-		t.Fatalf("the counted sender sent only %d messages; the run proves nothing of its limit", load.counted.Load()+load.policyDeferred.Load())
-	}
-	if load.counted.Load() != 20 {
-		t.Errorf("%d messages of the counted sender accepted over %d restarts, want exactly 20", load.counted.Load(), restarts)
-	}
-	if load.maxOpen.Load() > 4 {
-		t.Errorf("%d sessions open at once, over the class cap of 4", load.maxOpen.Load())
-	}
-	if load.capRefused.Load() == 0 {
-		t.Error("no session was refused for the class cap: the run proves nothing of the cap")
-	}
+	return &mtaDeployment{ctx: ctx, bin: bin, base: base, cfgPath: cfgPath, smtpPort: smtpPort, moved: moved}
 }

@@ -66,6 +66,10 @@ func startUnlessStopped(sigs <-chan os.Signal, log *slog.Logger, start func(stop
 				log.Info("SIGHUP while starting: the configuration was read as the start began; send it again to reload")
 				continue
 			}
+			if s == syscall.SIGUSR2 {
+				log.Info("SIGUSR2 while starting: send it again to upgrade once started")
+				continue
+			}
 			log.Info("stopping while starting", "signal", s.String())
 			cancel()
 			go func() {

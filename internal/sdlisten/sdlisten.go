@@ -193,3 +193,25 @@ func (s *Sockets) Close() {
 	}
 	s.socks = nil
 }
+
+// FromFiles makes Sockets of listening sockets held as files, named as
+// LISTEN_FDNAMES would name them (a daemon that takes back the sockets it
+// handed to a process that failed). The files stay the caller's to close.
+func FromFiles(files []*os.File, names []string) (*Sockets, error) {
+	if len(files) != len(names) {
+		return nil, fmt.Errorf("%d sockets with %d names", len(files), len(names))
+	}
+	s := &Sockets{}
+	for i, f := range files {
+		l, err := net.FileListener(f) // dups the descriptor
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("socket %s (%s): %w", f.Name(), names[i], err)
+		}
+		if ul, ok := l.(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(false)
+		}
+		s.socks = append(s.socks, socket{names[i], l})
+	}
+	return s, nil
+}
