@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,4 +150,66 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 		}
 	})
 	load.check(t)
+}
+
+// TestUpgradeTellsSystemd: under systemd (NOTIFY_SOCKET), the old daemon
+// says it is stopping when the new one takes over, then names the new
+// one the main process (MAINPID=, READY=1) before it exits, as systemd
+// needs to keep the service running across the exit of the process it
+// started; the new daemon then says READY=1 itself and serves the same
+// socket.
+func TestUpgradeTellsSystemd(t *testing.T) {
+	bin, _ := muxBinaries(t)
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, senderPolicy("unix:policy", "100/60s exact"), "anvil", "milter", "throttle")
+	notifyPath := filepath.Join(dir, "notify")
+	n, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	read := func(want string) string {
+		t.Helper()
+		buf := make([]byte, 4096)
+		_ = n.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			k, err := n.Read(buf)
+			if err != nil {
+				t.Fatalf("waiting for %q: %v", want, err)
+			}
+			if msg := string(buf[:k]); strings.Contains(msg, want) {
+				return msg
+			}
+		}
+	}
+	p := startProc(t, bin, []string{"serve", "-c", cfg}, nil, "NOTIFY_SOCKET="+notifyPath)
+	read("READY=1")
+	sock := filepath.Join(dir, "policy")
+	askPolicy(t, sock)
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	read("STOPPING=1")
+	msg := read("MAINPID=")
+	m := regexp.MustCompile(`MAINPID=(\d+)`).FindStringSubmatch(msg)
+	next, _ := strconv.Atoi(m[1])
+	if next == p.pid() || !strings.Contains(msg, "READY=1") {
+		t.Fatalf("the old daemon told systemd %q", msg)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(next, syscall.SIGKILL) })
+	// Its stderr, which the test reads, is the new one's too: wait for the
+	// process, not for the end of its output.
+	waitUntil(t, "the old daemon to exit", func() bool { return gone(p.pid()) }, func() string { return p.stderr.String() })
+	read("READY=1") // the new one, now the main process
+	askPolicy(t, sock)
+	if gone(next) {
+		t.Fatal("the new daemon is gone")
+	}
+	_ = syscall.Kill(next, syscall.SIGTERM)
+	for deadline := time.Now().Add(30 * time.Second); !gone(next) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !gone(next) {
+		t.Error("the new daemon does not stop on SIGTERM")
+	}
 }
