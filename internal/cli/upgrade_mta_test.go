@@ -47,6 +47,19 @@ func gone(pid int) bool {
 	return len(rest) > 0 && rest[0] == 'Z'
 }
 
+// killStarted kills, when the test ends, every daemon whose start p's
+// log names (those an upgrade started write to p's stderr too, and the
+// test's wait for p's end is a wait for that output's end).
+func killStarted(t *testing.T, p *relProc) {
+	t.Cleanup(func() {
+		for _, m := range regexp.MustCompile(`msg="sluice started" .* pid=(\d+)`).FindAllStringSubmatch(p.stderr.String(), -1) {
+			if pid, err := strconv.Atoi(m[1]); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
 var servesRE = regexp.MustCompile(`upgrade: the new process serves; exiting" pid=(\d+)`)
 
 // TestUpgradeUnderPostfixLoad upgrades `sluice serve`, started by root
@@ -73,6 +86,7 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 	live := filepath.Join(binDir, "sluice")
 	installBinary(t, m.bin, live)
 	p := startProc(t, live, []string{"serve", "-c", m.cfgPath}, nil)
+	killStarted(t, p)
 	waitUntil(t, "the daemon serves", func() bool { return strings.Contains(p.stderr.String(), "sluice started") },
 		func() string { return p.stderr.String() })
 	pid := p.pid()
@@ -183,6 +197,7 @@ func TestUpgradeTellsSystemd(t *testing.T) {
 		}
 	}
 	p := startProc(t, bin, []string{"serve", "-c", cfg}, nil, "NOTIFY_SOCKET="+notifyPath)
+	killStarted(t, p)
 	read("READY=1")
 	sock := filepath.Join(dir, "policy")
 	askPolicy(t, sock)
