@@ -67,14 +67,14 @@ func (h *handConn) send(msg string) error {
 }
 
 // expect waits up to d for the line want; io.EOF when the other side is
-// gone.
+// gone. A line is at most 64 bytes (bufio.ErrBufferFull beyond).
 func (h *handConn) expect(want string, d time.Duration) error {
 	_ = h.c.SetReadDeadline(time.Now().Add(d))
-	line, err := h.r.ReadString('\n')
+	line, err := h.r.ReadSlice('\n')
 	if err != nil {
-		return err
+		return fmt.Errorf("hand-over: waiting for %q: %w", want, err)
 	}
-	if got := strings.TrimSuffix(line, "\n"); got != want {
+	if got := string(line[:len(line)-1]); got != want {
 		return fmt.Errorf("hand-over: got %q, want %q", got, want)
 	}
 	return nil
