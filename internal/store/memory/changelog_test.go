@@ -439,3 +439,29 @@ func TestZeroHitsLeaveNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreRefusesDuplicateKeys: a snapshot file holding a key twice
+// (ReadSnapshot leaves that to Restore) is refused whole: Restore returns
+// ErrSnapshot and leaves the store empty.
+func TestRestoreRefusesDuplicateKeys(t *testing.T) {
+	exp := t0.Add(time.Hour).UnixNano()
+	a := rec("a", byte(limiter.Smooth), exp, exp)
+	k := rec("k", byte(limiter.Smooth), exp, exp)
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	if err := os.WriteFile(path, withCRC(cat(header(1, 0), a, k, k, end(3))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	defer s.Close()
+	if _, err := s.Restore(snap, t0); !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
+		t.Fatalf("restore of a key held twice: %v, Len %d; want ErrSnapshot and nothing held", err, s.Len())
+	}
+	out := make([]limiter.Decision, 1)
+	if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{{Key: "a", Limit: limSmooth}}, out); err != nil || out[0].Count != 1 {
+		t.Fatalf("the store after a refused restore: %+v %v", out[0], err)
+	}
+}

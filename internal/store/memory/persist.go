@@ -354,7 +354,9 @@ func readChecked(r io.Reader, limit int64, n int, check func(head []byte) error)
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
 var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
 
-// Restore loads a decoded snapshot into an empty store, before it serves:
+// Restore loads a decoded snapshot into an empty store, before it serves
+// (a snapshot holding a key twice, or one it cannot load, leaves the
+// store empty and returns an error wrapping ErrSnapshot, or the error):
 // the base's keys, then the changes of its log. Keys that expired by now
 // (while the daemon was down) are dropped, so every window continues
 // exactly where it was; keys beyond the cap are dropped too (the soonest
@@ -382,8 +384,13 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 			st.Dropped++
 			continue
 		}
-		if _, err := s.restoreOne(se, false); err != nil {
-			return st, err
+		added, err := s.restoreOne(se, false)
+		if err == nil && !added {
+			err = fmt.Errorf("%w: key %s appears twice", ErrSnapshot, quoteKey(se.Key))
+		}
+		if err != nil {
+			s.reset()
+			return SnapStats{}, err
 		}
 	}
 	for i := range snap.changes {
@@ -397,7 +404,8 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 				st.Dropped++
 				continue
 			}
-			return st, err
+			s.reset()
+			return SnapStats{}, err
 		}
 	}
 	st.Keys = s.Len()
@@ -444,6 +452,19 @@ func (s *Store) presize(n, keyBytes int) error {
 		}
 	}
 	return nil
+}
+
+// reset empties the store (a restore that failed half-way: a snapshot is
+// used whole or not at all).
+func (s *Store) reset() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.release()
+		sh.mu.Lock()
+		sh.minExp, sh.gone, sh.moves = 0, nil, sh.moves+1
+		sh.mu.Unlock()
+	}
+	s.n.Store(0)
 }
 
 // forget drops key, if held (a change log's deletion).
