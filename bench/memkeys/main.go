@@ -137,6 +137,9 @@ func measure(n int, algo string, persist bool, idle time.Duration, memprofile st
 			return fmt.Errorf("hit %d: %w", i, err)
 		}
 	}
+	if len(sink) != 1024 {
+		return fmt.Errorf("no garbage made")
+	}
 	rssNow := procField("/proc/self/status", "VmRSS:") * 1024
 	rss1, heap1 := settle()
 	if s.Len() != n {
