@@ -69,9 +69,7 @@ func (sh *shard) snapEntry(i int) SnapEntry {
 	switch r.algo {
 	case limiter.Anvil:
 		e.T = r.t
-		for c := range e.Counts {
-			e.Counts[c] = uint32(uint64(r.d[c/2]) >> (32 * (c % 2)))
-		}
+		e.Counts = *r.counts()
 	case limiter.Smooth:
 		e.T = r.t
 	case limiter.Exact:
@@ -509,9 +507,7 @@ func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
 	switch se.Algo {
 	case limiter.Anvil:
 		r.t = se.T
-		for c := range r.d {
-			r.d[c] = int64(uint64(se.Counts[2*c]) | uint64(se.Counts[2*c+1])<<32)
-		}
+		*r.counts() = se.Counts
 	case limiter.Smooth:
 		r.t = se.T
 	case limiter.Exact:

@@ -35,7 +35,7 @@ type record struct {
 	// arrival time (Unix ns); for an exact key, the sequence number of its
 	// latest booking (see the booking journal).
 	t int64
-	// d holds an anvil key's 8 counters (two to a word), an exact key's
+	// d holds an anvil key's 8 counters (d seen as [8]uint32), an exact key's
 	// events when at most inlineEvents (nev of them), or the side-table
 	// index of a spilled log (nev == spilled: d[0], and where its events
 	// begin in it, d[1]) or of a lease set (d[0]).
