@@ -17,12 +17,13 @@
 //     growth over N (rss_per_key); Redis's is the growth of used_memory
 //     over N (bytes_per_key; rss_per_key is then redis-server's RSS
 //     growth, and sluice's own is beside it as sluice_rss_per_key);
-//  3. idle for -idle: the bytes written per second by the processes
-//     that hold the keys (sluice for the memory store; redis-server and
-//     sluice for Redis): every write (/proc/PID/io wchar, the issue's
-//     measure; with Redis it includes the replies of the key count's
-//     SCAN) and those for storage (write_bytes), and their CPU time in
-//     percent of one core;
+//  3. 6 s later (past one snapshot interval, so that the fill's own
+//     changes are written), idle for -idle: the bytes written per second
+//     by the processes that hold the keys (sluice for the memory store;
+//     redis-server and sluice for Redis): every write (/proc/PID/io
+//     wchar, the measure; with Redis it includes the replies of
+//     the key count's SCAN) and those for storage (write_bytes), and
+//     their CPU time in percent of one core;
 //  4. load for -duration: 64 connections, each one RCPT request at a
 //     time for a random sender among the N (so no new keys): decisions
 //     per second, p99 latency, and the bytes written for storage per
