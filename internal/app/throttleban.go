@@ -353,14 +353,17 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 }
 
 // lowerLocked halves the rate id had: the lower of its limit and the
-// sends the relay took in the last period.
+// sends the relay took in the last period (the limit when it took none).
 func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
 	cur := bp.limit
 	if k.learned > 0 && k.learned < cur {
 		cur = k.learned
 	}
 	k.trimDelivered(now, bp)
-	base := min(cur, max(int64(len(k.delivered)), 1))
+	base := cur
+	if n := int64(len(k.delivered)); n > 0 {
+		base = min(cur, n)
+	}
 	next := max(base/2, 1)
 	if err := g.marks.Put(ctx, id, markLimit, limiter.Mark{Value: next, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
 		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)
