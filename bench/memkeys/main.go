@@ -232,7 +232,7 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time, id
 		lim.Algorithm, n, idleSt.Bytes, w1-w0, busy.Bytes, w3-w2, busy.Took.Seconds())
 	r := memory.New(memory.Options{MaxKeys: 2*n + 1000})
 	defer r.Close()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	snap, err := memory.ReadSnapshot(path, memory.SnapshotLimit(2*n+1000))
 	if err != nil {
 		return err
@@ -241,11 +241,11 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time, id
 	if err != nil {
 		return err
 	}
-	took := time.Since(start)
+	took, cpu := time.Since(start), cpuTime()-cpu0
 	if rst.Keys != n {
 		return fmt.Errorf("restored %d keys, want %d", rst.Keys, n)
 	}
-	fmt.Printf("memkeys %-6s keys=%-9d restore_s=%.2f (read, decode, insert)\n", lim.Algorithm, n, took.Seconds())
+	fmt.Printf("memkeys %-6s keys=%-9d restore_s=%.2f restore_cpu_s=%.2f (read, decode, insert)\n", lim.Algorithm, n, took.Seconds(), cpu.Seconds())
 	if idle > 0 {
 		r.Close()
 		snap = nil
