@@ -187,7 +187,11 @@ func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats,
 		return st, nil // nothing changed: nothing to write
 	}
 	seg := sg.seal(s.bseq.Load())
-	if p.logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
+	logLen := p.logLen
+	if p.logf == nil {
+		logLen = int64(changesHeaderLen + len(p.carry)) // the log to start
+	}
+	if logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
 		return s.writeFull(path, now, clean)
 	}
 	if p.logf == nil {
@@ -554,9 +558,9 @@ func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store snapshot: %w", err)
 	}
-	// The log stays below the base's size (or minCompact) but for the
-	// segment that passes it, itself at most a base.
-	c, err := readChanges(path, 2*limit, snap.ref)
+	// A log never passes the base's size or minCompact (a write that
+	// would make it a new base instead).
+	c, err := readChanges(path, max(fi.Size(), minCompact), snap.ref)
 	if err != nil {
 		return nil, err
 	}
