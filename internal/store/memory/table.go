@@ -174,7 +174,7 @@ func (sh *shard) place(i int) {
 // reserve makes room for one more record with a key of klen bytes.
 func (sh *shard) reserve(klen int) error {
 	if sh.n == len(sh.recs.s) {
-		if err := sh.recs.alloc(max(2*sh.n, minRecs), sh.n); err != nil {
+		if err := sh.recs.grow(max(2*sh.n, minRecs)); err != nil {
 			return err
 		}
 	}
