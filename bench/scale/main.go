@@ -38,8 +38,8 @@
 //
 // Each run prints one line of name=value pairs ("run store=... algo=...
 // keys=..."), and at the end a table. With -svg (default docs/scale.svg)
-// it writes a plot of bytes per key, decisions per second and idle bytes
-// written for storage per second against the key count.
+// it writes a plot of bytes per key, decisions per second and the
+// restore time against the key count.
 //
 // Settings, from the flags or the environment (flags win):
 //
@@ -51,6 +51,7 @@
 //	ALGOS=exact,smooth                     -algos
 //	SVG=docs/scale.svg                     -svg       "none" for no plot
 //	SLUICE=path                            -sluice    measure this binary instead of building ./cmd/sluice
+//	                                       -from LOG  print the table and plot of a raw log's runs again
 //
 // With -stall (STALL=1) it measures instead what a hung Redis costs the
 // policy door (stall.go): sluice serve on the Redis store, deadline
@@ -100,6 +101,7 @@ type settings struct {
 	algos    []string
 	svg      string
 	bin      string // a sluice binary to use instead of building one
+	from     string // a raw log to plot again instead of running
 	// The stall measurement (stall.go).
 	stall    bool
 	stop     time.Duration
@@ -138,6 +140,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	algos := fs.String("algos", env("ALGOS", "exact,smooth"), "algorithms (ALGOS)")
 	svg := fs.String("svg", env("SVG", "docs/scale.svg"), `the plot's file, "none" for none (SVG)`)
 	bin := fs.String("sluice", env("SLUICE", ""), "a sluice binary to measure instead of building ./cmd/sluice (SLUICE)")
+	from := fs.String("from", "", "plot the run lines of this raw log (bench/results) again instead of running")
 	stall := fs.Bool("stall", env("STALL", "") == "1", "measure decisions while redis-server is stopped instead (STALL=1)")
 	stop := fs.String("stop", env("STOP", "2s"), "-stall: how long redis-server stays stopped (STOP)")
 	deadline := fs.String("deadline", env("DEADLINE", "50ms"), "-stall: the Redis store's deadline (DEADLINE)")
@@ -168,7 +171,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	if s.algos, err = oneOf("algos", *algos, "exact", "smooth"); err != nil {
 		return s, err
 	}
-	s.svg, s.bin = *svg, *bin
+	s.svg, s.bin, s.from = *svg, *bin, *from
 	if s.svg == "none" {
 		s.svg = ""
 	}
@@ -299,6 +302,9 @@ func (b *bench) port() (int, error) {
 }
 
 func run(ctx context.Context, s settings, stdout io.Writer) error {
+	if s.from != "" {
+		return replot(s.from, s.svg, stdout)
+	}
 	if _, err := os.Stat("cmd/sluice"); err != nil {
 		return errors.New("run from the repository's root (cmd/sluice not found)")
 	}
