@@ -51,6 +51,7 @@
 //	ALGOS=exact,smooth                     -algos
 //	SVG=docs/scale.svg                     -svg       "none" for no plot
 //	SLUICE=path                            -sluice    measure this binary instead of building ./cmd/sluice
+//	LABEL=text                             -label     name the binary so in the output and the plot
 //	                                       -from LOG  print the table and plot of a raw log's runs again
 //
 // With -stall (STALL=1) it measures instead what a hung Redis costs the
@@ -102,6 +103,7 @@ type settings struct {
 	svg      string
 	bin      string // a sluice binary to use instead of building one
 	from     string // a raw log to plot again instead of running
+	label    string // names the binary in the output and the plot
 	// The stall measurement (stall.go).
 	stall    bool
 	stop     time.Duration
@@ -140,6 +142,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	algos := fs.String("algos", env("ALGOS", "exact,smooth"), "algorithms (ALGOS)")
 	svg := fs.String("svg", env("SVG", "docs/scale.svg"), `the plot's file, "none" for none (SVG)`)
 	bin := fs.String("sluice", env("SLUICE", ""), "a sluice binary to measure instead of building ./cmd/sluice (SLUICE)")
+	label := fs.String("label", env("LABEL", ""), "name the measured binary thus in the output and the plot, e.g. its commit (LABEL)")
 	from := fs.String("from", "", "plot the run lines of this raw log (bench/results) again instead of running")
 	stall := fs.Bool("stall", env("STALL", "") == "1", "measure decisions while redis-server is stopped instead (STALL=1)")
 	stop := fs.String("stop", env("STOP", "2s"), "-stall: how long redis-server stays stopped (STOP)")
@@ -171,7 +174,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	if s.algos, err = oneOf("algos", *algos, "exact", "smooth"); err != nil {
 		return s, err
 	}
-	s.svg, s.bin, s.from = *svg, *bin, *from
+	s.svg, s.bin, s.from, s.label = *svg, *bin, *from, *label
 	if s.svg == "none" {
 		s.svg = ""
 	}
@@ -325,7 +328,11 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 		b.sluice = s.bin
 		v, _ := exec.CommandContext(ctx, s.bin, "version").Output()
 		rev = []byte(s.bin + " " + strings.TrimSpace(string(v)))
-	} else {
+	}
+	if s.label != "" {
+		rev = []byte(s.label)
+	}
+	if s.bin == "" {
 		daemons.Logf("building sluice in %s", set.Dir)
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.sluice, "./cmd/sluice").CombinedOutput(); err != nil {
 			return fmt.Errorf("go build: %w\n%s", err, out)
