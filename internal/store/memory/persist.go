@@ -432,6 +432,9 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 // presize gives every shard of an empty store room for its share of n
 // keys of keyBytes in all, so a restore does not grow them step by step.
 func (s *Store) presize(n, keyBytes int) error {
+	if n < len(s.shards)*minRecs {
+		return nil // small: the shards a few keys fall in grow as needed
+	}
 	per := n/len(s.shards) + n/len(s.shards)/4 + 16
 	kper := keyBytes/len(s.shards) + keyBytes/len(s.shards)/4 + 1024
 	slots := 2 * minRecs
