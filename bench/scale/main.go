@@ -17,12 +17,13 @@
 //     growth over N (rss_per_key); Redis's is the growth of used_memory
 //     over N (bytes_per_key; rss_per_key is then redis-server's RSS
 //     growth, and sluice's own is beside it as sluice_rss_per_key);
-//  3. idle for -idle: the bytes written per second by the processes
-//     that hold the keys (sluice for the memory store; redis-server and
-//     sluice for Redis): every write (/proc/PID/io wchar, the issue's
-//     measure; with Redis it includes the replies of the key count's
-//     SCAN) and those for storage (write_bytes), and their CPU time in
-//     percent of one core;
+//  3. 6 s later (past one snapshot interval, so that the fill's own
+//     changes are written), idle for -idle: the bytes written per second
+//     by the processes that hold the keys (sluice for the memory store;
+//     redis-server and sluice for Redis): every write (/proc/PID/io
+//     wchar, the issue's measure; with Redis it includes the replies of
+//     the key count's SCAN) and those for storage (write_bytes), and
+//     their CPU time in percent of one core;
 //  4. load for -duration: 64 connections, each one RCPT request at a
 //     time for a random sender among the N (so no new keys): decisions
 //     per second, p99 latency, and the bytes written for storage per
@@ -37,8 +38,8 @@
 //
 // Each run prints one line of name=value pairs ("run store=... algo=...
 // keys=..."), and at the end a table. With -svg (default docs/scale.svg)
-// it writes a plot of bytes per key, decisions per second and idle bytes
-// written for storage per second against the key count.
+// it writes a plot of bytes per key, decisions per second and the
+// restore time against the key count.
 //
 // Settings, from the flags or the environment (flags win):
 //
@@ -50,6 +51,8 @@
 //	ALGOS=exact,smooth                     -algos
 //	SVG=docs/scale.svg                     -svg       "none" for no plot
 //	SLUICE=path                            -sluice    measure this binary instead of building ./cmd/sluice
+//	LABEL=text                             -label     name the binary so in the output and the plot
+//	                                       -from LOG  print the table and plot of a raw log's runs again
 //
 // With -stall (STALL=1) it measures instead what a hung Redis costs the
 // policy door (stall.go): sluice serve on the Redis store, deadline
@@ -99,6 +102,8 @@ type settings struct {
 	algos    []string
 	svg      string
 	bin      string // a sluice binary to use instead of building one
+	from     string // a raw log to plot again instead of running
+	label    string // names the binary in the output and the plot
 	// The stall measurement (stall.go).
 	stall    bool
 	stop     time.Duration
@@ -137,6 +142,8 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	algos := fs.String("algos", env("ALGOS", "exact,smooth"), "algorithms (ALGOS)")
 	svg := fs.String("svg", env("SVG", "docs/scale.svg"), `the plot's file, "none" for none (SVG)`)
 	bin := fs.String("sluice", env("SLUICE", ""), "a sluice binary to measure instead of building ./cmd/sluice (SLUICE)")
+	label := fs.String("label", env("LABEL", ""), "name the measured binary thus in the output and the plot, e.g. its commit (LABEL)")
+	from := fs.String("from", "", "plot the run lines of this raw log (bench/results) again instead of running")
 	stall := fs.Bool("stall", env("STALL", "") == "1", "measure decisions while redis-server is stopped instead (STALL=1)")
 	stop := fs.String("stop", env("STOP", "2s"), "-stall: how long redis-server stays stopped (STOP)")
 	deadline := fs.String("deadline", env("DEADLINE", "50ms"), "-stall: the Redis store's deadline (DEADLINE)")
@@ -167,7 +174,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	if s.algos, err = oneOf("algos", *algos, "exact", "smooth"); err != nil {
 		return s, err
 	}
-	s.svg, s.bin = *svg, *bin
+	s.svg, s.bin, s.from, s.label = *svg, *bin, *from, *label
 	if s.svg == "none" {
 		s.svg = ""
 	}
@@ -298,6 +305,9 @@ func (b *bench) port() (int, error) {
 }
 
 func run(ctx context.Context, s settings, stdout io.Writer) error {
+	if s.from != "" {
+		return replot(s.from, s.svg, stdout)
+	}
 	if _, err := os.Stat("cmd/sluice"); err != nil {
 		return errors.New("run from the repository's root (cmd/sluice not found)")
 	}
@@ -318,7 +328,11 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 		b.sluice = s.bin
 		v, _ := exec.CommandContext(ctx, s.bin, "version").Output()
 		rev = []byte(s.bin + " " + strings.TrimSpace(string(v)))
-	} else {
+	}
+	if s.label != "" {
+		rev = []byte(s.label)
+	}
+	if s.bin == "" {
 		daemons.Logf("building sluice in %s", set.Dir)
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.sluice, "./cmd/sluice").CombinedOutput(); err != nil {
 			return fmt.Errorf("go build: %w\n%s", err, out)

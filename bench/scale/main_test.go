@@ -226,3 +226,48 @@ func TestNiceStep(t *testing.T) {
 		}
 	}
 }
+
+// A run line reads back as the row that printed it, and -from plots a
+// raw log's runs again.
+func TestReplot(t *testing.T) {
+	rows := []row{
+		{Store: "memory", Algo: "exact", Keys: 1e4, FillSecs: 1.5, BytesPerKey: 646, RSSPerKey: 646, IdleWps: 22, IdleCPU: 0.3,
+			RPS: 9626, P99us: 111670, LoadDisk: 54735, SnapSecs: 0.009, Writes: 1, StopSecs: 1.91, RestoreSecs: 1.715},
+		{Store: "redis", Algo: "smooth", Keys: 1e6, FillSecs: 79.8, BytesPerKey: 161, RSSPerKey: 161, SluiceRSS: 10, IdleWps: 183,
+			IdleCPU: 0.4, RPS: 9006, P99us: 90178, LoadErrors: 2, SnapSecs: 2.86, RestoreSecs: 2.852},
+	}
+	var log strings.Builder
+	log.WriteString("scale: sluice abc123, 2026-11-26T21:18:27Z, steps [10000 1000000]\n12:00:00 progress\n")
+	for _, r := range rows {
+		got, err := parseRun(r.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != r {
+			t.Fatalf("read back\n%+v\nwant\n%+v", got, r)
+		}
+		log.WriteString(r.String() + "\n")
+	}
+	dir := t.TempDir()
+	file, svg := filepath.Join(dir, "log"), filepath.Join(dir, "scale.svg")
+	if err := os.WriteFile(file, []byte(log.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := replot(file, svg, &out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.Contains(b, []byte("sluice abc123")) || !strings.Contains(out.String(), "9006") {
+		t.Fatalf("plot %v %.200s, table %s", err, b, out.String())
+	}
+	if _, err := parseRun("run store=memory algo=exact keys=10"); err == nil {
+		t.Fatal("a line missing its figures read back")
+	}
+	if err := os.WriteFile(file, []byte("nothing\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := replot(file, "", io.Discard); err == nil {
+		t.Fatal("a log without runs plotted")
+	}
+}

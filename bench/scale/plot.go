@@ -18,7 +18,7 @@ type panel struct {
 var panels = []panel{
 	{"bytes per key (RSS; Redis: used_memory)", func(r row) float64 { return r.BytesPerKey }},
 	{"policy decisions/s at c=64", func(r row) float64 { return r.RPS }},
-	{"bytes written to storage/s while idle", func(r row) float64 { return r.IdleDisk }},
+	{"restore after a restart, s", func(r row) float64 { return r.RestoreSecs }},
 }
 
 // Plot geometry, in SVG user units.

@@ -12,6 +12,7 @@ import (
 
 	"sluice/bench/internal/daemons"
 	"sluice/bench/internal/procstat"
+	"sluice/bench/internal/rounds"
 )
 
 // row is one run's figures (see the package comment for each).
@@ -178,6 +179,11 @@ func (b *bench) runOne(ctx context.Context, store, algo string, n int) (row, err
 	if err != nil {
 		return r, err
 	}
+	// The idle time starts after one snapshot interval (5 s), so that the
+	// write of the fill's own changes is not counted as idle.
+	if err := sleep(ctx, 6*time.Second); err != nil {
+		return r, err
+	}
 	daemons.Logf("%s: idle for %s", tag, b.s.idle)
 	a := sample(holders)
 	if err := sleep(ctx, b.s.idle); err != nil {
@@ -306,4 +312,85 @@ func printTable(w io.Writer, rows []row) {
 			r.LoadDisk, r.SnapSecs, r.StopSecs, r.RestoreSecs)
 	}
 	_ = tw.Flush()
+}
+
+// parseRun reads a "run ..." line back into a row (for -from).
+func parseRun(line string) (row, error) {
+	var r row
+	var ok bool
+	if r.Store, ok = rounds.Field(line, "store"); !ok {
+		return r, fmt.Errorf("no store= in %q", line)
+	}
+	if r.Algo, ok = rounds.Field(line, "algo"); !ok {
+		return r, fmt.Errorf("no algo= in %q", line)
+	}
+	nums := []struct {
+		name string
+		dst  *float64
+	}{
+		{"fill_s", &r.FillSecs}, {"bytes_per_key", &r.BytesPerKey}, {"rss_per_key", &r.RSSPerKey},
+		{"sluice_rss_per_key", &r.SluiceRSS}, {"idle_wchar_Bps", &r.IdleWps}, {"idle_disk_Bps", &r.IdleDisk},
+		{"idle_cpu_pct", &r.IdleCPU}, {"rps", &r.RPS}, {"p99_us", &r.P99us}, {"load_disk_Bps", &r.LoadDisk},
+		{"snapshot_s", &r.SnapSecs}, {"stop_s", &r.StopSecs}, {"restore_s", &r.RestoreSecs},
+	}
+	for _, n := range nums {
+		v, err := rounds.Number(line, n.name)
+		if err != nil {
+			return r, err
+		}
+		*n.dst = v
+	}
+	keys, err := rounds.Number(line, "keys")
+	if err != nil || keys < 1 {
+		return r, fmt.Errorf("keys in %q: %v", line, err)
+	}
+	r.Keys = int(keys)
+	for _, n := range []struct {
+		name string
+		dst  *uint64
+	}{{"load_errors", &r.LoadErrors}} {
+		v, err := rounds.Number(line, n.name)
+		if err != nil {
+			return r, err
+		}
+		*n.dst = uint64(v)
+	}
+	w, err := rounds.Number(line, "writes")
+	if err != nil {
+		return r, err
+	}
+	r.Writes = int(w)
+	return r, nil
+}
+
+// replot reads the run lines of a raw log and prints their table and
+// plot, as the run that wrote it did.
+func replot(file, svg string, stdout io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var rows []row
+	rev := file
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "scale: sluice "); ok {
+			rev, _, _ = strings.Cut(v, ",")
+		}
+		if !strings.HasPrefix(l, "run ") {
+			continue
+		}
+		r, err := parseRun(l)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("%s has no run lines", file)
+	}
+	printTable(stdout, rows)
+	if svg == "" {
+		return nil
+	}
+	return os.WriteFile(svg, plot(rows, rev), 0o644)
 }

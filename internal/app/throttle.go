@@ -99,6 +99,16 @@ func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key 
 // marks in Redis (shared by every daemon on it) with a Redis store, else
 // in the state directory's throttle.marks.
 func (d *Daemon) openBanGuard() *banGuard {
+	g := d.newBanGuard()
+	if d.registry != nil {
+		if err := d.registry.Register(banCollector{d}); err != nil {
+			d.log.Warn("metrics: the throttle keys' collector", "err", err)
+		}
+	}
+	return g
+}
+
+func (d *Daemon) newBanGuard() *banGuard {
 	st := d.store
 	if is, ok := st.(instrumentedStore); ok {
 		st = is.Store

@@ -97,6 +97,9 @@ max_wait = "1m"
 ban_signs = ["too many"]
 cool_off = "2s"
 adapt = true
+[web]
+listen = ["inet:127.0.0.1:0"]
+metrics = true
 `, dir)))
 	sock := filepath.Join(dir, "throttle")
 	acquire := func(key string) (*throttle.Client, throttle.Reply) {
@@ -199,6 +202,21 @@ adapt = true
 	}
 	if ks := d.Status().ThrottleKeys; len(ks) != 1 || ks[0].Key != "relay *" || !ks[0].SuspendedUntil.After(time.Now()) || ks[0].Limit != 1 || ks[0].Configured != 4 || ks[0].Bans != 1 {
 		t.Errorf("the status's throttle keys: %+v, want relay * suspended, learned limit 1 of 4, 1 ban", ks)
+	}
+	families, err := d.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "sluice_throttle_key_") {
+			for _, m := range f.GetMetric() {
+				got[f.GetName()+" "+m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if got["sluice_throttle_key_limit relay *"] != 1 || got["sluice_throttle_key_bans relay *"] != 1 || got["sluice_throttle_key_suspended_seconds relay *"] <= 0 {
+		t.Errorf("the throttle key metrics: %v", got)
 	}
 	marks, err := limiter.NewMemoryMarks(filepath.Join(dir, "throttle.marks"), nil)
 	if err != nil {

@@ -44,6 +44,11 @@ type banGuard struct {
 	keys map[string]*banKey
 	cfg  *config.Config
 	pols map[string]*banPolicy
+	// readWarned is when readFailed last logged; readErrs counts since
+	// (under warnMu: readFailed is called with a key's lock held).
+	warnMu     sync.Mutex
+	readWarned time.Time
+	readErrs   int
 }
 
 // banPolicy is a policy's ban settings with what the guard derives.
@@ -73,8 +78,59 @@ type banKey struct {
 }
 
 func newBanGuard(marks limiter.Marks, log *slog.Logger) *banGuard {
-	return &banGuard{marks: marks, log: log, now: time.Now, keys: map[string]*banKey{}}
+	return &banGuard{marks: boundedMarks{marks}, log: log, now: time.Now, keys: map[string]*banKey{}}
 }
+
+// markTimeout bounds each call to the marks (Redis down must not hold a
+// sender longer than this).
+const markTimeout = time.Second
+
+// boundedMarks gives each call to the marks markTimeout at most.
+type boundedMarks struct{ limiter.Marks }
+
+func (b boundedMarks) Get(ctx context.Context, key, name string) (limiter.Mark, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	return b.Marks.Get(ctx, key, name)
+}
+
+func (b boundedMarks) Put(ctx context.Context, key, name string, m limiter.Mark) error {
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	return b.Marks.Put(ctx, key, name, m)
+}
+
+func (b boundedMarks) Add(ctx context.Context, key, name string, m limiter.Mark) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	return b.Marks.Add(ctx, key, name, m)
+}
+
+func (b boundedMarks) Delete(ctx context.Context, key, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	return b.Marks.Delete(ctx, key, name)
+}
+
+// readFailed logs a failed read of the marks, at most once every
+// readWarnEvery with the count since (a Redis outage would otherwise log
+// once per sender).
+func (g *banGuard) readFailed(what, id string, err error) {
+	now := g.now()
+	g.warnMu.Lock()
+	g.readErrs++
+	if now.Sub(g.readWarned) < readWarnEvery {
+		g.warnMu.Unlock()
+		return
+	}
+	n := g.readErrs
+	g.readWarned, g.readErrs = now, 0
+	g.warnMu.Unlock()
+	g.log.Warn("throttle: reading the marks failed; sending as if the key had none", "what", what, "key", id, "failures", n, "err", err)
+}
+
+// readWarnEvery spaces the warnings of readFailed.
+const readWarnEvery = 10 * time.Second
 
 // policy returns the ban settings of the named policy in cfg, nil when it
 // reads no results.
@@ -160,7 +216,7 @@ func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
 	}
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
 	if err != nil {
-		g.log.Warn("throttle: reading the key's suspension failed; sending", "key", id, "err", err)
+		g.readFailed("suspension", id, err)
 		return time.Time{}, ""
 	}
 	if ok && now.Before(m.Expires) {
@@ -252,7 +308,7 @@ func (g *banGuard) refreshLearnedLocked(ctx context.Context, id string, k *banKe
 	m, ok, err := g.marks.Get(ctx, id, markLimit)
 	switch {
 	case err != nil:
-		g.log.Warn("throttle: reading the learned limit failed", "key", id, "err", err)
+		g.readFailed("learned limit", id, err)
 	case ok:
 		k.learned, k.learnedAt = m.Value, m.Since
 	default:
@@ -353,14 +409,17 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 }
 
 // lowerLocked halves the rate id had: the lower of its limit and the
-// sends the relay took in the last period.
+// sends the relay took in the last period (the limit when it took none).
 func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
 	cur := bp.limit
 	if k.learned > 0 && k.learned < cur {
 		cur = k.learned
 	}
 	k.trimDelivered(now, bp)
-	base := min(cur, max(int64(len(k.delivered)), 1))
+	base := cur
+	if n := int64(len(k.delivered)); n > 0 {
+		base = min(cur, n)
+	}
 	next := max(base/2, 1)
 	if err := g.marks.Put(ctx, id, markLimit, limiter.Mark{Value: next, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
 		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)

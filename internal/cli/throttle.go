@@ -145,6 +145,12 @@ func takeSlot(ctx context.Context, network, addr, key string, timeout time.Durat
 		revoked, stop := cl.Watch()
 		sig, why := sleepUntil(rep.At, revoked)
 		stop()
+		if why == "" {
+			select {
+			case why = <-revoked: // taken back as the sleep ended
+			default:
+			}
+		}
 		if sig != 0 {
 			cl.Close() // the slot goes back
 			return nil, rep, signalError{sig}

@@ -25,22 +25,15 @@ func runQmailRemote(cl *throttle.Client, argv []string, stdout, stderr io.Writer
 		out.flush()
 		return status
 	}
-	defer cl.Close()
-	if status != 0 || out.over {
-		out.flush()
-		return status
-	}
 	report := out.buf.Bytes()
 	lines, err := throttle.ParseQmailReport(report)
-	if err != nil {
-		out.flush()
-		return status
-	}
 	result, ok := throttle.ResultFromQmail(lines)
-	if !ok {
+	if status != 0 || out.over || err != nil || !ok {
+		cl.Done() // sent: the slot stays used; nothing to judge
 		out.flush()
 		return status
 	}
+	defer cl.Close() // a REPORT says the slot was used
 	verdict, err := cl.Report(result, verdictTimeout)
 	if err != nil {
 		out.flush() // the server is gone: the report as it was
@@ -59,10 +52,11 @@ func runReported(cl *throttle.Client, argv []string, stdout, stderr io.Writer) i
 	if cl == nil {
 		return status
 	}
-	defer cl.Close()
 	if status > 255 || status < 0 {
+		cl.Done() // sent: the slot stays used; nothing to judge
 		return status
 	}
+	defer cl.Close() // a REPORT says the slot was used
 	verdict, err := cl.Report([]throttle.ResultLine{throttle.ResultFromExit(status, tail.b)}, verdictTimeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice throttle: %v\n", err)

@@ -10,6 +10,7 @@
 package metrics
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,7 @@ const (
 	// sluice_pool_kills_total and sluice_pool_busy_timeouts_total.
 	PartPoolEvents
 	PartThrottle // sluice_throttle_waiters, sluice_throttle_grant_wait_seconds
-	PartStore    // sluice_store_operation_seconds, sluice_store_errors_total
+	PartStore    // sluice_store_operation_seconds, sluice_store_errors_total, sluice_store_fast_failures_total
 	PartConfig   // sluice_config_reloads_total, ..._last_reload_success_timestamp_seconds
 )
 
@@ -130,8 +131,9 @@ type Metrics struct {
 	throttleWaiters prometheus.Gauge
 	throttleGrant   prometheus.Histogram
 
-	storeLatency *histograms // op
-	storeErrors  *counters   // op
+	storeLatency   *histograms // op
+	storeErrors    *counters   // op
+	storeFastFails *counters   // op
 
 	reloads    *prometheus.CounterVec // result
 	lastReload prometheus.Gauge
@@ -183,6 +185,9 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 		storeErrors: newCounters(counterVec("store", "errors_total",
 			"Limiter store operations that failed, by operation.",
 			"op")),
+		storeFastFails: newCounters(counterVec("store", "fast_failures_total",
+			"Limiter store operations failed at once without trying the store (the Redis store's circuit breaker is open), by operation; each also counts as an error.",
+			"op")),
 		reloads: counterVec("config", "reloads_total",
 			"Configuration reloads, by result (success, failure).",
 			"result"),
@@ -200,6 +205,7 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 	m.reloads.WithLabelValues(ReloadFailed)
 	for _, op := range StoreOps {
 		m.storeErrors.get(op)
+		m.storeFastFails.get(op)
 	}
 	for part, cs := range m.collectors() {
 		if parts&part == 0 {
@@ -244,7 +250,7 @@ func (m *Metrics) collectors() map[Part][]prometheus.Collector {
 		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
 		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
 		PartThrottle:   {m.throttleWaiters, m.throttleGrant},
-		PartStore:      {m.storeLatency.vec, m.storeErrors.vec},
+		PartStore:      {m.storeLatency.vec, m.storeErrors.vec, m.storeFastFails.vec},
 		PartConfig:     {m.reloads, m.lastReload},
 	}
 }
@@ -391,7 +397,7 @@ func (m *Metrics) ThrottleGrant(wait time.Duration) {
 
 // StoreOp records one store operation (hit, peek, undo, reserve, cancel,
 // acquire, release, held...) that took d; a non-nil err also counts an
-// error for op.
+// error for op, and a fast failure (FastFailer) when it is one.
 func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
 	if m == nil {
 		return
@@ -399,7 +405,18 @@ func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
 	m.storeLatency.get(op).Observe(max(d, 0).Seconds())
 	if err != nil {
 		m.storeErrors.get(op).Inc()
+		if ff, ok := errors.AsType[FastFailer](err); ok && ff.FastFail() {
+			m.storeFastFails.get(op).Inc()
+		}
 	}
+}
+
+// FastFailer is an error of a store operation that says whether the
+// store failed it at once, without trying (the Redis store's circuit
+// breaker); StoreOp counts those in sluice_store_fast_failures_total too.
+type FastFailer interface {
+	error
+	FastFail() bool
 }
 
 // Reload counts a configuration reload; a success at time at also sets

@@ -212,6 +212,8 @@ func TestThrottleStoreAndReload(t *testing.T) {
 	m.StoreOp("hit", 300*time.Microsecond, nil)
 	m.StoreOp("hit", 2*time.Millisecond, errors.New("redis down"))
 	m.StoreOp("acquire", 50*time.Microsecond, nil)
+	m.StoreOp("acquire", time.Microsecond, fmt.Errorf("redis store: acquire: %w", fastFail(true)))
+	m.StoreOp("undo", time.Microsecond, fastFail(false))
 	m.Reload(true, time.Unix(1700000000, 500_000_000))
 	m.Reload(false, time.Unix(1700000100, 0))
 
@@ -229,7 +231,14 @@ func TestThrottleStoreAndReload(t *testing.T) {
 	if n := testutil.CollectAndCount(m.storeErrors.vec); n != len(StoreOps) {
 		t.Errorf("store error series = %d, want %d (one per operation, from the start)", n, len(StoreOps))
 	}
-	check("store errors acquire", m.storeErrors.vec.WithLabelValues("acquire"), 0)
+	check("store errors acquire", m.storeErrors.vec.WithLabelValues("acquire"), 1)
+	check("store fast failures acquire", m.storeFastFails.vec.WithLabelValues("acquire"), 1)
+	check("store errors undo", m.storeErrors.vec.WithLabelValues("undo"), 1)
+	check("store fast failures undo", m.storeFastFails.vec.WithLabelValues("undo"), 0)
+	check("store fast failures hit", m.storeFastFails.vec.WithLabelValues("hit"), 0)
+	if n := testutil.CollectAndCount(m.storeFastFails.vec); n != len(StoreOps) {
+		t.Errorf("store fast failure series = %d, want %d (one per operation, from the start)", n, len(StoreOps))
+	}
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -252,7 +261,7 @@ func TestThrottleStoreAndReload(t *testing.T) {
 	if counts["sluice_throttle_grant_wait_seconds"] != 2 || sums["sluice_throttle_grant_wait_seconds"] != 1.5 {
 		t.Errorf("grant histogram: count %d sum %v, want 2 and 1.5", counts["sluice_throttle_grant_wait_seconds"], sums["sluice_throttle_grant_wait_seconds"])
 	}
-	if counts["sluice_store_operation_seconds/hit"] != 2 || counts["sluice_store_operation_seconds/acquire"] != 1 {
+	if counts["sluice_store_operation_seconds/hit"] != 2 || counts["sluice_store_operation_seconds/acquire"] != 2 {
 		t.Errorf("store histograms: %v", counts)
 	}
 }
@@ -408,3 +417,9 @@ func TestOperationsDocListsEverySeries(t *testing.T) {
 		t.Errorf("docs/operations.md lists %s, which sluice does not serve", name)
 	}
 }
+
+// fastFail is a store error that says whether it was a fast failure.
+type fastFail bool
+
+func (f fastFail) Error() string  { return "fast fail" }
+func (f fastFail) FastFail() bool { return bool(f) }

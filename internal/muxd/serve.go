@@ -28,6 +28,8 @@ type running struct {
 	mapSrv              *socketmap.Server // -N, else nil
 	stopPool            context.CancelFunc
 	runDone             chan error // the pool's Run
+	runEnded            bool       // Run returned before stop (runErr)
+	runErr              error
 	serveDone           chan error // one per listener
 	notifying           bool
 	notifyDone, mapDone chan error
@@ -74,6 +76,9 @@ func (d *daemon) serve(ctx context.Context, listeners []listener) int {
 	r.wait(ctx, sigs)
 	r.stop()
 	d.cleanup()
+	if r.runErr != nil {
+		return 1
+	}
 	return 0
 }
 
@@ -215,7 +220,9 @@ func (r *running) stop() {
 		<-r.notifyDone
 	}
 	r.stopPool()
-	<-r.runDone
+	if !r.runEnded {
+		<-r.runDone
+	}
 	if r.web != nil {
 		r.web.close()
 	}

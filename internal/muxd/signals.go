@@ -2,6 +2,7 @@ package muxd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,7 +23,8 @@ func notifySignals() chan os.Signal {
 
 func stopSignals(sigs chan os.Signal) { signal.Stop(sigs) }
 
-// wait runs each signal's action until one says stop or ctx ends.
+// wait runs each signal's action until one says stop, ctx ends or the
+// pool stops by itself.
 func (r *running) wait(ctx context.Context, sigs <-chan os.Signal) {
 	actions := map[os.Signal]func() (stop bool){
 		syscall.SIGINT:  r.reread,
@@ -32,6 +34,11 @@ func (r *running) wait(ctx context.Context, sigs <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case err := <-r.runDone:
+			// The pool stopped by itself: its owner could not run.
+			r.runEnded, r.runErr = true, err
+			r.log.Error(fmt.Sprintf("The worker pool stopped: %v", err))
 			return
 		case s := <-sigs:
 			if actions[s]() {

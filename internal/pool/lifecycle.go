@@ -52,14 +52,14 @@ func (p *Pool) activate(s *slot, reason string) error {
 // forked and exec'd here.
 func (p *Pool) spawn() (*process, error) {
 	if !p.cfg.Embed || p.embedOff {
-		return spawn(&p.cfg)
+		return forkExec(&p.cfg)
 	}
 	if p.zyg == nil {
 		z, err := startZygote(&p.cfg)
 		if err != nil {
 			p.embedOff = true
 			p.emit(Event{Kind: EvEmbedFailed, Worker: -1, Err: err})
-			return spawn(&p.cfg)
+			return forkExec(&p.cfg)
 		}
 		p.zyg = z
 	}

@@ -42,12 +42,12 @@ type procSide struct {
 	oom atomic.Bool
 }
 
-// spawn forks and execs cfg.Program with fds 0, 1 and 2 on fresh pipes, in
+// forkExec forks and execs cfg.Program with fds 0, 1 and 2 on fresh pipes, in
 // cfg.Dir with cfg.Env. argv[0] is the program's basename, as the reference
 // does. No shell is involved. The parent's ends of stdin and stdout are
 // bare non-blocking descriptors for the owner's epoll set; stderr and the
 // status pipe are files on the runtime's poller, read by goroutines.
-func spawn(cfg *Config) (*process, error) {
+func forkExec(cfg *Config) (*process, error) {
 	var raw [4]int // stdin r, w; stdout r, w
 	for i := range raw {
 		raw[i] = -1

@@ -255,3 +255,20 @@ func FuzzParseResultLine(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkJudgeQmailReport: what the daemon does with each send's
+// result and the wrapper with its report: parse, judge, verdict, rewrite.
+func BenchmarkJudgeQmailReport(b *testing.B) {
+	signs := NewSigns([]string{"too many", "rate limit", "blocked", "554"})
+	rep := []byte(repBanMail)
+	b.ReportAllocs()
+	for b.Loop() {
+		lines, err := ParseQmailReport(rep)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, _ := ResultFromQmail(lines)
+		Judge(r, signs)
+		RewriteQmailReport(rep, lines, Verdict(r, signs, false))
+	}
+}

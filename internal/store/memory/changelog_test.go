@@ -439,3 +439,61 @@ func TestZeroHitsLeaveNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreRefusesDuplicateKeys: a snapshot file holding a key twice
+// (ReadSnapshot leaves that to Restore) is refused whole: Restore returns
+// ErrSnapshot and leaves the store empty.
+func TestRestoreRefusesDuplicateKeys(t *testing.T) {
+	exp := t0.Add(time.Hour).UnixNano()
+	a := rec("a", byte(limiter.Smooth), exp, exp)
+	k := rec("k", byte(limiter.Smooth), exp, exp)
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	if err := os.WriteFile(path, withCRC(cat(header(1, 0), a, k, k, end(3))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	defer s.Close()
+	if _, err := s.Restore(snap, t0); !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
+		t.Fatalf("restore of a key held twice: %v, Len %d; want ErrSnapshot and nothing held", err, s.Len())
+	}
+	out := make([]limiter.Decision, 1)
+	if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{{Key: "a", Limit: limSmooth}}, out); err != nil || out[0].Count != 1 {
+		t.Fatalf("the store after a refused restore: %+v %v", out[0], err)
+	}
+}
+
+// TestChangeLogStaysReadable: with a small key cap (a small read limit)
+// and a base far smaller than minCompact, every log written is read back:
+// the reader's cap is the writer's compaction threshold.
+func TestChangeLogStaysReadable(t *testing.T) {
+	s := New(Options{MaxKeys: 10})
+	defer s.Close()
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	out := make([]limiter.Decision, 1)
+	c := []limiter.Check{{Key: "e", Limit: limiter.Limit{Algorithm: limiter.Exact, N: limiter.MaxExactN, Period: time.Hour}}}
+	for i := range 40 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		if err := s.Hit(t.Context(), now, 5000, limiter.Leaky, c, out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteSnapshot(path, now, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fileSize(t, path+changesSuffix) <= SnapshotLimit(10) {
+		t.Fatalf("the log (%d bytes) stayed under the read limit: the case is not made", fileSize(t, path+changesSuffix))
+	}
+	snap, err := ReadSnapshot(path, SnapshotLimit(10))
+	if err != nil {
+		t.Fatalf("the log written is refused: %v", err)
+	}
+	r := New(Options{MaxKeys: 10})
+	defer r.Close()
+	if _, err := r.Restore(snap, t0.Add(time.Minute)); err != nil || r.Len() != 1 {
+		t.Fatalf("restored %d keys: %v", r.Len(), err)
+	}
+}

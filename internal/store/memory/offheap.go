@@ -59,6 +59,23 @@ func (m *mapped[T]) alloc(n, keep int) error {
 	return nil
 }
 
+// grow makes m hold n elements, keeping all it holds: the kernel moves
+// the pages (mremap), nothing is copied. It falls back to alloc.
+func (m *mapped[T]) grow(n int) error {
+	var zero T
+	size := (n*int(unsafe.Sizeof(zero)) + pageSize - 1) / pageSize * pageSize
+	if m.raw == nil || size <= len(m.raw) {
+		return m.alloc(n, len(m.s))
+	}
+	raw, err := unix.Mremap(m.raw, size, unix.MREMAP_MAYMOVE)
+	if err != nil {
+		return m.alloc(n, len(m.s))
+	}
+	m.raw = raw
+	m.s = unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/int(unsafe.Sizeof(zero)))
+	return nil
+}
+
 // free releases the mapping.
 func (m *mapped[T]) free() {
 	unmapBytes(m.raw)

@@ -69,9 +69,7 @@ func (sh *shard) snapEntry(i int) SnapEntry {
 	switch r.algo {
 	case limiter.Anvil:
 		e.T = r.t
-		for c := range e.Counts {
-			e.Counts[c] = uint32(uint64(r.d[c/2]) >> (32 * (c % 2)))
-		}
+		e.Counts = *r.counts()
 	case limiter.Smooth:
 		e.T = r.t
 	case limiter.Exact:
@@ -189,7 +187,11 @@ func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats,
 		return st, nil // nothing changed: nothing to write
 	}
 	seg := sg.seal(s.bseq.Load())
-	if p.logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
+	logLen := p.logLen
+	if p.logf == nil {
+		logLen = int64(changesHeaderLen + len(p.carry)) // the log to start
+	}
+	if logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
 		return s.writeFull(path, now, clean)
 	}
 	if p.logf == nil {
@@ -354,7 +356,9 @@ func readChecked(r io.Reader, limit int64, n int, check func(head []byte) error)
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
 var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
 
-// Restore loads a decoded snapshot into an empty store, before it serves:
+// Restore loads a decoded snapshot into an empty store, before it serves
+// (a snapshot holding a key twice, or one it cannot load, leaves the
+// store empty and returns an error wrapping ErrSnapshot, or the error):
 // the base's keys, then the changes of its log. Keys that expired by now
 // (while the daemon was down) are dropped, so every window continues
 // exactly where it was; keys beyond the cap are dropped too (the soonest
@@ -382,8 +386,13 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 			st.Dropped++
 			continue
 		}
-		if _, err := s.restoreOne(se, false); err != nil {
-			return st, err
+		added, err := s.restoreOne(se, false)
+		if err == nil && !added {
+			err = fmt.Errorf("%w: key %s appears twice", ErrSnapshot, quoteKey(se.Key))
+		}
+		if err != nil {
+			s.reset()
+			return SnapStats{}, err
 		}
 	}
 	for i := range snap.changes {
@@ -397,7 +406,8 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 				st.Dropped++
 				continue
 			}
-			return st, err
+			s.reset()
+			return SnapStats{}, err
 		}
 	}
 	st.Keys = s.Len()
@@ -422,6 +432,9 @@ func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
 // presize gives every shard of an empty store room for its share of n
 // keys of keyBytes in all, so a restore does not grow them step by step.
 func (s *Store) presize(n, keyBytes int) error {
+	if n < len(s.shards)*minRecs {
+		return nil // small: the shards a few keys fall in grow as needed
+	}
 	per := n/len(s.shards) + n/len(s.shards)/4 + 16
 	kper := keyBytes/len(s.shards) + keyBytes/len(s.shards)/4 + 1024
 	slots := 2 * minRecs
@@ -444,6 +457,19 @@ func (s *Store) presize(n, keyBytes int) error {
 		}
 	}
 	return nil
+}
+
+// reset empties the store (a restore that failed half-way: a snapshot is
+// used whole or not at all).
+func (s *Store) reset() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.release()
+		sh.mu.Lock()
+		sh.minExp, sh.gone, sh.moves = 0, nil, sh.moves+1
+		sh.mu.Unlock()
+	}
+	s.n.Store(0)
 }
 
 // forget drops key, if held (a change log's deletion).
@@ -488,9 +514,7 @@ func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
 	switch se.Algo {
 	case limiter.Anvil:
 		r.t = se.T
-		for c := range r.d {
-			r.d[c] = int64(uint64(se.Counts[2*c]) | uint64(se.Counts[2*c+1])<<32)
-		}
+		*r.counts() = se.Counts
 	case limiter.Smooth:
 		r.t = se.T
 	case limiter.Exact:
@@ -537,9 +561,9 @@ func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store snapshot: %w", err)
 	}
-	// The log stays below the base's size (or minCompact) but for the
-	// segment that passes it, itself at most a base.
-	c, err := readChanges(path, 2*limit, snap.ref)
+	// A log never passes the base's size or minCompact (a write that
+	// would make it a new base instead).
+	c, err := readChanges(path, max(fi.Size(), minCompact), snap.ref)
 	if err != nil {
 		return nil, err
 	}

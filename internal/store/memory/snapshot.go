@@ -192,7 +192,8 @@ const minEntryLen = 48
 
 // decodeSnapshot is DecodeSnapshot; with alias, the keys decoded share
 // data's memory (which must then never change) instead of each being a
-// copy, and exact logs share one array.
+// copy, exact logs share one array, and a key held twice is left for
+// Restore to find (it refuses such a snapshot whole).
 func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 	if len(data) < len(snapMagic) || string(data[:len(snapMagic)]) != snapMagic {
 		return nil, fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
@@ -220,7 +221,10 @@ func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 	}
 	d := snapDecoder{b: body[headerLen:], alias: alias}
 	guess := min(len(d.b)/minEntryLen, 1<<24)
-	seen := newKeySet(guess)
+	var seen *keySet // with alias, Restore finds a key held twice
+	if !alias {
+		seen = newKeySet(guess)
+	}
 	snap.Entries = make([]SnapEntry, 0, guess)
 	for {
 		tag := d.byte()
@@ -237,7 +241,7 @@ func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		if seen.dup(e.Key, snap.Entries) {
+		if seen != nil && seen.dup(e.Key, snap.Entries) {
 			return nil, fmt.Errorf("%w: key %q appears twice", ErrSnapshot, e.Key)
 		}
 		snap.Entries = append(snap.Entries, e)

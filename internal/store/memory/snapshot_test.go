@@ -350,6 +350,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 				t.Fatal(err)
 			}
 			snap2, err := DecodeSnapshot(again.Bytes())
+			if err == nil {
+				// The checksum names the bytes, which may differ (a varint
+				// need not be in its shortest form): not the content.
+				snap.ref.crc, snap2.ref.crc = 0, 0
+			}
 			if err != nil || !reflect.DeepEqual(snap, snap2) {
 				t.Fatalf("round trip: %v\n%+v\n%+v", err, snap, snap2)
 			}

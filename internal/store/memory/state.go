@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"unsafe"
+
 	"sluice/internal/limiter"
 )
 
@@ -10,15 +12,15 @@ import (
 // spilled slice itself, so every exact operation must be saved (a trim
 // may shift a spilled slice in place).
 
+var _ [unsafe.Sizeof(record{}.d) - unsafe.Sizeof([limiter.MaxCounters]uint32{})]struct{} // the counters fit d
+
 // load fills st with record i's state.
 func (sh *shard) load(i int, st *limiter.State) {
 	r := &sh.recs.s[i]
 	switch r.algo {
 	case limiter.Anvil:
 		st.T = r.t
-		for k := range st.Counts {
-			st.Counts[k] = uint32(uint64(r.d[k/2]) >> (32 * (k % 2)))
-		}
+		st.Counts = *r.counts()
 	case limiter.Smooth:
 		st.T = r.t
 	case limiter.Exact:
@@ -30,6 +32,11 @@ func (sh *shard) load(i int, st *limiter.State) {
 		}
 		st.Log = &sh.scratch
 	}
+}
+
+// counts is an anvil record's counters: d seen as eight uint32s.
+func (r *record) counts() *[limiter.MaxCounters]uint32 {
+	return (*[limiter.MaxCounters]uint32)(unsafe.Pointer(&r.d))
 }
 
 // loadZero fills st with the state of a key not held.
@@ -46,9 +53,7 @@ func (sh *shard) save(i int, st *limiter.State) {
 	switch r.algo {
 	case limiter.Anvil:
 		r.t = st.T
-		for k := range r.d {
-			r.d[k] = int64(uint64(st.Counts[2*k]) | uint64(st.Counts[2*k+1])<<32)
-		}
+		*r.counts() = st.Counts
 	case limiter.Smooth:
 		r.t = st.T
 	case limiter.Exact:

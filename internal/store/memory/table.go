@@ -6,6 +6,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/internal/limiter"
 )
 
@@ -35,7 +37,7 @@ type record struct {
 	// arrival time (Unix ns); for an exact key, the sequence number of its
 	// latest booking (see the booking journal).
 	t int64
-	// d holds an anvil key's 8 counters (two to a word), an exact key's
+	// d holds an anvil key's 8 counters (d seen as [8]uint32), an exact key's
 	// events when at most inlineEvents (nev of them), or the side-table
 	// index of a spilled log (nev == spilled: d[0], and where its events
 	// begin in it, d[1]) or of a lease set (d[0]).
@@ -174,7 +176,7 @@ func (sh *shard) place(i int) {
 // reserve makes room for one more record with a key of klen bytes.
 func (sh *shard) reserve(klen int) error {
 	if sh.n == len(sh.recs.s) {
-		if err := sh.recs.alloc(max(2*sh.n, minRecs), sh.n); err != nil {
+		if err := sh.recs.grow(max(2*sh.n, minRecs)); err != nil {
 			return err
 		}
 	}
@@ -203,30 +205,53 @@ func (sh *shard) rehash(size int) error {
 	return nil
 }
 
-// repack copies the live keys into a new arena with room for at least
-// extra more bytes and as many again as are live, dropping the holes.
+// repack drops the holes removed keys left in the arena and makes room
+// for extra more bytes, and as many again as are live: in place when the
+// arena is large enough, else in a larger one (grown by mremap where it
+// can be). Keys that come and go (expiry, then a new key) thus cost no
+// mapping call once the arena has its size.
 func (sh *shard) repack(extra int) error {
 	live := len(sh.keys) - sh.dead
-	size := max(2*(live+extra), minArena)
-	if size > maxArena {
-		size = maxArena
-		if live+extra > size {
-			return errArenaFull
+	if need := 2 * (live + extra); need > cap(sh.keys) {
+		size := max(need, minArena)
+		if size > maxArena {
+			size = maxArena
+			if live+extra > size {
+				return errArenaFull
+			}
+		}
+		if err := sh.growArena(size); err != nil {
+			return err
+		}
+	}
+	// Copy the live keys out, then back from the start.
+	tmp := make([]byte, 0, live)
+	for i := range sh.n {
+		r := &sh.recs.s[i]
+		off := len(tmp)
+		tmp = append(tmp, sh.keys[r.koff:r.koff+r.klen]...)
+		r.koff = uint32(off)
+	}
+	sh.keys = sh.keys[:copy(sh.keys[:cap(sh.keys)], tmp)]
+	sh.dead = 0
+	return nil
+}
+
+// growArena makes the arena hold size bytes, keeping its content.
+func (sh *shard) growArena(size int) error {
+	if cap(sh.keys) > 0 {
+		if nb, err := unix.Mremap(sh.keys[:cap(sh.keys)], size, unix.MREMAP_MAYMOVE); err == nil {
+			sh.keys = nb[:len(sh.keys)]
+			return nil
 		}
 	}
 	nb, err := mapBytes(size)
 	if err != nil {
 		return err
 	}
-	nb = nb[:0]
-	for i := range sh.n {
-		r := &sh.recs.s[i]
-		off := len(nb)
-		nb = append(nb, sh.keys[r.koff:r.koff+r.klen]...)
-		r.koff = uint32(off)
-	}
+	n := copy(nb, sh.keys)
 	unmapBytes(sh.keys)
-	sh.keys, sh.dead = nb, 0
+	sh.keys = nb[:n]
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +10,18 @@ import (
 // to Redis: Redis missed Options.BreakAfter deadlines in a row, and the
 // probe that would show it answers again is not due yet (or is in
 // flight). The limiter applies its fail mode to it as to any store error.
-var ErrCircuitOpen = errors.New("circuit open: Redis missed its deadlines; deciding by the fail mode until a probe succeeds")
+// It reports FastFail, so the metrics count it apart
+// (sluice_store_fast_failures_total).
+var ErrCircuitOpen error = circuitOpen{}
+
+type circuitOpen struct{}
+
+func (circuitOpen) Error() string {
+	return "circuit open: Redis missed its deadlines; deciding by the fail mode until a probe succeeds"
+}
+
+// FastFail says the call was failed at once, without trying Redis.
+func (circuitOpen) FastFail() bool { return true }
 
 // breaker is the store's circuit breaker (see the package comment). While
 // closed, calls go to Redis and consecutive misses (a deadline passed, or

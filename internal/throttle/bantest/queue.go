@@ -111,19 +111,18 @@ func RunQueue(ctx context.Context, o QueueOptions) QueueResult {
 	defer wake.Stop()
 	stop := context.AfterFunc(ctx, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
 	defer stop()
-	go func() {
+	finished := make(chan struct{})
+	ticking := make(chan struct{})
+	go func() { // wakes the workers when a retry comes due
+		defer close(ticking)
 		for {
 			select {
-			case <-ctx.Done():
+			case <-finished:
 				return
 			case <-wake.C:
 				mu.Lock()
 				cond.Broadcast()
-				done := len(queue) == 0 && busy == 0
 				mu.Unlock()
-				if done {
-					return
-				}
 			}
 		}
 	}()
@@ -167,6 +166,8 @@ func RunQueue(ctx context.Context, o QueueOptions) QueueResult {
 		})
 	}
 	wg.Wait()
+	close(finished)
+	<-ticking
 	res.Took = time.Since(start)
 	return res
 }
