@@ -34,27 +34,6 @@ type shutdowner interface {
 	Shutdown(ctx context.Context) error
 }
 
-// doors returns the doors' servers that were built.
-func (d *Daemon) doors() []shutdowner {
-	var out []shutdowner
-	if d.anvil != nil {
-		out = append(out, d.anvil)
-	}
-	if d.policy != nil {
-		out = append(out, d.policy)
-	}
-	if d.throttle != nil {
-		out = append(out, d.throttle)
-	}
-	if d.milter != nil {
-		out = append(out, d.milter)
-	}
-	if d.web != nil {
-		out = append(out, d.web)
-	}
-	return out
-}
-
 // Shutdown stops in stages. First the milter, the throttle and the web
 // stop accepting: a new SMTP session's milter connection waits in the
 // backlog (under systemd's socket unit) for the next daemon. Then the
