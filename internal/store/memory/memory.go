@@ -260,8 +260,9 @@ func (s *Store) create(sh *shard, key string, h uint64, kind uint8, algo limiter
 	}
 	i, err := sh.insert(key, h, kind, algo)
 	if err != nil {
+		// No memory to map, or a shard's key bytes at their bound: the
+		// limiter logs it and applies the fail mode.
 		s.n.Add(-1)
-		s.noteFull(now)
 		return -1, err
 	}
 	return i, nil
