@@ -53,6 +53,13 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 		}
 		return gr, err
 	}
+	if isClosed(suspended) {
+		// Banned while this sender was handed its slot (a slot freed at
+		// the ban went to it before the cancel above): it must not send.
+		gr.Done(false)
+		stop()
+		return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
+	}
 	done := gr.Done
 	gr.Done = func(used bool) { stop(); done(used) }
 	gr.Revoked = suspended
