@@ -149,7 +149,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		store = instrumentedStore{Store: store, m: d.metrics}
 	}
 	d.store = store
-	d.lim = limiter.New(limiter.Options{Store: store, FailOpen: failOpen, Logger: log})
+	d.lim = limiter.New(limiter.Options{Store: store, FailOpen: failOpen, Logger: log, KeyText: governor.StoreKeyText})
 	d.waiters = limiter.NewWaiters(d.lim)
 	if cfg.Store.Kind == "redis" {
 		// Slots freed by other hosts are not announced: recheck.

@@ -190,7 +190,7 @@ func loadConfig(path string) (*config.Config, []error) {
 func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", stderr)
 	path := fs.String("c", "", "configuration `file` to check (required)")
-	quiet := fs.Bool("q", false, "print only errors")
+	quiet := fs.Bool("q", false, "print only errors (nothing when the configuration is good)")
 	var units []string
 	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
 		func(f string) error { units = append(units, f); return nil })
@@ -216,11 +216,15 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
 		return 1
 	}
-	if !*quiet {
-		printConfig(stdout, cfg)
-		for _, u := range skipped {
-			fmt.Fprintf(stdout, "socket unit %s: not installed, skipped\n", u)
-		}
+	if w := config.SecretWarning(*path, cfg); w != "" {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if *quiet {
+		return 0
+	}
+	printConfig(stdout, cfg)
+	for _, u := range skipped {
+		fmt.Fprintf(stdout, "socket unit %s: not installed, skipped\n", u)
 	}
 	fmt.Fprintf(stdout, "%s: OK\n", *path)
 	return 0
@@ -347,6 +351,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
+	if w := config.SecretWarning(*path, cfg); w != "" {
+		log.Warn(w)
+	}
 	// From here on a signal is kept for the loop below, not left to its
 	// default action: a SIGTERM while the daemon starts stops it cleanly
 	// once it has started.

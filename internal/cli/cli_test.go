@@ -41,6 +41,10 @@ func TestCheckGood(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// -q: nothing at all for a good file (the unit's ExecStartPre).
+	if code, out, errs := run("check", "-q", "-c", cfg); code != 0 || out != "" || errs != "" {
+		t.Errorf("check -q of a good file: exit %d, %q, %q; want silence", code, out, errs)
+	}
 }
 
 func TestCheckBad(t *testing.T) {
@@ -228,5 +232,28 @@ func TestServeDefaults(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "sluice stopped") {
 		t.Fatalf("log:\n%s", errb.String())
+	}
+}
+
+// TestCheckWarnsOfReadableSecret: a configuration file that holds a
+// Redis password and that every user may read gets a warning, even
+// with -q, and stays valid.
+func TestCheckWarnsOfReadableSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.toml")
+	if err := os.WriteFile(path, []byte("[store.redis]\npassword = \"s3cret\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run("check", "-q", "-c", path)
+	if code != 0 || out != "" || !strings.Contains(errs, "warning: "+path+" holds a Redis password and every user may read it (mode 0644)") {
+		t.Errorf("exit %d, %q, %q", code, out, errs)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := run("check", "-q", "-c", path); code != 0 || out != "" || errs != "" {
+		t.Errorf("mode 0640: exit %d, %q, %q", code, out, errs)
 	}
 }

@@ -151,6 +151,7 @@ func TestParseListen(t *testing.T) {
 		{"inet:127.0.0.1:10040", "tcp", "127.0.0.1:10040", ""},
 		{"inet:[::1]:10040", "tcp", "[::1]:10040", ""},
 		{"inet:localhost:x", "", "", "invalid port"},
+		{"inet:8891", "", "", `"inet:8891": the host is missing: write inet:127.0.0.1:8891 (loopback) or inet:0.0.0.0:8891 (every address)`},
 		{"/run/x", "", "", "want unix:PATH"},
 		{"unix:" + strings.Repeat("a", 200), "", "", "longer than 104"},
 	}

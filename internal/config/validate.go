@@ -266,6 +266,9 @@ func ParseListen(s string) (network, addr string, err error) {
 		}
 		return "unix", rest, nil
 	case "inet":
+		if _, err := strconv.ParseUint(rest, 10, 16); err == nil {
+			return "", "", fmt.Errorf("%q: the host is missing: write inet:127.0.0.1:%s (loopback) or inet:0.0.0.0:%s (every address)", s, rest, rest)
+		}
 		host, port, err := net.SplitHostPort(rest)
 		if err != nil {
 			return "", "", fmt.Errorf("%q: %v", s, err)

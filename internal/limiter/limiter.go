@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,10 @@ type Options struct {
 	FailOpen bool
 	// Logger gets warnings and the peak reports (default slog.Default()).
 	Logger *slog.Logger
+	// KeyText renders a store key for the peak reports as people read it
+	// (default: its parts joined by ", "); the layer that makes the keys
+	// knows their shapes.
+	KeyText func(key string) string
 }
 
 // Limiter is the front of the limiter core: it takes the time from its
@@ -31,6 +36,7 @@ type Limiter struct {
 	clk      clock.Clock
 	failOpen bool
 	log      *slog.Logger
+	keyText  func(string) string
 	peaks    Peaks
 	warned   atomic.Int64 // Unix second of the last store-error warning
 	failing  atomic.Int64 // store errors since the last success
@@ -44,7 +50,10 @@ func New(o Options) *Limiter {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Limiter{store: o.Store, clk: o.Clock, failOpen: o.FailOpen, log: o.Logger}
+	if o.KeyText == nil {
+		o.KeyText = func(k string) string { return strings.ReplaceAll(k, "\x00", ", ") }
+	}
+	return &Limiter{store: o.Store, clk: o.Clock, failOpen: o.FailOpen, log: o.Logger, keyText: o.KeyText}
 }
 
 // Now returns the limiter clock's time.
@@ -162,10 +171,10 @@ func (l *Limiter) RunStatus(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			l.peaks.Report(l.log)
+			l.peaks.Report(l.log, l.keyText)
 			return
 		case <-t.C():
-			l.peaks.Report(l.log)
+			l.peaks.Report(l.log, l.keyText)
 		}
 	}
 }
@@ -242,22 +251,23 @@ func (ps *Peaks) each(f func(*peakCell)) {
 	f(&ps.size)
 }
 
-// Report logs every peak in anvil's words and resets them.
-func (ps *Peaks) Report(log *slog.Logger) {
+// Report logs every peak in anvil's words, each key as keyText renders
+// it, and resets them.
+func (ps *Peaks) Report(log *slog.Logger, keyText func(string) string) {
 	ps.each(func(c *peakCell) {
 		if p := c.take(); p.Value > 0 {
-			logPeak(log, p)
+			logPeak(log, p, keyText)
 		}
 	})
 }
 
-func logPeak(log *slog.Logger, p Peak) {
+func logPeak(log *slog.Logger, p Peak, keyText func(string) string) {
 	when := p.When.Format(time.Stamp)
 	switch {
 	case p.Per > 0:
-		log.Info("statistics: max "+p.Stat, "value", p.Value, "per", p.Per.String(), "key", p.Key, "at", when)
+		log.Info("statistics: max "+p.Stat, "value", p.Value, "per", p.Per.String(), "key", keyText(p.Key), "at", when)
 	case p.Key != "":
-		log.Info("statistics: max "+p.Stat, "value", p.Value, "key", p.Key, "at", when)
+		log.Info("statistics: max "+p.Stat, "value", p.Value, "key", keyText(p.Key), "at", when)
 	default:
 		log.Info("statistics: max "+p.Stat, "value", p.Value, "at", when)
 	}

@@ -129,16 +129,16 @@ func TestPeaksReport(t *testing.T) {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	fc := clock.NewFake(storetest.T0)
-	l := limiter.New(limiter.Options{Store: s, Clock: fc, Logger: log})
+	l := limiter.New(limiter.Options{Store: s, Clock: fc, Logger: log, KeyText: func(k string) string { return strings.TrimPrefix(k, "anvil\x00") }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.RunStatus(ctx, 10*time.Minute); close(done) }()
 	lim := limiter.Limit{Algorithm: limiter.Anvil, N: limiter.Unlimited, Period: time.Minute}
 	out := make([]limiter.Decision, 1)
 	for i := range 5 {
-		key := "smtp:192.0.2.1"
+		key := "anvil\x00smtp:192.0.2.1" // the report shows it as KeyText renders it
 		if i == 4 {
-			key = "smtp:192.0.2.2"
+			key = "anvil\x00smtp:192.0.2.2"
 		}
 		if err := l.Hit(ctx, 1, limiter.Leaky, []limiter.Check{{Key: key, Limit: lim, Stat: "connection rate"}}, out); err != nil {
 			t.Fatal(err)
