@@ -114,18 +114,36 @@ func versionString() string {
 	if Version != "" {
 		return Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v := bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " " + s.Value[:12]
-			}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	return buildVersion(bi)
+}
+
+// buildVersion is the module's version, then what Go embedded of the
+// source (-buildvcs): the revision, its time, and "modified" when the
+// tree had changes not committed; then the Go version. Two builds can
+// be told apart in a bug report.
+func buildVersion(bi *debug.BuildInfo) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	set := map[string]string{}
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	if r := set["vcs.revision"]; len(r) >= 12 {
+		v += " " + r[:12]
+		if t := set["vcs.time"]; t != "" {
+			v += " " + t
 		}
-		if v != "" {
-			return v + " (" + bi.GoVersion + ")"
+		if set["vcs.modified"] == "true" {
+			v += " modified"
 		}
 	}
-	return "(devel)"
+	return v + " (" + bi.GoVersion + ")"
 }
 
 // newFlags makes the flag set of a sluice command; its usage names the
