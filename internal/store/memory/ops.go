@@ -179,16 +179,12 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	defer sh.mu.Unlock()
 	nowNs := now.UnixNano()
 	k := s.get(sh, key, h, kindRate, limiter.Exact, nowNs)
-	if k < 0 {
-		// Make the record first: a create may drop keys at rest, and the
-		// scratch log must not be in use then.
-		var err error
-		if k, err = s.create(sh, key, h, kindRate, limiter.Exact, nowNs); err != nil {
-			return limiter.Reservation{}, err
-		}
-	}
 	var st limiter.State
-	sh.load(k, &st)
+	if k >= 0 {
+		sh.load(k, &st)
+	} else {
+		sh.loadZero(&st, limiter.Exact)
+	}
 	from := now
 	if until := s.guardUntil(lim, nowNs); until != 0 {
 		// Held back by the restart guard: book from its end.
@@ -197,16 +193,24 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	}
 	at, ok := st.Reserve(from, lim, n, maxWait)
 	r := limiter.Reservation{Key: key, Limit: lim, N: n, At: at}
-	sh.save(k, &st)
-	exp := st.ExpiresAt(lim)
-	sh.setExp(k, exp)
 	if !ok {
-		if exp == 0 {
-			sh.remove(k) // made for this booking, which is not given
-			s.n.Add(-1)
+		if k >= 0 { // nothing booked; the log may have been trimmed
+			sh.save(k, &st)
+			sh.setExp(k, atRest(st.ExpiresAt(lim), nowNs))
 		}
 		return r, limiter.ErrTooLong
 	}
+	if k < 0 {
+		// The booking is in the shard's scratch log, which a create
+		// (making room, growing the tables) does not touch.
+		var err error
+		if k, err = s.create(sh, key, h, kindRate, limiter.Exact, nowNs); err != nil {
+			return limiter.Reservation{}, err
+		}
+	}
+	sh.save(k, &st)
+	exp := st.ExpiresAt(lim)
+	sh.setExp(k, exp)
 	seq := s.bseq.Add(1)
 	sh.recs.s[k].t = int64(seq)
 	sh.markDirty(k)
