@@ -233,3 +233,35 @@ func TestSweeper(t *testing.T) {
 		t.Fatalf("Len %d after sweep, want 1 (only the new key)", s.Len())
 	}
 }
+
+// TestReserveAtCap: at the cap a booking that would wait too long is
+// answered ErrTooLong (nothing to store), one that fits ErrFull when every
+// key is still counting; once keys are at rest, the booking is made where
+// a key at rest was, and holds.
+func TestReserveAtCap(t *testing.T) {
+	s := New(Options{MaxKeys: 4, Shards: 1, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	lim := limiter.Limit{Algorithm: limiter.Exact, N: 1, Period: time.Minute}
+	out := make([]limiter.Decision, 1)
+	for i := range 4 {
+		if err := s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{{Key: fmt.Sprint(i), Limit: lim}}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Reserve(t.Context(), t0, "new", lim, 2, time.Hour); !errors.Is(err, limiter.ErrTooLong) {
+		t.Fatalf("a booking that never fits, at the cap: %v, want ErrTooLong", err)
+	}
+	if _, err := s.Reserve(t.Context(), t0, "new", lim, 1, time.Hour); !errors.Is(err, limiter.ErrFull) {
+		t.Fatalf("a booking at the cap of live keys: %v, want ErrFull", err)
+	}
+	later := t0.Add(2 * time.Minute) // every key at rest
+	for i := range 2 {
+		r, err := s.Reserve(t.Context(), later, "new", lim, 1, time.Hour)
+		if want := later.Add(time.Duration(i) * time.Minute); err != nil || !r.At.Equal(want) {
+			t.Fatalf("booking %d once keys are at rest: %v %v, want %v", i, r.At, err, want)
+		}
+	}
+	if s.Len() != 1 || s.Reclaimed() != 4 {
+		t.Fatalf("Len %d, reclaimed %d; want 1 and 4", s.Len(), s.Reclaimed())
+	}
+}

@@ -24,19 +24,22 @@ func atRest(exp, nowNs int64) int64 {
 // afresh after anything that may have removed one.
 
 // decide returns the decision on one check, changing nothing but the
-// trim of an exact log, and the key's record (-1: none).
-func (s *Store) decide(sh *shard, h uint64, now time.Time, n int64, c limiter.Check) (limiter.Decision, int) {
+// trim of an exact log, and the key's record (-1: none); st is left
+// holding the key's state as decided on.
+func (s *Store) decide(sh *shard, h uint64, now time.Time, n int64, c *limiter.Check, st *limiter.State) (limiter.Decision, int) {
 	nowNs := now.UnixNano()
-	var st limiter.State
+	*st = limiter.State{}
 	i := s.get(sh, c.Key, h, kindRate, c.Limit.Algorithm, nowNs)
 	if i < 0 {
-		sh.loadZero(&st, c.Limit.Algorithm)
-		return st.Decide(now, c, n), -1
+		sh.loadZero(st, c.Limit.Algorithm)
+		return st.Decide(now, *c, n), -1
 	}
-	sh.load(i, &st)
-	d := st.Decide(now, c, n)
-	if c.Limit.Algorithm == limiter.Exact {
-		sh.save(i, &st)
+	sh.load(i, st)
+	d := st.Decide(now, *c, n)
+	if sh.recs.s[i].nev == spilled {
+		// The trim may have moved the spilled log's events in place
+		// (an inline log was trimmed in a copy: nothing to write back).
+		sh.save(i, st)
 	}
 	return d, i
 }
@@ -47,32 +50,50 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 		return err
 	}
 	var hb [4]uint64
-	var sb, lb [4]*shard
-	hs, shs, held := s.lockKeys(checks, hb[:0], sb[:0], lb[:0])
-	defer unlockAll(held)
+	var sb [4]*shard
+	hs, shs := hb[:0], sb[:0]
+	for i := range checks {
+		h := s.hash(checks[i].Key)
+		hs, shs = append(hs, h), append(shs, s.shardOf(h))
+	}
+	if len(shs) == 1 {
+		shs[0].mu.Lock()
+		defer shs[0].mu.Unlock()
+	} else {
+		var lb [4]*shard
+		held := lockShards(shs, lb[:0])
+		defer unlockAll(held)
+	}
 	nowNs := now.UnixNano()
 	all := true
-	// The records found, and their shards' moves then: still theirs
-	// unless a removal happened since.
-	var ib [4]int
-	var mb [4]uint64
-	idx, moves := ib[:0], mb[:0]
-	for i, c := range checks {
-		var k int
-		out[i], k = s.decide(shs[i], hs[i], now, n, c)
-		idx, moves = append(idx, k), append(moves, shs[i].moves)
-		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
-			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
+	// The records found (of the first four checks), and their shards'
+	// moves then: still theirs unless a removal happened since.
+	var idx [4]int
+	var moves [4]uint64
+	var st limiter.State // a lone check's state, recorded on as decided on
+	for i := range checks {
+		c := &checks[i]
+		d, k := s.decide(shs[i], hs[i], now, n, c, &st)
+		if i < len(idx) {
+			idx[i], moves[i] = k, shs[i].moves
 		}
-		all = all && out[i].Allowed
+		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
+			d = guarded(d, n, c.Limit, until-nowNs)
+		}
+		out[i] = d
+		all = all && d.Allowed
 	}
 	if !all && mode == limiter.Leaky {
 		return nil
 	}
 	for i, c := range checks {
 		sh := shs[i]
-		k := idx[i]
-		if k < 0 || sh.moves != moves[i] {
+		k := -1
+		if i < len(idx) && sh.moves == moves[i] {
+			k = idx[i]
+		}
+		fresh := k >= 0 && len(checks) == 1 // st still holds its state
+		if k < 0 {
 			k = s.get(sh, c.Key, hs[i], kindRate, c.Limit.Algorithm, nowNs)
 		}
 		if k < 0 {
@@ -81,8 +102,10 @@ func (s *Store) Hit(_ context.Context, now time.Time, n int64, mode limiter.Mode
 				return err
 			}
 		}
-		var st limiter.State
-		sh.load(k, &st)
+		if !fresh {
+			st = limiter.State{}
+			sh.load(k, &st)
+		}
 		st.Record(now, c, n)
 		if !out[i].Allowed && s.guardUntil(c.Limit, nowNs) == 0 {
 			// Strict: the refused hit counted; report the new level.
@@ -105,8 +128,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, n int64, checks []limiter
 	hs, shs, held := s.lockKeys(checks, hb[:0], sb[:0], lb[:0])
 	defer unlockAll(held)
 	nowNs := now.UnixNano()
+	var st limiter.State
 	for i, c := range checks {
-		out[i], _ = s.decide(shs[i], hs[i], now, n, c)
+		out[i], _ = s.decide(shs[i], hs[i], now, n, &checks[i], &st)
 		if until := s.guardUntil(c.Limit, nowNs); until != 0 {
 			out[i] = guarded(out[i], n, c.Limit, until-nowNs)
 		}
@@ -155,16 +179,12 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	defer sh.mu.Unlock()
 	nowNs := now.UnixNano()
 	k := s.get(sh, key, h, kindRate, limiter.Exact, nowNs)
-	if k < 0 {
-		// Make the record first: a create may drop keys at rest, and the
-		// scratch log must not be in use then.
-		var err error
-		if k, err = s.create(sh, key, h, kindRate, limiter.Exact, nowNs); err != nil {
-			return limiter.Reservation{}, err
-		}
-	}
 	var st limiter.State
-	sh.load(k, &st)
+	if k >= 0 {
+		sh.load(k, &st)
+	} else {
+		sh.loadZero(&st, limiter.Exact)
+	}
 	from := now
 	if until := s.guardUntil(lim, nowNs); until != 0 {
 		// Held back by the restart guard: book from its end.
@@ -173,16 +193,24 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	}
 	at, ok := st.Reserve(from, lim, n, maxWait)
 	r := limiter.Reservation{Key: key, Limit: lim, N: n, At: at}
-	sh.save(k, &st)
-	exp := st.ExpiresAt(lim)
-	sh.setExp(k, exp)
 	if !ok {
-		if exp == 0 {
-			sh.remove(k) // made for this booking, which is not given
-			s.n.Add(-1)
+		if k >= 0 { // nothing booked; the log may have been trimmed
+			sh.save(k, &st)
+			sh.setExp(k, atRest(st.ExpiresAt(lim), nowNs))
 		}
 		return r, limiter.ErrTooLong
 	}
+	if k < 0 {
+		// The booking is in the shard's scratch log, which a create
+		// (making room, growing the tables) does not touch.
+		var err error
+		if k, err = s.create(sh, key, h, kindRate, limiter.Exact, nowNs); err != nil {
+			return limiter.Reservation{}, err
+		}
+	}
+	sh.save(k, &st)
+	exp := st.ExpiresAt(lim)
+	sh.setExp(k, exp)
 	seq := s.bseq.Add(1)
 	sh.recs.s[k].t = int64(seq)
 	sh.markDirty(k)

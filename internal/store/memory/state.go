@@ -66,6 +66,10 @@ func (sh *shard) save(i int, st *limiter.State) {
 // they fit, else in the spill table (with head: the room before it is
 // reused when the log compacts itself).
 func (sh *shard) keepLog(r *record, buf []int64, head int) {
+	if r.nev == spilled && len(buf)-head > inlineEvents {
+		sh.spill[r.d[0]], r.d[1] = buf, int64(head) // the slice lent, or its growth
+		return
+	}
 	times := buf[head:]
 	if len(times) <= inlineEvents {
 		var in [inlineEvents]int64
