@@ -327,6 +327,7 @@ func (d *Daemon) reload() error {
 	for _, what := range restartNeeded(old, cfg) {
 		d.log.Warn("reload: setting changed but applies only after a restart", "setting", what)
 	}
+	d.logRuleChanges(old, cfg)
 	d.gov.Store(gov)
 	d.cfg.Store(cfg)
 	d.obs.relimit(gov)
