@@ -132,7 +132,7 @@ func muxAsk(sock, req string) (string, error) {
 
 // TestBrowserDaemonStatus: the status page of a running daemon, loaded in
 // headless Chromium, shows what the test made happen in that daemon: two
-// milter sessions held against the class's cap of 3, policy deferrals
+// milter sessions held against the class's cap of 3, policy refusals
 // with their explanation, and the multiplexor's pool with one worker
 // busy; and a screenshot is kept.
 func TestBrowserDaemonStatus(t *testing.T) {
@@ -186,7 +186,7 @@ func TestBrowserDaemonStatus(t *testing.T) {
 	}
 	// Eight messages from one sender against 5 a minute.
 	if verbs := drivePolicy(t, filepath.Join(dir, "policy"), "flood@example.org", 8); verbs["DEFER_IF_PERMIT"] != 3 {
-		t.Fatalf("policy answers %v, want 3 deferrals", verbs)
+		t.Fatalf("policy answers %v, want 3 refusals", verbs)
 	}
 
 	// Load the page once the daemon's own sample shows all of it.
@@ -200,8 +200,8 @@ func TestBrowserDaemonStatus(t *testing.T) {
 				}
 			}
 		}
-		ok := busy == 1 && len(st.Classes) > 0 && st.Classes[0].Incoming == 2 && len(st.Deferrals) == 3
-		return ok, fmt.Sprintf("pool %+v classes %+v deferrals %d", st.Pool, st.Classes, len(st.Deferrals))
+		ok := busy == 1 && len(st.Classes) > 0 && st.Classes[0].Incoming == 2 && len(st.Refusals) == 3
+		return ok, fmt.Sprintf("pool %+v classes %+v refusals %d", st.Pool, st.Classes, len(st.Refusals))
 	})
 
 	dom := string(chromiumtest.Run(t, bin, base+"/", 3*time.Second, "--dump-dom"))
@@ -211,9 +211,9 @@ func TestBrowserDaemonStatus(t *testing.T) {
 		{"the class occupancy against its cap", `data-class="loopback">.*?<span class="fig">2 / 3</span>`},
 		{"the uncapped class", `data-class="rest">.*?<span class="fig">0 / ∞</span>`},
 		{"the deferred sender's key", `<td class="key">sender=flood@example\.org</td>`},
-		{"the deferral's count against its limit", `<td class="num">5 / 5 per 60s</td><td>exact</td>`},
-		{"the deferral's verdict", `<span class="verdict defer">DEFER_IF_PERMIT</span>`},
-		{"the deferral's reply", `<td class="reply">DEFER_IF_PERMIT 4\.7\.1 slow down, sender=flood@example\.org</td>`},
+		{"the refusal's count against its limit", `<td class="num">5 / 5 per 60s</td><td>exact</td>`},
+		{"the refusal's verdict", `<span class="verdict defer">DEFER_IF_PERMIT</span>`},
+		{"the refusal's reply", `<td class="reply">DEFER_IF_PERMIT 4\.7\.1 slow down, sender=flood@example\.org</td>`},
 		{"the busy worker's bar", `<div class="slot" data-slot="\d" data-state="B">`},
 		{"the pool summary", `id="pool-summary">1 busy · \d idle · \d stopped · queue 0/\d+`},
 		{"the doors", `<b>milter</b> unix:milter · 2 conn`},

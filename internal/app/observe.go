@@ -14,9 +14,9 @@ import (
 
 // Bounds of what the observer keeps for the status page.
 const (
-	maxTalkers   = 2048 // keys tracked for the top-talker list
-	maxDeferrals = 64   // recent refusals kept
-	talkerIdle   = 10 * time.Minute
+	maxTalkers  = 2048 // keys tracked for the top-talker list
+	maxRefusals = 64   // recent refusals kept
+	talkerIdle  = 10 * time.Minute
 )
 
 // observer receives every verdict of the governor: it counts them in the
@@ -25,11 +25,11 @@ const (
 type observer struct {
 	m         *metrics.Metrics
 	decisions atomic.Uint64
-	deferrals atomic.Uint64
+	refusals  atomic.Uint64
 
 	mu      sync.Mutex
 	talkers map[talkerKey]*talker
-	recent  []status.Deferral // ring of the newest refusals
+	recent  []status.Refusal // ring of the newest refusals
 	next    int
 }
 
@@ -59,7 +59,7 @@ func (o *observer) Observe(v *governor.Verdict) {
 	o.m.Decision(v.Door, v.Rule, verdict)
 	o.decisions.Add(1)
 	if v.Refused && !v.DryRun {
-		o.deferrals.Add(1)
+		o.refusals.Add(1)
 	}
 	// Talkers are keys under a rate; session caps (Period 0) are shown
 	// with the classes.
@@ -82,7 +82,7 @@ func (o *observer) Observe(v *governor.Verdict) {
 		t.count, t.limit, t.last = v.Count, v.Limit, v.At
 	}
 	if v.Refused {
-		d := status.Deferral{At: v.At, Door: v.Door, Rule: v.Rule, Key: v.Key, Count: v.Count, Limit: v.Limit.N,
+		d := status.Refusal{At: v.At, Door: v.Door, Rule: v.Rule, Key: v.Key, Count: v.Count, Limit: v.Limit.N,
 			Verdict: verdictWord(v.Reply), Reply: v.Reply}
 		if v.Limit.Period > 0 {
 			d.Period = limiter.FormatPeriod(v.Limit.Period)
@@ -93,12 +93,12 @@ func (o *observer) Observe(v *governor.Verdict) {
 		if v.DryRun {
 			d.Verdict = "WARN"
 		}
-		if len(o.recent) < maxDeferrals {
+		if len(o.recent) < maxRefusals {
 			o.recent = append(o.recent, d)
 		} else {
 			o.recent[o.next] = d
 		}
-		o.next = (o.next + 1) % maxDeferrals
+		o.next = (o.next + 1) % maxRefusals
 	}
 }
 
@@ -160,7 +160,7 @@ func (o *observer) totals() status.Totals {
 	if o == nil {
 		return status.Totals{}
 	}
-	return status.Totals{Decisions: o.decisions.Load(), Deferrals: o.deferrals.Load()}
+	return status.Totals{Decisions: o.decisions.Load(), Refusals: o.refusals.Load()}
 }
 
 // top returns the busiest talkers against their limits, and the recent
@@ -200,7 +200,7 @@ func (o *observer) relimit(g *governor.Governor) {
 	}
 }
 
-func (o *observer) top(now time.Time, n int) ([]status.Talker, []status.Deferral) {
+func (o *observer) top(now time.Time, n int) ([]status.Talker, []status.Refusal) {
 	if o == nil {
 		return nil, nil
 	}
@@ -235,10 +235,10 @@ func (o *observer) top(now time.Time, n int) ([]status.Talker, []status.Deferral
 	for i := 0; i < len(all) && i < n; i++ {
 		ts = append(ts, all[i].t)
 	}
-	ds := make([]status.Deferral, 0, len(o.recent))
+	ds := make([]status.Refusal, 0, len(o.recent))
 	for i := range o.recent {
-		j := (o.next - 1 - i + 2*maxDeferrals) % maxDeferrals
-		if len(o.recent) < maxDeferrals {
+		j := (o.next - 1 - i + 2*maxRefusals) % maxRefusals
+		if len(o.recent) < maxRefusals {
 			j = len(o.recent) - 1 - i
 		}
 		ds = append(ds, o.recent[j])

@@ -64,7 +64,7 @@ func (d *Daemon) Status() status.Status {
 		mc = append(mc, metrics.ClassState{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue})
 	}
 	d.metrics.Classes(mc)
-	st.Talkers, st.Deferrals = d.obs.top(now, statusRows)
+	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
 	if d.throttleBan != nil {
 		st.ThrottleKeys, _ = d.throttleBan.states(ctx, cfg)
 	}

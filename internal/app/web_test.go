@@ -192,7 +192,7 @@ func drivePolicy(t *testing.T, sock, sender string, n int) map[string]int {
 // /metrics over HTTP before and after: each counter moves by exactly
 // what was driven, the class gauge follows held milter sessions, store
 // operations are timed, and reloads are counted. /status.json shows the
-// same traffic as talkers, deferrals and class occupancy.
+// same traffic as talkers, refusals and class occupancy.
 func TestMetricsUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := writeConfig(t, dir, webConfig(dir, ""))
@@ -284,8 +284,8 @@ func TestMetricsUnderLoad(t *testing.T) {
 		return st.Totals.Decisions >= 11 && len(st.Classes) == 2 && st.Classes[0].Incoming == 1,
 			fmt.Sprintf("totals %+v classes %+v", st.Totals, st.Classes)
 	})
-	if st.Totals != (status.Totals{Decisions: 11, Deferrals: 4}) {
-		t.Errorf("totals %+v, want 11 decisions and 4 deferrals", st.Totals)
+	if st.Totals != (status.Totals{Decisions: 11, Refusals: 4}) {
+		t.Errorf("totals %+v, want 11 decisions and 4 refusals", st.Totals)
 	}
 	if c := st.Classes[0]; c != (status.Class{Name: "loopback", Incoming: 1, Total: 1, IncomingCap: 1}) {
 		t.Errorf("class loopback: %+v", c)
@@ -294,17 +294,17 @@ func TestMetricsUnderLoad(t *testing.T) {
 		st.Talkers[0].Limit != 5 || st.Talkers[0].Period != "60s" || st.Talkers[0].Count < 5 {
 		t.Errorf("top talker: %+v, want sender=flood@example.org under r at 5 per 60s", st.Talkers)
 	}
-	if len(st.Deferrals) != 4 {
-		t.Fatalf("deferrals: %+v, want 4", st.Deferrals)
+	if len(st.Refusals) != 4 {
+		t.Fatalf("refusals: %+v, want 4", st.Refusals)
 	}
-	if d := st.Deferrals[0]; d.Door != "milter" || d.Rule != "class" || d.Key != "loopback" || d.Count != 1 || d.Limit != 1 ||
+	if d := st.Refusals[0]; d.Door != "milter" || d.Rule != "class" || d.Key != "loopback" || d.Count != 1 || d.Limit != 1 ||
 		d.Algorithm != "concurrency" || d.Verdict != "421" || !strings.HasPrefix(d.Reply, "421 4.7.0 Too many sessions from class loopback") {
-		t.Errorf("newest deferral: %+v, want the milter class refusal", d)
+		t.Errorf("newest refusal: %+v, want the milter class refusal", d)
 	}
-	for _, d := range st.Deferrals[1:] {
+	for _, d := range st.Refusals[1:] {
 		if d.Door != "policy" || d.Rule != "r" || d.Key != "sender=flood@example.org" || d.Limit != 5 || d.Period != "60s" ||
 			d.Algorithm != "exact" || d.Verdict != "DEFER_IF_PERMIT" || d.Reply != "DEFER_IF_PERMIT 4.7.1 slow down, sender=flood@example.org" {
-			t.Errorf("policy deferral: %+v", d)
+			t.Errorf("policy refusal: %+v", d)
 		}
 	}
 	var doors []string

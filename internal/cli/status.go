@@ -31,9 +31,9 @@ const maxStatusBody = 8 << 20
 
 // Rows of the text view; the JSON has the full lists.
 const (
-	statusTalkers   = 10
-	statusDeferrals = 10
-	statusSlots     = 64 // slot letters shown before "+N"
+	statusTalkers  = 10
+	statusRefusals = 10
+	statusSlots    = 64 // slot letters shown before "+N"
 )
 
 // statusCmd is `sluice status`: it finds the daemon's web listener (-u,
@@ -225,7 +225,7 @@ func writeStatus(w io.Writer, st *status.Status) {
 		}
 		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", safe(s.Backend), keys, health)
 	}
-	fmt.Fprintf(tw, "traffic\t%s decisions · %s deferred since start\n", count(int64(st.Totals.Decisions)), count(int64(st.Totals.Deferrals)))
+	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", count(int64(st.Totals.Decisions)), count(int64(st.Totals.Refusals)))
 	for i, d := range st.Doors {
 		label := ""
 		if i == 0 {
@@ -238,21 +238,21 @@ func writeStatus(w io.Writer, st *status.Status) {
 	}
 	tw.Flush()
 
-	var classes, talkers, deferrals []string
+	var classes, talkers, refusals []string
 	for _, c := range st.Classes {
 		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s", safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c)))
 	}
 	for _, t := range st.Talkers {
 		talkers = append(talkers, fmt.Sprintf("%s\t%s\t%s\t%s", safe(t.Key), safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate)))
 	}
-	for _, d := range st.Deferrals {
-		deferrals = append(deferrals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
+	for _, d := range st.Refusals {
+		refusals = append(refusals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
 			perPeriod(d.Count, d.Limit, d.Period), safe(d.Algorithm), safe(d.Verdict), safe(d.Reply)))
 	}
 	writeTable(w, "classes: none", "classes (sessions / cap; - = no cap)", "class\tincoming/refuse\ttotal/queue", classes, 0)
 	writeTable(w, "top talkers: nobody is talking", "top talkers (busiest against their limits)", "key\trule\tcount/limit\trate", talkers, statusTalkers)
-	writeTable(w, "recent deferrals: none", "recent deferrals (newest first)",
-		"when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply", deferrals, statusDeferrals)
+	writeTable(w, "recent refusals: none", "recent refusals (newest first)",
+		"when\tdoor\trule\tkey\tcount/limit\talgorithm\tverdict\treply", refusals, statusRefusals)
 	if len(st.ThrottleKeys) > 0 {
 		writeTable(w, "", "throttle keys not in their normal state (after the relay's bans)", "key\tstate\tbans in a row\tlimit", throttleKeyRows(st, now), 0)
 	}

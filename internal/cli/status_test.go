@@ -93,7 +93,7 @@ func until(t *testing.T, what string, cond func() (bool, string)) {
 
 // TestStatusLive: `sluice status` against a running daemon shows what
 // the test drove through it: a held milter session against its class
-// cap, and policy deferrals with their explanation.
+// cap, and policy refusals with their explanation.
 func TestStatusLive(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sluice.toml")
@@ -148,7 +148,7 @@ func TestStatusLive(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^sluice \S.* · up \d+s · config generation 1, loaded \d+s ago$`,
 		`(?m)^store +memory · \d+ / 10,000,000 keys · healthy$`,
-		`(?m)^traffic +6 decisions · 3 deferred since start$`,
+		`(?m)^traffic +6 decisions · 3 refused since start$`,
 		`(?m)^doors +policy +unix:policy +1 conn$`,
 		`(?m)^ +milter +unix:milter +1 conn$`,
 		`(?m)^ +web +unix:web +0 conns$`,
@@ -162,7 +162,7 @@ func TestStatusLive(t *testing.T) {
 	}
 	t.Logf("sluice status:\n%s", out)
 	if n := strings.Count(out, "ago  policy"); n != 3 {
-		t.Errorf("%d policy deferrals listed, want 3:\n%s", n, out)
+		t.Errorf("%d policy refusals listed, want 3:\n%s", n, out)
 	}
 	if strings.Contains(out, "pool") || strings.Contains(out, "FAILED") {
 		t.Errorf("a pool or a failed reload shown:\n%s", out)
@@ -177,7 +177,7 @@ func TestStatusLive(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		t.Fatalf("-json output: %v\n%s", err, raw)
 	}
-	if st.Version != versionString() || len(st.Classes) != 2 || st.Classes[0].IncomingCap != 2 || len(st.Deferrals) != 3 {
+	if st.Version != versionString() || len(st.Classes) != 2 || st.Classes[0].IncomingCap != 2 || len(st.Refusals) != 3 {
 		t.Errorf("-json: %+v", st)
 	}
 }
@@ -293,9 +293,9 @@ func TestWriteStatus(t *testing.T) {
 		},
 		Classes: []status.Class{{Name: "partners", Incoming: 20, Total: 25, IncomingCap: 20, TotalCap: 30}},
 		Talkers: []status.Talker{{Rule: "rate", Key: "sender=a\tb@example.org", Count: 90, Limit: 100, Period: "1m", Rate: 1.5}},
-		Deferrals: []status.Deferral{{At: now.Add(-3 * time.Minute), Door: "milter", Rule: "class", Key: "partners", Count: 20, Limit: 20,
+		Refusals: []status.Refusal{{At: now.Add(-3 * time.Minute), Door: "milter", Rule: "class", Key: "partners", Count: 20, Limit: 20,
 			Algorithm: "concurrency", Verdict: "421", Reply: "421 4.7.0 full\r\n"}},
-		Totals: status.Totals{Decisions: 1000000, Deferrals: 7},
+		Totals: status.Totals{Decisions: 1000000, Refusals: 7},
 	}
 	var b bytes.Buffer
 	writeStatus(&b, &st)
@@ -304,7 +304,7 @@ func TestWriteStatus(t *testing.T) {
 		"sluice 1.2.3 · up 2h05m · config generation 3, loaded 1m30s ago\n",
 		"!! the last reload FAILED 10s ago",
 		"store    redis · 1,234,567 keys · FAILING\n",
-		"traffic  1,000,000 decisions · 7 deferred since start\n",
+		"traffic  1,000,000 decisions · 7 refused since start\n",
 		"doors    policy  unix:policy, inet:127.0.0.1:10040  12 conns\n",
 		"pool     2/5 busy  [BBISK]  2 busy · 1 idle · 1 stopped · 1 killed · queue 1/10 · 4,321 msgs · 9 activations\n",
 		"           slot 0  B  pid 101  scan  12s  scanning Q1?[2J\n",
@@ -325,7 +325,7 @@ func TestWriteStatus(t *testing.T) {
 	// An empty status says so, part by part.
 	b.Reset()
 	writeStatus(&b, &status.Status{Now: now})
-	for _, want := range []string{"classes: none", "top talkers: nobody is talking", "recent deferrals: none"} {
+	for _, want := range []string{"classes: none", "top talkers: nobody is talking", "recent refusals: none"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("empty status lacks %q:\n%s", want, b.String())
 		}
@@ -339,14 +339,14 @@ func TestWriteStatusLongLists(t *testing.T) {
 	for i := range statusTalkers + 2 {
 		st.Talkers = append(st.Talkers, status.Talker{Rule: "rate", Key: fmt.Sprintf("k%02d", i), Count: 1, Limit: 9, Period: "1m"})
 	}
-	for i := range statusDeferrals + 1 {
-		st.Deferrals = append(st.Deferrals, status.Deferral{At: now, Door: "policy", Rule: fmt.Sprintf("r%02d", i), Key: "k"})
+	for i := range statusRefusals + 1 {
+		st.Refusals = append(st.Refusals, status.Refusal{At: now, Door: "policy", Rule: fmt.Sprintf("r%02d", i), Key: "k"})
 	}
 	var b bytes.Buffer
 	writeStatus(&b, &st)
 	out := b.String()
 	for _, want := range []string{
-		`(?m)^  k09 .*\n  … 2 more \(sluice status -json\) *\n\nrecent deferrals`,
+		`(?m)^  k09 .*\n  … 2 more \(sluice status -json\) *\n\nrecent refusals`,
 		`(?m)^  0s ago +policy +r09 .*\n  … 1 more \(sluice status -json\) *\n$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {

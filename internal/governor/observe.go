@@ -7,7 +7,7 @@ import (
 )
 
 // Verdict is one decision with its explanation: what metrics count, and
-// what the status page lists among top talkers and recent deferrals.
+// what the status page lists among top talkers and recent refusals.
 type Verdict struct {
 	Door string // "anvil", "policy", "milter", "throttle"
 	// Rule is the policy rule or throttle policy, or "class" for a class's

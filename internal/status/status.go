@@ -25,8 +25,8 @@ type Status struct {
 	Classes []Class   `json:"classes,omitempty"` // in class-table order
 	// Talkers are the busiest keys, highest rate first.
 	Talkers []Talker `json:"talkers,omitempty"`
-	// Deferrals are the most recent refusals, newest first.
-	Deferrals []Deferral `json:"deferrals,omitempty"`
+	// Refusals are the most recent refusals, newest first.
+	Refusals []Refusal `json:"refusals,omitempty"`
 	// ThrottleKeys are the throttle keys not in their normal state
 	// (suspended after a ban, or sending at a learned limit), by key.
 	ThrottleKeys []ThrottleKey `json:"throttle_keys,omitempty"`
@@ -107,8 +107,8 @@ type Talker struct {
 	Rate   float64 `json:"rate"`             // events per second
 }
 
-// Deferral is one refusal and why.
-type Deferral struct {
+// Refusal is one refusal and why.
+type Refusal struct {
 	At        time.Time `json:"at"`                  // when
 	Door      string    `json:"door"`                // the door that refused (policy, anvil, milter, throttle)
 	Rule      string    `json:"rule"`                // the rule's name ("class" for a class cap)
@@ -124,7 +124,7 @@ type Deferral struct {
 // Totals are running counts since the daemon started.
 type Totals struct {
 	Decisions uint64 `json:"decisions"` // every verdict given
-	Deferrals uint64 `json:"deferrals"` // those that refused (dry runs not counted)
+	Refusals  uint64 `json:"refusals"`  // those that refused (dry runs not counted)
 }
 
 // Sample is one point of the short history.
@@ -133,7 +133,7 @@ type Sample struct {
 	Busy      int     `json:"busy"`      // busy workers
 	Slots     int     `json:"slots"`     // worker slots
 	Decisions float64 `json:"decisions"` // per second since the previous sample
-	Deferrals float64 `json:"deferrals"` // per second since the previous sample
+	Refusals  float64 `json:"refusals"`  // per second since the previous sample
 }
 
 // ThrottleKey is the state of one throttle key (a policy's budget) that

@@ -16,9 +16,9 @@ func TestJSONRoundTrip(t *testing.T) {
 		Store:   &Store{Backend: "memory", Keys: 3, Healthy: true},
 		Pool:    &Pool{Slots: []Slot{{State: SlotBusy, PID: 7, Tag: "scan x", Since: now}}, QueueSize: 4},
 		Classes: []Class{{Name: "c", Incoming: 1, Total: 2, TotalCap: 9}},
-		Deferrals: []Deferral{{At: now, Door: "policy", Rule: "r", Key: "k", Count: 3, Limit: 2,
+		Refusals: []Refusal{{At: now, Door: "policy", Rule: "r", Key: "k", Count: 3, Limit: 2,
 			Period: "1m", Algorithm: "exact", Verdict: "DEFER"}},
-		Totals:  Totals{Decisions: 5, Deferrals: 1},
+		Totals:  Totals{Decisions: 5, Refusals: 1},
 		History: []Sample{{T: now.UnixMilli(), Busy: 1, Slots: 1, Decisions: 2.5}},
 	}
 	b, err := json.Marshal(in)

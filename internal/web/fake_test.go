@@ -72,10 +72,10 @@ func (f *fakeSource) Status() status.Status {
 			{Rule: "per-sender", Key: "newsletter@example.com", Count: 80, Limit: 120, Period: "1h", Rate: 80.0 / 3600},
 			{Rule: "per-client", Key: "198.51.100.23", Count: 12, Limit: 100, Period: "1m", Rate: 0.2},
 		},
-		Deferrals: []status.Deferral{
+		Refusals: []status.Refusal{
 			{At: now.Add(-4 * time.Second), Door: "policy", Rule: "per-client", Key: "203.0.113.99", Count: 101, Limit: 100, Period: "1m", Algorithm: "smooth", Verdict: "DEFER", Reply: "4.7.1 Rate limit exceeded, try again later"},
 			{At: now.Add(-95 * time.Second), Door: "anvil", Rule: "connections", Key: "smtp:192.0.2.44", Count: 21, Limit: 20, Algorithm: "concurrency", Verdict: "421", Reply: "4.7.0 Too many connections from redis://u:p4ss@leak"},
 		},
-		Totals: status.Totals{Decisions: uint64(1000 + 37*n + n*n%23), Deferrals: uint64(10 + n + n%4)},
+		Totals: status.Totals{Decisions: uint64(1000 + 37*n + n*n%23), Refusals: uint64(10 + n + n%4)},
 	}
 }

@@ -59,7 +59,7 @@ func (s *Server) sample() {
 	if !s.last.IsZero() {
 		if secs := now.Sub(s.last).Seconds(); secs > 0 {
 			smp.Decisions = rate(st.Totals.Decisions, s.prev.Decisions, secs)
-			smp.Deferrals = rate(st.Totals.Deferrals, s.prev.Deferrals, secs)
+			smp.Refusals = rate(st.Totals.Refusals, s.prev.Refusals, secs)
 		}
 	}
 	s.prev, s.last = st.Totals, now
@@ -88,8 +88,8 @@ func (s *Server) clean(st *status.Status, now time.Time) {
 	if len(st.Talkers) > s.o.MaxRows {
 		st.Talkers = st.Talkers[:s.o.MaxRows]
 	}
-	if len(st.Deferrals) > s.o.MaxRows {
-		st.Deferrals = st.Deferrals[:s.o.MaxRows]
+	if len(st.Refusals) > s.o.MaxRows {
+		st.Refusals = st.Refusals[:s.o.MaxRows]
 	}
 	if st.Pool != nil && len(st.Pool.Slots) > s.o.MaxSlots {
 		p := *st.Pool
@@ -108,12 +108,12 @@ func (s *Server) clean(st *status.Status, now time.Time) {
 		}
 		st.Doors = doors
 	}
-	if len(st.Deferrals) > 0 {
-		ds := append([]status.Deferral(nil), st.Deferrals...)
+	if len(st.Refusals) > 0 {
+		ds := append([]status.Refusal(nil), st.Refusals...)
 		for i := range ds {
 			ds[i].Reply = Redact(ds[i].Reply)
 		}
-		st.Deferrals = ds
+		st.Refusals = ds
 	}
 	if st.Store != nil {
 		c := *st.Store

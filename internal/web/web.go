@@ -85,7 +85,7 @@ type Options struct {
 	// browser reconnects by itself, so a stream never outlives a proxy's
 	// patience or pins a slot for ever.
 	StreamMaxAge time.Duration
-	// MaxRows caps the talkers and deferrals served (default 50).
+	// MaxRows caps the talkers and refusals served (default 50).
 	MaxRows int
 	// MaxSlots caps the pool slots served (default 1024).
 	MaxSlots int

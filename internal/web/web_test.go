@@ -105,16 +105,16 @@ func TestStatusJSON(t *testing.T) {
 	if c := st.Classes[1]; c.Name != "relay-omega" || c.Incoming != 102 || c.IncomingCap != 400 || c.TotalCap != 500 {
 		t.Errorf("class = %+v", c)
 	}
-	if d := st.Deferrals[0]; d.Rule != "per-client" || d.Key != "203.0.113.99" || d.Count != 101 || d.Limit != 100 ||
+	if d := st.Refusals[0]; d.Rule != "per-client" || d.Key != "203.0.113.99" || d.Count != 101 || d.Limit != 100 ||
 		d.Algorithm != "smooth" || d.Verdict != "DEFER" || d.Period != "1m" {
-		t.Errorf("deferral = %+v", d)
+		t.Errorf("refusal = %+v", d)
 	}
 	if len(st.History) != 2 {
 		t.Fatalf("history = %+v, want 2 samples", st.History)
 	}
 	h := st.History[1]
-	// Totals for n=1 and n=2: decisions 1038 -> 1078, deferrals 12 -> 14, over 2 s.
-	if h.T != t0.Add(2*time.Second).UnixMilli() || h.Decisions != 20 || h.Deferrals != 1 || h.Slots != 12 || h.Busy != 4 {
+	// Totals for n=1 and n=2: decisions 1038 -> 1078, refusals 12 -> 14, over 2 s.
+	if h.T != t0.Add(2*time.Second).UnixMilli() || h.Decisions != 20 || h.Refusals != 1 || h.Slots != 12 || h.Busy != 4 {
 		t.Errorf("sample = %+v", h)
 	}
 	if st.History[0].Decisions != 0 {
@@ -152,13 +152,13 @@ func TestStatusIsTrimmed(t *testing.T) {
 	src := SourceFunc(func() status.Status {
 		st := status.Status{Pool: &status.Pool{Slots: make([]status.Slot, 10)}}
 		st.Talkers = make([]status.Talker, 9)
-		st.Deferrals = make([]status.Deferral, 9)
+		st.Refusals = make([]status.Refusal, 9)
 		return st
 	})
 	s, _, _ := newTestServer(t, Options{Source: src, MaxRows: 3, MaxSlots: 4})
 	st := s.current().st
-	if len(st.Talkers) != 3 || len(st.Deferrals) != 3 || len(st.Pool.Slots) != 4 {
-		t.Errorf("trimmed to %d talkers, %d deferrals, %d slots; want 3, 3, 4", len(st.Talkers), len(st.Deferrals), len(st.Pool.Slots))
+	if len(st.Talkers) != 3 || len(st.Refusals) != 3 || len(st.Pool.Slots) != 4 {
+		t.Errorf("trimmed to %d talkers, %d refusals, %d slots; want 3, 3, 4", len(st.Talkers), len(st.Refusals), len(st.Pool.Slots))
 	}
 	if st.Now.IsZero() {
 		t.Error("Now not filled in from the clock")

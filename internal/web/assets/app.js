@@ -94,7 +94,7 @@
     }
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
-    add("deferred", num(t.deferrals || 0));
+    add("refused", num(t.refusals || 0));
   }
 
   // ---- pool ----
@@ -230,20 +230,20 @@
 
   function renderHistory() {
     $("fig-busy").hidden = !(last && last.pool);
-    const lastS = history[history.length - 1] || { busy: 0, slots: 0, decisions: 0, deferrals: 0 };
+    const lastS = history[history.length - 1] || { busy: 0, slots: 0, decisions: 0, refusals: 0 };
     let slots = 0, busyMax = 0, decMax = 0;
     for (const h of history) {
       slots = Math.max(slots, h.slots || 0);
       busyMax = Math.max(busyMax, h.busy || 0);
-      decMax = Math.max(decMax, h.decisions || 0, h.deferrals || 0);
+      decMax = Math.max(decMax, h.decisions || 0, h.refusals || 0);
     }
     $("h-busy").textContent = lastS.busy + (lastS.slots ? " of " + lastS.slots : "");
     $("h-dec").textContent = rateText(lastS.decisions);
-    $("h-def").textContent = rateText(lastS.deferrals);
+    $("h-def").textContent = rateText(lastS.refusals);
     chart($("chart-busy"), [{ key: "busy", cls: "line-busy", area: "area-busy" }], slots >= busyMax && slots > 0 ? slots : niceMax(Math.max(busyMax, 1)), slots);
     chart($("chart-dec"), [
       { key: "decisions", cls: "line-dec", area: "area-dec" },
-      { key: "deferrals", cls: "line-def" },
+      { key: "refusals", cls: "line-def" },
     ], niceMax(Math.max(decMax, 1)), 0);
   }
 
@@ -319,12 +319,12 @@
     }
   }
 
-  // ---- deferrals ----
-  function renderDeferrals(st) {
-    const tb = $("deferrals");
+  // ---- refusals ----
+  function renderRefusals(st) {
+    const tb = $("refusals");
     clear(tb);
-    const list = (st.deferrals || []).slice(0, 15);
-    $("deferrals-empty").hidden = list.length > 0;
+    const list = (st.refusals || []).slice(0, 15);
+    $("refusals-empty").hidden = list.length > 0;
     tb.parentNode.hidden = list.length === 0;
     for (const d of list) {
       const tr = el("tr");
@@ -391,7 +391,7 @@
     renderClasses(st);
     renderTalkers(st);
     renderThrottleKeys(st);
-    renderDeferrals(st);
+    renderRefusals(st);
     renderDoors(st);
     document.body.dataset.updated = st.now;
     lastMsgAt = Date.now();
