@@ -10,6 +10,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/metrics"
 	"sluice/internal/store/redis"
 	"sluice/internal/throttle"
 )
@@ -107,11 +108,14 @@ func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key 
 // in the state directory's throttle.marks.
 func (d *Daemon) openBanGuard() *banGuard {
 	g := d.newBanGuard()
-	if d.registry != nil {
-		if err := d.registry.Register(banCollector{d}); err != nil {
-			d.log.Warn("metrics: the throttle keys' collector", "err", err)
+	d.metrics.ThrottleKeys(func(ctx context.Context) ([]metrics.ThrottleKey, error) {
+		keys, err := g.states(ctx, d.cfg.Load())
+		out := make([]metrics.ThrottleKey, len(keys))
+		for i, k := range keys {
+			out[i] = metrics.ThrottleKey{Key: k.Key, SuspendedUntil: k.SuspendedUntil, Bans: k.Bans, Limit: k.Limit}
 		}
-	}
+		return out, err
+	})
 	return g
 }
 

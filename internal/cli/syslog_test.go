@@ -73,6 +73,10 @@ enabled = false
 	// No syslog daemon: one notice, then the log on stderr.
 	writeFile(t, cfg, config(filepath.Join(dir, "nothing")))
 	p = relStart(t, bin, []string{"serve", "-c", cfg}, filepath.Join(dir, "anvil"))
+	// The socket answers once bound, before the start is over; a SIGTERM
+	// then stops the start (exit 1). Wait until it serves.
+	waitUntil(t, "the daemon serves", func() bool { return strings.Contains(p.stderr.String(), "sluice started") },
+		func() string { return p.stderr.String() })
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("exit: %v", err)

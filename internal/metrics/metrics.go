@@ -130,6 +130,7 @@ type Metrics struct {
 
 	throttleWaiters prometheus.Gauge
 	throttleGrant   prometheus.Histogram
+	throttleKeys    throttleKeys
 
 	storeLatency   *histograms // op
 	storeErrors    *counters   // op
@@ -249,7 +250,7 @@ func (m *Metrics) collectors() map[Part][]prometheus.Collector {
 		PartClasses:    {m.classSessions, m.classCap},
 		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
 		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
-		PartThrottle:   {m.throttleWaiters, m.throttleGrant},
+		PartThrottle:   {m.throttleWaiters, m.throttleGrant, &m.throttleKeys},
 		PartStore:      {m.storeLatency.vec, m.storeErrors.vec, m.storeFastFails.vec},
 		PartConfig:     {m.reloads, m.lastReload},
 	}
