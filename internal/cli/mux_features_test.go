@@ -9,6 +9,7 @@ package cli
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -37,6 +38,19 @@ type featDaemon struct {
 // featStart runs argv with -D, a fresh spool the -U user owns, the main
 // socket mx.sock in it, and the -U user; it waits for the main socket.
 // "SPOOL" in args is replaced by the spool directory.
+// awaitEventLoop waits (2 s at most) until the reference process pid is
+// blocked in its event loop's select(2). Its SIGTERM handler calls
+// syslog(3), which is not async-signal-safe: a SIGTERM that lands while
+// the process is inside syslog (sending a line the test may already have
+// read) deadlocks it on glibc's syslog lock, and it never exits.
+func awaitEventLoop(pid int) {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); err != nil || string(b) == "poll_schedule_timeout" {
+			return
+		}
+	}
+}
+
 func featStart(t *testing.T, name string, argv []string, env []string) *featDaemon {
 	t.Helper()
 	uarg, u := asUser(t)
@@ -58,6 +72,9 @@ func featStart(t *testing.T, name string, argv []string, env []string) *featDaem
 	var once sync.Once
 	d.stop = func() {
 		once.Do(func() {
+			if name == "reference" {
+				awaitEventLoop(d.pid)
+			}
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			done := make(chan struct{})
 			go func() { _ = cmd.Wait(); close(done) }()

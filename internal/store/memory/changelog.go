@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"os"
+	"syscall"
+	"time"
 
 	"sluice/internal/safefs"
 )
@@ -21,7 +24,7 @@ import (
 //
 // File: "SLUICEMC" (8 bytes), version uint16, the base's taken time
 // (int64 Unix ns) and CRC-32C (uint32), then segments. A segment is a
-// body length (uvarint), the body and its CRC-32C (uint32). Body: flags
+// body length (uint32), the body and its CRC-32C (uint32). Body: flags
 // (1 byte; 1 = clean: written at a graceful stop), taken (int64 Unix ns),
 // records, and the end: tag 0, the number of records and the highest
 // booking sequence number given out (uvarints). A record is a rate
@@ -36,6 +39,11 @@ const (
 	changesHeaderLen = len(changesMagic) + 2 + 8 + 4
 	changesSuffix    = ".changes"
 	tagDel           = 2
+	// segChunk is how much of a segment a write holds before passing it
+	// to the file.
+	segChunk = 256 << 10
+	// maxSegment bounds one segment's body (its length is a uint32).
+	maxSegment = 1<<32 - 1
 )
 
 // minCompact is the log size below which it is never compacted into a
@@ -81,13 +89,119 @@ func (sg *segment) del(key []byte) {
 	sg.n++
 }
 
-// seal ends the body with seq, the highest booking sequence number given
-// out (read after the copy), and returns the framed segment.
-func (sg *segment) seal(seq uint64) []byte {
-	body := binary.AppendUvarint(binary.AppendUvarint(append(sg.b, tagEnd), uint64(sg.n)), seq)
-	out := binary.AppendUvarint(make([]byte, 0, len(body)+16), uint64(len(body)))
-	out = append(out, body...)
-	return binary.BigEndian.AppendUint32(out, crc32.Checksum(body, crcTable))
+// end appends the end record: the count and seq, the highest booking
+// sequence number given out (read after the copy).
+func (sg *segment) end(seq uint64) {
+	sg.b = binary.AppendUvarint(binary.AppendUvarint(append(sg.b, tagEnd), uint64(sg.n)), seq)
+}
+
+// segWriter streams one segment to a change log: the length first as a
+// placeholder, the body in chunks as the shards are encoded, then the
+// length and the checksum. A crash in the middle leaves a segment whose
+// length or checksum does not hold: a torn tail, which the reader drops.
+type segWriter struct {
+	f     *os.File
+	tmp   string // the new log's temporary name ("": appending to p.logf)
+	start int64  // where the segment begins: its length field
+	body  int64  // body bytes passed to the file
+	crc   hash.Hash32
+	sg    segment
+	err   error
+}
+
+// openSegment starts a segment: on the open change log, or, for the first
+// change of a process, on a new log (a temporary file holding the header
+// and the segments a restore read).
+func (s *Store) openSegment(path string, now time.Time, clean bool) (*segWriter, error) {
+	p := &s.persist
+	sw := &segWriter{f: p.logf, start: p.logLen, crc: crc32.New(crcTable), sg: segment{b: p.sg.b}}
+	if sw.f == nil {
+		head := append(changesHeader(p.ref), p.carry...)
+		f, tmp, err := createNew(path + changesSuffix + ".tmp")
+		if err == nil {
+			_, err = f.Write(head)
+		}
+		if err != nil {
+			if f != nil {
+				f.Close()
+				os.Remove(tmp)
+			}
+			return nil, fmt.Errorf("store snapshot: change log: %w", err)
+		}
+		sw.f, sw.tmp, sw.start = f, tmp, int64(len(head))
+	}
+	sw.sg.begin(now.UnixNano(), clean)
+	return sw, nil
+}
+
+// size is what the log would hold with the segment so far.
+func (sw *segWriter) size() int64 { return sw.start + 8 + sw.body + int64(len(sw.sg.b)) }
+
+// flush passes the chunk held to the file.
+func (sw *segWriter) flush() {
+	if sw.err == nil && len(sw.sg.b) > 0 {
+		_, sw.err = sw.f.WriteAt(sw.sg.b, sw.start+4+sw.body)
+		sw.crc.Write(sw.sg.b)
+		sw.body += int64(len(sw.sg.b))
+	}
+	sw.sg.b = sw.sg.b[:0]
+}
+
+// finish ends the segment, writes its length and checksum, syncs, and
+// returns its size.
+func (sw *segWriter) finish(seq uint64) (int64, error) {
+	sw.sg.end(seq)
+	sw.flush()
+	if sw.err == nil && sw.body > maxSegment {
+		sw.err = fmt.Errorf("a segment of %d bytes", sw.body)
+	}
+	if sw.err == nil {
+		_, sw.err = sw.f.WriteAt(binary.BigEndian.AppendUint32(nil, uint32(sw.body)), sw.start)
+	}
+	if sw.err == nil {
+		_, sw.err = sw.f.WriteAt(binary.BigEndian.AppendUint32(nil, sw.crc.Sum32()), sw.start+4+sw.body)
+	}
+	if sw.err == nil {
+		sw.err = sw.f.Sync()
+	}
+	sw.keepBuf()
+	return 8 + sw.body, sw.err
+}
+
+// abort drops the segment: a new log is removed, the open one cut back
+// to where the segment began.
+func (sw *segWriter) abort() {
+	sw.keepBuf()
+	if sw.tmp != "" {
+		sw.f.Close()
+		os.Remove(sw.tmp)
+		return
+	}
+	if sw.body > 0 || sw.err != nil {
+		sw.f.Truncate(sw.start) // a torn segment would hide later ones
+	}
+}
+
+// keepBuf leaves the chunk buffer for the next write, unless a large
+// change made it large.
+func (sw *segWriter) keepBuf() {
+	sw.sg.b = sw.sg.b[:0]
+	if cap(sw.sg.b) > 2*segChunk {
+		sw.sg.b = nil
+	}
+}
+
+// createNew creates path anew for writing: whatever a crash (or anyone)
+// left at the name is removed, not written through (O_EXCL, O_NOFOLLOW).
+func createNew(path string) (*os.File, string, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, "", err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, "", err
+	}
+	return f, path, nil
 }
 
 // change is one record of the log.
@@ -136,8 +250,11 @@ func decodeChanges(data []byte, ref baseRef) (*changes, error) {
 // segment decodes the segment at the start of r and returns its length.
 // Its records are added only when the whole segment is valid.
 func (c *changes) segment(r []byte) (int, error) {
-	l, n := binary.Uvarint(r)
-	if n <= 0 || l > uint64(len(r)-n) || uint64(len(r)-n)-l < 4 || l < 10 {
+	if len(r) < 4 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	l, n := uint64(binary.BigEndian.Uint32(r)), 4
+	if l > uint64(len(r)-n) || uint64(len(r)-n)-l < 4 || l < 10 {
 		return 0, io.ErrUnexpectedEOF
 	}
 	body := r[n : n+int(l)]

@@ -2,8 +2,10 @@ package memory
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -326,6 +328,15 @@ func TestChangeLogHostile(t *testing.T) {
 	}
 }
 
+// seal ends the body with the end record and returns the framed segment,
+// as segWriter writes it.
+func (sg *segment) seal(seq uint64) []byte {
+	sg.end(seq)
+	out := binary.BigEndian.AppendUint32(nil, uint32(len(sg.b)))
+	out = append(out, sg.b...)
+	return binary.BigEndian.AppendUint32(out, crc32.Checksum(sg.b, crcTable))
+}
+
 // logOf builds a change log of base ref holding segs.
 func logOf(ref baseRef, segs ...[]byte) []byte {
 	return append(changesHeader(ref), bytes.Join(segs, nil)...)
@@ -355,8 +366,8 @@ func TestDecodeChangesMalformed(t *testing.T) {
 		{"cut", del[:len(del)-1]},
 		{"checksum", flip(del, len(del)-1)},
 		{"body", flip(del, 3)},
-		{"length too long", append([]byte{0x7f}, del[1:]...)},
-		{"length zero", []byte{0, 0, 0, 0, 0}},
+		{"length too long", append([]byte{0, 0, 0x7f, 0}, del[4:]...)},
+		{"length zero", []byte{0, 0, 0, 0, 0, 0, 0, 0}},
 		{"garbage", []byte("garbage garbage garbage")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -495,5 +506,31 @@ func TestChangeLogStaysReadable(t *testing.T) {
 	defer r.Close()
 	if _, err := r.Restore(snap, t0.Add(time.Minute)); err != nil || r.Len() != 1 {
 		t.Fatalf("restored %d keys: %v", r.Len(), err)
+	}
+}
+
+// TestLargeSegmentStreams: a change larger than the chunk a write holds
+// goes to the log in chunks, as one segment, and reads back whole.
+func TestLargeSegmentStreams(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	if _, err := s.WriteSnapshot(path, t0, false); err != nil {
+		t.Fatal(err)
+	}
+	checks := manyKeys(t, s, 10000, t0) // 30,000 keys changed
+	st, err := s.WriteSnapshot(path, t0.Add(time.Millisecond), false)
+	if err != nil || st.Full || st.Keys != 30000 || st.Bytes <= 2*segChunk {
+		t.Fatalf("write: %+v %v, want one segment of 30,000 keys over %d bytes", st, err, 2*segChunk)
+	}
+	if cap(s.persist.sg.b) > 2*segChunk {
+		t.Fatalf("the write kept a buffer of %d bytes", cap(s.persist.sg.b))
+	}
+	r, snap := restored(t, path, t0.Add(time.Second))
+	if !snap.Taken.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("taken %v: the segment was not read", snap.Taken)
+	}
+	if got, want := peekAll(t, r, t0.Add(time.Second), checks), peekAll(t, s, t0.Add(time.Second), checks); !reflect.DeepEqual(got, want) {
+		t.Fatal("the restored store decides otherwise")
 	}
 }

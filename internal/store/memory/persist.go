@@ -170,53 +170,55 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 }
 
 // writeChanges appends the keys changed since the last write to the
-// change log, or, when the log would pass the base's size (and
-// minCompact), writes a new base instead.
+// change log as one segment, streamed shard by shard (the write holds a
+// chunk in memory, not the segment), or, when the log would pass the
+// base's size (and minCompact), writes a new base instead.
 func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats, error) {
 	p := &s.persist
-	sg := &p.sg
-	sg.begin(now.UnixNano(), clean)
+	sw, err := s.openSegment(path, now, clean)
+	if err != nil {
+		return SnapStats{}, err
+	}
+	defer func() { p.sg.b = sw.sg.b }() // the chunk buffer, for the next write
+	limit := max(p.baseLen, minCompact)
 	var st SnapStats
 	for i := range s.shards {
 		t := time.Now()
-		s.shards[i].encodeDirty(sg, now.UnixNano())
+		s.shards[i].encodeDirty(&sw.sg, now.UnixNano())
 		st.MaxHold = max(st.MaxHold, time.Since(t))
+		if sw.size() > limit {
+			// Past the base: a new base instead (it holds every key,
+			// those this segment took included).
+			sw.abort()
+			return s.writeFull(path, now, clean)
+		}
+		if len(sw.sg.b) >= segChunk {
+			sw.flush()
+		}
 	}
-	st.Keys = sg.n
-	if sg.n == 0 && clean == p.clean {
+	st.Keys = sw.sg.n
+	if sw.sg.n == 0 && clean == p.clean && sw.body == 0 {
+		sw.abort()
 		return st, nil // nothing changed: nothing to write
 	}
-	seg := sg.seal(s.bseq.Load())
-	logLen := p.logLen
-	if p.logf == nil {
-		logLen = int64(changesHeaderLen + len(p.carry)) // the log to start
+	n, err := sw.finish(s.bseq.Load())
+	if err != nil {
+		sw.abort()
+		return st, fmt.Errorf("store snapshot: change log %s: %w", path+changesSuffix, err)
 	}
-	if logLen+int64(len(seg)) > max(p.baseLen, minCompact) {
-		return s.writeFull(path, now, clean)
+	if sw.tmp != "" {
+		// The first change of this process: its new log, holding the
+		// segments a restore read and this one, takes the old one's name.
+		if err := os.Rename(sw.tmp, path+changesSuffix); err != nil {
+			sw.abort()
+			return st, fmt.Errorf("store snapshot: change log: %w", err)
+		}
+		p.logf, p.carry = sw.f, nil
 	}
-	if p.logf == nil {
-		// The first change of this process: a new log, holding the
-		// segments a restore read and this one.
-		data := append(append(changesHeader(p.ref), p.carry...), seg...)
-		f, err := writeChangesFile(path+changesSuffix, data)
-		if err != nil {
-			return st, fmt.Errorf("store snapshot: %w", err)
-		}
-		p.logf, p.logLen, p.carry = f, int64(len(data)), nil
-		st.Bytes = int64(len(data))
-	} else {
-		n, err := p.logf.WriteAt(seg, p.logLen)
-		if err == nil {
-			err = p.logf.Sync()
-		}
-		if err != nil {
-			if n > 0 {
-				p.logf.Truncate(p.logLen) // a torn segment would hide later ones
-			}
-			return st, fmt.Errorf("store snapshot: change log %s: %w", path+changesSuffix, err)
-		}
-		p.logLen += int64(n)
-		st.Bytes = int64(n)
+	p.logLen = sw.start + n
+	st.Bytes = n
+	if sw.tmp != "" {
+		st.Bytes = p.logLen
 	}
 	p.clean = clean
 	return st, nil
