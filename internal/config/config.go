@@ -139,7 +139,9 @@ type Redis struct {
 	// LeaseTTL is how long a dead host's concurrency slots outlive it.
 	LeaseTTL Duration `toml:"lease_ttl"`
 	// FailMode is "open" (admit, and log) or "closed" (tempfail) while
-	// Redis cannot decide in time.
+	// Redis cannot decide in time. The throttle door defers under both: a
+	// send without a booked slot is what gets a host banned, and a deferred
+	// mail waits in the queue.
 	FailMode string `toml:"fail_mode"`
 }
 
