@@ -510,8 +510,11 @@ func (s *serveState) serveUntilStop(ctx context.Context, d *app.Daemon, reload f
 				continue
 			case syscall.SIGUSR2:
 				s.log.Info("upgrade: starting the executable on disk with every listener", "signal", sig.String())
-				done, next := upgrade(d, s)
-				if done || next != nil {
+				done, next, lost := upgrade(d, s)
+				switch {
+				case lost:
+					return 1, nil
+				case done || next != nil:
 					return 0, next
 				}
 				continue

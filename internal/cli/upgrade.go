@@ -135,19 +135,21 @@ func tookOver(h *handConn, log *slog.Logger) {
 // before d stopped leaves d serving (resumed nil, done false); a failure
 // after it (the new process died while starting) starts a daemon again
 // in this process on the same sockets (resumed), so that the listeners
-// are served whatever happens. Each outcome is logged.
-func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon) {
+// are served whatever happens; should that fail too, lost is set and the
+// caller exits 1 for the service manager to start it again. Each outcome
+// is logged.
+func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon, lost bool) {
 	log := s.log
 	files, names, err := d.HandOverListeners()
 	if err != nil {
 		log.Error("upgrade failed; still serving", "err", err)
-		return false, nil
+		return false, nil, false
 	}
 	defer closeFiles(files)
 	child, h, err := startNew(files, names)
 	if err != nil {
 		log.Error("upgrade failed; still serving", "err", err)
-		return false, nil
+		return false, nil, false
 	}
 	exited := make(chan string, 1)
 	go func() {
@@ -167,7 +169,7 @@ func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon) {
 			_ = child.Kill()
 		}
 		log.Error("upgrade failed: the new process did not take over; still serving (its own log lines say why)", "pid", child.Pid, "err", err, "exit", <-exited)
-		return false, nil
+		return false, nil, false
 	}
 	log.Info("upgrade: the new process takes over; stopping as for SIGTERM", "pid", child.Pid, "grace", s.grace)
 	_ = s.sd.Stopping()
@@ -180,7 +182,7 @@ func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon) {
 			_ = s.sd.Send("MAINPID="+strconv.Itoa(child.Pid), "READY=1", "STATUS=serving (upgraded)")
 			_ = h.send(msgBye)
 			log.Info("upgrade: the new process serves; exiting", "pid", child.Pid)
-			return true, nil
+			return true, nil, false
 		}
 		log.Error("upgrade failed: the new process did not start serving", "pid", child.Pid, "err", err)
 	}
@@ -188,15 +190,15 @@ func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon) {
 	log.Error("upgrade failed after this daemon stopped; starting again on the same sockets", "exit", <-exited)
 	socks, err := sdlisten.FromFiles(files, names)
 	if err != nil {
-		log.Error("cannot take the sockets back", "err", err)
-		return false, nil
+		log.Error("cannot take the sockets back; exiting", "err", err)
+		return false, nil, true
 	}
 	nd, err := app.New(s.cfg, s.path, log, s.level, app.WithSockets(socks), app.WithStateDir(s.stateDir))
 	if err != nil {
-		log.Error("cannot start again", "err", err)
-		return false, nil
+		log.Error("cannot start again; exiting", "err", err)
+		return false, nil, true
 	}
-	return false, nd
+	return false, nd, false
 }
 
 // startNew starts the executable this process was started from, by the

@@ -228,3 +228,35 @@ func TestUpgradeTellsSystemd(t *testing.T) {
 		t.Error("the new daemon does not stop on SIGTERM")
 	}
 }
+
+// TestUpgradeFailsLateResumes: a new process that fails after the old
+// daemon stopped for it (its configuration, changed on disk meanwhile,
+// names a Redis no one serves: valid, but the start cannot connect) does
+// not leave the listeners unserved: the old process starts serving again
+// on the same sockets, with the configuration it was running.
+func TestUpgradeFailsLateResumes(t *testing.T) {
+	bin, _ := muxBinaries(t)
+	dir := t.TempDir()
+	cfg := writeServeConfig(t, dir, senderPolicy("unix:policy", "100/60s exact"), "anvil", "milter", "throttle")
+	p := startProc(t, bin, []string{"serve", "-c", cfg}, nil)
+	killStarted(t, p)
+	waitUntil(t, "the daemon serves", func() bool { return strings.Contains(p.stderr.String(), "sluice started") },
+		func() string { return p.stderr.String() })
+	sock := filepath.Join(dir, "policy")
+	askPolicy(t, sock)
+	port := freePort(t) // nothing listens there
+	appendFile(t, cfg, fmt.Sprintf("[store]\nkind = \"redis\"\n[store.redis]\naddrs = [\"127.0.0.1:%d\"]\ndial_timeout = \"1s\"\n", port))
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the old daemon to start again", func() bool {
+		return strings.Count(p.stderr.String(), "sluice started") == 2 && strings.Contains(p.stderr.String(), "upgrade failed after this daemon stopped; starting again on the same sockets")
+	}, func() string { return p.stderr.String() })
+	if gone(p.pid()) {
+		t.Fatal("the old daemon is gone")
+	}
+	askPolicy(t, sock) // the same socket, served again
+	if !strings.Contains(p.stderr.String(), fmt.Sprintf("pid=%d", p.pid())) {
+		t.Errorf("the second start is not the old process's:\n%s", p.stderr.String())
+	}
+}
