@@ -122,7 +122,8 @@ func TestRestartUnderPostfixLoad(t *testing.T) {
 }
 
 // startLoad runs eight SMTP clients, each one session after another with
-// one message (every third from the counted sender), until stop.
+// one message (every third from the counted sender), until stop (which
+// first waits, up to two minutes, for 25 messages of the counted sender).
 func startLoad(ctx context.Context, port int) (*restartLoad, func()) {
 	load := &restartLoad{}
 	loadCtx, cancel := context.WithCancel(ctx)
@@ -140,7 +141,15 @@ func startLoad(ctx context.Context, port int) (*restartLoad, func()) {
 			}
 		})
 	}
-	return load, func() { cancel(); wg.Wait() }
+	return load, func() {
+		// Enough of the counted sender's messages to cross its limit of 20,
+		// however slow the machine: the load goes on until there are.
+		for deadline := time.Now().Add(2 * time.Minute); load.counted.Load()+load.policyDeferred.Load() < 25 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+	}
 }
 
 // check asserts what the clients saw: no reply that no limit explains,
