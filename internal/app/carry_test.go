@@ -1,9 +1,16 @@
 package app
 
 import (
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 )
 
 func TestCarryRoundTrip(t *testing.T) {
@@ -52,4 +59,59 @@ func FuzzParseCarry(f *testing.F) {
 			t.Fatalf("%q: re-encoded as %v %q %v", b, w2, ids2, err)
 		}
 	})
+}
+
+// TestTakeCarryRefusesHostileFiles: the hand-over file is read as every
+// state file is (safefs): a symlink (to a secret or to /dev/zero), a
+// FIFO and a 1 GiB file are refused with one log line each, none is
+// followed, waited on or read whole, none is counted, and the start goes
+// on; the file is removed so that the next start does not meet it again.
+func TestTakeCarryRefusesHostileFiles(t *testing.T) {
+	peer.Root(t, "the planted link belongs to another user")
+	for _, tc := range []struct {
+		name  string
+		plant func(path string) error
+	}{
+		{"another user's symlink to a file of sessions", func(p string) error {
+			secret := filepath.Join(filepath.Dir(p), "secret")
+			if err := os.WriteFile(secret, encodeCarry(time.Now(), []string{"smtp:192.0.2.66"}), 0o600); err != nil {
+				return err
+			}
+			if err := os.Symlink(secret, p); err != nil {
+				return err
+			}
+			// The file rule follows a link only root or sluice's own user
+			// could have made: this one is nobody's.
+			return os.Lchown(p, 65534, 65534)
+		}},
+		{"symlink to /dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }},
+		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o600) }},
+		{"1 GiB", func(p string) error {
+			f, err := os.Create(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(1 << 30)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := writeConfig(t, dir, cfgText(dir, "2"))
+			if err := tc.plant(filepath.Join(dir, carryFile)); err != nil {
+				t.Fatal(err)
+			}
+			var logs logbuf.Buffer
+			d := startDaemonLog(t, path, slog.New(slog.NewTextHandler(&logs, nil)))
+			if n := d.carried.Len(); n != 0 {
+				t.Errorf("%d sessions counted from a hostile file", n)
+			}
+			if !strings.Contains(logs.String(), "cannot be read; they are not counted") {
+				t.Errorf("no log line says the file was refused:\n%s", logs.String())
+			}
+			if _, err := os.Lstat(filepath.Join(dir, carryFile)); !os.IsNotExist(err) {
+				t.Errorf("the hostile file is still there: %v", err)
+			}
+		})
+	}
 }
