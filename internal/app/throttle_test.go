@@ -169,7 +169,7 @@ metrics = true
 			queued <- "defer: " + r.Defer
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // let them queue (a sender arriving later defers anyway)
+	eventuallyTrue(t, func() bool { return d.throttleWaiting.Load() == 2 }, "both senders waiting for a concurrency slot")
 	start := time.Now()
 	if v := report(ban, banned); v != "T" {
 		t.Fatalf("the ban's D: verdict %q, want T", v)

@@ -22,7 +22,42 @@ type restartLoad struct {
 	open, maxOpen                                  atomic.Int64 // sessions greeted with 220 and not yet closed
 	maxGreet                                       atomic.Int64 // longest wait for a greeting, ns
 	mu                                             sync.Mutex
-	failures                                       []string // replies no limit explains
+	failures                                       []string      // replies no limit explains
+	finished                                       int           // sessions ended, whatever their outcome
+	moved                                          chan struct{} // closed (and replaced) when a session ends
+}
+
+// ended records the end of one session and wakes whoever waits for it.
+func (l *restartLoad) ended() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.finished++
+	close(l.moved)
+	l.moved = make(chan struct{})
+}
+
+// waitSessions blocks until n more sessions have ended: the load has
+// gone on (through a restart or an upgrade, say) however slow the
+// machine. Two minutes without them fail the test.
+func (l *restartLoad) waitSessions(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	target := l.finished + n
+	l.mu.Unlock()
+	deadline := time.After(2 * time.Minute)
+	for {
+		l.mu.Lock()
+		done, moved := l.finished >= target, l.moved
+		l.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-moved:
+		case <-deadline:
+			t.Fatalf("the load stalled: fewer than %d sessions ended in two minutes", n)
+		}
+	}
 }
 
 func (l *restartLoad) fail(format string, args ...any) {
@@ -42,6 +77,7 @@ func capRefusal(r postfixtest.Reply) bool {
 
 // session runs one SMTP session with one message and records it.
 func (l *restartLoad) session(ctx context.Context, port int, sender string) {
+	defer l.ended()
 	t0 := time.Now()
 	c, g, err := postfixtest.DialSMTP(ctx, port)
 	if err != nil {
@@ -110,26 +146,31 @@ func TestRestartUnderPostfixLoad(t *testing.T) {
 	const restarts = 10
 	t0 := time.Now()
 	for range restarts {
-		time.Sleep(400 * time.Millisecond)
+		load.waitSessions(t, loadClients)
 		h.stop()
 		h.start()
 	}
-	time.Sleep(400 * time.Millisecond)
+	load.waitSessions(t, loadClients)
 	stop()
 	t.Logf("%d restarts in %v", restarts, time.Since(t0).Round(time.Millisecond))
 	h.stop()
 	load.check(t)
 }
 
-// startLoad runs eight SMTP clients, each one session after another with
-// one message (every third from the counted sender), until stop (which
-// first waits, up to two minutes, for 25 messages of the counted sender).
+// loadClients is how many SMTP clients startLoad runs at once; the tests
+// let as many sessions end between two restarts or upgrades.
+const loadClients = 8
+
+// startLoad runs loadClients SMTP clients, each one session after another
+// with one message (every third from the counted sender), until stop
+// (which first waits, up to two minutes, for 25 messages of the counted
+// sender).
 func startLoad(ctx context.Context, port int) (*restartLoad, func()) {
-	load := &restartLoad{}
+	load := &restartLoad{moved: make(chan struct{})}
 	loadCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var seq atomic.Int64
-	for range 8 {
+	for range loadClients {
 		wg.Go(func() {
 			for loadCtx.Err() == nil {
 				n := seq.Add(1)
@@ -144,8 +185,17 @@ func startLoad(ctx context.Context, port int) (*restartLoad, func()) {
 	return load, func() {
 		// Enough of the counted sender's messages to cross its limit of 20,
 		// however slow the machine: the load goes on until there are.
-		for deadline := time.Now().Add(2 * time.Minute); load.counted.Load()+load.policyDeferred.Load() < 25 && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
+		deadline := time.After(2 * time.Minute)
+	wait:
+		for load.counted.Load()+load.policyDeferred.Load() < 25 {
+			load.mu.Lock()
+			moved := load.moved
+			load.mu.Unlock()
+			select {
+			case <-moved:
+			case <-deadline:
+				break wait // check then says the run proves nothing of the limit
+			}
 		}
 		cancel()
 		wg.Wait()

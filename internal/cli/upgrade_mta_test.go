@@ -98,7 +98,7 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	})
 	load, stop := startLoad(m.ctx, m.smtpPort)
-	time.Sleep(time.Second)
+	load.waitSessions(t, loadClients)
 	upgradeFails := func(why string) {
 		t.Helper()
 		before := strings.Count(p.stderr.String(), "upgrade failed: the new process did not take over; still serving")
@@ -110,7 +110,6 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 			t.Fatalf("the daemon exited after a failed upgrade (%s)", why)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
 	installBinary(t, "/bin/false", live)
 	upgradeFails("to a binary that exits at once")
 	cfg, err := os.ReadFile(m.cfgPath)
@@ -137,7 +136,7 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 	const upgrades = 3
 	t0 := time.Now()
 	for i := range upgrades {
-		time.Sleep(400 * time.Millisecond)
+		load.waitSessions(t, loadClients)
 		bin, version := other, "upgraded"
 		if i%2 == 1 {
 			bin, version = m.bin, "(devel)"
@@ -155,7 +154,7 @@ func TestUpgradeUnderPostfixLoad(t *testing.T) {
 			t.Errorf("upgrade %d: the new daemon's start line %q, want version %q", i+1, started, version)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	load.waitSessions(t, loadClients)
 	stop()
 	t.Logf("%d upgrades in %v", upgrades, time.Since(t0).Round(time.Millisecond))
 	t.Cleanup(func() {
