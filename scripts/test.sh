@@ -9,7 +9,7 @@
 # paths, the multiplexor's drop-in: scripts/installed-host.sh), undone at
 # exit; without root it says loudly which suites will be skipped.
 #
-# Environment: FUZZTIME (default 10s) per fuzz target, and, when set, how
+# Environment: FUZZTIME (default 5s) per fuzz target, and, when set, how
 # long the mux differential fuzzer (TestMuxDifferentialFuzz, run with the
 # tests; unset, it plays its four fixed schedules) draws new ones;
 # SKIP_FUZZ=1 skips the fuzz targets;
@@ -174,7 +174,7 @@ fuzz_target() {
 	local dir=$1 name=$2 out rc
 	for attempt in 1 2; do
 		rc=0
-		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-10s}" "$dir" 2>&1 9>&-) || rc=$?
+		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-5s}" "$dir" 2>&1 9>&-) || rc=$?
 		printf '%s\n' "$out"
 		[ "$rc" = 0 ] && return 0
 		if [ "$attempt" = 1 ] && grep -q '^    context deadline exceeded$' <<<"$out" &&
@@ -187,7 +187,7 @@ fuzz_target() {
 }
 
 if [ "${SKIP_FUZZ:-}" != 1 ]; then
-	step "fuzzing (${FUZZTIME:-10s} per target)"
+	step "fuzzing (${FUZZTIME:-5s} per target)"
 	# Every "func FuzzX(" in a _test.go file is a target.
 	grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do
 		dir=$(dirname "$f")
