@@ -183,10 +183,18 @@ func TestWatchReloads(t *testing.T) {
 	dir := t.TempDir()
 	path := writeConfig(t, dir, cfgText(dir, "2"))
 	d := startDaemon(t, path)
+	armed := make(chan struct{})
+	watchArmed = func() { close(armed) }
+	defer func() { watchArmed = nil }() // after Watch has returned: deferred first, run last
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Watch(ctx, 20*time.Millisecond, nil) }()
 	defer func() { cancel(); <-done }()
+	select {
+	case <-armed:
+	case err := <-done:
+		t.Fatalf("Watch ended before its watch was armed: %v", err)
+	}
 	limitOf := func() int64 {
 		r := d.Governor()
 		return *r.AnvilRules().Classes["partners"].Count
@@ -206,7 +214,6 @@ func TestWatchReloads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the watch is armed
 	write(path, cfgText(dir, "7"))
 	waitLimit(7)
 	tmp := path + ".new"

@@ -128,7 +128,8 @@ func (s *snapshotter) run(ctx context.Context) {
 }
 
 // write writes one snapshot; a failure is logged at its first occurrence
-// and the recovery once, not at every interval.
+// and the recovery once, not at every interval (each failure after the
+// first at debug level).
 func (s *snapshotter) write(now time.Time, clean bool) {
 	st, err := s.mem.WriteSnapshot(s.path, now, clean)
 	if err == nil && !s.journal && !clean {
@@ -139,6 +140,7 @@ func (s *snapshotter) write(now time.Time, clean bool) {
 		s.failing = true
 		s.log.Error("store snapshot: write failed; counts since the last good one would be lost in a crash", "file", s.path, "err", err)
 	case err != nil:
+		s.log.Debug("store snapshot: write failed again", "file", s.path, "err", err)
 	case s.failing:
 		s.failing = false
 		s.log.Info("store snapshot: writing again", "file", s.path, "keys", st.Keys)

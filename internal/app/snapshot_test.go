@@ -83,7 +83,7 @@ func runSnapDaemon(t *testing.T, path string) daemonRun {
 		t.Fatal(errs)
 	}
 	lg := &syncLog{ch: make(chan string, 1000)}
-	d, err := New(cfg, path, slog.New(slog.NewTextHandler(lg, nil)), nil)
+	d, err := New(cfg, path, slog.New(slog.NewTextHandler(lg, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,9 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	}
 	// Wait for a periodic (unclean) snapshot, keep it: it is what a kill
 	// -9 leaves behind.
-	time.Sleep(300 * time.Millisecond)
+	written := func() int { return strings.Count(r.log.String(), `msg="store snapshot written"`) }
+	before := written()
+	eventuallyTrue(t, func() bool { return written() > before }, "a periodic snapshot after the requests")
 	crashed, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -207,8 +209,9 @@ func TestSnapshotWriteFailingKeepsServing(t *testing.T) {
 			t.Fatalf("with snapshots failing: %s", v)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // five intervals, all failing
-	if n := strings.Count(r.log.String(), "store snapshot: write failed"); n != 1 {
+	// Five intervals, all failing: one ERROR line, the others at debug.
+	eventuallyTrue(t, func() bool { return strings.Count(r.log.String(), "store snapshot: write failed again") >= 4 }, "five failed writes")
+	if n := strings.Count(r.log.String(), "level=ERROR msg=\"store snapshot: write failed;"); n != 1 {
 		t.Fatalf("%d failure lines, want 1:\n%s", n, r.log.String())
 	}
 	if err := os.Mkdir(filepath.Join(dir, "snap"), 0o700); err != nil {

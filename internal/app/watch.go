@@ -11,6 +11,10 @@ import (
 	"unsafe"
 )
 
+// watchArmed, when a test sets it, is called once Watch's inotify watch is
+// in place: a change to the file from then on is seen.
+var watchArmed func()
+
 // Watch reloads the configuration when its file changes (written in place,
 // or replaced by rename, as editors and config managers do), until ctx
 // ends. Changes within settle of each other make one reload. It uses
@@ -33,6 +37,9 @@ func (d *Daemon) Watch(ctx context.Context, settle time.Duration, reload func())
 	// Watch the directory: a file replaced by rename is a new inode.
 	if _, err := syscall.InotifyAddWatch(fd, dir, syscall.IN_CLOSE_WRITE|syscall.IN_MOVED_TO|syscall.IN_CREATE); err != nil {
 		return fmt.Errorf("watch %s: %w", d.path, err)
+	}
+	if watchArmed != nil {
+		watchArmed()
 	}
 	go func() {
 		<-ctx.Done()
