@@ -163,7 +163,18 @@ policy_rules = true
 	if err := inst.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Every stream recorded: each relay ends when its smtpd's connection
+	// does.
+	for _, rec := range []*recorder{anvilRec, policyRec, milterRec} {
+		rec.l.Close()
+		ended := make(chan struct{})
+		go func() { rec.wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(time.Minute):
+			t.Fatal("a connection from smtpd still open a minute after Postfix stopped")
+		}
+	}
 	for _, out := range []struct {
 		rec *recorder
 		dir string
@@ -173,7 +184,6 @@ policy_rules = true
 		{policyRec, "../policy/testdata/fuzz/FuzzDecode", 3},
 		{milterRec, "../milter/wire/testdata/fuzz/FuzzDecode", 3},
 	} {
-		out.rec.l.Close()
 		out.rec.mu.Lock()
 		streams := out.rec.streams
 		out.rec.mu.Unlock()
