@@ -158,7 +158,11 @@ func TestServeKilledMidLoadRestarts(t *testing.T) {
 			t.Fatalf("after SIGKILL %s should be left behind as a stale socket: %v", s, err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // clients fail against the stale sockets meanwhile
+	// Every client fails against the stale sockets before the restart:
+	// at least one failed attempt each.
+	waitUntil(t, "the clients failing against the stale sockets", func() bool {
+		return load.errs.Load()-errsAtKill >= policyClients+anvilClients
+	}, func() string { return fmt.Sprintf("%d failed attempts since the kill", load.errs.Load()-errsAtKill) })
 	p2 := relStart(t, bin, args, socks...)
 	restarted := time.Now()
 	waitUntil(t, "every client answered after the restart", func() bool {
