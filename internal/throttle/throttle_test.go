@@ -76,6 +76,7 @@ type gate struct {
 	at      time.Time
 	deferIt bool
 	block   bool
+	waiting atomic.Int64 // Acquire calls blocked (block)
 	done    atomic.Int64
 	gone    atomic.Int64
 }
@@ -85,6 +86,7 @@ func (g *gate) Acquire(ctx context.Context, key string) (Grant, error) {
 		return Grant{}, &DeferError{Reason: "no slot for " + key + " within 1m"}
 	}
 	if g.block {
+		g.waiting.Add(1)
 		<-ctx.Done()
 		g.gone.Add(1)
 		return Grant{}, ctx.Err()
@@ -218,7 +220,7 @@ func TestWaiterGoingAwayLeavesLine(t *testing.T) {
 	cl, _ := Dial("unix", path, time.Second)
 	errc := make(chan error, 1)
 	go func() { _, err := cl.Acquire("relay.example"); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, func() bool { return g.waiting.Load() == 1 }) // in line
 	cl.Close()
 	<-errc
 	waitFor(t, func() bool { return g.gone.Load() == 1 })

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"sluice/bench/internal/procstat"
 	"time"
 )
 
@@ -29,7 +31,8 @@ func TestStopAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stubborn, err := s.Start("stubborn", exec.Command("sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"))
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	stubborn, err := s.Start("stubborn", exec.Command("sh", "-c", "trap '' TERM; : >\"$1\"; while :; do sleep 0.05; done", "sh", trapped))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +45,7 @@ func TestStopAndClose(t *testing.T) {
 	if p.Alive() {
 		t.Error("alive after Stop")
 	}
-	time.Sleep(200 * time.Millisecond) // let the shell set its trap
+	waitFile(t, trapped) // the shell has set its trap
 	if stubborn.Stop(300 * time.Millisecond) {
 		t.Error("a daemon ignoring SIGTERM stopped by itself")
 	}
@@ -97,7 +100,7 @@ func TestStopListedSession(t *testing.T) {
 	if err := os.WriteFile(f, []byte(list), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitSession(t, cmd.Process.Pid) // setsid has made its session
 	stopListed(f, 5*time.Second)
 	select {
 	case <-done:
@@ -174,5 +177,31 @@ func TestPorts(t *testing.T) {
 			t.Fatalf("FreeTCPPort = %d (used %v)", p, got)
 		}
 		got = append(got, p)
+	}
+}
+
+// waitFile waits up to 10 s for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 10 s", path)
+		}
+	}
+}
+
+// waitSession waits up to 10 s for pid to lead a session of its own.
+func waitSession(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, err := procstat.ReadStat(pid); err == nil && st.Session == pid {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d leads no session after 10 s", pid)
+		}
 	}
 }
