@@ -845,12 +845,18 @@ func TestNoGoroutineLeft(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	time.Sleep(10 * time.Millisecond) // Close waits for the callback in flight
-	close(release)
-	must(t, <-closed)
+	// Close is under way once Serve has returned; it must then wait for
+	// the callback in flight.
 	if err := <-served; !errors.Is(err, ErrServerClosed) {
 		t.Fatal(err)
 	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with a callback in flight", err)
+	default:
+	}
+	close(release)
+	must(t, <-closed)
 	for _, m := range mtas {
 		m.Close()
 	}
