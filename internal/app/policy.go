@@ -12,9 +12,17 @@ type policySession struct {
 	d  *Daemon
 	ps governor.PolicySession
 	pr governor.PolicyRequest
+	// attr is attrOf.Attr, made once: the server passes the same Request
+	// to every Check of a connection, and a method value made per request
+	// would be an allocation per request.
+	attrOf *policy.Request
+	attr   func(string) (string, bool)
 }
 
 func (s *policySession) Check(ctx context.Context, req *policy.Request) (string, error) {
+	if s.attrOf != req {
+		s.attrOf, s.attr = req, req.Attr
+	}
 	s.pr = governor.PolicyRequest{
 		ProtocolState:     req.ProtocolState,
 		ClientAddress:     req.ClientAddress,
@@ -29,7 +37,7 @@ func (s *policySession) Check(ctx context.Context, req *policy.Request) (string,
 		SASLUsername:      req.SASLUsername,
 		PolicyContext:     req.PolicyContext,
 		Instance:          req.Instance,
-		Attr:              req.Attr,
+		Attr:              s.attr,
 	}
 	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
 }

@@ -138,12 +138,17 @@ const storeTrouble = "DEFER_IF_PERMIT 4.3.0 Rate limiter temporarily unavailable
 
 // PolicySession is the state of one policy connection: the transaction it
 // is in and the counts that may have to be taken back.
+//
+// It keeps copies of what it compares the next request with, in buffers
+// it reuses: a request's strings may be the decoder's, valid only until
+// the next request is read, and copying them costs no allocation once the
+// buffers have grown.
 type PolicySession struct {
-	instance  string
-	finished  bool // the instance reached END-OF-MESSAGE
+	instance  []byte // the transaction's instance
+	finished  bool   // the instance reached END-OF-MESSAGE
 	pending   []pendingHit
 	counted   []string // "rule" names counted once for this instance
-	smtpSess  string   // client_address:client_port of the SMTP session
+	smtpSess  []byte   // client_address, NUL, client_port of the SMTP session
 	connCount []string // connection rules counted for this SMTP session
 	connDeny  string   // a connection rule's refusal, kept for the session
 }
@@ -284,20 +289,29 @@ func limiterAllows(out []limiter.Decision) bool {
 // the request, taking back counts of a transaction that ended without
 // END-OF-MESSAGE.
 func (g *Governor) policyTransaction(ctx context.Context, ps *PolicySession, req *PolicyRequest) {
-	if sess := req.ClientAddress + "\x00" + req.ClientPort; sess != ps.smtpSess {
-		ps.smtpSess, ps.connCount, ps.connDeny = sess, ps.connCount[:0], ""
+	if !sameSession(ps.smtpSess, req.ClientAddress, req.ClientPort) {
+		ps.smtpSess = append(append(append(ps.smtpSess[:0], req.ClientAddress...), 0), req.ClientPort...)
+		ps.connCount, ps.connDeny = ps.connCount[:0], ""
 	}
-	if req.Instance != ps.instance {
+	if string(ps.instance) != req.Instance {
 		if !ps.finished && len(ps.pending) > 0 {
-			g.log.Debug("policy: transaction ended without END-OF-MESSAGE; taking back its counts", "instance", ps.instance, "hits", len(ps.pending))
+			g.log.Debug("policy: transaction ended without END-OF-MESSAGE; taking back its counts", "instance", string(ps.instance), "hits", len(ps.pending))
 			g.policyUndo(ctx, ps.pending)
 		}
-		ps.instance, ps.finished, ps.pending, ps.counted = req.Instance, false, ps.pending[:0], ps.counted[:0]
+		ps.instance = append(ps.instance[:0], req.Instance...)
+		ps.finished, ps.pending, ps.counted = false, ps.pending[:0], ps.counted[:0]
 	}
 	if req.ProtocolState == rules.StateEOM {
 		ps.finished = true
 		ps.pending = ps.pending[:0]
 	}
+}
+
+// sameSession reports whether sess (client_address, NUL, client_port)
+// names the SMTP session of addr and port.
+func sameSession(sess []byte, addr, port string) bool {
+	return len(sess) == len(addr)+1+len(port) && string(sess[:len(addr)]) == addr &&
+		sess[len(addr)] == 0 && string(sess[len(addr)+1:]) == port
 }
 
 // PolicyClose ends a policy connection's session: an unfinished

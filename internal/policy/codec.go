@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"sluice/internal/netserve"
 )
@@ -47,6 +48,7 @@ type Decoder struct {
 	r     *bufio.Reader
 	lim   Limits
 	buf   []byte // the request's attributes, back to back
+	prev  []byte // the buffer of the request before, cleared
 	marks []mark
 	// Unknown counts attributes ignored because sluice does not know them.
 	Unknown int
@@ -63,11 +65,18 @@ func NewDecoder(r io.Reader, lim Limits) *Decoder {
 // ignored. A request without request=smtpd_access_policy is an error. At
 // a clean end of stream between requests it returns io.EOF.
 //
-// The request's text is copied into one string and every value is a slice
-// of it: one allocation per request.
+// The request's strings are views of the decoder's buffer, not copies:
+// they are valid until the next Decode. The decoder takes turns between
+// two buffers and clears the one it leaves, so that a string kept by
+// mistake reads as NUL bytes while the next request is decided, not as
+// its plausible value. A caller that keeps a value longer copies it
+// (strings.Clone, Request.Clone). Decoding allocates nothing once the
+// buffers have grown to the connection's largest request.
 func (d *Decoder) Decode(req *Request) error {
 	req.Reset()
-	d.buf, d.marks = d.buf[:0], d.marks[:0]
+	clear(d.buf)
+	d.buf, d.prev = d.prev[:0], d.buf
+	d.marks = d.marks[:0]
 	attrs := 0
 	for {
 		line, err := d.line()
@@ -103,8 +112,9 @@ func (d *Decoder) Decode(req *Request) error {
 	if i := bytes.IndexByte(d.buf, 0); i >= 0 {
 		return fmt.Errorf("%w: NUL byte in a request", ErrProtocol)
 	}
-	// One string for the whole request; every value is a slice of it.
-	text := string(d.buf)
+	// The whole request seen as one string, without a copy; every value is
+	// a slice of it, valid until the next Decode.
+	text := unsafe.String(unsafe.SliceData(d.buf), len(d.buf))
 	for _, m := range d.marks {
 		name, value := text[m.start:m.eq], text[m.eq+1:m.end]
 		if p := req.field(name); p != nil {

@@ -63,6 +63,50 @@ func TestDecodeFull(t *testing.T) {
 	}
 }
 
+// TestDecodeValuesLastUntilNextDecode: a request's strings are views of
+// the decoder's buffer: the next Decode clears it, so a value kept by
+// mistake reads as NUL bytes, never as the next request's; Clone keeps a
+// request whole.
+func TestDecodeValuesLastUntilNextDecode(t *testing.T) {
+	d := NewDecoder(strings.NewReader(eomRequest+strings.Replace(eomRequest, "alice@example.net", "carol@example.com", 1)), Limits{})
+	var r Request
+	if err := d.Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	kept, view := r.Clone(), r.Sender
+	if err := d.Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Sender != "carol@example.com" {
+		t.Fatalf("second request's sender %q", r.Sender)
+	}
+	if kept.Sender != "alice@example.net" || kept.Instance != "1a2b.6543.abc.0" || kept.Size != 12345 {
+		t.Errorf("the clone changed with the next Decode: %+v", kept)
+	}
+	if view != strings.Repeat("\x00", len("alice@example.net")) {
+		t.Errorf("a value kept past the next Decode reads %q, want NUL bytes", view)
+	}
+}
+
+// TestDecodeAllocatesNothing: once its buffer has grown, decoding a
+// request allocates nothing.
+func TestDecodeAllocatesNothing(t *testing.T) {
+	r := strings.NewReader(eomRequest)
+	d := NewDecoder(r, Limits{})
+	var req Request
+	decode := func() {
+		r.Reset(eomRequest)
+		d.r.Reset(r)
+		if err := d.Decode(&req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decode()
+	if n := testing.AllocsPerRun(100, decode); n != 0 {
+		t.Fatalf("%v allocations per request, want 0", n)
+	}
+}
+
 func TestDecodeAnyOrderLastWins(t *testing.T) {
 	in := "sender=a@x\nrequest=smtpd_access_policy\nsender=b@x\nrecipient_count=\n\n"
 	var r Request

@@ -4,6 +4,11 @@
 // with "action=..." and an empty line.
 package policy
 
+import (
+	"reflect"
+	"strings"
+)
+
 // Request is one policy query. Every attribute Postfix 2.1 to 3.12 sends
 // has a field, named after it (HeloName is helo_name, CCertSubject
 // ccert_subject, TLSSNI tls_sni...) and grouped under the Postfix release
@@ -56,6 +61,19 @@ type Request struct {
 
 // Reset clears r for reuse.
 func (r *Request) Reset() { *r = Request{} }
+
+// Clone returns a copy of r whose strings are its own: a Decoder's
+// request is valid only until its next Decode.
+func (r *Request) Clone() Request {
+	c := *r
+	v := reflect.ValueOf(&c).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String {
+			f.SetString(strings.Clone(f.String()))
+		}
+	}
+	return c
+}
 
 // field returns a pointer to the string field for name, or nil.
 func (r *Request) field(name string) *string {
