@@ -8,9 +8,10 @@
 # wrapper checks for root, installs postfwd and policyd-rate-limit with
 # apt-get if missing, and runs the driver from the repository's root (it
 # disables the packages' own services, and runs each server as a private
-# instance on a free loopback port). It prints one
-# "policy ratio sluice/<server> c=<c>: X.XX" line per server and c, and
-# ends with the c=64 ratio against postfwd.
+# instance on a free loopback port), beside the floor (bench/policyfloor:
+# read to the empty line, answer DUNNO) and, with BASELINE, an older sluice.
+# It prints one "policy ratio sluice/<server> c=<c>: X.XX" line per server
+# and c, and ends with the c=64 ratio against postfwd.
 #
 # Usage (as root: it installs the packages, and drops each daemon to its own
 # user):
@@ -18,11 +19,13 @@
 #   QUICK=1 bench/policy.sh         1 s per run, 1 round
 #   DURATION=10s ROUNDS=5 bench/policy.sh
 #   POSTFWD_CACHE=600 bench/policy.sh   postfwd with its request cache on
+#   BASELINE=/tmp/sluice-old bench/policy.sh   that binary measured too
 #   bench/policy.sh -h              the driver's flags (-quick, -duration,
 #                                   -rounds, -postfwd-cache: the same knobs;
 #                                   a flag wins)
 # Environment: QUICK=1 (DURATION and ROUNDS are then ignored), DURATION
-# (5s), ROUNDS (3), POSTFWD_CACHE (0: postfwd2's request cache off).
+# (5s), ROUNDS (3), POSTFWD_CACHE (0: postfwd2's request cache off),
+# BASELINE (none).
 #
 # The load generator and the servers share this machine's CPUs; nothing is
 # pinned, so compare the ratios (printed with their spread over the

@@ -57,6 +57,16 @@
 //	DURATION=5s      -duration        the measured time of each run
 //	ROUNDS=3         -rounds          rounds
 //	POSTFWD_CACHE=0  -postfwd-cache   postfwd2's request cache timeout in s (0: off)
+//	BASELINE=        -baseline        another sluice binary, measured beside this one
+//
+// Two more servers run beside the three: the floor (bench/policyfloor, the
+// least a policy server can do on the same socket: read up to the empty
+// line, write a fixed action=DUNNO; it has no rule, so it is not probed)
+// and, with BASELINE, an older sluice binary started with the same
+// configuration, so that a change is measured before and after in one run.
+// Their ratio lines ("policy ratio sluice/floor c=N", "policy ratio
+// sluice/baseline c=N") come before those against the peers, and the goals
+// gain "sluice/floor at c=64 (>= 0.85)".
 //
 // It must run as root (the daemons run as their own users) from the
 // repository's root, with postfwd and policyd-rate-limit installed. Each
@@ -88,23 +98,37 @@ func main() {
 // c=64 line against postfwd comes last).
 var concurrency = []int{1, 8, 64}
 
-// targets are the three servers, in their first round's order.
-var targets = []string{"sluice", "postfwd", "policyd-rate-limit"}
+// peers are the two policy servers sluice is compared with; the ratio
+// lines against them end the report.
+var peers = []string{"policyd-rate-limit", "postfwd"}
 
 // settings are the run's knobs.
 type settings struct {
 	duration     string // as given, for policyload's -duration and the report
 	rounds       int
 	postfwdCache int
+	baseline     string // another sluice binary to measure beside this one ("": none)
 }
 
-const usage = `usage: policybench [-quick] [-duration d] [-rounds n] [-postfwd-cache s]
+// targets are the servers of a run, in their first round's order: sluice,
+// the floor (bench/policyfloor), the baseline if there is one, and the
+// peers.
+func (s settings) targets() []string {
+	t := []string{"sluice", "floor"}
+	if s.baseline != "" {
+		t = append(t, "baseline")
+	}
+	return append(t, "postfwd", "policyd-rate-limit")
+}
+
+const usage = `usage: policybench [-quick] [-duration d] [-rounds n] [-postfwd-cache s] [-baseline sluice]
 
 bench/policy.sh's driver (see its header, or "go doc ./bench/policybench"):
 sluice's policy door, postfwd2 and policyd-rate-limit side by side, with the
 same rule and load. As root, from the repository's root. The environment's
 QUICK=1 (1 s per run, 1 round: DURATION and ROUNDS are then ignored),
-DURATION, ROUNDS and POSTFWD_CACHE set the same as the flags, which win.
+DURATION, ROUNDS, POSTFWD_CACHE and BASELINE set the same as the flags,
+which win.
 
 `
 
@@ -121,6 +145,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	duration := fs.String("duration", "5s", "the measured time of each run (DURATION)")
 	nRounds := fs.Int("rounds", 3, "rounds (ROUNDS)")
 	cache := fs.Int("postfwd-cache", 0, "postfwd2's request cache timeout in seconds, 0 for off (POSTFWD_CACHE)")
+	baseline := fs.String("baseline", "", "another sluice binary to measure beside this one, with the same rule (BASELINE)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -155,6 +180,15 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	case getenv("POSTFWD_CACHE") != "":
 		if s.postfwdCache, err = strconv.Atoi(getenv("POSTFWD_CACHE")); err != nil {
 			return s, fmt.Errorf("POSTFWD_CACHE=%q is not a number", getenv("POSTFWD_CACHE"))
+		}
+	}
+	s.baseline = getenv("BASELINE")
+	if set["baseline"] {
+		s.baseline = *baseline
+	}
+	if s.baseline != "" {
+		if fi, err := os.Stat(s.baseline); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return s, fmt.Errorf("the baseline %q is not an executable file", s.baseline)
 		}
 	}
 	if d, err := time.ParseDuration(s.duration); err != nil || d <= 0 {

@@ -23,12 +23,12 @@ func TestParseSettings(t *testing.T) {
 		want settings
 		bad  bool
 	}{
-		{"defaults", nil, nil, settings{"5s", 3, 0}, false},
-		{"QUICK=1 ignores DURATION and ROUNDS", map[string]string{"QUICK": "1", "DURATION": "10s", "ROUNDS": "5"}, nil, settings{"1s", 1, 0}, false},
-		{"environment", map[string]string{"DURATION": "10s", "ROUNDS": "5", "POSTFWD_CACHE": "600"}, nil, settings{"10s", 5, 600}, false},
-		{"flags win", map[string]string{"DURATION": "10s", "ROUNDS": "5"}, []string{"-duration", "2s", "-rounds", "4", "-postfwd-cache", "60"}, settings{"2s", 4, 60}, false},
-		{"-quick", nil, []string{"-quick"}, settings{"1s", 1, 0}, false},
-		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{"1s", 2, 0}, false},
+		{"defaults", nil, nil, settings{duration: "5s", rounds: 3, postfwdCache: 0}, false},
+		{"QUICK=1 ignores DURATION and ROUNDS", map[string]string{"QUICK": "1", "DURATION": "10s", "ROUNDS": "5"}, nil, settings{duration: "1s", rounds: 1, postfwdCache: 0}, false},
+		{"environment", map[string]string{"DURATION": "10s", "ROUNDS": "5", "POSTFWD_CACHE": "600"}, nil, settings{duration: "10s", rounds: 5, postfwdCache: 600}, false},
+		{"flags win", map[string]string{"DURATION": "10s", "ROUNDS": "5"}, []string{"-duration", "2s", "-rounds", "4", "-postfwd-cache", "60"}, settings{duration: "2s", rounds: 4, postfwdCache: 60}, false},
+		{"-quick", nil, []string{"-quick"}, settings{duration: "1s", rounds: 1, postfwdCache: 0}, false},
+		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{duration: "1s", rounds: 2, postfwdCache: 0}, false},
 		{"DURATION not a duration", map[string]string{"DURATION": "5"}, nil, settings{}, true},
 		{"a negative duration", nil, []string{"-duration", "-1s"}, settings{}, true},
 		{"ROUNDS not a number", map[string]string{"ROUNDS": "x"}, nil, settings{}, true},
@@ -36,6 +36,10 @@ func TestParseSettings(t *testing.T) {
 		{"POSTFWD_CACHE not a number", map[string]string{"POSTFWD_CACHE": "on"}, nil, settings{}, true},
 		{"a negative cache", nil, []string{"-postfwd-cache", "-1"}, settings{}, true},
 		{"an argument", nil, []string{"now"}, settings{}, true},
+		{"BASELINE", map[string]string{"BASELINE": "/bin/true"}, nil, settings{duration: "5s", rounds: 3, baseline: "/bin/true"}, false},
+		{"-baseline wins", map[string]string{"BASELINE": "/bin/false"}, []string{"-baseline", "/bin/true"}, settings{duration: "5s", rounds: 3, baseline: "/bin/true"}, false},
+		{"a baseline that is no executable", nil, []string{"-baseline", "/etc"}, settings{}, true},
+		{"a missing baseline", map[string]string{"BASELINE": "/nonexistent/sluice"}, nil, settings{}, true},
 	} {
 		getenv := func(k string) string { return tc.env[k] }
 		got, err := parseSettings(tc.args, getenv, io.Discard)
@@ -82,7 +86,7 @@ policy ratio sluice/postfwd c=64: 47.60
 `
 
 func oldResults() *results {
-	r := &results{errors: map[string]int{}}
+	r := &results{targets: settings{}.targets(), errors: map[string]int{}}
 	for t, v := range oldRun {
 		for i, c := range concurrency {
 			r.rps.Add(t, c, v[i])
@@ -116,7 +120,7 @@ func TestReportAsTheScript(t *testing.T) {
 
 func TestSpreadsAndTable(t *testing.T) {
 	r := oldResults()
-	for _, t := range targets {
+	for _, t := range append([]string{"sluice"}, peers...) {
 		for _, c := range concurrency {
 			r.rps.Add(t, c, 1000)
 			r.cpu.Add(t, c, 20)
@@ -133,7 +137,7 @@ func TestSpreadsAndTable(t *testing.T) {
 	if strings.Contains(spreads.String(), "policy ratio") {
 		t.Errorf("a spread line looks like a ratio line:\n%s", spreads.String())
 	}
-	writeTable(&table, r, settings{"1s", 2, 0}, 2)
+	writeTable(&table, r, settings{duration: "1s", rounds: 2, postfwdCache: 0}, 2)
 	for _, want := range []string{
 		"medians over 2 round(s), 1s per run, 2 CPUs shared by load generator and servers\n",
 		"64   sluice                    25135.0      100.0     5570.6        0.0           20.0       1000.0      49270.0\n",
@@ -204,5 +208,37 @@ func TestReadPID(t *testing.T) {
 	}
 	if readPID(dir+"/missing") != 0 {
 		t.Error("a missing pid file has a pid")
+	}
+}
+
+// TestReportWithFloorAndBaseline: the floor's and the baseline's ratio
+// lines come before the peers' (the c=64 line against postfwd stays
+// last), and the goals gain the floor's.
+func TestReportWithFloorAndBaseline(t *testing.T) {
+	r := oldResults()
+	r.targets = settings{baseline: "/bin/true"}.targets()
+	for i, c := range concurrency {
+		r.rps.Add("floor", c, oldRun["sluice"][i]/0.9)
+		r.rps.Add("baseline", c, oldRun["sluice"][i]/1.25)
+	}
+	var goals, ratios, spreads bytes.Buffer
+	writeGoals(&goals, r)
+	writeRatios(&ratios, r)
+	writeSpreads(&spreads, r)
+	if want := oldGoals + "goal at c=64: sluice/floor 0.90 (>= 0.85: met)\n"; goals.String() != want {
+		t.Errorf("goals:\n%q\nwant\n%q", goals.String(), want)
+	}
+	want := `policy ratio sluice/floor c=1: 0.90
+policy ratio sluice/floor c=8: 0.90
+policy ratio sluice/floor c=64: 0.90
+policy ratio sluice/baseline c=1: 1.25
+policy ratio sluice/baseline c=8: 1.25
+policy ratio sluice/baseline c=64: 1.25
+` + oldRatios
+	if ratios.String() != want {
+		t.Errorf("ratios:\n%s\nwant\n%s", ratios.String(), want)
+	}
+	if !strings.Contains(spreads.String(), "spread sluice/floor c=64: min 0.90 max 0.90 over 1 round\n") {
+		t.Errorf("spreads:\n%s", spreads.String())
 	}
 }

@@ -14,18 +14,31 @@ import (
 
 // results are the rounds' measures per target and c.
 type results struct {
+	targets                  []string // the servers measured, in the table's order
 	rps, p50, p99, p999, cpu rounds.Series
 	errors                   map[string]int // by target and c, as "target,c"
+}
+
+// own are the ratio lines that come before the peers': sluice against
+// the floor and the baseline, those that were measured.
+func (r *results) own() []string {
+	var t []string
+	for _, n := range []string{"floor", "baseline"} {
+		if len(r.rps.Values(n, concurrency[0])) > 0 {
+			t = append(t, n)
+		}
+	}
+	return t
 }
 
 // rounds runs every server at every c, s.rounds times, interleaved, and
 // prints each run.
 func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
-	res := &results{errors: map[string]int{}}
+	res := &results{targets: b.s.targets(), errors: map[string]int{}}
 	daemons.Logf("duration %s per run, %d round(s), c in 1 8 64", b.s.duration, b.s.rounds)
 	for round := 1; round <= b.s.rounds; round++ {
 		// Rotate the order: round 1 starts with sluice, round 2 with postfwd, ...
-		order := rounds.Order(targets, round)
+		order := rounds.Order(res.targets, round)
 		for _, c := range concurrency {
 			for _, t := range order {
 				if err := b.runOnce(ctx, w, res, round, t, c); err != nil {
@@ -107,14 +120,14 @@ func writeTable(w io.Writer, r *results, s settings, cpus int) {
 	fmt.Fprintln(w, "rps_min, rps_max: the slowest and the fastest round's rps):")
 	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "rps_min", "rps_max")
 	for _, c := range concurrency {
-		for _, t := range targets {
+		for _, t := range r.targets {
 			m := r.rps.Summary(t, c)
 			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %12.1f %12.1f\n", c, t, m.Median,
 				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), m.Min, m.Max)
 		}
 	}
 	for _, c := range concurrency {
-		for _, t := range targets {
+		for _, t := range r.targets {
 			if n := r.errors[t+","+strconv.Itoa(c)]; n > 0 {
 				fmt.Fprintf(w, "warning: %s at c=%d had %d errors over all rounds\n", t, c, n)
 			}
@@ -135,23 +148,28 @@ func writeGoals(w io.Writer, r *results) {
 	p99 := r.p99.Values("sluice", 64)
 	fmt.Fprintf(w, "goals at c=64: sluice/postfwd %s (>= 25: %s), sluice/policyd-rate-limit %s (>= 4: %s), sluice p99 %s us (<= 3000: %s)\n",
 		pf, rounds.AtLeast(pfv, 25), prl, rounds.AtLeast(prlv, 4), rounds.MedianText(p99, 1), rounds.AtMost(rounds.Median(p99), 3000))
+	if len(r.rps.Values("floor", 64)) > 0 {
+		fl := rounds.RatioValue(r.rps.Median("sluice", 64), r.rps.Median("floor", 64))
+		fmt.Fprintf(w, "goal at c=64: sluice/floor %s (>= 0.85: %s)\n", r.ratio("floor", 64), rounds.AtLeast(fl, 0.85))
+	}
 }
 
 // writeSpreads prints, for every ratio line, the smallest and largest of
 // the rounds' own ratios.
 func writeSpreads(w io.Writer, r *results) {
 	fmt.Fprintln(w, "spread of each ratio below over the rounds (each round's own sluice/server):")
-	for _, t := range []string{"policyd-rate-limit", "postfwd"} {
+	for _, t := range append(r.own(), peers...) {
 		for _, c := range concurrency {
 			fmt.Fprintf(w, "spread sluice/%s c=%d: %s\n", t, c, r.rps.RoundRatios("sluice", t, c).Spread(2))
 		}
 	}
 }
 
-// writeRatios prints the "policy ratio" lines exactly as bench/policy.sh
+// writeRatios prints the "policy ratio" lines: against the floor and the
+// baseline first, then against the peers exactly as bench/policy.sh
 // printed them; the c=64 line against postfwd comes last.
 func writeRatios(w io.Writer, r *results) {
-	for _, t := range []string{"policyd-rate-limit", "postfwd"} {
+	for _, t := range append(r.own(), peers...) {
 		for _, c := range concurrency {
 			fmt.Fprintf(w, "policy ratio sluice/%s c=%d: %s\n", t, c, r.ratio(t, c))
 		}

@@ -30,6 +30,8 @@ type bench struct {
 	dir        string
 	port       map[string]int // by target
 	sluice     *daemons.Proc
+	floor      *daemons.Proc
+	baseline   *daemons.Proc // nil without BASELINE
 	prl        *daemons.Proc
 	postfwdSID int
 	hz         float64
@@ -67,14 +69,18 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 		return err
 	}
 	var used []int
-	for _, t := range targets {
+	for _, t := range s.targets() {
 		p, err := daemons.FreeTCPPort(used...)
 		if err != nil {
 			return err
 		}
 		b.port[t], used = p, append(used, p)
 	}
-	for _, start := range []func(context.Context) error{b.startSluice, b.startPostfwd, b.startPRL} {
+	starts := []func(context.Context) error{b.startSluice, b.startFloor, b.startPostfwd, b.startPRL}
+	if s.baseline != "" {
+		starts = append(starts, b.startBaseline)
+	}
+	for _, start := range starts {
 		if err := start(ctx); err != nil {
 			return err
 		}
@@ -133,6 +139,12 @@ func (b *bench) checkAlive() error {
 	if !b.sluice.Alive() {
 		return fmt.Errorf("sluice exited; its log: %s", last(b.path("sluice.log")))
 	}
+	if !b.floor.Alive() {
+		return fmt.Errorf("the floor exited; its log: %s", last(b.path("floor.log")))
+	}
+	if b.baseline != nil && !b.baseline.Alive() {
+		return fmt.Errorf("the baseline exited; its log: %s", last(b.path("baseline.log")))
+	}
 	if !b.prl.Alive() {
 		return fmt.Errorf("policyd-rate-limit exited; its log: %s", last(b.path("prl/log")))
 	}
@@ -166,7 +178,11 @@ func (b *bench) policyload(ctx context.Context, args ...string) (out string, sta
 // which the last must be refused.
 func (b *bench) probes(ctx context.Context, w io.Writer) error {
 	daemons.Logf("probing: %d one-recipient messages from one sender per server", probeMessages)
-	for _, t := range targets {
+	for _, t := range b.s.targets() {
+		if t == "floor" {
+			fmt.Fprintln(w, "probe floor: not probed (no rule: it answers DUNNO to every request)")
+			continue
+		}
 		out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-probe", strconv.Itoa(probeMessages), "-label", t)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -221,6 +237,10 @@ func (b *bench) serverTicks(t string) uint64 {
 	switch t {
 	case "sluice":
 		pids = []int{b.sluice.PID()}
+	case "floor":
+		pids = []int{b.floor.PID()}
+	case "baseline":
+		pids = []int{b.baseline.PID()}
 	case "policyd-rate-limit":
 		pids = []int{b.prl.PID()}
 	case "postfwd":

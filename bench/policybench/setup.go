@@ -31,9 +31,9 @@ var (
 )
 
 // sluiceConfig is sluice serve's configuration: a policy door on port
-// with the benchmark's rule.
-func sluiceConfig(dir string, port int) string {
-	return fmt.Sprintf(`state_dir = "%s/sluice-state"
+// with the benchmark's rule, its state in the directory state.
+func sluiceConfig(state string, port int) string {
+	return fmt.Sprintf(`state_dir = "%s"
 [anvil]
 enabled = false
 [policy]
@@ -44,7 +44,7 @@ count = "messages"            # counted once per message, at END-OF-MESSAGE
 key = ["sender"]
 limit = ["1000/60s exact"]
 action = "DEFER_IF_PERMIT too much mail from {key}: {count}/{limit}"
-`, dir, port)
+`, state, port)
 }
 
 // prlConfig is policyd-rate-limit's configuration, in dir, as u:g.
@@ -79,8 +79,8 @@ func (b *bench) build(ctx context.Context) error {
 	if _, err := os.Stat("cmd/sluice"); err != nil {
 		return fmt.Errorf("run from the repository's root: %w", err)
 	}
-	daemons.Logf("building sluice and policyload in %s", b.dir)
-	for _, p := range [][2]string{{"sluice", "./cmd/sluice"}, {"policyload", "./bench/policyload"}} {
+	daemons.Logf("building sluice, policyload and policyfloor in %s", b.dir)
+	for _, p := range [][2]string{{"sluice", "./cmd/sluice"}, {"policyload", "./bench/policyload"}, {"policyfloor", "./bench/policyfloor"}} {
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.path(p[0]), p[1]).CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", p[1], err, out)
 		}
@@ -89,23 +89,53 @@ func (b *bench) build(ctx context.Context) error {
 }
 
 // startSluice starts sluice serve with a policy door on b.port["sluice"].
-func (b *bench) startSluice(ctx context.Context) error {
-	port := b.port["sluice"]
-	daemons.Logf("starting sluice serve with a policy door on 127.0.0.1:%d", port)
-	if err := os.Mkdir(b.path("sluice-state"), 0o700); err != nil {
-		return err
+func (b *bench) startSluice(ctx context.Context) (err error) {
+	b.sluice, err = b.startServe(ctx, "sluice", b.path("sluice"))
+	return err
+}
+
+// startBaseline starts the BASELINE binary as startSluice starts sluice,
+// on b.port["baseline"].
+func (b *bench) startBaseline(ctx context.Context) (err error) {
+	b.baseline, err = b.startServe(ctx, "baseline", b.s.baseline)
+	return err
+}
+
+// startServe starts bin's serve as target with the benchmark's rule, its
+// state and configuration under name-prefixed files in the run's directory.
+func (b *bench) startServe(ctx context.Context, target, bin string) (*daemons.Proc, error) {
+	port := b.port[target]
+	daemons.Logf("starting %s serve (%s) with a policy door on 127.0.0.1:%d", target, bin, port)
+	state := b.path(target + "-state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return nil, err
 	}
-	if err := os.WriteFile(b.path("sluice.toml"), []byte(sluiceConfig(b.dir, port)), 0o644); err != nil {
-		return err
+	cfg := b.path(target + ".toml")
+	if err := os.WriteFile(cfg, []byte(sluiceConfig(state, port)), 0o644); err != nil {
+		return nil, err
 	}
-	p, err := b.startLogged("sluice", b.path("sluice.log"), exec.Command(b.path("sluice"), "serve", "-c", b.path("sluice.toml")))
+	p, err := b.startLogged(target, b.path(target+".log"), exec.Command(bin, "serve", "-c", cfg))
+	if err != nil {
+		return nil, err
+	}
+	if err := daemons.WaitTCP(ctx, b.addr(target), 10*time.Second, p); err != nil {
+		tail(b.path(target+".log"), 30)
+		return nil, fmt.Errorf("%s's policy door did not come up: %w", target, err)
+	}
+	return p, nil
+}
+
+// startFloor starts bench/policyfloor on b.port["floor"].
+func (b *bench) startFloor(ctx context.Context) error {
+	daemons.Logf("starting the floor (bench/policyfloor) on %s", b.addr("floor"))
+	p, err := b.startLogged("floor", b.path("floor.log"), exec.Command(b.path("policyfloor"), "-listen", b.addr("floor")))
 	if err != nil {
 		return err
 	}
-	b.sluice = p
-	if err := daemons.WaitTCP(ctx, b.addr("sluice"), 10*time.Second, p); err != nil {
-		tail(b.path("sluice.log"), 30)
-		return fmt.Errorf("sluice's policy door did not come up: %w", err)
+	b.floor = p
+	if err := daemons.WaitTCP(ctx, b.addr("floor"), 10*time.Second, p); err != nil {
+		tail(b.path("floor.log"), 30)
+		return fmt.Errorf("the floor did not come up: %w", err)
 	}
 	return nil
 }
