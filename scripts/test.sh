@@ -155,14 +155,17 @@ go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg \
 	--jsonfile "$SLUICE_ARTIFACTS/go-test.json" -- \
 	-race -shuffle=on -count=1 -timeout 20m ./... 9>&-
 
-step "go test without the race detector: the milter's raw packet I/O"
-# The milter reads and writes packets with raw system calls on Linux, the
-# path every production build takes; -race builds use net.Conn instead
-# (raw calls bypass the race detector's annotations), so the run above
-# never takes it. The milter engine and the daemon's tests (the real-MTA
-# milter tests among them) again, built as production is.
+step "go test without the race detector: the doors' raw socket I/O"
+# Every door reads and writes with raw system calls on Linux
+# (internal/rawio: the milter's packets, netserve's connections for
+# anvil, policy, throttle and the socket map), the path every production
+# build takes; -race builds use net.Conn instead (raw calls bypass the race
+# detector's annotations), so the run above never takes it. Those doors'
+# tests and the daemon's (the real-MTA tests among them) again, built as
+# production is.
 go tool gotestsum --format pkgname-and-test-fails -- \
-	-count=1 -timeout 10m ./internal/milter/... ./internal/app/ 9>&-
+	-count=1 -timeout 10m ./internal/rawio/ ./internal/netserve/ ./internal/milter/... ./internal/anvil/... \
+	./internal/policy/ ./internal/throttle/ ./internal/socketmap/ ./internal/app/ 9>&-
 
 # fuzz_target DIR NAME fuzzes one target for FUZZTIME. Go 1.26's fuzz
 # coordinator can fail a target with a bare "context deadline exceeded" when

@@ -110,11 +110,13 @@ func (s *Server) serve(c *netserve.Conn) {
 			log.Warn("anvil: request failed; closing the stream", "request", m.Req.String(), "ident", printable([]byte(m.Ident)), "err", err)
 			return
 		}
+		// Held before the reply goes: once smtpd has its answer it may
+		// count on the session, and a Shutdown starting then must see it.
+		c.Hold(sess.Holding())
 		if _, err := c.Write(rep.Bytes()); err != nil {
 			log.Debug("anvil: write failed; closing the stream", "err", err)
 			return
 		}
-		c.Hold(sess.Holding())
 	}
 }
 

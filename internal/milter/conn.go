@@ -11,6 +11,7 @@ import (
 
 	"sluice/internal/milter/wire"
 	"sluice/internal/netserve"
+	"sluice/internal/rawio"
 )
 
 // The delayed-ACK stall (docs/protocols/milter.md, "Delayed ACK"). When the milter negotiates
@@ -64,7 +65,7 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
-	rio  syscall.RawConn // Linux unix and TCP sockets: packet I/O (rawio_linux.go)
+	rio  syscall.RawConn // Linux unix and TCP sockets: packet I/O (internal/rawio)
 	sess *Session
 
 	version    uint32
@@ -102,7 +103,7 @@ func (s *Server) serveConn(nc *netserve.Conn) {
 			c.raw, _ = tc.SyscallConn()
 		}
 	}
-	if sc, ok := nc.Conn.(syscall.Conn); ok && rawIOSupported && !s.noRawIO {
+	if sc, ok := nc.Conn.(syscall.Conn); ok && rawio.Supported && !s.noRawIO {
 		c.rio, _ = sc.SyscallConn()
 	}
 	c.sess = s.newSession(c)
@@ -536,7 +537,7 @@ func (c *conn) write(b []byte) error {
 		}
 	}
 	if c.rio != nil {
-		_, err := rawWrite(c.rio, b)
+		_, err := rawio.Write(c.rio, b)
 		return err
 	}
 	_, err := c.nc.Write(b)

@@ -11,7 +11,7 @@ const quickAckSupported = true
 // once instead of delaying the ACK. Linux clears the flag again on its
 // own, so it is set after every read. It is a raw syscall, like the
 // packet I/O, so as not to wake the runtime's monitor thread
-// (rawio_linux.go).
+// (internal/rawio).
 func quickAck(rc syscall.RawConn) {
 	rc.Control(func(fd uintptr) {
 		one := int32(1)

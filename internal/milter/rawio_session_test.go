@@ -7,6 +7,7 @@ import (
 
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
+	"sluice/internal/rawio"
 )
 
 // rioProbe records, at CONNECT, whether the session's connection does its
@@ -23,7 +24,7 @@ func (p *rioProbe) Connect(s *Session, _ string, _ Family, _ uint16, _ string) R
 
 // TestRawIOSessions: over unix and TCP sockets the engine reads and
 // writes packets with raw syscalls where it can (Linux, not -race:
-// rawio_linux.go), a whole session works that way, and with noRawIO
+// internal/rawio), a whole session works that way, and with noRawIO
 // through net.Conn as before.
 func TestRawIOSessions(t *testing.T) {
 	for _, tc := range []struct {
@@ -55,7 +56,7 @@ func TestRawIOSessions(t *testing.T) {
 			defer m.Close()
 			must(t, m.Negotiate(6, wire.AllActions, wire.AllProtocol))
 			connect(t, m)
-			if raw, want := <-h.raw, rawIOSupported && !tc.noRaw; raw != want {
+			if raw, want := <-h.raw, rawio.Supported && !tc.noRaw; raw != want {
 				t.Fatalf("raw packet I/O: %v, want %v", raw, want)
 			}
 			c, err := m.Verdict(&wire.EOM{})

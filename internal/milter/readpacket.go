@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/internal/milter/wire"
+	"sluice/internal/rawio"
 )
 
 // Reading packets: a per-connection buffer (rbuf) that usually holds a
@@ -27,7 +28,7 @@ func (c *conn) read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.rio != nil {
-		n, err = rawRead(c.rio, p)
+		n, err = rawio.Read(c.rio, p)
 	} else {
 		n, err = c.nc.Read(p)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
+	"sluice/internal/rawio"
 	"sluice/internal/testutil/logbuf"
 )
 
@@ -31,7 +32,7 @@ func TestBadLengthAlone(t *testing.T) {
 		noRaw bool
 	}
 	ios := []packetIO{{"netconn", true}}
-	if rawIOSupported {
+	if rawio.Supported {
 		ios = append(ios, packetIO{"raw", false})
 	}
 	for _, network := range []string{"tcp", "unix"} {

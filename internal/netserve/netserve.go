@@ -16,7 +16,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"sluice/internal/rawio"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -142,7 +145,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if !ok {
 			continue
 		}
-		cn := &Conn{Conn: c, s: s, peer: key}
+		cn := &Conn{Conn: c, rio: rawConn(c), s: s, peer: key}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
@@ -225,14 +228,39 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Conn is one accepted connection.
+// Conn is one accepted connection. Its Reader and Write use raw
+// syscalls where internal/rawio can (Linux, not under -race), so that a
+// door between its peer's requests does not wake the Go runtime's monitor
+// thread at every request.
 type Conn struct {
 	net.Conn
+	rio     syscall.RawConn // nil: reads and writes through net.Conn
 	s       *Server
 	busy    atomic.Bool // inside a request
 	held    atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
 	peer    peerKey     // who the peer is, when a PeerLimits rule needs it
 	counted bool        // counted in s.perPeer
+}
+
+// rawConn is c's raw connection for internal/rawio, or nil.
+func rawConn(c net.Conn) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !rawio.Supported || !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// Write writes b whole to the connection.
+func (c *Conn) Write(b []byte) (int, error) {
+	if c.rio != nil {
+		return rawio.Write(c.rio, b)
+	}
+	return c.Conn.Write(b)
 }
 
 // Closing reports whether the server is shutting down; a handler checks it
@@ -319,7 +347,13 @@ func (r *Reader) Read(p []byte) (int, error) {
 		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
 		r.deadline = true
 	}
-	n, err := c.Conn.Read(p)
+	var n int
+	var err error
+	if c.rio != nil {
+		n, err = rawio.Read(c.rio, p)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 {
 		c.busy.Store(true)
 	}

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package milter
+package rawio
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ func TestRawWriteFullBuffer(t *testing.T) {
 		}
 		got <- buf.Bytes()
 	}()
-	n, err := rawWrite(rc, want)
+	n, err := Write(rc, want)
 	if err != nil || n != len(want) {
 		t.Fatalf("rawWrite: %d, %v; want %d, nil", n, err, len(want))
 	}
@@ -80,11 +80,11 @@ func TestRawReadWaits(t *testing.T) {
 		b.Close()
 	}()
 	p := make([]byte, 16)
-	n, err := rawRead(rc, p)
+	n, err := Read(rc, p)
 	if err != nil || string(p[:n]) != "hello" {
 		t.Fatalf("rawRead: %q, %v; want \"hello\", nil", p[:n], err)
 	}
-	if n, err := rawRead(rc, p); n != 0 || !errors.Is(err, io.EOF) {
+	if n, err := Read(rc, p); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("rawRead after the peer closed: %d, %v; want 0, io.EOF", n, err)
 	}
 }
@@ -95,7 +95,7 @@ func TestRawReadDeadlineAndClose(t *testing.T) {
 	a, _, rc := unixPair(t)
 	p := make([]byte, 16)
 	must(t, a.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
-	if _, err := rawRead(rc, p); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if _, err := Read(rc, p); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("rawRead past the deadline: %v; want os.ErrDeadlineExceeded", err)
 	}
 	must(t, a.SetReadDeadline(time.Time{}))
@@ -103,10 +103,10 @@ func TestRawReadDeadlineAndClose(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		a.Close()
 	}()
-	if _, err := rawRead(rc, p); !errors.Is(err, net.ErrClosed) {
+	if _, err := Read(rc, p); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("rawRead on a closed connection: %v; want net.ErrClosed", err)
 	}
-	if _, err := rawWrite(rc, []byte("x")); !errors.Is(err, net.ErrClosed) {
+	if _, err := Write(rc, []byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("rawWrite on a closed connection: %v; want net.ErrClosed", err)
 	}
 }
@@ -118,11 +118,18 @@ func TestRawWriteError(t *testing.T) {
 	b.Close()
 	var err error
 	for range 100 {
-		if _, err = rawWrite(rc, make([]byte, 64<<10)); err != nil {
+		if _, err = Write(rc, make([]byte, 64<<10)); err != nil {
 			break
 		}
 	}
 	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("rawWrite to a closed peer: %v; want EPIPE or ECONNRESET", err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
