@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"sluice/internal/hostmask"
+	"sluice/internal/limittable"
 	"sluice/internal/postfixattr"
 	"sluice/internal/rules"
 )
@@ -38,6 +39,7 @@ type PolicyRuleSpec struct {
 	Action            string
 	DryRun            bool
 	Rollback          bool
+	Table             *limittable.Table // nil without a table
 }
 
 // KeySpec is one part of a rule's key: an attribute, or client_address
@@ -159,11 +161,18 @@ func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[stri
 			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
 			continue
 		}
-		if spec.Count == rules.CountBytes && l.Algorithm == rules.Exact {
-			add(fmt.Sprintf("limit[%d]", j+1), "count bytes with a smooth or anvil limit; an exact log would keep one entry per byte")
+		if err := limitCheck(spec.Count)(l); err != nil {
+			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
 			continue
 		}
 		spec.Limits = append(spec.Limits, l)
+	}
+	if r.Table != "" {
+		var terrs []error
+		spec.Table, terrs = c.limitTable(r.Table, spec.Count)
+		for _, e := range terrs {
+			add("table", "%v", e)
+		}
 	}
 	if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
 		add("mode", "%v", err)
