@@ -1,12 +1,14 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/testutil/logbuf"
@@ -137,5 +139,52 @@ table = "senders.limits"
 	}
 	if got := limitOf("a@example.com"); got != "[30/60s exact]false "+table+":1" {
 		t.Errorf("after a failed reload: %s, want the running table's", got)
+	}
+}
+
+// TestWatchReloadsTable: a rule's table next to the config file is
+// watched as the config file is: writing it reloads, and the new entry is
+// in force.
+func TestWatchReloadsTable(t *testing.T) {
+	dir := t.TempDir()
+	table := filepath.Join(dir, "senders.limits")
+	if err := os.WriteFile(table, []byte("a@example.com 20/60s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, dir, fmt.Sprintf("state_dir = %q\n[anvil]\nenabled = false\n[[policy.rule]]\nname = \"r\"\ncount = \"messages\"\nkey = [\"sender\"]\nlimit = [\"10/60s\"]\ntable = \"senders.limits\"\n", dir))
+	d := startDaemon(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	reloaded := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Watch(ctx, time.Millisecond, func() {
+			if err := d.Reload(); err != nil {
+				t.Error(err)
+			}
+			reloaded <- struct{}{}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	// Until the watch is armed a write goes unseen: write until a reload
+	// comes (each write is the same, so any reload reads the new table).
+	for i := 0; ; i++ {
+		if err := os.WriteFile(table, []byte("a@example.com 30/60s\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-reloaded:
+			timer.Stop()
+		case <-timer.C:
+			if i > 100 {
+				t.Fatal("writing the table never reloaded")
+			}
+			continue
+		}
+		break
+	}
+	g := d.gov.Load()
+	if eff := g.EffectiveLimits(&g.Policy().Rules[0], "sender=a@example.com"); fmt.Sprint(eff.Limits) != "[30/60s exact]" {
+		t.Errorf("after the watch's reload: %v", eff.Limits)
 	}
 }

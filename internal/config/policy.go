@@ -151,7 +151,22 @@ func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[stri
 		}
 		spec.Key = append(spec.Key, ks)
 	}
-	// Limits.
+	c.ruleLimits(&spec, r, add)
+	if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
+		add("mode", "%v", err)
+	}
+	spec.Action = r.Action
+	if spec.Action == "" {
+		spec.Action = rules.DefaultPolicyAction
+	}
+	if err := checkAction(spec.Action); err != nil {
+		add("action", "%v", err)
+	}
+	return spec, errs
+}
+
+// ruleLimits parses a rule's limit list and reads its table into spec.
+func (c *Config) ruleLimits(spec *PolicyRuleSpec, r PolicyRule, add func(field, format string, args ...any)) {
 	if len(r.Limit) == 0 {
 		add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
 	}
@@ -174,17 +189,6 @@ func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[stri
 			add("table", "%v", e)
 		}
 	}
-	if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
-		add("mode", "%v", err)
-	}
-	spec.Action = r.Action
-	if spec.Action == "" {
-		spec.Action = rules.DefaultPolicyAction
-	}
-	if err := checkAction(spec.Action); err != nil {
-		add("action", "%v", err)
-	}
-	return spec, errs
 }
 
 // ruleMasks parses a matcher's host masks; wantNet wants networks
