@@ -17,10 +17,12 @@ package limittable
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"sluice/internal/rules"
 	"sluice/internal/safefs"
@@ -95,7 +97,13 @@ func ReadFile(path string, check Check) (*Table, []error) {
 		return nil, []error{fmt.Errorf("open limit table: %w", err)}
 	}
 	defer f.Close()
-	return Parse(io.LimitReader(f, MaxFileSize+1), path, check)
+	hint := 0
+	if st, err := f.Stat(); err == nil {
+		// Sized for lines of about 40 bytes: growing a map of a million
+		// keys step by step costs more than the file's read.
+		hint = int(min(st.Size()/40, MaxEntries))
+	}
+	return parse(io.LimitReader(f, MaxFileSize+1), path, check, hint)
 }
 
 // Parse reads a table from r; name is used in messages and by Name. It
@@ -103,7 +111,12 @@ func ReadFile(path string, check Check) (*Table, []error) {
 // line number. With any error the table is nil: a table is used whole or
 // not at all.
 func Parse(r io.Reader, name string, check Check) (*Table, []error) {
-	p := parser{t: &Table{name: name, keys: map[string]slot{}}, check: check, byText: map[string]uint32{}}
+	return parse(r, name, check, 0)
+}
+
+// parse is Parse with room for hint entries made at once.
+func parse(r io.Reader, name string, check Check, hint int) (*Table, []error) {
+	p := parser{t: &Table{name: name, keys: make(map[string]slot, hint)}, check: check, byText: map[string]uint32{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 512), MaxLineLen)
 	var size int64
@@ -114,7 +127,7 @@ func Parse(r io.Reader, name string, check Check) (*Table, []error) {
 			p.fail("the table is larger than %d bytes", MaxFileSize)
 			break
 		}
-		if !p.parseLine(sc.Text()) {
+		if !p.parseLine(sc.Bytes()) {
 			break
 		}
 	}
@@ -154,36 +167,38 @@ func (p *parser) fail(format string, args ...any) {
 
 // parseLine adds the entry of one line, or reports it; false stops the
 // parse (the table has too many entries).
-func (p *parser) parseLine(text string) bool {
-	trimmed := strings.TrimSpace(text)
-	if trimmed == "" || trimmed[0] == '#' {
+func (p *parser) parseLine(text []byte) bool {
+	trimmed := bytes.TrimSpace(text)
+	if len(trimmed) == 0 || trimmed[0] == '#' {
 		return true
 	}
 	if text[0] == ' ' || text[0] == '\t' {
 		p.fail("a line starts with its key; continuation lines are not supported")
 		return true
 	}
-	key, rest := trimmed, ""
-	if i := strings.IndexAny(trimmed, " \t"); i >= 0 {
+	key, rest := trimmed, []byte(nil)
+	if i := bytes.IndexAny(trimmed, " \t"); i >= 0 {
 		key, rest = trimmed[:i], trimmed[i+1:]
 	}
-	if i := strings.IndexByte(rest, '#'); i >= 0 {
+	if i := bytes.IndexByte(rest, '#'); i >= 0 {
 		rest = rest[:i]
 	}
-	rest = strings.TrimSpace(rest)
+	rest = bytes.TrimSpace(rest)
 	switch {
-	case strings.IndexFunc(trimmed, badRune) >= 0:
+	case bytes.IndexFunc(trimmed, badRune) >= 0:
 		p.fail("control characters are not allowed")
 		return true
 	case len(key) > MaxKeyLen:
 		p.fail("key longer than %d bytes", MaxKeyLen)
 		return true
-	case rest == "":
+	case len(rest) == 0:
 		p.fail("%q has no value: want limits such as \"20/1h\", or %q", key, Exempt)
 		return true
 	}
-	key = strings.ToLower(key)
-	if prev, dup := p.t.keys[key]; dup {
+	if bytes.IndexFunc(key, unicode.IsUpper) >= 0 {
+		key = bytes.ToLower(key)
+	}
+	if prev, dup := p.t.keys[string(key)]; dup {
 		p.fail("%q already has an entry at line %d", key, prev.line)
 		return true
 	}
@@ -195,7 +210,9 @@ func (p *parser) parseLine(text string) bool {
 		p.fail("more than %d entries", MaxEntries)
 		return false
 	}
-	p.t.keys[key] = slot{line: uint32(p.line), value: v}
+	// The key is copied out of the scanner's buffer: the only allocation
+	// of a line whose value was seen before.
+	p.t.keys[string(key)] = slot{line: uint32(p.line), value: v}
 	return true
 }
 
@@ -203,10 +220,11 @@ func badRune(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
 
 // value returns the index of the value text, parsing it the first time
 // it is seen.
-func (p *parser) value(text string) (uint32, bool) {
-	if i, ok := p.byText[text]; ok {
+func (p *parser) value(b []byte) (uint32, bool) {
+	if i, ok := p.byText[string(b)]; ok {
 		return i, true
 	}
+	text := string(b)
 	var v value
 	if strings.EqualFold(text, Exempt) {
 		v = value{text: Exempt, exempt: true}
