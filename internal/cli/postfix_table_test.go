@@ -189,3 +189,38 @@ func TestPostfixTableRaisesAfterReloadRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTable: `sluice check` reads a rule's table, prints it with its
+// number of entries, and reports every bad line of a broken one with its
+// file and line, in one run.
+func TestCheckTable(t *testing.T) {
+	dir := t.TempDir()
+	table := filepath.Join(dir, "senders.limits")
+	if err := os.WriteFile(table, []byte(recipe.Get(t, "docs/policy.md", "policy-table")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "sluice.toml")
+	text := fmt.Sprintf("state_dir = %q\n", dir) + recipe.Replace(t, string(example), `limit = ["10/60s exact"]`, recipe.Get(t, "docs/policy.md", "policy-table-key")+`limit = ["10/60s exact"]`)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run("check", "-c", cfg)
+	if want := "per-key limits: " + table + " (3 entries; key sender)"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errs)
+	}
+	code, _, errs = run("check", "-c", "../config/testdata/bad/policy-table.toml")
+	for _, want := range []string{
+		"policy-table.toml: 5 error(s)",
+		"policy-table.toml:6: policy.rule[1].table: ../config/testdata/bad/broken.limits:3: ",
+		"policy-table.toml:6: policy.rule[1].table: ../config/testdata/bad/broken.limits:6: ",
+		"policy-table.toml:13: policy.rule[2].table: ../config/testdata/bad/bytes.limits:2: ",
+	} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Errorf("broken tables: exit %d, stderr lacks %q:\n%s", code, want, errs)
+		}
+	}
+}
