@@ -89,3 +89,19 @@ func TestEffectiveLimits(t *testing.T) {
 		t.Errorf("TableKey: %q", got)
 	}
 }
+
+// TestPolicyTableNetworkKey: a rule keyed on client networks looks its
+// table up by the network, as docs/policy.md says.
+func TestPolicyTableNetworkKey(t *testing.T) {
+	f := policyFixture(t, PolicyRule{Name: "per-net", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}},
+		Limits: []limiter.Limit{lim("1/60s")}, Table: table(t, "192.0.2.0/24 exempt\n2001:db8:1::/64 3/60s\n")})
+	var ps PolicySession
+	var got []string
+	for i, client := range []string{"192.0.2.7", "192.0.2.8", "198.51.100.1", "198.51.100.2", "2001:db8:1::1", "2001:db8:1::2", "2001:db8:1::3", "2001:db8:1::4"} {
+		acts := f.send(t, &ps, msg{client: client, port: fmt.Sprint(i), sender: "a@b", rcpts: []string{"r@x"}, instance: fmt.Sprint(i)})
+		got = append(got, acts[1])
+	}
+	if want := "DUNNO,DUNNO,DUNNO,DEFER_IF_PERMIT,DUNNO,DUNNO,DUNNO,DEFER_IF_PERMIT"; verbs(got) != want {
+		t.Errorf("got %s, want %s", verbs(got), want)
+	}
+}
