@@ -169,14 +169,11 @@ func (o *observer) totals() status.Totals {
 // the status page shows a raised limit at once, not when the key is next
 // counted: a talker keeps its count and takes the new N of its rule's
 // limit with the same algorithm and period (the same window, so the same
-// count); a talker whose rule or limit is gone is dropped.
+// count); a talker whose rule or limit is gone, or that a table now
+// exempts, is dropped.
 func (o *observer) relimit(g *governor.Governor) {
 	if o == nil {
 		return
-	}
-	policy := map[string][]limiter.Limit{}
-	for _, r := range g.Policy().Rules {
-		policy[r.Name] = r.Limits
 	}
 	throttle := map[string][]limiter.Limit{}
 	for _, p := range g.Throttle().Policies {
@@ -185,9 +182,11 @@ func (o *observer) relimit(g *governor.Governor) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for k, t := range o.talkers {
-		limits := policy[k.rule]
+		var limits []limiter.Limit
 		if k.door == "throttle" {
 			limits = throttle[k.rule]
+		} else {
+			limits, _ = g.PolicyLimits(k.rule, k.key) // a per-key table's, if it has an entry
 		}
 		i := slices.IndexFunc(limits, func(l limiter.Limit) bool {
 			return l.Algorithm == t.limit.Algorithm && l.Period == t.limit.Period

@@ -58,7 +58,7 @@ func PolicyRules(cfg *config.Config) (governor.PolicyRules, []error) {
 				ProtocolState: s.ProtocolState, Class: s.Class,
 			},
 			Count: s.Count, Stage: s.Stage, Limits: s.Limits, Mode: s.Mode,
-			Action: s.Action, DryRun: s.DryRun, Rollback: s.Rollback,
+			Action: s.Action, DryRun: s.DryRun, Rollback: s.Rollback, Table: s.Table,
 		}
 		for _, k := range s.Key {
 			r.Key = append(r.Key, governor.KeyPart{Attr: k.Attr, V4Prefix: k.V4Prefix, V6Prefix: k.V6Prefix})

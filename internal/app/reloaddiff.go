@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/limittable"
 )
 
 // ruleChange is one line of what a reload changed among the named parts
@@ -104,7 +105,45 @@ func settingText(v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// logRuleChanges logs one line per change a reload makes to the rules.
+// tableChange is what a reload changed in a rule's per-key limit table
+// (the table was read again, whether or not the config file changed).
+type tableChange struct {
+	rule, file               string
+	entries                  int // in the new table
+	added, removed, modified int
+}
+
+// tableChanges lists, for each policy rule of cur with a table, or of old
+// with one, the entries added, removed and changed since old (a rule that
+// is new, or a table newly named, counts every entry as added). Rules
+// whose table did not change are left out.
+func tableChanges(old, cur *config.Config) []tableChange {
+	oldSpecs, _ := old.PolicyRules()
+	curSpecs, _ := cur.PolicyRules()
+	was := map[string]*limittable.Table{}
+	for _, s := range oldSpecs {
+		was[s.Name] = s.Table
+	}
+	var out []tableChange
+	for _, s := range curSpecs {
+		o := was[s.Name]
+		if s.Table == nil && o == nil {
+			continue
+		}
+		c := tableChange{rule: s.Name}
+		if s.Table != nil {
+			c.file, c.entries = s.Table.Name(), s.Table.Len()
+		}
+		c.added, c.removed, c.modified = limittable.Changes(o, s.Table)
+		if c.added+c.removed+c.modified > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// logRuleChanges logs one line per change a reload makes to the rules,
+// and one per per-key table whose entries changed.
 func (d *Daemon) logRuleChanges(old, cur *config.Config) {
 	for _, c := range ruleChanges(old, cur) {
 		switch {
@@ -115,5 +154,9 @@ func (d *Daemon) logRuleChanges(old, cur *config.Config) {
 		default:
 			d.log.Info("reload: "+c.table+" added", "name", c.name)
 		}
+	}
+	for _, c := range tableChanges(old, cur) {
+		d.log.Info("reload: policy.rule table changed", "name", c.rule, "table", c.file, "entries", c.entries,
+			"entries_changed", c.added+c.removed+c.modified, "added", c.added, "removed", c.removed, "changed", c.modified)
 	}
 }

@@ -1,10 +1,17 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/testutil/logbuf"
 )
 
 func TestRuleChanges(t *testing.T) {
@@ -75,4 +82,109 @@ func mustLoad(t *testing.T, dir, text string) *config.Config {
 		t.Fatal(errs)
 	}
 	return c
+}
+
+// TestReloadTable: a reload reads a rule's table again although the
+// config file is unchanged, logs one line with how many entries changed,
+// and puts the new entries in force; a table with a bad line keeps the
+// running rules (and their table) and names the file and line.
+func TestReloadTable(t *testing.T) {
+	dir := t.TempDir()
+	table := filepath.Join(dir, "senders.limits")
+	writeTable := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(table, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTable("a@example.com 20/60s\nb@example.com exempt\nc@example.com 5/60s\n")
+	path := writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
+[anvil]
+enabled = false
+[[policy.rule]]
+name = "sender-rate"
+count = "messages"
+key = ["sender"]
+limit = ["10/60s exact"]
+table = "senders.limits"
+`, dir))
+	logs := &logbuf.Buffer{}
+	d := startDaemonLog(t, path, slog.New(slog.NewTextHandler(logs, nil)))
+	limitOf := func(sender string) string {
+		g := d.gov.Load()
+		eff := g.EffectiveLimits(&g.Policy().Rules[0], "sender="+sender)
+		return fmt.Sprintf("%v%v %s", eff.Limits, eff.Exempt, eff.Source)
+	}
+	if got := limitOf("a@example.com"); got != "[20/60s exact]false "+table+":1" {
+		t.Fatalf("before: %s", got)
+	}
+	writeTable("a@example.com 30/60s\nc@example.com 5/60s\nd@example.com exempt\n")
+	if err := d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	want := `msg="reload: policy.rule table changed" name=sender-rate table=` + table + ` entries=3 entries_changed=3 added=1 removed=1 changed=1`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nwant a line with %s", logs.String(), want)
+	}
+	if strings.Contains(logs.String(), "reload: policy.rule changed") {
+		t.Errorf("a table change was logged as a change of the rule's settings:\n%s", logs.String())
+	}
+	if got := limitOf("a@example.com"); got != "[30/60s exact]false "+table+":1" {
+		t.Errorf("after the reload: %s", got)
+	}
+	writeTable("a@example.com 40/60s\nd@example.com forever\n")
+	err := d.Reload()
+	if err == nil || !strings.Contains(err.Error(), "policy.rule[1].table: "+table+`:2: limit "forever"`) {
+		t.Fatalf("reload of a bad table: %v", err)
+	}
+	if got := limitOf("a@example.com"); got != "[30/60s exact]false "+table+":1" {
+		t.Errorf("after a failed reload: %s, want the running table's", got)
+	}
+}
+
+// TestWatchReloadsTable: a rule's table next to the config file is
+// watched as the config file is: writing it reloads, and the new entry is
+// in force.
+func TestWatchReloadsTable(t *testing.T) {
+	dir := t.TempDir()
+	table := filepath.Join(dir, "senders.limits")
+	if err := os.WriteFile(table, []byte("a@example.com 20/60s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, dir, fmt.Sprintf("state_dir = %q\n[anvil]\nenabled = false\n[[policy.rule]]\nname = \"r\"\ncount = \"messages\"\nkey = [\"sender\"]\nlimit = [\"10/60s\"]\ntable = \"senders.limits\"\n", dir))
+	d := startDaemon(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	reloaded := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Watch(ctx, time.Millisecond, func() {
+			if err := d.Reload(); err != nil {
+				t.Error(err)
+			}
+			reloaded <- struct{}{}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	// Until the watch is armed a write goes unseen: write until a reload
+	// comes (each write is the same, so any reload reads the new table).
+	for i := 0; ; i++ {
+		if err := os.WriteFile(table, []byte("a@example.com 30/60s\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-reloaded:
+			timer.Stop()
+		case <-timer.C:
+			if i > 100 {
+				t.Fatal("writing the table never reloaded")
+			}
+			continue
+		}
+		break
+	}
+	g := d.gov.Load()
+	if eff := g.EffectiveLimits(&g.Policy().Rules[0], "sender=a@example.com"); fmt.Sprint(eff.Limits) != "[30/60s exact]" {
+		t.Errorf("after the watch's reload: %v", eff.Limits)
+	}
 }

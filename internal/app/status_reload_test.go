@@ -9,8 +9,8 @@ import (
 )
 
 // TestStatusShowsReloadedLimits: after a reload raises a rule's limit,
-// the status page shows the new limit for a key at once, with its count
-// kept; a key whose limit's window changed is no longer shown with the
+// or gives the key a limit of its own in the rule's table, the status
+// page shows the new limit for a key at once, with its count kept; a key whose limit's window changed is no longer shown with the
 // old one.
 func TestStatusShowsReloadedLimits(t *testing.T) {
 	dir := t.TempDir()
@@ -61,6 +61,17 @@ status_on_inet = true
 		t.Fatal(err)
 	}
 	shows("the raised limit", "r sender=busy@example.org 3/20 per 60s")
+	// A per-key table's entry for the key is its limit from the reload on.
+	if err := os.WriteFile(filepath.Join(dir, "senders.limits"), []byte("busy@example.org 50/60s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(conf(`"20/60s exact"`), "[web]", "table = \"senders.limits\"\n[web]", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	shows("the table's limit for the key", "r sender=busy@example.org 3/50 per 60s")
 	if err := os.WriteFile(path, []byte(conf(`"20/1h exact"`)), 0o644); err != nil {
 		t.Fatal(err)
 	}

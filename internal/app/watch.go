@@ -15,7 +15,8 @@ import (
 // in place: a change to the file from then on is seen.
 var watchArmed func()
 
-// Watch reloads the configuration when its file changes (written in place,
+// Watch reloads the configuration when its file, or a rule's table in
+// the same directory, changes (written in place,
 // or replaced by rename, as editors and config managers do), until ctx
 // ends. Changes within settle of each other make one reload. It uses
 // inotify: no polling. reload does the reload (sluice serve's also tells
@@ -67,7 +68,7 @@ func (d *Daemon) Watch(ctx context.Context, settle time.Duration, reload func())
 			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			nameBytes := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
 			off += syscall.SizeofInotifyEvent + int(ev.Len)
-			if trimNUL(nameBytes) == name {
+			if n := trimNUL(nameBytes); n == name || d.isTable(filepath.Join(dir, n)) {
 				select {
 				case changed <- struct{}{}:
 				default:
@@ -111,4 +112,15 @@ func (d *Daemon) reloadOnChange(ctx context.Context, changed <-chan struct{}, se
 		d.log.Info("configuration file changed; reloading", "file", d.path)
 		reload()
 	}
+}
+
+// isTable says whether path is the table of a policy rule in force.
+func (d *Daemon) isTable(path string) bool {
+	cfg := d.cfg.Load()
+	for _, r := range cfg.Policy.Rules {
+		if r.Table != "" && filepath.Clean(cfg.Relative(r.Table)) == filepath.Clean(path) {
+			return true
+		}
+	}
+	return false
 }

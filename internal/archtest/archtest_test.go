@@ -22,9 +22,11 @@ var forbidden = map[string][]string{
 	"config":   append([]string{"limiter", "governor", "store", "app", "cli", "netserve"}, frontEnds...),
 	// rules is the vocabulary every layer shares: it imports nothing of sluice's.
 	"rules": append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
-	"clock": {"limiter", "governor", "store", "app", "cli", "config"},
+	// limittable reads a file format: rules and safefs, nothing above.
+	"limittable": append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
 	// rawio is a leaf every door's I/O may use.
 	"rawio":    append([]string{"limiter", "governor", "store", "app", "cli", "config", "rules"}, frontEnds...),
+	"clock":    {"limiter", "governor", "store", "app", "cli", "config"},
 	"hostmask": {"limiter", "governor", "store", "app", "cli", "config"},
 	// muxd, the multiplexor daemon, sits beside app: pool and its doors,
 	// no limiter.

@@ -45,6 +45,9 @@ type Config struct {
 	File string `toml:"-"`
 	// lines maps key paths ("class[1].refuse") to their line in File.
 	lines map[string]int
+	// tables holds the limit tables the rules name, each read once per
+	// Config: what Validate checked is what the governor uses.
+	tables *tableCache
 }
 
 // Log configures logging.
@@ -321,6 +324,12 @@ type PolicyRule struct {
 	// reached END-OF-MESSAGE (Postfix must also call the policy service at
 	// END-OF-MESSAGE).
 	Rollback bool `toml:"rollback"`
+	// Table names a per-key limit table: one key per line (the rule's key
+	// values, joined by "," when it has several parts), then its limits
+	// ("20/1h", "100/1h, 1000/1d smooth"), which replace the rule's limit
+	// for that key, or "exempt" (the key is not counted). Read again at
+	// every reload; a relative path is relative to the config file.
+	Table string `toml:"table"`
 }
 
 // Throttle configures the outbound throttle service.
@@ -437,6 +446,7 @@ func ptr(v int64) *int64 { return &v }
 // service on a unix socket under the state directory.
 func Default() *Config {
 	return &Config{
+		tables:   &tableCache{},
 		StateDir: DefaultStateDir(),
 		Log: Log{Level: "info", Format: "text", Output: "stderr", Facility: "mail", Tag: "sluice", SyslogSocket: "/dev/log",
 			MaxLinesPerSecond: 200},

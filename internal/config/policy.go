@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"sluice/internal/hostmask"
+	"sluice/internal/limittable"
 	"sluice/internal/postfixattr"
 	"sluice/internal/rules"
 )
@@ -38,6 +39,7 @@ type PolicyRuleSpec struct {
 	Action            string
 	DryRun            bool
 	Rollback          bool
+	Table             *limittable.Table // nil without a table
 }
 
 // KeySpec is one part of a rule's key: an attribute, or client_address
@@ -149,22 +151,7 @@ func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[stri
 		}
 		spec.Key = append(spec.Key, ks)
 	}
-	// Limits.
-	if len(r.Limit) == 0 {
-		add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
-	}
-	for j, ls := range r.Limit {
-		l, err := rules.ParseLimit(ls)
-		if err != nil {
-			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
-			continue
-		}
-		if spec.Count == rules.CountBytes && l.Algorithm == rules.Exact {
-			add(fmt.Sprintf("limit[%d]", j+1), "count bytes with a smooth or anvil limit; an exact log would keep one entry per byte")
-			continue
-		}
-		spec.Limits = append(spec.Limits, l)
-	}
+	c.ruleLimits(&spec, r, add)
 	if spec.Mode, err = rules.ParseMode(r.Mode); err != nil {
 		add("mode", "%v", err)
 	}
@@ -176,6 +163,32 @@ func (c *Config) policyRule(path string, r PolicyRule, seen, classNames map[stri
 		add("action", "%v", err)
 	}
 	return spec, errs
+}
+
+// ruleLimits parses a rule's limit list and reads its table into spec.
+func (c *Config) ruleLimits(spec *PolicyRuleSpec, r PolicyRule, add func(field, format string, args ...any)) {
+	if len(r.Limit) == 0 {
+		add("limit", "a rule needs at least one limit, e.g. [\"10/60s exact\"]")
+	}
+	for j, ls := range r.Limit {
+		l, err := rules.ParseLimit(ls)
+		if err != nil {
+			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
+			continue
+		}
+		if err := limitCheck(spec.Count)(l); err != nil {
+			add(fmt.Sprintf("limit[%d]", j+1), "%v", err)
+			continue
+		}
+		spec.Limits = append(spec.Limits, l)
+	}
+	if r.Table != "" {
+		var terrs []error
+		spec.Table, terrs = c.limitTable(r.Table, spec.Count)
+		for _, e := range terrs {
+			add("table", "%v", e)
+		}
+	}
 }
 
 // ruleMasks parses a matcher's host masks; wantNet wants networks

@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/limittable"
 	"sluice/internal/rules"
 )
 
@@ -124,6 +125,8 @@ type PolicyRule struct {
 	// reached END-OF-MESSAGE (it needs the policy service called at
 	// END-OF-MESSAGE too).
 	Rollback bool
+	// Table, if set, holds limits or exemptions per key (EffectiveLimits).
+	Table *limittable.Table
 }
 
 // PolicyRules are the rules in force, in order.
@@ -179,8 +182,14 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 			continue
 		}
 		key := policyKey(r, req, g, peer, &class)
-		checks := make([]limiter.Check, len(r.Limits))
-		for j, lim := range r.Limits {
+		eff := g.EffectiveLimits(r, key)
+		if eff.Exempt {
+			g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", eff.Source)
+			continue
+		}
+		lims := eff.Limits
+		checks := make([]limiter.Check, len(lims))
+		for j, lim := range lims {
 			// The {hash tag} keeps a rule's limits for one key on one Redis
 			// Cluster slot, so they are decided in one atomic step.
 			checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
@@ -204,7 +213,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				break
 			}
 		}
-		g.policyReport(ctx, r, req, key, n, out, refused, at)
+		g.policyReport(ctx, r, lims, req, key, n, out, refused, at)
 		if refused < 0 || r.DryRun {
 			// rules.Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
@@ -226,18 +235,18 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		if refused < 0 {
 			continue
 		}
-		text := PolicyAction(r, key, out[refused], r.Limits[refused])
+		text := PolicyAction(r, key, out[refused], lims[refused])
 		if r.DryRun {
-			g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), r.Limits[refused].Period,
-				"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", r.Limits[refused].String())
+			g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), lims[refused].Period,
+				"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", lims[refused].String(), "source", eff.Source)
 			if warn == "" {
 				warn = "WARN " + actionText(text)
 			}
 			continue
 		}
-		g.refused(ctx, "policy", r.Name, keyText(key), r.Limits[refused].Period,
+		g.refused(ctx, "policy", r.Name, keyText(key), lims[refused].Period,
 			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
-			"limit", r.Limits[refused].String(), "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+			"limit", lims[refused].String(), "source", eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.
 		g.policyUndo(ctx, done)
@@ -253,9 +262,9 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 }
 
 // policyReport logs a rule's decisions at debug level and shows its
-// verdict to the observer; refused is the index of the refusing limit,
-// or -1.
-func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
+// verdict to the observer; lims are the limits applied (EffectiveLimits),
+// refused is the index of the refusing limit, or -1.
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, lims []limiter.Limit, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		for j := range out {
 			verdict := "ok"
@@ -263,14 +272,14 @@ func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyR
 				verdict = "over"
 			}
 			g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
-				"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+				"limit", lims[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
 		}
 	}
 	if g.obs != nil {
 		j := max(refused, 0)
-		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lims[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
 		if refused >= 0 {
-			v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
+			v.Reply = PolicyAction(r, key, out[refused], lims[refused])
 		}
 		g.observe(v)
 	}
@@ -533,6 +542,9 @@ func (rs PolicyRules) Table() string {
 			b.WriteString(", rolled back if the transaction is not finished")
 		}
 		fmt.Fprintf(&b, "\n   when over: %s\n", r.Action)
+		if r.Table != nil {
+			fmt.Fprintf(&b, "   per-key limits: %s (%d entries; key %s)\n", r.Table.Name(), r.Table.Len(), strings.Join(keys, ","))
+		}
 		if w := r.Match.describe(); w != "" {
 			fmt.Fprintf(&b, "   applies to: %s\n", w)
 		}
