@@ -140,7 +140,7 @@ func TestSpreadsAndTable(t *testing.T) {
 	writeTable(&table, r, settings{duration: "1s", rounds: 2, postfwdCache: 0}, 2)
 	for _, want := range []string{
 		"medians over 2 round(s), 1s per run, 2 CPUs shared by load generator and servers\n",
-		"64   sluice                    25135.0      100.0     5570.6        0.0           20.0       1000.0      49270.0\n",
+		"64   sluice                    25135.0      100.0     5570.6        0.0           20.0       0.00       1000.0      49270.0\n",
 		"warning: postfwd at c=8 had 3 errors over all rounds\n",
 	} {
 		if !strings.Contains(table.String(), want) {
@@ -240,5 +240,17 @@ policy ratio sluice/baseline c=64: 1.25
 	}
 	if !strings.Contains(spreads.String(), "spread sluice/floor c=64: min 0.90 max 0.90 over 1 round\n") {
 		t.Errorf("spreads:\n%s", spreads.String())
+	}
+}
+
+func TestPerRequest(t *testing.T) {
+	for _, tc := range []struct{ n, rps, secs, warm, want float64 }{
+		{3000, 1000, 1, 0.5, 2}, // 3,000 switches over 1,500 requests
+		{0, 1000, 1, 0.5, 0},
+		{5, 0, 1, 0.5, 0}, // nothing served
+	} {
+		if got := perRequest(tc.n, tc.rps, tc.secs, tc.warm); got != tc.want {
+			t.Errorf("perRequest(%v) = %v, want %v", tc, got, tc.want)
+		}
 	}
 }

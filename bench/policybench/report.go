@@ -16,6 +16,7 @@ import (
 type results struct {
 	targets                  []string // the servers measured, in the table's order
 	rps, p50, p99, p999, cpu rounds.Series
+	cs                       rounds.Series // the server's context switches per request
 	errors                   map[string]int // by target and c, as "target,c"
 }
 
@@ -54,10 +55,10 @@ func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
 // with the server's CPU time per request (over warm-up and measured
 // period, assumed to run at the measured rate).
 func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round int, t string, c int) error {
-	t0 := b.serverTicks(t)
+	t0, s0 := b.serverTicks(t), b.serverSwitches(t)
 	out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-c", strconv.Itoa(c), "-duration", b.s.duration,
 		"-warmup", warmup.String(), "-label", t, "-seed", strconv.Itoa(round))
-	t1 := b.serverTicks(t)
+	t1, s1 := b.serverTicks(t), b.serverSwitches(t)
 	if ctx.Err() != nil { // interrupted: nothing to report
 		return ctx.Err()
 	}
@@ -72,7 +73,8 @@ func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round in
 		return err
 	}
 	cpu := serverCPU(float64(t1)-float64(t0), b.hz, rps, secs, warmup.Seconds())
-	fmt.Fprintf(w, "round %d: %s server_cpu_us=%.1f\n", round, out, cpu)
+	cs := perRequest(float64(s1)-float64(s0), rps, secs, warmup.Seconds())
+	fmt.Fprintf(w, "round %d: %s server_cpu_us=%.1f server_cs=%.2f\n", round, out, cpu, cs)
 	if st == 1 { // errors are counted in the line; show the first few
 		data, _ := os.ReadFile(b.path("policyload.err"))
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
@@ -96,6 +98,7 @@ func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round in
 	}
 	res.rps.Add(t, c, rps)
 	res.cpu.Add(t, c, cpu)
+	res.cs.Add(t, c, cs)
 	res.errors[t+","+strconv.Itoa(c)] += int(errs)
 	return nil
 }
@@ -111,19 +114,29 @@ func serverCPU(ticks, hz, rps, secs, warm float64) float64 {
 	return v
 }
 
+// perRequest is n events (context switches) per request served over secs
+// plus warm seconds at rps requests a second; 0 when nothing was served.
+func perRequest(n, rps, secs, warm float64) float64 {
+	if rps <= 0 {
+		return 0
+	}
+	return n / (rps * (secs + warm))
+}
+
 // writeTable prints the medians over the rounds, with the slowest and
 // fastest round's rate beside each, then a warning per target and c that
 // had errors.
 func writeTable(w io.Writer, r *results, s settings, cpus int) {
 	fmt.Fprintf(w, "medians over %d round(s), %s per run, %d CPUs shared by load generator and servers\n", s.rounds, s.duration, cpus)
 	fmt.Fprintln(w, "(server_cpu_us: CPU time the server used per request, all its processes, user + system;")
+	fmt.Fprintln(w, "server_cs: the server's context switches per request, all its threads;")
 	fmt.Fprintln(w, "rps_min, rps_max: the slowest and the fastest round's rps):")
-	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "rps_min", "rps_max")
+	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %10s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "server_cs", "rps_min", "rps_max")
 	for _, c := range concurrency {
 		for _, t := range r.targets {
 			m := r.rps.Summary(t, c)
-			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %12.1f %12.1f\n", c, t, m.Median,
-				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), m.Min, m.Max)
+			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %10.2f %12.1f %12.1f\n", c, t, m.Median,
+				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), r.cs.Median(t, c), m.Min, m.Max)
 		}
 	}
 	for _, c := range concurrency {

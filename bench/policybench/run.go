@@ -232,7 +232,14 @@ func writeProbe(w io.Writer, t, out string) error {
 
 // serverTicks is the CPU time, in clock ticks, used so far by target's
 // processes (postfwd2: all of its session).
-func (b *bench) serverTicks(t string) uint64 {
+func (b *bench) serverTicks(t string) uint64 { return b.sumPIDs(t, procstat.Ticks) }
+
+// serverSwitches is the context switches so far of target's processes'
+// live threads (postfwd2: all of its session).
+func (b *bench) serverSwitches(t string) uint64 { return b.sumPIDs(t, procstat.Switches) }
+
+// sumPIDs sums f over target's processes.
+func (b *bench) sumPIDs(t string, f func(int) uint64) uint64 {
 	var pids []int
 	switch t {
 	case "sluice":
@@ -248,7 +255,7 @@ func (b *bench) serverTicks(t string) uint64 {
 	}
 	var sum uint64
 	for _, p := range pids {
-		sum += procstat.Ticks(p)
+		sum += f(p)
 	}
 	return sum
 }
