@@ -156,7 +156,17 @@ type pendingHit struct {
 
 // PolicyCheck decides one policy query and returns the action.
 func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *PolicyRequest) (string, error) {
-	g.policyTransaction(ctx, ps, req)
+	return g.policyDecide(ctx, ps, req, nil)
+}
+
+// policyDecide is the one decision of a policy query. With ex set it is
+// a dry run (PolicyExplain): the limits are peeked, not hit, nothing is
+// logged, observed or taken back, and every rule's part is noted in ex.
+func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *PolicyRequest, ex *Explanation) (string, error) {
+	dry := ex != nil
+	if !dry {
+		g.policyTransaction(ctx, ps, req)
+	}
 	if ps.connDeny != "" {
 		return ps.connDeny, nil
 	}
@@ -167,27 +177,37 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
 		if !g.policyMatches(r, req, peer, &class) {
+			ex.note(RuleStep{Rule: r.Name, Outcome: "no match"})
 			continue
 		}
 		n, ok := policyAmount(r, req, ps)
 		if !ok {
+			ex.note(RuleStep{Rule: r.Name, Outcome: "not counted at " + req.ProtocolState})
 			continue
 		}
 		key := policyKey(r, req, g, peer, &class)
-		checks := make([]limiter.Check, len(r.Limits))
-		for j, lim := range r.Limits {
-			// The {hash tag} keeps a rule's limits for one key on one Redis
-			// Cluster slot, so they are decided in one atomic step.
-			checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
+		limits, exempt := g.PolicyLimits(ctx, r, key)
+		if exempt.Through {
+			ex.note(RuleStep{Rule: r.Name, Key: keyText(key), Outcome: "exempt", Exemption: &exempt})
+			continue
 		}
+		checks := policyChecks(r, key, limits)
 		out := make([]limiter.Decision, len(checks))
 		mode := r.Mode
 		if r.DryRun {
 			mode = limiter.Strict // a dry run lets the mail pass, so it counts
 		}
 		at := g.lim.Now()
-		err := g.lim.Hit(ctx, n, mode, checks, out)
-		if err != nil && !limiterAllows(out) {
+		var err error
+		if dry {
+			err = g.lim.Peek(ctx, n, checks, out)
+		} else {
+			err = g.lim.Hit(ctx, n, mode, checks, out)
+		}
+		if err != nil && (dry || !limiterAllows(out)) {
+			if dry {
+				return "", fmt.Errorf("peek rule %s: %w", r.Name, err)
+			}
 			g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", err)
 			g.policyUndo(ctx, done)
 			return storeTrouble, nil
@@ -199,7 +219,11 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				break
 			}
 		}
-		g.policyReport(ctx, r, req, key, n, out, refused, at)
+		if dry {
+			ex.noteDecisions(r, key, n, limits, out, refused, exempt)
+		} else {
+			g.policyReport(ctx, r, req, key, n, limits, out, refused, at)
+		}
 		if refused < 0 || r.DryRun {
 			// rules.Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
@@ -209,7 +233,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				ps.counted = append(ps.counted, r.Name)
 			}
 		}
-		if refused < 0 || r.DryRun || mode == limiter.Strict {
+		if !dry && (refused < 0 || r.DryRun || mode == limiter.Strict) {
 			h := pendingHit{checks: checks, n: n, at: at}
 			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
 				done = append(done, h)
@@ -221,18 +245,23 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 		if refused < 0 {
 			continue
 		}
-		text := PolicyAction(r, key, out[refused], r.Limits[refused])
+		text := PolicyAction(r, key, out[refused], limits[refused])
 		if r.DryRun {
-			g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), r.Limits[refused].Period,
-				"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", r.Limits[refused].String())
+			if !dry {
+				g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), limits[refused].Period,
+					"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", limits[refused].String())
+			}
 			if warn == "" {
 				warn = "WARN " + actionText(text)
 			}
 			continue
 		}
-		g.refused(ctx, "policy", r.Name, keyText(key), r.Limits[refused].Period,
+		if dry {
+			return text, nil
+		}
+		g.refused(ctx, "policy", r.Name, keyText(key), limits[refused].Period,
 			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
-			"limit", r.Limits[refused].String(), "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+			"limit", limits[refused].String(), "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.
 		g.policyUndo(ctx, done)
@@ -247,10 +276,24 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 	return g.policy.Default, nil
 }
 
+// policyChecks are the store checks of a rule's limits for one key. The
+// {hash tag} keeps a rule's limits for one key on one Redis Cluster
+// slot, so they are decided in one atomic step.
+func policyChecks(r *PolicyRule, key string, limits []limiter.Limit) []limiter.Check {
+	checks := make([]limiter.Check, len(limits))
+	for j, lim := range limits {
+		checks[j] = limiter.Check{Key: policyStoreKey(r.Name, key) + "\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
+	}
+	return checks
+}
+
+// policyStoreKey is the store key of a rule's key, less the limit's index.
+func policyStoreKey(rule, key string) string { return "policy\x00{" + rule + "\x00" + key + "}" }
+
 // policyReport logs a rule's decisions at debug level and shows its
 // verdict to the observer; refused is the index of the refusing limit,
 // or -1.
-func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, limits []limiter.Limit, out []limiter.Decision, refused int, at time.Time) {
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		for j := range out {
 			verdict := "ok"
@@ -258,14 +301,15 @@ func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyR
 				verdict = "over"
 			}
 			g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
-				"limit", r.Limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+				"limit", limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
 		}
 	}
 	if g.obs != nil {
 		j := max(refused, 0)
-		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: r.Limits[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+		lim := limits[j]
+		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lim, Refused: refused >= 0, DryRun: r.DryRun, At: at}
 		if refused >= 0 {
-			v.Reply = PolicyAction(r, key, out[refused], r.Limits[refused])
+			v.Reply = PolicyAction(r, key, out[refused], lim)
 		}
 		g.observe(v)
 	}
