@@ -192,18 +192,12 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 			continue
 		}
 		checks := policyChecks(r, key, limits)
-		out := make([]limiter.Decision, len(checks))
 		mode := r.Mode
 		if r.DryRun {
 			mode = limiter.Strict // a dry run lets the mail pass, so it counts
 		}
 		at := g.lim.Now()
-		var err error
-		if dry {
-			err = g.lim.Peek(ctx, n, checks, out)
-		} else {
-			err = g.lim.Hit(ctx, n, mode, checks, out)
-		}
+		out, err := g.policyCount(ctx, n, mode, checks, dry)
 		if err != nil && (dry || !limiterAllows(out)) {
 			if dry {
 				return "", fmt.Errorf("peek rule %s: %w", r.Name, err)
@@ -212,13 +206,7 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 			g.policyUndo(ctx, done)
 			return storeTrouble, nil
 		}
-		refused := -1
-		for j := range out {
-			if !out[j].Allowed {
-				refused = j
-				break
-			}
-		}
+		refused := slices.IndexFunc(out, func(d limiter.Decision) bool { return !d.Allowed })
 		if dry {
 			ex.noteDecisions(r, key, n, limits, out, refused, exempt)
 		} else {
@@ -233,14 +221,8 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 				ps.counted = append(ps.counted, r.Name)
 			}
 		}
-		if !dry && (refused < 0 || r.DryRun || mode == limiter.Strict) {
-			h := pendingHit{checks: checks, n: n, at: at}
-			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
-				done = append(done, h)
-			}
-			if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
-				ps.pending = append(ps.pending, h)
-			}
+		if !dry {
+			done = policyPending(ps, r, req, pendingHit{checks: checks, n: n, at: at}, mode, refused, done)
 		}
 		if refused < 0 {
 			continue
@@ -274,6 +256,31 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 		return warn, nil
 	}
 	return g.policy.Default, nil
+}
+
+// policyCount hits the checks, or peeks at them for a dry run.
+func (g *Governor) policyCount(ctx context.Context, n int64, mode limiter.Mode, checks []limiter.Check, dry bool) ([]limiter.Decision, error) {
+	out := make([]limiter.Decision, len(checks))
+	if dry {
+		return out, g.lim.Peek(ctx, n, checks, out)
+	}
+	return out, g.lim.Hit(ctx, n, mode, checks, out)
+}
+
+// policyPending keeps a rule's hit for taking back: in done if a later
+// rule's refusal undoes it, in the session if an unfinished transaction
+// does.
+func policyPending(ps *PolicySession, r *PolicyRule, req *PolicyRequest, h pendingHit, mode limiter.Mode, refused int, done []pendingHit) []pendingHit {
+	if refused >= 0 && !r.DryRun && mode != limiter.Strict {
+		return done
+	}
+	if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
+		done = append(done, h)
+	}
+	if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
+		ps.pending = append(ps.pending, h)
+	}
+	return done
 }
 
 // policyChecks are the store checks of a rule's limits for one key. The
