@@ -15,7 +15,13 @@ type policySession struct {
 }
 
 func (s *policySession) Check(ctx context.Context, req *policy.Request) (string, error) {
-	s.pr = governor.PolicyRequest{
+	s.pr = governorRequest(req)
+	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
+}
+
+// governorRequest is what the governor needs of a policy request.
+func governorRequest(req *policy.Request) governor.PolicyRequest {
+	return governor.PolicyRequest{
 		ProtocolState:     req.ProtocolState,
 		ClientAddress:     req.ClientAddress,
 		ClientPort:        req.ClientPort,
@@ -31,7 +37,6 @@ func (s *policySession) Check(ctx context.Context, req *policy.Request) (string,
 		Instance:          req.Instance,
 		Attr:              req.Attr,
 	}
-	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
 }
 
 func (s *policySession) Close() { s.d.gov.Load().PolicyClose(context.Background(), &s.ps) }

@@ -26,6 +26,9 @@ const exTempFail = 75
 // through, and returns its exit status. The slot's concurrency lease ends
 // when COMMAND ends.
 func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "suspend" || args[0] == "resume") {
+		return throttleAdmin(ctx, args[0], args[1:], stdout, stderr)
+	}
 	fs := newFlags("throttle", stderr)
 	sock := fs.String("s", filepath.Join(config.DefaultRuntimeDir(), "throttle"), "throttle server: a unix socket `path`, unix:PATH or inet:HOST:PORT (default: where sluice serve run by this user puts it)")
 	key := fs.String("k", "", "the `key` to throttle on (destination host, relay); with -qmail-remote, the host argument")

@@ -124,16 +124,29 @@ func (s *Server) do(peer Peer, req Request) Response {
 	return resp
 }
 
-// argText renders a request's arguments for a log line, bounded.
+// argText renders a request's non-empty arguments for a log line: bytes
+// outside printable ASCII as '?', at most 512 bytes.
 func argText(req Request) string {
 	var b strings.Builder
 	for _, m := range []map[string]string{req.Args, req.Attrs} {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if m[k] == "" || m[k] == "0" {
+				continue
+			}
 			if b.Len() > 0 {
 				b.WriteByte(' ')
 			}
 			b.WriteString(k + "=" + m[k])
 		}
 	}
-	return netserve.Printable([]byte(b.String()))
+	out := []byte(b.String())
+	if len(out) > 512 {
+		out = append(out[:509], "..."...)
+	}
+	for i, c := range out {
+		if c < 0x20 || c > 0x7e {
+			out[i] = '?'
+		}
+	}
+	return string(out)
 }

@@ -172,7 +172,7 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 	}
 	var done []pendingHit // leaky hits of this request, undone if a later rule refuses
 	var warn string
-	peer := hostmask.PeerAddr(req.ClientName, parseAddr(req.ClientAddress))
+	peer := peerOf(req)
 	var class string
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
@@ -399,6 +399,11 @@ func policyAmount(r *PolicyRule, req *PolicyRequest, ps *PolicySession) (int64, 
 		return req.Size, req.Size > 0
 	}
 	return 0, false
+}
+
+// peerOf is the client of a request as host masks match it.
+func peerOf(req *PolicyRequest) hostmask.Peer {
+	return hostmask.PeerAddr(req.ClientName, parseAddr(req.ClientAddress))
 }
 
 func parseAddr(s string) netip.Addr {
