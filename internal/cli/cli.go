@@ -294,6 +294,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
 	printWeb(w, cfg)
+	printControl(w, cfg)
 	printAnvil(w, cfg)
 }
 

@@ -252,3 +252,49 @@ max_wait = "1m"
 		t.Fatalf("sends after the resume:\n%s", b)
 	}
 }
+
+// TestCheckExplain: `sluice check -c FILE` with a request explains it
+// against the file's rules, rule by rule, counting nothing: from
+// ATTR=VALUE operands or a Postfix policy request on stdin; a bad
+// operand is a usage error.
+func TestCheckExplain(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.toml")
+	body := fmt.Sprintf(`state_dir = %q
+[[policy.rule]]
+name = "partners"
+count = "messages"
+sender_domain = ["partner.example"]
+key = ["sender"]
+limit = ["100/1h exact"]
+[[policy.rule]]
+name = "everyone"
+count = "messages"
+stage = "RCPT"
+key = ["client_address/24/64"]
+limit = ["10/1m exact"]
+`, dir)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // nothing is counted: the second run says the same
+		code, out, errs := run("check", "-c", path, "sender=a@other.example", "client_address=192.0.2.9", "protocol_state=RCPT")
+		want := "answer: DUNNO\n1. partners: no match\n2. everyone [client_address=192.0.2.0/24]: ok (this request adds 1)\n    10/60s exact       count 0, remaining 10\n"
+		if code != 0 || out != want {
+			t.Fatalf("check with a request: exit %d, %q (%s); want %q", code, out, errs, want)
+		}
+	}
+	stdin = strings.NewReader("request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\nsender=b@partner.example\nclient_address=192.0.2.9\n\n")
+	defer func() { stdin = os.Stdin }()
+	code, out, _ := run("check", "-c", path, "-json", "-")
+	var ex struct {
+		Answer string
+		Rules  []struct{ Rule, Outcome string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ex) != nil || ex.Answer != "DUNNO" || len(ex.Rules) != 2 || ex.Rules[0].Outcome != "ok" || ex.Rules[1].Outcome != "not counted at END-OF-MESSAGE" {
+		t.Fatalf("check with a request on stdin: %d %s", code, out)
+	}
+	if code, _, errs := run("check", "-c", path, "nonsense=1"); code != 2 || !strings.Contains(errs, "not ATTRIBUTE=VALUE") {
+		t.Fatalf("a bad operand: exit %d, %q", code, errs)
+	}
+}
