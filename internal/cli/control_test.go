@@ -140,7 +140,9 @@ func TestControlPostfixRedis(t *testing.T) {
 
 	// The key as B sees it, then its reset.
 	code, out, _ := runControl(t, bin, "key", "show", "-json", "-s", ctlB, "-rule", "sender-rate", "-key", "sender="+sender)
-	var shown struct{ Limits []struct{ Count, Remaining int64 } }
+	var shown struct {
+		Limits []struct{ Count, Remaining int64 }
+	}
 	if code != 0 || json.Unmarshal([]byte(out), &shown) != nil || len(shown.Limits) != 1 || shown.Limits[0].Count != 10 || shown.Limits[0].Remaining != 0 {
 		t.Fatalf("key show on B: %d %s", code, out)
 	}
