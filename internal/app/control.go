@@ -256,10 +256,22 @@ func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, 
 		if err != nil {
 			return control.Reply{}, err
 		}
+		if ban := h.d.throttleBan; ban != nil {
+			// Keys suspended or banned but holding no slots.
+			marked, err := ban.states(ctx, h.d.cfg.Load())
+			if err != nil {
+				return control.Reply{}, err
+			}
+			for _, m := range marked {
+				ids = append(ids, m.Key)
+			}
+		}
+		slices.Sort(ids)
 		keys = keys[:0]
-		for _, id := range ids {
-			_, bucket, _ := strings.Cut(id, " ")
-			keys = append(keys, bucket)
+		for _, id := range slices.Compact(ids) {
+			if _, bucket, _ := strings.Cut(id, " "); bucket != "*" {
+				keys = append(keys, bucket)
+			}
 		}
 	}
 	for _, k := range keys {

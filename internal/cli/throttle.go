@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sluice/internal/control"
 	"strings"
 	"syscall"
 	"time"
@@ -263,4 +264,32 @@ func runCommand(argv []string, stdout, errout io.Writer, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// throttleAdmin runs "sluice throttle show|suspend|resume": the words
+// are taken before the wrapper's flags, so no wrapper call is one.
+func throttleAdmin(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
+	f := newCtlFlags("throttle "+sub, stderr)
+	dur := f.fs.String("for", "", "suspend: how `long` (30s, 1h)")
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintln(w, "usage: sluice throttle show [KEY]")
+		fmt.Fprintln(w, "       sluice throttle suspend -for DURATION KEY")
+		fmt.Fprintln(w, "       sluice throttle resume KEY")
+		fmt.Fprintln(w, "\nA suspended key's senders defer (qmail report Z) until it resumes, on every daemon sharing Redis.")
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
+		return code
+	}
+	req := control.Request{Command: "throttle." + sub, Args: map[string]string{"for": *dur}}
+	switch {
+	case f.fs.NArg() == 1:
+		req.Args["key"] = f.fs.Arg(0)
+	case f.fs.NArg() > 1 || sub != "show":
+		f.fs.Usage()
+		return 2
+	}
+	return f.do(ctx, req, stdout, stderr)
 }
