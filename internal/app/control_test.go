@@ -1,11 +1,16 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +113,79 @@ func TestExemptionSurvivesRestart(t *testing.T) {
 	if r := ask(t, sock, control.Request{Command: "no.such"}); r.OK || !strings.Contains(r.Error, "unknown command") {
 		t.Fatalf("an unknown command: %+v", r)
 	}
+}
+
+// TestExplainMatchesDaemon: over random rules (a configuration file) and
+// random requests, `explain` through the control socket gives the answer
+// the policy door then gives the same request (with a strict rule's
+// {count}, which counts the refused attempt, set aside).
+func TestExplainMatchesDaemon(t *testing.T) {
+	rng := rand.New(rand.NewPCG(28, 2))
+	keys := []string{`["sender"]`, `["client_address/24/64"]`, `["sender_domain"]`, `["sender", "client_address"]`}
+	refused := 0
+	for round := range 3 {
+		dir := t.TempDir()
+		var rules strings.Builder
+		for i := range 1 + rng.IntN(3) {
+			fmt.Fprintf(&rules, "[[policy.rule]]\nname = \"r%d\"\ncount = \"messages\"\nkey = %s\nlimit = [\"%d/1h %s\"]\nmode = %q\naction = \"DEFER_IF_PERMIT {rule} {key} {count}/{limit}\"\n",
+				i, keys[rng.IntN(len(keys))], 1+rng.IntN(4), []string{"exact", "anvil", "smooth"}[rng.IntN(3)], []string{"leaky", "strict"}[rng.IntN(2)])
+			if rng.IntN(3) == 0 {
+				rules.WriteString("sender_domain = [\"b.example\"]\n")
+			}
+		}
+		path := filepath.Join(dir, "sluice.toml")
+		body := fmt.Sprintf("state_dir = %q\n[anvil]\nenabled = false\n[policy]\nlisten = [\"unix:policy\"]\n%s", dir, rules.String())
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := startDaemon(t, path)
+		ctl := d.cfg.Load().ControlSocket()
+		c, err := net.Dial("unix", filepath.Join(dir, "policy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		strict := regexp.MustCompile(`^DEFER_IF_PERMIT (r\d+) .* (\d+)/\d+$`)
+		for i := range 80 {
+			attrs := map[string]string{
+				"protocol_state": "END-OF-MESSAGE", "instance": fmt.Sprint(round, ".", i),
+				"sender":         []string{"a@a.example", "b@b.example", "c@b.example"}[rng.IntN(3)],
+				"client_address": []string{"192.0.2.1", "192.0.2.77", "198.51.100.3"}[rng.IntN(3)],
+			}
+			resp := ask(t, ctl, control.Request{Command: "explain", Attrs: attrs})
+			var ex struct{ Answer string }
+			if !resp.OK || json.Unmarshal(resp.Result, &ex) != nil {
+				t.Fatalf("explain: %+v", resp)
+			}
+			fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\ninstance=%s\nsender=%s\nclient_address=%s\n\n", attrs["instance"], attrs["sender"], attrs["client_address"])
+			line, err := r.ReadString('\n')
+			if _, err2 := r.ReadString('\n'); err != nil || err2 != nil {
+				t.Fatal(err, err2)
+			}
+			got := strings.TrimSuffix(strings.TrimPrefix(line, "action="), "\n")
+			if m := strict.FindStringSubmatch(got); m != nil && strings.Contains(body, "name = \""+m[1]+"\"") && ruleIsStrict(body, m[1]) {
+				got, ex.Answer = strictCount.ReplaceAllString(got, " _/"), strictCount.ReplaceAllString(ex.Answer, " _/")
+			}
+			if got != ex.Answer {
+				t.Fatalf("round %d request %d %v: explain %q, the daemon %q\nrules:\n%s", round, i, attrs, ex.Answer, got, rules.String())
+			}
+			if got != "DUNNO" {
+				refused++
+			}
+		}
+	}
+	if refused < 48 {
+		t.Fatalf("only %d of 240 requests refused: the comparison hardly covers refusals", refused)
+	}
+}
+
+var strictCount = regexp.MustCompile(` \d+/`)
+
+// ruleIsStrict says whether the configuration's rule name counts refused
+// attempts.
+func ruleIsStrict(body, name string) bool {
+	_, rest, _ := strings.Cut(body, "name = \""+name+"\"")
+	rest, _, _ = strings.Cut(rest, "[[policy.rule]]")
+	return strings.Contains(rest, `mode = "strict"`)
 }
