@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/limiter"
@@ -38,6 +39,8 @@ type Exemptions struct {
 	mu    sync.RWMutex
 	m     map[string]Exemption // rule "\x00" key (the store's form)
 	read  time.Time
+	// n is len(m): a decision with no exemption held takes no lock.
+	n atomic.Int64
 }
 
 // NewExemptions returns the exemptions kept in marks (nil: none can be
@@ -71,6 +74,7 @@ func (e *Exemptions) Refresh(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.m, e.read = m, time.Now()
+	e.n.Store(int64(len(m)))
 	e.mu.Unlock()
 	return nil
 }
@@ -111,6 +115,7 @@ func (e *Exemptions) Set(ctx context.Context, x Exemption) error {
 	}
 	e.mu.Lock()
 	e.m[id] = x
+	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
 	return nil
 }
@@ -127,6 +132,7 @@ func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time
 	}
 	e.mu.Lock()
 	delete(e.m, id)
+	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
 	return had, nil
 }
@@ -148,7 +154,7 @@ func (e *Exemptions) List(now time.Time) ([]Exemption, time.Time) {
 
 // lookup returns the exemption of rule's key (the store's form) at now.
 func (e *Exemptions) lookup(rule, key string, now time.Time) (Exemption, bool) {
-	if e == nil {
+	if e == nil || e.n.Load() == 0 {
 		return Exemption{}, false
 	}
 	e.mu.RLock()

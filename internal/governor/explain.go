@@ -47,6 +47,10 @@ func (ex *Explanation) note(s RuleStep) {
 	}
 }
 
+func (ex *Explanation) noteExempt(rule, key string, x Exemption) {
+	ex.note(RuleStep{Rule: rule, Key: keyText(key), Outcome: "exempt", Exemption: &x})
+}
+
 func (ex *Explanation) noteDecisions(r *PolicyRule, key string, n int64, limits []limiter.Limit, out []limiter.Decision, refused int, x Exemption) {
 	s := RuleStep{Rule: r.Name, Key: keyText(key), N: n, Limits: limitStates(limits, out, n), Outcome: "ok"}
 	if x.Raise > 0 {

@@ -177,18 +177,24 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
 		if !g.policyMatches(r, req, peer, &class) {
-			ex.note(RuleStep{Rule: r.Name, Outcome: "no match"})
+			if dry {
+				ex.note(RuleStep{Rule: r.Name, Outcome: "no match"})
+			}
 			continue
 		}
 		n, ok := policyAmount(r, req, ps)
 		if !ok {
-			ex.note(RuleStep{Rule: r.Name, Outcome: "not counted at " + req.ProtocolState})
+			if dry {
+				ex.note(RuleStep{Rule: r.Name, Outcome: "not counted at " + req.ProtocolState})
+			}
 			continue
 		}
 		key := policyKey(r, req, g, peer, &class)
 		limits, exempt := g.PolicyLimits(ctx, r, key)
 		if exempt.Through {
-			ex.note(RuleStep{Rule: r.Name, Key: keyText(key), Outcome: "exempt", Exemption: &exempt})
+			if dry {
+				ex.noteExempt(r.Name, key, exempt)
+			}
 			continue
 		}
 		checks := policyChecks(r, key, limits)
@@ -289,7 +295,7 @@ func policyPending(ps *PolicySession, r *PolicyRule, req *PolicyRequest, h pendi
 func policyChecks(r *PolicyRule, key string, limits []limiter.Limit) []limiter.Check {
 	checks := make([]limiter.Check, len(limits))
 	for j, lim := range limits {
-		checks[j] = limiter.Check{Key: policyStoreKey(r.Name, key) + "\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
+		checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
 	}
 	return checks
 }
