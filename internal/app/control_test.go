@@ -17,6 +17,7 @@ import (
 
 	"sluice/internal/config"
 	"sluice/internal/control"
+	"sluice/internal/throttle"
 )
 
 // TestControlAllow: root and sluice's own user may give commands; another
@@ -188,4 +189,66 @@ func ruleIsStrict(body, name string) bool {
 	_, rest, _ := strings.Cut(body, "name = \""+name+"\"")
 	rest, _, _ = strings.Cut(rest, "[[policy.rule]]")
 	return strings.Contains(rest, `mode = "strict"`)
+}
+
+// TestControlSharedThroughRedis: two daemons on one Redis. A throttle key
+// suspended through A's control socket defers B's senders, and its
+// resume through A lets them send again; a reset through B forgets the
+// count A's senders made, so A admits the sender again.
+func TestControlSharedThroughRedis(t *testing.T) {
+	srv := startRedis(t)
+	a := startDaemon(t, redisConfig(t, srv, "ctl:", "open", ""))
+	b := startDaemon(t, redisConfig(t, srv, "ctl:", "open", ""))
+	ctlA, ctlB := a.cfg.Load().ControlSocket(), b.cfg.Load().ControlSocket()
+	thrB := filepath.Join(filepath.Dir(b.cfg.Load().File), "throttle")
+	acquire := func() string {
+		t.Helper()
+		cl, err := throttle.Dial("unix", thrB, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		rep, err := cl.Acquire("relay.example")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Defer == "" {
+			cl.Done()
+		}
+		return rep.Defer
+	}
+	if d := acquire(); d != "" {
+		t.Fatalf("before the suspension: deferred: %s", d)
+	}
+	if r := ask(t, ctlA, control.Request{Command: "throttle.suspend", Args: map[string]string{"key": "relay.example", "for": "1h"}}); !r.OK {
+		t.Fatalf("suspend on A: %+v", r)
+	}
+	if d := acquire(); !strings.Contains(d, "relay * is suspended until") || !strings.Contains(d, "suspended by an administrator") {
+		t.Fatalf("B during A's suspension: %q", d)
+	}
+	if r := ask(t, ctlA, control.Request{Command: "throttle.resume", Args: map[string]string{"key": "relay.example"}}); !r.OK || !strings.Contains(r.Text, "resumed") {
+		t.Fatalf("resume on A: %+v", r)
+	}
+	if d := acquire(); d != "" {
+		t.Fatalf("B after A's resume: deferred: %s", d)
+	}
+
+	pc, err := net.Dial("tcp", a.Addrs()[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	pr := bufio.NewReader(pc)
+	for i := range 11 {
+		v, err := policyAsk(pc, pr, "reset@example.org", fmt.Sprint("m", i))
+		if want := map[bool]string{true: "DUNNO", false: "DEFER_IF_PERMIT"}[i < 10]; err != nil || v != want {
+			t.Fatalf("message %d on A: %q %v; want %s", i+1, v, err, want)
+		}
+	}
+	if r := ask(t, ctlB, control.Request{Command: "key.reset", Args: map[string]string{"rule": "sender", "key": "sender=reset@example.org"}}); !r.OK || !strings.Contains(r.Text, "reset 1 key(s)") {
+		t.Fatalf("reset on B: %+v", r)
+	}
+	if v, err := policyAsk(pc, pr, "reset@example.org", "after"); err != nil || v != "DUNNO" {
+		t.Fatalf("on A after B's reset: %q %v", v, err)
+	}
 }
