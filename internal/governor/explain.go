@@ -47,6 +47,14 @@ func (ex *Explanation) note(s RuleStep) {
 	}
 }
 
+// noteSkipped notes a rule that does not count the request: why, and
+// what (joined only in a dry run).
+func (ex *Explanation) noteSkipped(rule, why, what string) {
+	if ex != nil {
+		ex.note(RuleStep{Rule: rule, Outcome: why + what})
+	}
+}
+
 func (ex *Explanation) noteExempt(rule, key string, x Exemption) {
 	ex.note(RuleStep{Rule: rule, Key: keyText(key), Outcome: "exempt", Exemption: &x})
 }

@@ -177,16 +177,12 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
 		if !g.policyMatches(r, req, peer, &class) {
-			if dry {
-				ex.note(RuleStep{Rule: r.Name, Outcome: "no match"})
-			}
+			ex.noteSkipped(r.Name, "no match", "")
 			continue
 		}
 		n, ok := policyAmount(r, req, ps)
 		if !ok {
-			if dry {
-				ex.note(RuleStep{Rule: r.Name, Outcome: "not counted at " + req.ProtocolState})
-			}
+			ex.noteSkipped(r.Name, "not counted at ", req.ProtocolState)
 			continue
 		}
 		key := policyKey(r, req, g, peer, &class)
