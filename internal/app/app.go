@@ -21,6 +21,7 @@ import (
 
 	"sluice/internal/anvil"
 	"sluice/internal/config"
+	"sluice/internal/control"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
 	"sluice/internal/loglimit"
@@ -65,6 +66,12 @@ type Daemon struct {
 	// throttleBan reads the throttle's send results (ban signs,
 	// suspension, learned limits).
 	throttleBan *banGuard
+	// marks are the per-key marks (suspensions, learned limits,
+	// exemptions); exempt the exemptions read from them. Both outlive
+	// reloads.
+	marks   limiter.Marks
+	exempt  *governor.Exemptions
+	control *control.Server
 
 	// What the status page and the metrics show.
 	version      string
@@ -157,7 +164,12 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
 	d.carried = governor.NewAnvilCarried()
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), log)
+	d.marks = d.openMarks()
+	d.exempt = governor.NewExemptions(d.marks)
+	if err := d.exempt.Refresh(d.stop); err != nil {
+		log.Error("exemptions cannot be read; none apply until they can", "err", err)
+	}
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -275,6 +287,14 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.refusals.Run(ctx)
 	}()
+	if d.exempt.Shared() {
+		// Exemptions other daemons set reach this one within a second.
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.exempt.Run(ctx, time.Second, func(err error) { d.log.Warn("exemptions: reading them failed", "err", err) })
+		}()
+	}
 	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
 		d.wg.Add(1)
@@ -319,7 +339,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}

@@ -27,13 +27,15 @@ type frontEnd struct {
 
 // frontEnds are the doors of cfg, in the order bind makes them.
 func (d *Daemon) frontEnds(cfg *config.Config) []frontEnd {
-	a, p, t, m, w := cfg.Anvil, cfg.Policy, cfg.Throttle, cfg.Milter, cfg.Web
+	a, p, t, m, w, k := cfg.Anvil, cfg.Policy, cfg.Throttle, cfg.Milter, cfg.Web, cfg.Control
+	kl, ks := controlSocket(k)
 	return []frontEnd{
 		{"anvil", a.Enabled, a.Listen, a.Socket, func() func(net.Listener) error { return d.newAnvil(a) }},
 		{"policy", p.Enabled, p.Listen, p.Socket, func() func(net.Listener) error { return d.newPolicy(p) }},
 		{"throttle", t.Enabled, t.Listen, t.Socket, func() func(net.Listener) error { return d.newThrottle(t) }},
 		{"milter", m.Enabled, m.Listen, m.Socket, func() func(net.Listener) error { return d.newMilter(cfg) }},
 		{"web", len(w.Listen) > 0, w.Listen, w.Socket, func() func(net.Listener) error { return d.newWeb(w) }},
+		{"control", k.Enabled, kl, ks, func() func(net.Listener) error { return d.newControl(k) }},
 	}
 }
 

@@ -186,7 +186,7 @@ func (o *observer) relimit(g *governor.Governor) {
 		if k.door == "throttle" {
 			limits = throttle[k.rule]
 		} else {
-			limits, _ = g.PolicyLimits(k.rule, k.key) // a per-key table's, if it has an entry
+			limits, _ = g.RuleKeyLimits(k.rule, k.key) // a per-key table's, if it has an entry
 		}
 		i := slices.IndexFunc(limits, func(l limiter.Limit) bool {
 			return l.Algorithm == t.limit.Algorithm && l.Period == t.limit.Period

@@ -23,7 +23,14 @@ func (s *policySession) Check(ctx context.Context, req *policy.Request) (string,
 	if s.attrOf != req {
 		s.attrOf, s.attr = req, req.Attr
 	}
-	s.pr = governor.PolicyRequest{
+	s.pr = governorRequest(req, s.attr)
+	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
+}
+
+// governorRequest is what the governor needs of a policy request; attr is
+// req.Attr (made by the caller, once per connection on the door's path).
+func governorRequest(req *policy.Request, attr func(string) (string, bool)) governor.PolicyRequest {
+	return governor.PolicyRequest{
 		ProtocolState:     req.ProtocolState,
 		ClientAddress:     req.ClientAddress,
 		ClientPort:        req.ClientPort,
@@ -37,9 +44,8 @@ func (s *policySession) Check(ctx context.Context, req *policy.Request) (string,
 		SASLUsername:      req.SASLUsername,
 		PolicyContext:     req.PolicyContext,
 		Instance:          req.Instance,
-		Attr:              s.attr,
+		Attr:              attr,
 	}
-	return s.d.gov.Load().PolicyCheck(ctx, &s.ps, &s.pr)
 }
 
 func (s *policySession) Close() { s.d.gov.Load().PolicyClose(context.Background(), &s.ps) }

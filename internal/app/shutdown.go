@@ -56,7 +56,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.stopping.Store(true)
-	d.closeListeners("milter", "throttle", "web")
+	d.closeListeners("milter", "throttle", "web", "control")
 	var sessions []shutdowner
 	if d.throttle != nil {
 		sessions = append(sessions, d.throttle)
@@ -66,6 +66,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	if d.web != nil {
 		sessions = append(sessions, d.web)
+	}
+	if d.control != nil {
+		sessions = append(sessions, d.control)
 	}
 	errs := make([]error, len(sessions)+1)
 	var wg sync.WaitGroup

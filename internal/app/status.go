@@ -91,6 +91,8 @@ func (d *Daemon) doorConns(door string) int {
 		return d.milter.Sessions()
 	case "web":
 		return d.web.Streams()
+	case "control":
+		return d.control.Conns()
 	}
 	return 0
 }

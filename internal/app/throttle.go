@@ -22,22 +22,28 @@ type throttleHandler struct{ d *Daemon }
 
 func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Grant, error) {
 	g := h.d.gov.Load()
+	ban := h.d.throttleBan
 	var bp *banPolicy
 	var id string
-	if ban := h.d.throttleBan; ban != nil {
+	if ban != nil {
 		if name, bucket, _, ok := g.ThrottleTarget(key); ok {
 			bp, id = ban.policy(h.d.cfg.Load(), name), name+" "+bucket
 		}
 	}
-	if bp == nil {
+	if id == "" {
 		return h.acquire(ctx, g, key)
 	}
-	ban := h.d.throttleBan
+	// Every key a policy paces may be suspended: by a ban, or by an
+	// administrator (sluice throttle suspend).
 	if until, why := ban.admit(ctx, id); !until.IsZero() {
 		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, until, why)}
 	}
 	suspended, stop := ban.watch(id)
-	wctx, cancel := context.WithCancel(governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp)))
+	wctx := ctx
+	if bp != nil {
+		wctx = governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp))
+	}
+	wctx, cancel := context.WithCancel(wctx)
 	go func() {
 		select {
 		case <-suspended:
@@ -55,8 +61,8 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 		return gr, err
 	}
 	if isClosed(suspended) {
-		// Banned while this sender was handed its slot (a slot freed at
-		// the ban went to it before the cancel above): it must not send.
+		// Suspended while this sender was handed its slot (a slot freed
+		// at the ban went to it before the cancel above): it must not send.
 		gr.Done(false)
 		stop()
 		return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
@@ -65,13 +71,15 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 	gr.Done = func(used bool) { stop(); done(used) }
 	gr.Revoked = suspended
 	gr.RevokeReason = func() string { return ban.revokeReason(id) }
-	gr.Judge = func(ctx context.Context, lines []throttle.ResultLine) string {
-		// The policy in force when the result comes (a reload between
-		// grant and result applies its signs).
-		if p := ban.policy(h.d.cfg.Load(), bp.name); p != nil {
-			bp = p
+	if bp != nil {
+		gr.Judge = func(ctx context.Context, lines []throttle.ResultLine) string {
+			// The policy in force when the result comes (a reload between
+			// grant and result applies its signs).
+			if p := ban.policy(h.d.cfg.Load(), bp.name); p != nil {
+				bp = p
+			}
+			return ban.judge(ctx, id, bp, lines)
 		}
-		return ban.judge(ctx, id, bp, lines)
 	}
 	return gr, nil
 }
@@ -119,23 +127,29 @@ func (d *Daemon) openBanGuard() *banGuard {
 	return g
 }
 
-func (d *Daemon) newBanGuard() *banGuard {
+func (d *Daemon) newBanGuard() *banGuard { return newBanGuard(d.marks, d.log) }
+
+// openMarks opens the daemon's per-key marks (throttle suspensions, ban
+// streaks, learned limits, exemptions): in Redis, shared by every daemon
+// on it, with a Redis store, else in the state directory's
+// throttle.marks.
+func (d *Daemon) openMarks() limiter.Marks {
 	st := d.store
 	if is, ok := st.(instrumentedStore); ok {
 		st = is.Store
 	}
 	if rs, ok := st.(*redis.Store); ok {
 		if m := rs.Marks(); m != nil {
-			return newBanGuard(m, d.log)
+			return m
 		}
 	}
 	path := filepath.Join(d.cfg.Load().StateDir, "throttle.marks")
 	m, err := limiter.NewMemoryMarks(path, nil)
 	if err != nil {
-		d.log.Error("throttle: the marks file cannot be read; suspensions and learned limits start afresh and are not kept", "err", err)
+		d.log.Error("the marks file cannot be read; suspensions, learned limits and exemptions start afresh and are not kept", "err", err)
 		m, _ = limiter.NewMemoryMarks("", nil)
 	}
-	return newBanGuard(m, d.log)
+	return m
 }
 
 // ThrottleRules converts the configured throttle policies for the governor.

@@ -178,6 +178,59 @@ func (g *banGuard) prune(now time.Time) {
 	}
 }
 
+// resumeNowLocked ends the key's suspension at once (an administrator's
+// resume).
+func (k *banKey) resumeNowLocked() {
+	k.until, k.reason = time.Time{}, ""
+	select {
+	case <-k.suspended:
+		k.suspended = make(chan struct{})
+	default:
+	}
+}
+
+// suspendReason is why a suspension mark was set: a value below zero is
+// an administrator's, else the relay's ban (the value is the ban streak).
+func suspendReason(m limiter.Mark) string {
+	if m.Value < 0 {
+		return "suspended by an administrator"
+	}
+	return "the relay banned it"
+}
+
+// suspend suspends id until until, for an administrator: its waiting
+// senders defer at once, and new ones until then or a resume; with
+// shared marks every daemon's senders do.
+func (g *banGuard) suspend(ctx context.Context, id string, until time.Time) error {
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := g.marks.Put(ctx, id, markSuspend, limiter.Mark{Value: -1, Since: g.now(), Expires: until}); err != nil {
+		return fmt.Errorf("suspend %s: %w", id, err)
+	}
+	k.until = time.Time{}
+	k.suspendLocked(until, "suspended by an administrator")
+	return nil
+}
+
+// resume ends id's suspension, whoever set it, and says whether it was
+// suspended.
+func (g *banGuard) resume(ctx context.Context, id string) (bool, error) {
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok, err := g.marks.Get(ctx, id, markSuspend)
+	if err != nil {
+		return false, fmt.Errorf("resume %s: %w", id, err)
+	}
+	was := (ok && g.now().Before(m.Expires)) || g.now().Before(k.until)
+	if err := g.marks.Delete(ctx, id, markSuspend); err != nil {
+		return was, fmt.Errorf("resume %s: %w", id, err)
+	}
+	k.resumeNowLocked()
+	return was, nil
+}
+
 // resumeLocked starts a new suspension channel once the last suspension
 // is over.
 func (k *banKey) resumeLocked(now time.Time) {
@@ -211,17 +264,24 @@ func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
 	defer k.mu.Unlock()
 	now := g.now()
 	k.resumeLocked(now)
-	if now.Before(k.until) {
+	if now.Before(k.until) && !g.marks.Shared() {
 		return k.until, k.reason
 	}
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
 	if err != nil {
 		g.readFailed("suspension", id, err)
+		if now.Before(k.until) {
+			return k.until, k.reason
+		}
 		return time.Time{}, ""
 	}
 	if ok && now.Before(m.Expires) {
-		k.suspendLocked(m.Expires, "the relay banned it")
+		k.suspendLocked(m.Expires, suspendReason(m))
 		return k.until, k.reason
+	}
+	if now.Before(k.until) {
+		// Resumed on another daemon sharing the marks.
+		k.resumeNowLocked()
 	}
 	return time.Time{}, ""
 }
@@ -264,7 +324,7 @@ func (g *banGuard) poll(id string, k *banKey) {
 		cancel()
 		if err == nil && ok && g.now().Before(m.Expires) {
 			k.mu.Lock()
-			k.suspendLocked(m.Expires, "the relay banned it")
+			k.suspendLocked(m.Expires, suspendReason(m))
 			k.mu.Unlock()
 		}
 	}

@@ -311,7 +311,7 @@ func TestMetricsUnderLoad(t *testing.T) {
 	for _, dr := range st.Doors {
 		doors = append(doors, dr.Name)
 	}
-	if strings.Join(doors, " ") != "policy throttle milter web" {
+	if strings.Join(doors, " ") != "policy throttle milter web control" {
 		t.Errorf("doors %v", doors)
 	}
 

@@ -12,7 +12,7 @@ import (
 
 const mod = "sluice/internal/"
 
-var frontEnds = []string{"anvil", "policy", "milter", "milter/wire", "mux", "socketmap", "throttle", "web", "netserve"}
+var frontEnds = []string{"anvil", "policy", "milter", "milter/wire", "mux", "socketmap", "throttle", "web", "netserve", "control"}
 
 // forbidden lists, per package prefix, what it must not depend on.
 var forbidden = map[string][]string{

@@ -37,7 +37,10 @@ func commands() []command {
 		{"serve", "run the daemon (embedded defaults without -c)", serve},
 		{"check", "validate a configuration file and print it as understood", check},
 		{"status", "show a running daemon's state (from its [web] listener)", statusCmd},
-		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper)", throttleCmd},
+		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper); show, suspend, resume keys", throttleCmd},
+		{"key", "show, list or reset a running daemon's counts (control socket)", keyCmd},
+		{"explain", "what a running daemon would answer a policy request, and why", explainCmd},
+		{"exempt", "let a key through a rule, or raise its limit, for a while", exemptCmd},
 		{"mux", "mimedefang-multiplexor: run a pool of filter workers (also as that name)", muxCmd},
 		{"ctl", "md-mx-ctrl: query and command a mimedefang multiplexor", ctlCmd},
 		{"version", "print the version", version},
@@ -212,6 +215,16 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	var units []string
 	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
 		func(f string) error { units = append(units, f); return nil })
+	asJSON := fs.Bool("json", false, "with a request: print the explanation as JSON")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: sluice check -c FILE [-q] [-socket-unit UNIT]...")
+		fmt.Fprintln(w, "       sluice check -c FILE [-json] ATTR=VALUE ...   (or - : a Postfix policy request on stdin)")
+		fmt.Fprintln(w, "\nValidate a configuration file and print it as understood; with a request, what its rules")
+		fmt.Fprintln(w, "would answer it, rule by rule, with nothing counted yet (sluice explain asks a running daemon).")
+		fmt.Fprintln(w, "\nflags:")
+		fs.PrintDefaults()
+	}
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -236,6 +249,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if w := config.SecretWarning(*path, cfg); w != "" {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if fs.NArg() > 0 {
+		return checkExplain(cfg, fs.Args(), *asJSON, stdout, stderr)
 	}
 	if *quiet {
 		return 0
@@ -278,6 +294,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
 	printWeb(w, cfg)
+	printControl(w, cfg)
 	printAnvil(w, cfg)
 }
 

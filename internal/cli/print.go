@@ -99,3 +99,17 @@ func hasInet(listen []string) bool {
 	}
 	return false
 }
+
+// printControl shows the control socket and who may use it.
+func printControl(w io.Writer, cfg *config.Config) {
+	k := cfg.Control
+	if !k.Enabled {
+		fmt.Fprintln(w, "\ncontrol socket: off (sluice key, explain, exempt and throttle suspend need it)")
+		return
+	}
+	who := "root and sluice's user"
+	if k.AdminGroup != "" {
+		who += " and group " + k.AdminGroup
+	}
+	fmt.Fprintf(w, "\ncontrol socket: %s (mode 0660; commands from %s, each logged with its uid and pid)\n", cfg.ControlSocket(), who)
+}

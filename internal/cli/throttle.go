@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sluice/internal/control"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,9 @@ const exTempFail = 75
 // through, and returns its exit status. The slot's concurrency lease ends
 // when COMMAND ends.
 func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "suspend" || args[0] == "resume") {
+		return throttleAdmin(ctx, args[0], args[1:], stdout, stderr)
+	}
 	fs := newFlags("throttle", stderr)
 	sock := fs.String("s", filepath.Join(config.DefaultRuntimeDir(), "throttle"), "throttle server: a unix socket `path`, unix:PATH or inet:HOST:PORT (default: where sluice serve run by this user puts it)")
 	key := fs.String("k", "", "the `key` to throttle on (destination host, relay); with -qmail-remote, the host argument")
@@ -260,4 +264,32 @@ func runCommand(argv []string, stdout, errout io.Writer, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// throttleAdmin runs "sluice throttle show|suspend|resume": the words
+// are taken before the wrapper's flags, so no wrapper call is one.
+func throttleAdmin(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
+	f := newCtlFlags("throttle "+sub, stderr)
+	dur := f.fs.String("for", "", "suspend: how `long` (30s, 1h)")
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintln(w, "usage: sluice throttle show [KEY]")
+		fmt.Fprintln(w, "       sluice throttle suspend -for DURATION KEY")
+		fmt.Fprintln(w, "       sluice throttle resume KEY")
+		fmt.Fprintln(w, "\nA suspended key's senders defer (qmail report Z) until it resumes, on every daemon sharing Redis.")
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
+		return code
+	}
+	req := control.Request{Command: "throttle." + sub, Args: map[string]string{"for": *dur}}
+	switch {
+	case f.fs.NArg() == 1:
+		req.Args["key"] = f.fs.Arg(0)
+	case f.fs.NArg() > 1 || sub != "show":
+		f.fs.Usage()
+		return 2
+	}
+	return f.do(ctx, req, stdout, stderr)
 }

@@ -40,6 +40,7 @@ type Config struct {
 	Throttle    Throttle `toml:"throttle"`
 	Milter      Milter   `toml:"milter"`
 	Web         Web      `toml:"web"`
+	Control     Control  `toml:"control"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
@@ -498,8 +499,9 @@ func Default() *Config {
 			MaxConns:       4096,
 			RequestTimeout: Duration(10 * time.Second),
 		},
-		Milter: defaultMilter(),
-		Web:    defaultWeb(),
+		Milter:  defaultMilter(),
+		Web:     defaultWeb(),
+		Control: defaultControl(),
 	}
 }
 

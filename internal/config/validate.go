@@ -82,6 +82,7 @@ func (c *Config) Validate() []error {
 	errs = append(errs, c.validateThrottle()...)
 	errs = append(errs, c.validateMilter()...)
 	errs = append(errs, c.validateWeb()...)
+	errs = append(errs, c.validateControl()...)
 	return errs
 }
 

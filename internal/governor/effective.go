@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"sluice/internal/limiter"
@@ -14,15 +15,23 @@ type Effective struct {
 	Limits []limiter.Limit
 	// Exempt lets the key through the rule, uncounted.
 	Exempt bool
-	// Source says where the choice came from: "rule" (its limit list), or
-	// "FILE:LINE" of the table entry.
+	// Source says where the choice came from: "rule" (its limit list),
+	// "FILE:LINE" of the table entry, "exemption" (a live exemption lets
+	// the key through), or either of the first two followed by
+	// " + exemption" (a live exemption raises it).
 	Source string
+	// Exemption is the live exemption that applies (sluice exempt), if
+	// any: Rule is "" when none does.
+	Exemption Exemption
 }
 
 // EffectiveLimits is the one place where the limit for (rule, key) is
 // chosen; key is the value part of the rule's store key, as policyKey
-// builds it. The entry of the rule's table for the key wins (its limits,
-// or an exemption); otherwise the rule's own limits apply.
+// builds it. Every decision, explanation and look-up asks here, so that
+// they agree. The entry of the rule's table for the key wins over the
+// rule's own limits (its limits, or an exemption); then a live exemption
+// (sluice exempt) lets the key through, or raises what applies by its
+// amount.
 //
 // Limit i of an entry is counted under the same store key as limit i of
 // the rule: an entry that keeps the rule's algorithm and period and
@@ -30,16 +39,35 @@ type Effective struct {
 // entry raises to 20 may send 10 more); one with another algorithm or
 // period starts a fresh count, as any rule change does.
 func (g *Governor) EffectiveLimits(r *PolicyRule, key string) Effective {
+	eff := Effective{Limits: r.Limits, Source: "rule"}
 	if r.Table != nil {
 		if e, ok := r.Table.Lookup(TableKey(key)); ok {
-			src := fmt.Sprintf("%s:%d", r.Table.Name(), e.Line)
+			eff.Source = fmt.Sprintf("%s:%d", r.Table.Name(), e.Line)
+			eff.Limits, eff.Exempt = e.Limits, e.Exempt
 			if e.Exempt {
-				return Effective{Exempt: true, Source: src}
+				eff.Limits = nil
 			}
-			return Effective{Limits: e.Limits, Source: src}
 		}
 	}
-	return Effective{Limits: r.Limits, Source: "rule"}
+	if g.exempt.empty() {
+		return eff
+	}
+	x, ok := g.exempt.lookup(r.Name, key, g.lim.Now())
+	if !ok {
+		return eff
+	}
+	eff.Exemption = x
+	switch {
+	case x.Through:
+		eff.Limits, eff.Exempt, eff.Source = nil, true, "exemption"
+	case !eff.Exempt:
+		raised := slices.Clone(eff.Limits)
+		for i := range raised {
+			raised[i].N += x.Raise
+		}
+		eff.Limits, eff.Source = raised, eff.Source+" + exemption"
+	}
+	return eff
 }
 
 // TableKey is what a rule's key is looked up as in its table: the key's
@@ -58,11 +86,11 @@ func TableKey(key string) string {
 	return strings.Join(parts, ",")
 }
 
-// PolicyLimits returns the limits the rule named rule applies to key as
+// RuleKeyLimits returns the limits the rule named rule applies to key as
 // verdicts show it (keyText: "sender=a@b.example, ..."), for the status
 // page after a reload; ok is false when no such rule is in force or the
 // key is now exempt.
-func (g *Governor) PolicyLimits(rule, key string) (limits []limiter.Limit, ok bool) {
+func (g *Governor) RuleKeyLimits(rule, key string) (limits []limiter.Limit, ok bool) {
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
 		if r.Name != rule {

@@ -22,6 +22,7 @@ type Governor struct {
 	waiters  *limiter.Waiters
 	refusals *RefusalLog
 	carried  *AnvilCarried
+	exempt   *Exemptions
 	log      *slog.Logger
 }
 
@@ -44,6 +45,9 @@ type Options struct {
 	// Carried holds the SMTP sessions the previous daemon handed over;
 	// it must outlive reloads (nil: none).
 	Carried *AnvilCarried
+	// Exemptions are the administrator's exemptions; they must outlive
+	// reloads (nil: none).
+	Exemptions *Exemptions
 	// Logger gets refusals and errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -60,8 +64,14 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, log: o.Logger}
 }
+
+// Exemptions returns the administrator's exemptions (nil: none).
+func (g *Governor) Exemptions() *Exemptions { return g.exempt }
+
+// Limiter returns the limiter the governor counts in.
+func (g *Governor) Limiter() *limiter.Limiter { return g.lim }
 
 // Classes returns the class table.
 func (g *Governor) Classes() *limiter.Classes { return g.classes }

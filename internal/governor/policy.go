@@ -164,56 +164,67 @@ type pendingHit struct {
 
 // PolicyCheck decides one policy query and returns the action.
 func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *PolicyRequest) (string, error) {
-	g.policyTransaction(ctx, ps, req)
+	return g.policyDecide(ctx, ps, req, nil)
+}
+
+// policyDecide is the one decision of a policy query. With ex set it is
+// a dry run (PolicyExplain): the limits are peeked, not hit, nothing is
+// logged, observed or taken back, and every rule's part is noted in ex.
+func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *PolicyRequest, ex *Explanation) (string, error) {
+	dry := ex != nil
+	if !dry {
+		g.policyTransaction(ctx, ps, req)
+	}
 	if ps.connDeny != "" {
 		return ps.connDeny, nil
 	}
 	var done []pendingHit // leaky hits of this request, undone if a later rule refuses
 	var warn string
-	peer := hostmask.PeerAddr(req.ClientName, parseAddr(req.ClientAddress))
+	peer := peerOf(req)
 	var class string
 	for i := range g.policy.Rules {
 		r := &g.policy.Rules[i]
 		if !g.policyMatches(r, req, peer, &class) {
+			ex.noteSkipped(r.Name, "no match", "")
 			continue
 		}
 		n, ok := policyAmount(r, req, ps)
 		if !ok {
+			ex.noteSkipped(r.Name, "not counted at ", req.ProtocolState)
 			continue
 		}
 		key := policyKey(r, req, g, peer, &class)
 		eff := g.EffectiveLimits(r, key)
 		if eff.Exempt {
-			g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", eff.Source)
+			if dry {
+				ex.noteExempt(r.Name, key, eff)
+			} else {
+				g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", eff.Source)
+			}
 			continue
 		}
-		lims := eff.Limits
-		checks := make([]limiter.Check, len(lims))
-		for j, lim := range lims {
-			// The {hash tag} keeps a rule's limits for one key on one Redis
-			// Cluster slot, so they are decided in one atomic step.
-			checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
-		}
-		out := make([]limiter.Decision, len(checks))
+		limits := eff.Limits
+		checks := policyChecks(r, key, limits)
 		mode := r.Mode
 		if r.DryRun {
 			mode = limiter.Strict // a dry run lets the mail pass, so it counts
 		}
 		at := g.lim.Now()
-		err := g.lim.Hit(ctx, n, mode, checks, out)
-		if err != nil && !limiterAllows(out) {
+		out, err := g.policyCount(ctx, n, mode, checks, dry)
+		if err != nil && (dry || !limiterAllows(out)) {
+			if dry {
+				return "", fmt.Errorf("peek rule %s: %w", r.Name, err)
+			}
 			g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", err)
 			g.policyUndo(ctx, done)
 			return storeTrouble, nil
 		}
-		refused := -1
-		for j := range out {
-			if !out[j].Allowed {
-				refused = j
-				break
-			}
+		refused := slices.IndexFunc(out, func(d limiter.Decision) bool { return !d.Allowed })
+		if dry {
+			ex.noteDecisions(r, key, n, eff, out, refused)
+		} else {
+			g.policyReport(ctx, r, req, key, n, limits, out, refused, at)
 		}
-		g.policyReport(ctx, r, lims, req, key, n, out, refused, at)
 		if refused < 0 || r.DryRun {
 			// rules.Counted once: per SMTP session, or per transaction at RCPT.
 			switch {
@@ -223,30 +234,29 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 				ps.counted = append(ps.counted, r.Name)
 			}
 		}
-		if refused < 0 || r.DryRun || mode == limiter.Strict {
-			h := pendingHit{checks: checks, n: n, at: at}
-			if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
-				done = append(done, h)
-			}
-			if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
-				ps.pending = append(ps.pending, h)
-			}
+		if !dry {
+			done = policyPending(ps, r, req, pendingHit{checks: checks, n: n, at: at}, mode, refused, done)
 		}
 		if refused < 0 {
 			continue
 		}
-		text := PolicyAction(r, key, out[refused], lims[refused])
+		text := PolicyAction(r, key, out[refused], limits[refused])
 		if r.DryRun {
-			g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), lims[refused].Period,
-				"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", lims[refused].String(), "source", eff.Source)
+			if !dry {
+				g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), limits[refused].Period,
+					"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", limits[refused].String(), "source", eff.Source)
+			}
 			if warn == "" {
 				warn = "WARN " + actionText(text)
 			}
 			continue
 		}
-		g.refused(ctx, "policy", r.Name, keyText(key), lims[refused].Period,
+		if dry {
+			return text, nil
+		}
+		g.refused(ctx, "policy", r.Name, keyText(key), limits[refused].Period,
 			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
-			"limit", lims[refused].String(), "source", eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+			"limit", limits[refused].String(), "source", eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
 		// The mail is refused: what earlier rules counted for it did not
 		// happen, if they count leaky.
 		g.policyUndo(ctx, done)
@@ -261,10 +271,49 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 	return g.policy.Default, nil
 }
 
+// policyCount hits the checks, or peeks at them for a dry run.
+func (g *Governor) policyCount(ctx context.Context, n int64, mode limiter.Mode, checks []limiter.Check, dry bool) ([]limiter.Decision, error) {
+	out := make([]limiter.Decision, len(checks))
+	if dry {
+		return out, g.lim.Peek(ctx, n, checks, out)
+	}
+	return out, g.lim.Hit(ctx, n, mode, checks, out)
+}
+
+// policyPending keeps a rule's hit for taking back: in done if a later
+// rule's refusal undoes it, in the session if an unfinished transaction
+// does.
+func policyPending(ps *PolicySession, r *PolicyRule, req *PolicyRequest, h pendingHit, mode limiter.Mode, refused int, done []pendingHit) []pendingHit {
+	if refused >= 0 && !r.DryRun && mode != limiter.Strict {
+		return done
+	}
+	if refused < 0 && r.Mode == limiter.Leaky && !r.DryRun {
+		done = append(done, h)
+	}
+	if r.Rollback && req.ProtocolState == rules.StateRcpt && refused < 0 {
+		ps.pending = append(ps.pending, h)
+	}
+	return done
+}
+
+// policyChecks are the store checks of a rule's limits for one key. The
+// {hash tag} keeps a rule's limits for one key on one Redis Cluster
+// slot, so they are decided in one atomic step.
+func policyChecks(r *PolicyRule, key string, limits []limiter.Limit) []limiter.Check {
+	checks := make([]limiter.Check, len(limits))
+	for j, lim := range limits {
+		checks[j] = limiter.Check{Key: "policy\x00{" + r.Name + "\x00" + key + "}\x00" + strconv.Itoa(j), Limit: lim, Stat: r.Name}
+	}
+	return checks
+}
+
+// policyStoreKey is the store key of a rule's key, less the limit's index.
+func policyStoreKey(rule, key string) string { return "policy\x00{" + rule + "\x00" + key + "}" }
+
 // policyReport logs a rule's decisions at debug level and shows its
-// verdict to the observer; lims are the limits applied (EffectiveLimits),
-// refused is the index of the refusing limit, or -1.
-func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, lims []limiter.Limit, req *PolicyRequest, key string, n int64, out []limiter.Decision, refused int, at time.Time) {
+// verdict to the observer; limits are the limits applied
+// (EffectiveLimits), refused is the index of the refusing limit, or -1.
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, limits []limiter.Limit, out []limiter.Decision, refused int, at time.Time) {
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		for j := range out {
 			verdict := "ok"
@@ -272,14 +321,15 @@ func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, lims []limit
 				verdict = "over"
 			}
 			g.log.Debug("policy decision", "rule", r.Name, "key", keyText(key), "count", out[j].Count, "n", n,
-				"limit", lims[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
+				"limit", limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
 		}
 	}
 	if g.obs != nil {
 		j := max(refused, 0)
-		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lims[j], Refused: refused >= 0, DryRun: r.DryRun, At: at}
+		lim := limits[j]
+		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lim, Refused: refused >= 0, DryRun: r.DryRun, At: at}
 		if refused >= 0 {
-			v.Reply = PolicyAction(r, key, out[refused], lims[refused])
+			v.Reply = PolicyAction(r, key, out[refused], lim)
 		}
 		g.observe(v)
 	}
@@ -371,6 +421,11 @@ func policyAmount(r *PolicyRule, req *PolicyRequest, ps *PolicySession) (int64, 
 		return req.Size, req.Size > 0
 	}
 	return 0, false
+}
+
+// peerOf is the client of a request as host masks match it.
+func peerOf(req *PolicyRequest) hostmask.Peer {
+	return hostmask.PeerAddr(req.ClientName, parseAddr(req.ClientAddress))
 }
 
 func parseAddr(s string) netip.Addr {

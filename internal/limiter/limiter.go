@@ -272,3 +272,13 @@ func logPeak(log *slog.Logger, p Peak, keyText func(string) string) {
 		log.Info("statistics: max "+p.Stat, "value", p.Value, "at", when)
 	}
 }
+
+// Keys lists up to max keys held under prefix (see Store.Keys).
+func (l *Limiter) Keys(ctx context.Context, prefix string, max int) ([]string, error) {
+	return l.store.Keys(ctx, l.clk.Now(), prefix, max)
+}
+
+// Forget drops keys' state (see Store.Forget) and returns how many held any.
+func (l *Limiter) Forget(ctx context.Context, keys []string) (int, error) {
+	return l.store.Forget(ctx, l.clk.Now(), keys)
+}

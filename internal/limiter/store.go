@@ -52,6 +52,14 @@ type Store interface {
 	// Held returns the number of leases held on key.
 	Held(ctx context.Context, now time.Time, key string) (int64, error)
 
+	// Keys returns up to max keys held (counting or leased) that begin
+	// with prefix, in no particular order: what an administrator lists.
+	// A store shared by several hosts lists what all of them counted.
+	Keys(ctx context.Context, now time.Time, prefix string, max int) ([]string, error)
+	// Forget drops the given keys' state, as if they had never been hit,
+	// and returns how many held any: an administrator's reset.
+	Forget(ctx context.Context, now time.Time, keys []string) (int, error)
+
 	// Len returns the number of keys held.
 	Len() int
 	// Close releases the store's resources and stops its background work.

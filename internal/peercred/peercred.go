@@ -42,6 +42,16 @@ func UID(c net.Conn) (int, error) {
 	return -1, fmt.Errorf("peercred: %T is neither a unix nor a TCP connection", c)
 }
 
+// Cred is a unix socket peer's credentials as the kernel recorded them
+// when it connected.
+type Cred struct {
+	UID, GID, PID int
+}
+
+// Unix returns the credentials of the process at the other end of a unix
+// socket connection (SO_PEERCRED): its uid, gid and pid.
+func Unix(c *net.UnixConn) (Cred, error) { return unixCred(c) }
+
 // loopback returns c's local and remote address when the remote one is a
 // loopback address (unmapped from IPv6 when it is IPv4), else ErrNotLocal.
 func loopback(c *net.TCPConn) (local, remote netip.AddrPort, err error) {

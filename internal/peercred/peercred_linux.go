@@ -14,21 +14,28 @@ import (
 
 // unixUID reads SO_PEERCRED: the peer's effective uid when it connected.
 func unixUID(c *net.UnixConn) (int, error) {
+	cr, err := unixCred(c)
+	return cr.UID, err
+}
+
+// unixCred reads SO_PEERCRED: the peer's uid, gid and pid at connect.
+func unixCred(c *net.UnixConn) (Cred, error) {
+	none := Cred{UID: -1, GID: -1, PID: -1}
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return -1, fmt.Errorf("peercred: %w", err)
+		return none, fmt.Errorf("peercred: %w", err)
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return -1, fmt.Errorf("peercred: %w", err)
+		return none, fmt.Errorf("peercred: %w", err)
 	}
 	if serr != nil {
-		return -1, fmt.Errorf("peercred: SO_PEERCRED: %w", serr)
+		return none, fmt.Errorf("peercred: SO_PEERCRED: %w", serr)
 	}
-	return int(cred.Uid), nil
+	return Cred{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid)}, nil
 }
 
 // tcpUID returns the uid that owns the loopback TCP socket whose local

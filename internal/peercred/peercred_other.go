@@ -9,6 +9,11 @@ import (
 	"net/netip"
 )
 
+// unixCred: SO_PEERCRED is Linux's.
+func unixCred(*net.UnixConn) (Cred, error) {
+	return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
+}
+
 // unixUID: SO_PEERCRED is Linux's.
 func unixUID(*net.UnixConn) (int, error) {
 	return -1, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)

@@ -185,3 +185,16 @@ func BenchmarkUID(b *testing.B) {
 		})
 	}
 }
+
+// TestUnixCred: a unix socket's peer reports this process's uid, gid and
+// pid.
+func TestUnixCred(t *testing.T) {
+	l := listen(t, "unix", filepath.Join(t.TempDir(), "s"))
+	dial(t, "unix", l.Addr().String())
+	s := accept(t, l)
+	got, err := Unix(s.(*net.UnixConn))
+	want := Cred{UID: os.Geteuid(), GID: os.Getegid(), PID: os.Getpid()}
+	if err != nil || got != want {
+		t.Fatalf("Unix = %+v, %v; want %+v", got, err, want)
+	}
+}

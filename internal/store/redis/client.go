@@ -25,6 +25,12 @@ type conn interface {
 	// countKeys counts the keys matching pattern (SCAN) on every primary,
 	// or every key (DBSIZE) when pattern is empty.
 	countKeys(ctx context.Context, pattern string) (int64, error)
+	// listKeys returns up to max keys matching pattern (SCAN) on every
+	// primary.
+	listKeys(ctx context.Context, pattern string, max int) ([]string, error)
+	// del deletes keys, one DEL each (they may be on different slots),
+	// and returns how many existed.
+	del(ctx context.Context, keys []string) (int64, error)
 	ping(ctx context.Context) error
 	// primary is the address of the master in use, with Sentinel; "" else.
 	primary() string
@@ -170,11 +176,54 @@ func (r rconn) eval(ctx context.Context, sc *script, keys, args []string) ([]int
 
 func (r rconn) countKeys(ctx context.Context, pattern string) (int64, error) {
 	var total int64
+	err := r.primaries(ctx, func(addr string, n rueidis.Client) error {
+		if pattern == "" {
+			v, err := n.Do(ctx, n.B().Dbsize().Build()).AsInt64()
+			if err != nil {
+				return fmt.Errorf("DBSIZE on %s: %w", addr, err)
+			}
+			total += v
+			return nil
+		}
+		return scan(ctx, addr, n, pattern, func(keys []string) bool {
+			total += int64(len(keys))
+			return true
+		})
+	})
+	return total, err
+}
+
+func (r rconn) listKeys(ctx context.Context, pattern string, max int) ([]string, error) {
+	var out []string
+	err := r.primaries(ctx, func(addr string, n rueidis.Client) error {
+		return scan(ctx, addr, n, pattern, func(keys []string) bool {
+			out = append(out, keys[:min(len(keys), max-len(out))]...)
+			return len(out) < max
+		})
+	})
+	return out, err
+}
+
+func (r rconn) del(ctx context.Context, keys []string) (int64, error) {
+	var n int64
+	for _, k := range keys {
+		v, err := r.c.Do(ctx, r.c.B().Del().Key(k).Build()).AsInt64()
+		if err != nil {
+			return n, fmt.Errorf("DEL: %w", err)
+		}
+		n += v
+	}
+	return n, nil
+}
+
+// primaries calls fn for every node holding keys: each master of a
+// Cluster, or the one server.
+func (r rconn) primaries(ctx context.Context, fn func(addr string, n rueidis.Client) error) error {
 	for addr, n := range r.c.Nodes() {
 		if r.c.Mode() == rueidis.ClientModeCluster {
 			role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
 			if err != nil {
-				return 0, fmt.Errorf("ROLE on %s: %w", addr, err)
+				return fmt.Errorf("ROLE on %s: %w", addr, err)
 			}
 			if len(role) == 0 {
 				continue
@@ -183,27 +232,29 @@ func (r rconn) countKeys(ctx context.Context, pattern string) (int64, error) {
 				continue
 			}
 		}
-		if pattern == "" {
-			v, err := n.Do(ctx, n.B().Dbsize().Build()).AsInt64()
-			if err != nil {
-				return 0, fmt.Errorf("DBSIZE on %s: %w", addr, err)
-			}
-			total += v
-			continue
-		}
-		var cursor uint64
-		for {
-			e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return 0, fmt.Errorf("SCAN on %s: %w", addr, err)
-			}
-			total += int64(len(e.Elements))
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+		if err := fn(addr, n); err != nil {
+			return err
 		}
 	}
-	return total, nil
+	return nil
+}
+
+// scan runs SCAN MATCH pattern on one node, giving each batch to fn
+// until it returns false.
+func scan(ctx context.Context, addr string, n rueidis.Client, pattern string, fn func([]string) bool) error {
+	var cursor uint64
+	for {
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return fmt.Errorf("SCAN on %s: %w", addr, err)
+		}
+		if !fn(e.Elements) {
+			return nil
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 func (r rconn) ping(ctx context.Context) error {

@@ -78,6 +78,7 @@ func Run(t *testing.T, b Backend) {
 		{"IdleKeysExpire", testExpiry},
 		{"BadRequests", testBadRequests},
 		{"ZeroHit", testZeroHit},
+		{"KeysAndForget", testKeysAndForget},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sluice/internal/app"
+	"sluice/internal/config"
+	"sluice/internal/control"
+	"sluice/internal/policy"
+	"sluice/internal/postfixattr"
+)
+
+// The administrator's commands (key, explain, exempt, throttle
+// show|suspend|resume): each is one request to a running daemon's
+// control socket.
+
+// ctlFlags are the flags every control command has.
+type ctlFlags struct {
+	fs     *flag.FlagSet
+	sock   *string
+	cfg    *string
+	asJSON *bool
+}
+
+func newCtlFlags(name string, stderr io.Writer) ctlFlags {
+	fs := newFlags(name, stderr)
+	return ctlFlags{
+		fs:     fs,
+		sock:   fs.String("s", "", "the daemon's control `socket` (default: [control] socket of -c's file, else where sluice serve run by this user puts it)"),
+		cfg:    fs.String("c", "", "the daemon's configuration `file`, to find its control socket"),
+		asJSON: fs.Bool("json", false, "print the result as JSON"),
+	}
+}
+
+// socket is the control socket to ask.
+func (f ctlFlags) socket() (string, error) {
+	if *f.sock != "" {
+		return *f.sock, nil
+	}
+	if *f.cfg != "" {
+		cfg, errs := config.Load(*f.cfg)
+		if len(errs) > 0 {
+			return "", fmt.Errorf("%s: %v", *f.cfg, errs[0])
+		}
+		return cfg.ControlSocket(), nil
+	}
+	return filepath.Join(config.DefaultRuntimeDir(), "control"), nil
+}
+
+// do sends req and prints the answer; it returns the exit status.
+func (f ctlFlags) do(ctx context.Context, req control.Request, stdout, stderr io.Writer) int {
+	path, err := f.socket()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := control.Do(ctx, path, req)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", f.fs.Name(), err)
+		return 1
+	}
+	if !resp.OK {
+		fmt.Fprintf(stderr, "%s: %s\n", f.fs.Name(), resp.Error)
+		return 1
+	}
+	if *f.asJSON {
+		printJSON(stdout, resp.Result)
+		return 0
+	}
+	fmt.Fprint(stdout, resp.Text)
+	return 0
+}
+
+func printJSON(w io.Writer, raw json.RawMessage) {
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
+			raw = b
+		}
+	}
+	fmt.Fprintf(w, "%s\n", raw)
+}
+
+// requestAttrs reads a policy request's attributes: "name=value"
+// operands, or, with none (or "-"), a Postfix policy request on stdin,
+// read by the policy door's codec.
+func requestAttrs(operands []string, stdin io.Reader) (map[string]string, error) {
+	if len(operands) == 0 || (len(operands) == 1 && operands[0] == "-") {
+		var req policy.Request
+		if err := policy.NewDecoder(stdin, policy.Limits{}).Decode(&req); err != nil {
+			return nil, fmt.Errorf("a policy request on stdin: %w", err)
+		}
+		attrs := map[string]string{}
+		for name := range postfixattr.Since {
+			if v, ok := req.Attr(name); ok && v != "" && name != "request" {
+				attrs[name] = v
+			}
+		}
+		return attrs, nil
+	}
+	attrs := map[string]string{}
+	for _, op := range operands {
+		name, value, ok := strings.Cut(op, "=")
+		if !ok || !postfixattr.Known(name) {
+			return nil, fmt.Errorf("%q: not ATTRIBUTE=VALUE with a Postfix policy attribute (sender, client_address, recipient, protocol_state, sasl_username ...)", op)
+		}
+		attrs[name] = value
+	}
+	return attrs, nil
+}
+
+// stdin is where requestAttrs reads a policy request; tests replace it.
+var stdin io.Reader = os.Stdin
+
+func subcommand(name string, args []string, stderr io.Writer, subs ...string) (string, []string, bool) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprintf(stderr, "usage: sluice %s %s [flags]\n", name, strings.Join(subs, "|"))
+		return "", nil, false
+	}
+	for _, s := range subs {
+		if args[0] == s {
+			return s, args[1:], true
+		}
+	}
+	fmt.Fprintf(stderr, "sluice %s: unknown subcommand %q (want %s)\n", name, args[0], strings.Join(subs, ", "))
+	return "", nil, false
+}
+
+func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	sub, rest, ok := subcommand("key", args, stderr, "show", "list", "reset")
+	if !ok {
+		return helpStatus(args)
+	}
+	f := newCtlFlags("key "+sub, stderr)
+	rule := f.fs.String("rule", "", "the policy `rule`")
+	key := f.fs.String("key", "", "the `key` as logs show it (sender=a@b.example, client_address=192.0.2.1); for reset, '*' matches any run of characters")
+	near := f.fs.Int("near", 0, "list: only keys at or above this `percent` of a limit")
+	match := f.fs.String("match", "", "list: only keys matching this `pattern` ('*' matches any run)")
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintln(w, "usage: sluice key show -rule RULE -key KEY | sluice key show ATTR=VALUE ... (every key the request touches)")
+		fmt.Fprintln(w, "       sluice key list [-rule RULE] [-near PERCENT] [-match PATTERN]")
+		fmt.Fprintln(w, "       sluice key reset -rule RULE -key KEY|PATTERN")
+		fmt.Fprintln(w, "\nCounts, limits, what remains and when each resets; reset forgets a key's counts (on every daemon sharing Redis).")
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(f.fs, rest, stdout, stderr); !ok {
+		return code
+	}
+	req := control.Request{Command: "key." + sub, Args: map[string]string{"rule": *rule, "key": *key}}
+	switch sub {
+	case "show":
+		if f.fs.NArg() > 0 {
+			attrs, err := requestAttrs(f.fs.Args(), stdin)
+			if err != nil {
+				fmt.Fprintf(stderr, "sluice key show: %v\n", err)
+				return 2
+			}
+			req.Attrs = attrs
+		}
+	case "list":
+		req.Args["near"], req.Args["pattern"] = fmt.Sprint(*near), *match
+	}
+	return f.do(ctx, req, stdout, stderr)
+}
+
+// helpStatus is 0 when args asked for help, 2 otherwise.
+func helpStatus(args []string) int {
+	if len(args) > 0 && strings.TrimLeft(args[0], "-") == "h" || len(args) > 0 && strings.TrimLeft(args[0], "-") == "help" {
+		return 0
+	}
+	return 2
+}
+
+func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newCtlFlags("explain", stderr)
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintln(w, "usage: sluice explain [flags] ATTR=VALUE ...   (or a Postfix policy request on stdin)")
+		fmt.Fprintln(w, "\nWhat the running daemon would answer the request and why, rule by rule, counting nothing.")
+		fmt.Fprintln(w, "To try a configuration file before it goes live: sluice check -c FILE ATTR=VALUE ...")
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
+		return code
+	}
+	attrs, err := requestAttrs(f.fs.Args(), stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice explain: %v\n", err)
+		return 2
+	}
+	return f.do(ctx, control.Request{Command: "explain", Attrs: attrs}, stdout, stderr)
+}
+
+func exemptCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	sub, rest, ok := subcommand("exempt", args, stderr, "add", "del", "list")
+	if !ok {
+		return helpStatus(args)
+	}
+	f := newCtlFlags("exempt "+sub, stderr)
+	rule := f.fs.String("rule", "", "the policy `rule`")
+	key := f.fs.String("key", "", "the `key` as logs show it (sender=a@b.example)")
+	dur := f.fs.String("for", "", "add: how `long` (30s, 1h, 7d as 168h); default until removed")
+	raise := f.fs.Int64("raise", 0, "add: raise the rule's limits for the key by `N` (default: let it through the rule uncounted)")
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		fmt.Fprintln(w, "usage: sluice exempt add -rule RULE -key KEY [-raise N] [-for DURATION]")
+		fmt.Fprintln(w, "       sluice exempt del -rule RULE -key KEY")
+		fmt.Fprintln(w, "       sluice exempt list")
+		fmt.Fprintln(w, "\nExemptions survive restarts and are shared through Redis.")
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(f.fs, rest, stdout, stderr); !ok {
+		return code
+	}
+	req := control.Request{Command: "exempt." + sub, Args: map[string]string{"rule": *rule, "key": *key}}
+	if sub == "add" {
+		req.Args["for"], req.Args["raise"] = *dur, fmt.Sprint(*raise)
+	}
+	return f.do(ctx, req, stdout, stderr)
+}
+
+// checkExplain explains a request against cfg's rules offline (sluice
+// check -c FILE ATTR=VALUE ...).
+func checkExplain(cfg *config.Config, operands []string, asJSON bool, stdout, stderr io.Writer) int {
+	attrs, err := requestAttrs(operands, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice check: %v\n", err)
+		return 2
+	}
+	ex, text, err := app.ExplainOffline(context.Background(), cfg, attrs)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice check: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(ex, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	fmt.Fprint(stdout, text)
+	return 0
+}

@@ -1,0 +1,182 @@
+package governor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sluice/internal/limiter"
+)
+
+// MarkExempt is the name of the marks that hold exemptions: key
+// RULE "\x00" KEY, value -1 to let the key through the rule, or N > 0 to
+// raise each of the rule's limits by N for it.
+const MarkExempt = "exempt"
+
+// Exemption is an administrator's exception to one rule for one key: the
+// key goes through the rule uncounted (Through), or its limits are raised
+// by Raise, until Until (zero: until removed).
+type Exemption struct {
+	Rule    string    `json:"rule"`
+	Key     string    `json:"key"`
+	Through bool      `json:"through,omitempty"`
+	Raise   int64     `json:"raise,omitempty"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until,omitzero"`
+}
+
+// Exemptions are the exemptions in force, kept as marks (in the state
+// directory's marks file, or in Redis where every daemon sharing it sees
+// them) and held here as a snapshot that decisions read without a store
+// call. A change made here applies at once; one another daemon made
+// applies at the next Refresh.
+type Exemptions struct {
+	marks limiter.Marks
+	mu    sync.RWMutex
+	m     map[string]Exemption // rule "\x00" key (the store's form)
+	read  time.Time
+	// n is len(m): a decision with no exemption held takes no lock.
+	n atomic.Int64
+}
+
+// NewExemptions returns the exemptions kept in marks (nil: none can be
+// set), without reading them yet (Refresh).
+func NewExemptions(marks limiter.Marks) *Exemptions {
+	return &Exemptions{marks: marks, m: map[string]Exemption{}}
+}
+
+// Shared says whether other daemons change the same exemptions.
+func (e *Exemptions) Shared() bool { return e.marks != nil && e.marks.Shared() }
+
+// Refresh reads the exemptions from the marks.
+func (e *Exemptions) Refresh(ctx context.Context) error {
+	if e.marks == nil {
+		return nil
+	}
+	list, err := e.marks.List(ctx)
+	if err != nil {
+		return fmt.Errorf("exemptions: %w", err)
+	}
+	m := map[string]Exemption{}
+	for _, k := range list {
+		if k.Name != MarkExempt {
+			continue
+		}
+		rule, key, ok := strings.Cut(k.Key, "\x00")
+		if !ok {
+			continue
+		}
+		m[k.Key] = Exemption{Rule: rule, Key: keyText(key), Through: k.Value < 0, Raise: max(k.Value, 0), Since: k.Since, Until: k.Expires}
+	}
+	e.mu.Lock()
+	e.m, e.read = m, time.Now()
+	e.n.Store(int64(len(m)))
+	e.mu.Unlock()
+	return nil
+}
+
+// Run refreshes the exemptions every interval until ctx ends: how a
+// daemon learns of those another daemon set in a shared store.
+func (e *Exemptions) Run(ctx context.Context, every time.Duration, onErr func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := e.Refresh(ctx); err != nil && ctx.Err() == nil {
+				onErr(err)
+			}
+		}
+	}
+}
+
+// Set records an exemption (its Key in text form, "attr=value, ...").
+func (e *Exemptions) Set(ctx context.Context, x Exemption) error {
+	if e.marks == nil {
+		return fmt.Errorf("exemptions: no marks store")
+	}
+	if !x.Through && x.Raise <= 0 {
+		return fmt.Errorf("exemption of %s in %s: neither through nor a raise", x.Key, x.Rule)
+	}
+	v := x.Raise
+	if x.Through {
+		v = -1
+	}
+	id := x.Rule + "\x00" + KeyFromText(x.Key)
+	x.Key = keyText(KeyFromText(x.Key))
+	if err := e.marks.Put(ctx, id, MarkExempt, limiter.Mark{Value: v, Since: x.Since, Expires: x.Until}); err != nil {
+		return fmt.Errorf("exemption: %w", err)
+	}
+	e.mu.Lock()
+	e.m[id] = x
+	e.n.Store(int64(len(e.m)))
+	e.mu.Unlock()
+	return nil
+}
+
+// Delete removes an exemption and says whether one was in force.
+func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time) (bool, error) {
+	id := rule + "\x00" + KeyFromText(key)
+	_, had := e.lookup(rule, KeyFromText(key), now)
+	if e.marks == nil {
+		return false, nil
+	}
+	if err := e.marks.Delete(ctx, id, MarkExempt); err != nil {
+		return had, fmt.Errorf("exemption: %w", err)
+	}
+	e.mu.Lock()
+	delete(e.m, id)
+	e.n.Store(int64(len(e.m)))
+	e.mu.Unlock()
+	return had, nil
+}
+
+// List returns the exemptions in force at now, by rule and key, and when
+// they were last read from the marks.
+func (e *Exemptions) List(now time.Time) ([]Exemption, time.Time) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]Exemption, 0, len(e.m))
+	for _, x := range e.m {
+		if x.Until.IsZero() || now.Before(x.Until) {
+			out = append(out, x)
+		}
+	}
+	slices.SortFunc(out, func(a, b Exemption) int { return strings.Compare(a.Rule+"\x00"+a.Key, b.Rule+"\x00"+b.Key) })
+	return out, e.read
+}
+
+// lookup returns the exemption of rule's key (the store's form) at now.
+// empty reports whether no exemption is held: a decision then needs no
+// look-up.
+func (e *Exemptions) empty() bool { return e == nil || e.n.Load() == 0 }
+
+func (e *Exemptions) lookup(rule, key string, now time.Time) (Exemption, bool) {
+	if e == nil || e.n.Load() == 0 {
+		return Exemption{}, false
+	}
+	e.mu.RLock()
+	x, ok := e.m[rule+"\x00"+key]
+	e.mu.RUnlock()
+	if !ok || (!x.Until.IsZero() && !now.Before(x.Until)) {
+		return Exemption{}, false
+	}
+	return x, true
+}
+
+// KeyFromText turns a key as people write it ("sender=a@b.example,
+// client_address=192.0.2.1", as logs and the status page show it) into
+// the store's form.
+func KeyFromText(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+	}
+	return strings.Join(parts, "\x00")
+}

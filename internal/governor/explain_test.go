@@ -1,0 +1,227 @@
+package governor
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/hostmask"
+	"sluice/internal/limiter"
+
+	vocab "sluice/internal/rules"
+)
+
+func withExemptions(t *testing.T, f *fixture) *Exemptions {
+	t.Helper()
+	m, err := limiter.NewMemoryMarks("", f.clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.g.exempt = NewExemptions(m)
+	return f.g.exempt
+}
+
+// randomRules makes 1 to 4 rules of random keys, limits, modes and
+// matches.
+func randomRules(rng *rand.Rand) []PolicyRule {
+	keys := [][]KeyPart{{{Attr: "sender"}}, {{Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}, {{Attr: "sender_domain"}}, {{Attr: "sender"}, {Attr: "client_address"}}}
+	algos := []string{"exact", "anvil", "smooth"}
+	var rs []PolicyRule
+	for i := range 1 + rng.IntN(4) {
+		r := PolicyRule{
+			Name:  string(rune('a' + i)),
+			Key:   keys[rng.IntN(len(keys))],
+			Count: vocab.CountMessages,
+			Stage: []string{vocab.StateRcpt, vocab.StateEOM}[rng.IntN(2)],
+			Mode:  []limiter.Mode{limiter.Leaky, limiter.Strict}[rng.IntN(2)],
+		}
+		for range 1 + rng.IntN(2) {
+			r.Limits = append(r.Limits, lim(string(rune('1'+rng.IntN(4)))+"/1m "+algos[rng.IntN(3)]))
+		}
+		r.DryRun = rng.IntN(5) == 0
+		if rng.IntN(3) == 0 {
+			r.Match.SenderDomain = []hostmask.Mask{hostmask.MustParse("b.example")}
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// TestExplainMatchesCheck: over random rules, exemptions and requests,
+// PolicyExplain's answer is the answer PolicyCheck then gives the same
+// request, and explaining counts nothing (explaining twice gives the same
+// steps).
+func TestExplainMatchesCheck(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 28))
+	senders := []string{"a@a.example", "b@b.example", "c@b.example", ""}
+	clients := []string{"192.0.2.1", "192.0.2.7", "198.51.100.9", "2001:db8::1"}
+	compared, refused := 0, 0
+	for round := range 40 {
+		f := policyFixture(t, randomRules(rng)...)
+		ex := withExemptions(t, f)
+		for i := range 60 {
+			req := &PolicyRequest{Sender: senders[rng.IntN(len(senders))], ClientAddress: clients[rng.IntN(len(clients))],
+				ProtocolState: []string{vocab.StateRcpt, vocab.StateEOM}[rng.IntN(2)], Recipient: "r@c.example",
+				Instance: string(rune(round)) + string(rune(i)), ClientPort: "25", RecipientCount: 1}
+			if rng.IntN(20) == 0 {
+				r := f.g.policy.Rules[rng.IntN(len(f.g.policy.Rules))]
+				x := Exemption{Rule: r.Name, Key: "sender=" + req.Sender, Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}
+				if len(r.Key) == 1 && r.Key[0].Attr == "sender" {
+					if x.Through = rng.IntN(2) == 0; !x.Through {
+						x.Raise = 1 + rng.Int64N(3)
+					}
+					if err := ex.Set(context.Background(), x); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			e1, err := f.g.PolicyExplain(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e2, _ := f.g.PolicyExplain(context.Background(), req)
+			if e1.Answer != e2.Answer || len(e1.Rules) != len(e2.Rules) {
+				t.Fatalf("explaining twice differs: %+v then %+v", e1, e2)
+			}
+			got := f.check(t, &PolicySession{}, req)
+			if strictRefusal(f.g, e1) {
+				// A strict rule counts the refused attempt: the reply's
+				// {count} includes it, the explanation's does not.
+				got, e1.Answer = countRe.ReplaceAllString(got, " _/"), countRe.ReplaceAllString(e1.Answer, " _/")
+			}
+			if got != e1.Answer {
+				t.Fatalf("round %d request %d %+v: explain said %q (%+v), the check answered %q", round, i, *req, e1.Answer, e1.Rules, got)
+			}
+			compared++
+			if got != "DUNNO" {
+				refused++
+			}
+			if rng.IntN(10) == 0 {
+				f.clk.Advance(time.Duration(rng.IntN(30)) * time.Second)
+			}
+		}
+	}
+	if refused < compared/10 {
+		t.Fatalf("only %d of %d requests refused or warned: the comparison hardly covers refusals", refused, compared)
+	}
+}
+
+var countRe = regexp.MustCompile(` \d+/`)
+
+// strictRefusal says whether the explanation's answer is a strict rule's
+// refusal (or dry-run warning).
+func strictRefusal(g *Governor, e Explanation) bool {
+	for _, s := range e.Rules {
+		if strings.HasPrefix(s.Outcome, "over") {
+			r, _ := g.policyRule(s.Rule)
+			if r.Mode == limiter.Strict || r.DryRun {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestExemptions: a raise lets a key at its limit through that many more
+// times, and ends on time; a "through" exemption skips the rule and
+// counts nothing; deleting it restores the limit.
+func TestExemptions(t *testing.T) {
+	f := policyFixture(t, PolicyRule{Name: "out", Key: []KeyPart{{Attr: "sender"}}, Count: vocab.CountMessages, Limits: []limiter.Limit{lim("2/1h exact")}})
+	ex := withExemptions(t, f)
+	ctx := context.Background()
+	req := &PolicyRequest{Sender: "a@a.example", ClientAddress: "192.0.2.1", ProtocolState: vocab.StateEOM}
+	sendN := func(n int) (ok int) {
+		for range n {
+			if f.check(t, &PolicySession{}, req) == "DUNNO" {
+				ok++
+			}
+		}
+		return ok
+	}
+	if ok := sendN(3); ok != 2 {
+		t.Fatalf("before any exemption %d of 3 accepted; want 2", ok)
+	}
+	if err := ex.Set(ctx, Exemption{Rule: "out", Key: "sender=a@a.example", Raise: 5, Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if ok := sendN(7); ok != 5 {
+		t.Fatalf("with a raise of 5, %d of 7 accepted; want 5", ok)
+	}
+	f.clk.Advance(time.Minute)
+	if l, _ := ex.List(f.clk.Now()); len(l) != 0 {
+		t.Fatalf("expired exemption still listed: %+v", l)
+	}
+	if ok := sendN(1); ok != 0 {
+		t.Fatal("accepted after the exemption expired")
+	}
+	if err := ex.Set(ctx, Exemption{Rule: "out", Key: "sender=a@a.example", Through: true, Since: f.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if ok := sendN(4); ok != 4 {
+		t.Fatalf("through the rule, %d of 4 accepted", ok)
+	}
+	if had, err := ex.Delete(ctx, "out", "sender=a@a.example", f.clk.Now()); !had || err != nil {
+		t.Fatalf("Delete = %v, %v", had, err)
+	}
+	if ok := sendN(1); ok != 0 {
+		t.Fatal("accepted after the exemption was deleted")
+	}
+}
+
+// TestPolicyKeysAndReset: the listing shows a key at its limit (and not
+// a key below near), the look-up its count, and a reset of it (or of a
+// pattern) lets the next message through.
+func TestPolicyKeysAndReset(t *testing.T) {
+	f := policyFixture(t, PolicyRule{Name: "out", Key: []KeyPart{{Attr: "sender"}}, Count: vocab.CountMessages, Limits: []limiter.Limit{lim("2/1h exact")}})
+	ctx := context.Background()
+	for _, s := range []string{"a@a.example", "a@a.example", "b@a.example"} {
+		f.check(t, &PolicySession{}, &PolicyRequest{Sender: s, ClientAddress: "192.0.2.1", ProtocolState: vocab.StateEOM})
+	}
+	all, err := f.g.PolicyKeys(ctx, "out", "", 0)
+	if err != nil || len(all) != 2 || all[0].Key != "sender=a@a.example" {
+		t.Fatalf("PolicyKeys = %+v, %v", all, err)
+	}
+	near, _ := f.g.PolicyKeys(ctx, "", "", 90)
+	if len(near) != 1 || near[0].Limits[0].Count != 2 || !near[0].Limits[0].Over {
+		t.Fatalf("near 90%%: %+v", near)
+	}
+	if _, err := f.g.PolicyKeys(ctx, "nope", "", 0); err == nil {
+		t.Fatal("no error for an unknown rule")
+	}
+	k, err := f.g.PolicyKey(ctx, "out", "sender=a@a.example")
+	if err != nil || k.Limits[0].Count != 2 || k.Limits[0].Remaining != 0 {
+		t.Fatalf("PolicyKey = %+v, %v", k, err)
+	}
+	reset, err := f.g.PolicyReset(ctx, "out", "sender=a@a.example")
+	if err != nil || len(reset) != 1 {
+		t.Fatalf("PolicyReset = %q, %v", reset, err)
+	}
+	if got := f.check(t, &PolicySession{}, &PolicyRequest{Sender: "a@a.example", ProtocolState: vocab.StateEOM}); got != "DUNNO" {
+		t.Fatalf("after the reset: %q", got)
+	}
+	reset, _ = f.g.PolicyReset(ctx, "out", "sender=*@a.example")
+	if len(reset) != 2 {
+		t.Fatalf("pattern reset: %q", reset)
+	}
+	if all, _ := f.g.PolicyKeys(ctx, "out", "", 0); len(all) != 0 {
+		t.Fatalf("keys left after the pattern reset: %+v", all)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, c := range []struct {
+		p, s string
+		want bool
+	}{
+		{"", "x", true}, {"*", "", true}, {"a", "a", true}, {"a", "ab", false},
+		{"sender=*@b.example", "sender=x@b.example", true}, {"sender=*@b.example", "sender=x@c.example", false},
+		{"*x*y", "axbxy", true}, {"a*a", "a", false}, {"**", "q", true},
+	} {
+		if got := Glob(c.p, c.s); got != c.want {
+			t.Errorf("Glob(%q, %q) = %v", c.p, c.s, got)
+		}
+	}
+}
