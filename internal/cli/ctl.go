@@ -1,6 +1,7 @@
 package cli
 
-// `sluice ctl`: MIMEDefang's md-mx-ctrl (3.3), the control client of the
+// `sluice ctl`: MIMEDefang's md-mx-ctrl (3.3, with 3.7.1's jsonstatus and
+// jsonload1), the control client of the
 // multiplexor (docs/protocols/mimedefang-multiplexor.md, "md-mx-ctrl"): the same flags, parsed as GNU getopt parses
 // them (options may follow the command unless POSIXLY_CORRECT is set), the
 // same default socket, usage text, exit codes, commands and output
@@ -19,8 +20,9 @@ package cli
 //   - As `sluice ctl` the program is named so in getopt's messages and the
 //     usage line; as md-mx-ctrl it is argv[0] and "md-mx-ctrl", as in the
 //     reference.
-//   - The commands md-mx-ctrl gained after 3.3 (jsonstatus, jsonload1) are
-//     sent on to the multiplexor as any unknown command, as 3.3 does.
+//   - The commands md-mx-ctrl gained after 3.3 (jsonstatus, jsonload1 N)
+//     print 3.7.1's JSON; 3.3 sends them on to the multiplexor as any
+//     unknown command (internal/mux/differences.go).
 
 import (
 	"bufio"

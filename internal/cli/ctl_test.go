@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -359,8 +360,10 @@ func ctlSession(t *testing.T, sock string) {
 		{"hload"}, {"hload-relayok"}, {"hload-senderok"}, {"hload-recipok"},
 		{"rawhload"}, {"rawhload-relayok"}, {"rawhload-senderok"}, {"rawhload-recipok"},
 		{"load1", "60"}, {"rawload1", "600"}, {"load1", "5"}, {"load1", "x"}, {"rawload1", "5"},
-		{"jsonstatus"}, {"jsonload1", "60"}, {"tick"}, {"foo_no_such_command"},
+		{"tick"}, {"foo_no_such_command"},
 	}
+	// jsonstatus and jsonload1 are 3.7.1's, which Debian's md-mx-ctrl
+	// (3.3) sends on as unknown commands: TestCtlVsSluiceMux checks them.
 	for _, v := range views {
 		sameAsReference(t, false, "", append(s, v...)...)
 	}
@@ -443,6 +446,56 @@ func TestCtlVsSluiceMux(t *testing.T) {
 	if r.code != 0 || r.out != "OK x\n" {
 		t.Errorf("map raw: %v", r)
 	}
+	ctlJSONSameState(t, sock)
 	needReferenceCtl(t)
 	ctlSession(t, sock)
+}
+
+// ctlJSONSameState checks jsonstatus and jsonload1 60 (md-mx-ctrl 3.7.1's
+// JSON, parsed with encoding/json) against status and load1 60 of the
+// same, idle pool: a worker per slot, the same state, the same counts;
+// the host's name and a timestamp taken during the exchange.
+func ctlJSONSameState(t *testing.T, sock string) {
+	t.Helper()
+	host, _ := os.Hostname()
+	before := time.Now().Truncate(time.Second)
+	js := ourCtl(false, "", "-s", sock, "jsonstatus")
+	st := ourCtl(false, "", "-s", sock, "status")
+	jl := ourCtl(false, "", "-s", sock, "jsonload1", "60")
+	l1 := ourCtl(false, "", "-s", sock, "load1", "60")
+	after := time.Now()
+	if js.code != 0 || st.code != 0 || jl.code != 0 || l1.code != 0 || strings.HasSuffix(js.out, "\n") || !strings.HasSuffix(jl.out, "}\n") {
+		t.Fatalf("jsonstatus %v\nstatus %v\njsonload1 %v\nload1 %v", js, st, jl, l1)
+	}
+	var status map[string]string
+	if err := json.Unmarshal([]byte(js.out), &status); err != nil {
+		t.Fatalf("jsonstatus: %v: %q", err, js.out)
+	}
+	stamp, err := time.ParseInLocation("Mon Jan _2 15:04:05 2006", status["timestamp"], time.Local)
+	if err != nil || stamp.Before(before) || stamp.After(after) || status["hostname"] != host {
+		t.Errorf("jsonstatus timestamp %q (%v), hostname %q: want between %v and %v, %q", status["timestamp"], err, status["hostname"], before, after, host)
+	}
+	lines := strings.Split(strings.TrimSuffix(st.out, "\n"), "\n")[1:] // "Worker N: state"
+	if len(status) != 2+len(lines) {
+		t.Errorf("jsonstatus has %d fields for %d workers: %q", len(status), len(lines), js.out)
+	}
+	for i, l := range lines {
+		if want := fmt.Sprintf("Worker %d: %s", i, status[fmt.Sprintf("Worker%d", i)]); l != want {
+			t.Errorf("status %q, jsonstatus says %q", l, want)
+		}
+	}
+	var load map[string]any
+	if err := json.Unmarshal([]byte(jl.out), &load); err != nil {
+		t.Fatalf("jsonload1: %v: %q", err, jl.out)
+	}
+	for _, c := range [][2]string{{"Scan", "scan"}, {"Relayok", "relayok"}, {"Senderok", "senderok"}, {"Recipok", "recipok"}} {
+		if row := fmt.Sprintf("\n%10s %15v ", c[0], load[c[1]]); !strings.Contains(l1.out, row) {
+			t.Errorf("jsonload1 %s=%v, load1 has no row %q:\n%s", c[1], load[c[1]], row, l1.out)
+		}
+	}
+	if !strings.Contains(l1.out, fmt.Sprintf("Workers: busy=%v idle=%v stopped=%v killed=%v\n", load["busyworkers"], load["idleworkers"],
+		load["stoppedworkers"], load["killedworkers"])) || !strings.Contains(l1.out, fmt.Sprintf("Queue:  size=%v queued=%v\n",
+		load["queue_size"], load["queued_requests"])) || load["hostname"] != host || len(load) != 12 {
+		t.Errorf("jsonload1 %q does not match load1:\n%s", jl.out, l1.out)
+	}
 }

@@ -11,8 +11,8 @@ package cli
 //     since Go cannot run code between fork and exec.
 //   - -d writes sluice's own event-loop trace to
 //     /var/log/mdefang-event-debug.log (see package muxd).
-//   - -k (upstream HEAD's autoscaling) is accepted, as HEAD accepts it;
-//     the 3.3 reference rejects it. See package mux for the details.
+//   - -k (3.7.1's autoscaling) is accepted, as 3.7.1 accepts it; the 3.3
+//     reference rejects it. See package mux (VersionChoices).
 //   - A flag whose feature is not built would be accepted and announced on
 //     stderr, one line per flag, never silently ignored (none is left).
 
@@ -51,7 +51,7 @@ func Invoked(argv0 string) string {
 }
 
 // Getopt option letters: with an argument, and without. -k (autoscaling)
-// is the upstream HEAD's; 3.3 rejects it.
+// is 3.7.1's; 3.3 rejects it.
 const (
 	muxArgOpts  = "tpoUmxyrViIbcwWzsafFRMLSNOqQXPY"
 	muxFlagOpts = "hvTuZdlDAGEk"
@@ -334,7 +334,7 @@ func muxUsage(w io.Writer, name string) {
 	}
 	fmt.Fprint(w, `  -F rules_path     -- Pass -f rules_path to the filter program
   -A                -- Log scheduling decisions
-  -k                -- Autoscale workers (upstream HEAD)
+  -k                -- Enable adaptive autoscaling of the worker pool (3.7.1)
 -E forks the workers from one perl that has compiled the -f program once.
 `)
 }

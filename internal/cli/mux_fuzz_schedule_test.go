@@ -98,8 +98,10 @@ var stateCommands = []string{"status", "free", "msgs", "workers", "busyworkers",
 
 // fixedCommands are requests whose reply never depends on the pool's
 // state (built-ins, malformed lines, what the restricted socket refuses).
+// `autoscale` is not among them: sluice answers it as 3.7.1 does, 3.3
+// hands it to a worker (internal/mux/differences.go, "autoscale").
 var fixedCommands = []string{"help", "version", "tick", "foo_no_such_command", "workerinfo 99", "workerinfo -1",
-	"workerinfo x", "slaveinfo", "load1 9", "load1 601", "load1 x", "load1", "autoscale", "status ", " status",
+	"workerinfo x", "slaveinfo", "load1 9", "load1 601", "load1 x", "load1", "status ", " status",
 	"STATUS", "free\r", "status\r\r", "workerinfo ", "slaveinfo ", "load1 ", "load1  12"}
 
 // workerCommands are handed to a worker; the fake worker acts on them

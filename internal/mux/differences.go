@@ -63,9 +63,10 @@ var Differences = []Difference{
 		Summary: "`-d` writes sluice's own event trace",
 		Detail:  "`-d` writes sluice's own event trace to `/var/log/mdefang-event-debug.log`."},
 	{ID: "autoscale",
-		Summary: "`-k` (upstream HEAD's autoscaling) is accepted",
-		Detail: "`-k` (upstream HEAD's autoscaling, which 3.3 rejects) is accepted and follows HEAD's description; " +
-			"the `autoscale` command is answered only with `-k`."},
+		Summary: "`-k` (3.7.1's autoscaling) is accepted and the `autoscale` command answered, as 3.7.1 does",
+		Detail: "`-k` (3.7.1's autoscaling, which 3.3 rejects) is accepted and makes 3.7.1's decisions, and the " +
+			"`autoscale` command is answered by the multiplexor with or without `-k` (3.3 hands it to a worker): " +
+			"see [MIMEDefang versions](#mimedefang-versions)."},
 	{ID: "own-version",
 		Summary: "`sluice mux -v` adds sluice's own version (under the reference's name, `-v` is the reference's line; `version` answers `3.3`)",
 		Detail: "`sluice mux -v` and `-h` add sluice's version and options to the reference's texts; under the name " +
@@ -77,11 +78,64 @@ var Differences = []Difference{
 		Summary: "`sluice ctl` bounds its connect and exchange where md-mx-ctrl waits for ever, and reports a server that closes early as an error",
 		Detail: "`sluice ctl` bounds the connect (30 s) and the exchange (5 min) where md-mx-ctrl waits forever; a server " +
 			"that closes early is an error (status 1), not death by SIGPIPE; missing numbers print 0."},
+	{ID: "ctl-json",
+		Summary: "`sluice ctl jsonstatus` and `jsonload1 N` print 3.7.1's JSON (md-mx-ctrl 3.3 sends them to the multiplexor as unknown commands)",
+		Detail: "`sluice ctl jsonstatus` and `jsonload1 N` print md-mx-ctrl 3.7.1's JSON; md-mx-ctrl 3.3 sends them " +
+			"to the multiplexor as unknown commands, which a worker answers."},
 	{ID: "socketmap-conns",
 		Summary: "the socket map (`-N`) serves at most 4096 connections at once, closing more at once",
 		Detail: "The socket map (`-N`) serves at most 4096 connections at once (`netserve.DefaultMaxConns`); a connection " +
 			"beyond that is closed at once, with a log line at the 1st, 2nd, 4th, 8th... refusal. The reference has no cap " +
 			"below its descriptor limit. A panic serving one map or notification connection closes that connection only."},
+}
+
+// VersionChoice is one behaviour in which MIMEDefang 3.3 (Debian 12's
+// package) and 3.7.1 (upstream's current release) differ, and the one
+// sluice follows. VersionChoices is the only list of them: docs/mux.md's
+// section "MIMEDefang versions" is generated from it (TestDifferencesDocs).
+// Every entry that follows 3.3 is a remaining difference from 3.7.1, and
+// says why; the deliberate differences (Differences) apply to both
+// versions, except "autoscale" and "ctl-json", which are 3.7.1's.
+type VersionChoice struct {
+	ID        string // what tests cite
+	Behaviour string // what it is about (Markdown, a table cell)
+	Follows   string // "3.3" or "3.7.1"
+	Why       string // what the other version does, and why sluice does not (Markdown, a table cell)
+}
+
+// VersionChoices are the behaviours 3.3 and 3.7.1 differ in, in the order
+// docs/mux.md lists them.
+var VersionChoices = []VersionChoice{
+	{ID: "autoscale-command", Follows: "3.7.1",
+		Behaviour: "`autoscale` command: `enabled=%d interval=15 ema_busy=%.4f scale_out=0.80 scale_in=0.30 " +
+			"out_cool=5 in_cool=30 ema_alpha=0.2500`, answered by the multiplexor with or without `-k` (main socket only)",
+		Why: "3.3 hands `autoscale` to a worker; answering it costs nothing and upstream's `t/autoscale.t` expects it."},
+	{ID: "autoscale-k", Follows: "3.7.1",
+		Behaviour: "`-k` autoscaling: every 15 s `ema = 0.75 ema + 0.25 busy/running`; one worker started above 0.80, " +
+			"one idle worker (the last to become idle) stopped below 0.30; cool-downs counted in whole seconds; every " +
+			"activation is a scale-out (a request that finds no idle worker starts one at once); the `Autoscale:` log lines",
+		Why: "3.3 rejects `-k`. The scale-out when a request has to queue, added upstream before 3.7.1 and removed " +
+			"again before its release, is not 3.7.1's and not sluice's."},
+	{ID: "ctl-json", Follows: "3.7.1",
+		Behaviour: "md-mx-ctrl `jsonstatus` and `jsonload1 N`",
+		Why:       "3.3 sends them to the multiplexor as unknown commands; the JSON is new output, nothing relies on 3.3's."},
+	{ID: "lock-derived", Follows: "3.7.1",
+		Behaviour: "the lock file derived from `-p` (`<pidfile>.lock`) is removed at exit",
+		Why:       "3.3 leaves it on disk; removing it is upstream's fix."},
+	{ID: "help-text", Follows: "3.3",
+		Behaviour: "the `help` reply (which md-mx-ctrl prints for `-h`)",
+		Why: "3.7.1 adds `jsonload1`, `jsonstatus`, `rawstatus`, `barstatus` and `autoscale` lines and re-aligns " +
+			"three. Debian 12's md-mx-ctrl prints the reply as its usage, and the differential tests compare it " +
+			"with Debian's multiplexor byte for byte; sluice's commands are documented here and in md-mx-ctrl(8)."},
+	{ID: "version", Follows: "3.3",
+		Behaviour: "`version` (`3.3`), `-v` and the usage text (`-h`) under the name `mimedefang-multiplexor`",
+		Why: "3.7.1 says `3.7.1` and lists `-k` in its usage. sluice is not 3.7.1 in full (the help and stderr " +
+			"rows), and on a Debian 12 host the milter and `mimedefang.pl` beside it are 3.3; `sluice mux -h` lists `-k`."},
+	{ID: "stderr-pieces", Follows: "3.3",
+		Behaviour: "a worker's stderr is read, and logged with `-l`, in pieces of 63 bytes (a longer line is " +
+			"several `Worker N stderr:` lines)",
+		Why: "3.7.1 reads 1023 bytes at a time (upstream issue #84). Debian 12's log readers see 3.3's lines, and " +
+			"the differential fuzzer compares the log of stderr floods with Debian's multiplexor line for line."},
 }
 
 // LookupDifference returns the difference with id. Only tests call it:

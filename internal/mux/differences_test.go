@@ -13,9 +13,10 @@ import (
 
 var updateDocs = flag.Bool("update", false, "rewrite the deliberate-difference lists of README.md and docs/mux.md")
 
-// The lists of deliberate differences in README.md and docs/mux.md, and
-// of the differential fuzzer's causes in docs/mux.md, are generated from
-// mux.Differences and mux.FuzzCauses, between markers; run `go test
+// The lists of deliberate differences in README.md and docs/mux.md, of
+// the differential fuzzer's causes and the table of MIMEDefang versions in
+// docs/mux.md, are generated from mux.Differences, mux.FuzzCauses and
+// mux.VersionChoices, between markers; run `go test
 // ./internal/mux -run TestDifferencesDocs -update` after changing them.
 func TestDifferencesDocs(t *testing.T) {
 	seen := map[string]bool{}
@@ -37,12 +38,21 @@ func TestDifferencesDocs(t *testing.T) {
 	for _, c := range mux.FuzzCauses {
 		causes = append(causes, wrapBullet(c.Detail))
 	}
+	versions := "| Behaviour | Follows | The other version, and why |\n|---|---|---|\n"
+	for _, v := range mux.VersionChoices {
+		if v.ID == "" || v.Behaviour == "" || v.Why == "" || seen["version:"+v.ID] || (v.Follows != "3.3" && v.Follows != "3.7.1") {
+			t.Errorf("version choice %+v: empty field, repeated id or no version", v)
+		}
+		seen["version:"+v.ID] = true
+		versions += "| " + v.Behaviour + " | " + v.Follows + " | " + v.Why + " |\n"
+	}
 	for _, f := range []struct {
 		path   string
 		blocks map[string]string // marker name -> body
 	}{
 		{"../../README.md", map[string]string{"": strings.Join(summary, "")}},
-		{"../../docs/mux.md", map[string]string{"": strings.Join(detail, ""), "FuzzCauses": strings.Join(causes, "")}},
+		{"../../docs/mux.md", map[string]string{"": strings.Join(detail, ""), "FuzzCauses": strings.Join(causes, ""),
+			"VersionChoices": versions}},
 	} {
 		b, err := os.ReadFile(f.path)
 		if err != nil {
@@ -67,7 +77,8 @@ func TestDifferencesDocs(t *testing.T) {
 }
 
 // markers are the lines around a generated list: name "" for the
-// deliberate differences, "FuzzCauses" for the fuzzer's causes.
+// deliberate differences, "FuzzCauses" for the fuzzer's causes,
+// "VersionChoices" for the table of MIMEDefang versions.
 func markers(name string) (begin, end string) {
 	src := "internal/mux/differences.go"
 	if name != "" {

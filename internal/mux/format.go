@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"sluice/internal/pool"
 )
@@ -226,8 +227,14 @@ func formatWorkerInfo(sn *pool.Snapshot, n int) string {
 		n, s.State, pid, s.NumRequests, s.NumScans, age, first, secs(sn, s.LastChange), s.Tag)
 }
 
-// formatAutoscale: upstream HEAD's `autoscale` reply (docs/protocols/mimedefang-multiplexor.md, "Built-in commands").
+// formatAutoscale: 3.7.1's `autoscale` reply, with or without -k
+// (docs/protocols/mimedefang-multiplexor.md, "Built-in commands").
 func formatAutoscale(sn *pool.Snapshot) string {
-	return fmt.Sprintf("enabled=1 interval=15 ema_busy=%.4f scale_out=%.2f scale_in=%.2f out_cool=%d in_cool=%d ema_alpha=%.4f\n",
-		sn.EMABusy, 0.80, 0.30, 5, 30, 0.25)
+	enabled := 0
+	if sn.Autoscale {
+		enabled = 1
+	}
+	return fmt.Sprintf("enabled=%d interval=%d ema_busy=%.4f scale_out=%.2f scale_in=%.2f out_cool=%d in_cool=%d ema_alpha=%.4f\n",
+		enabled, int(pool.AutoscaleInterval/time.Second), sn.EMABusy, pool.AutoscaleOut, pool.AutoscaleIn,
+		int(pool.AutoscaleOutCool/time.Second), int(pool.AutoscaleInCool/time.Second), pool.AutoscaleAlpha)
 }

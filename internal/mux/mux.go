@@ -368,9 +368,11 @@ func (s *Server) handle(ctx context.Context, line string, privileged bool) (repl
 		return ReplyReread, nil
 	}
 	if line == "autoscale" {
-		if snap, ok := s.o.Pool.Snapshot(); ok && snap.Autoscale {
-			return formatAutoscale(&snap), nil
+		snap, ok := s.o.Pool.Snapshot()
+		if !ok {
+			return "", nil
 		}
+		return formatAutoscale(&snap), nil
 	}
 	if len(line) > maxCommand {
 		return ReplyTooLong, nil

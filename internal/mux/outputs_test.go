@@ -233,8 +233,9 @@ func TestStatsSyslogInEventOrder(t *testing.T) {
 	}
 }
 
-// `autoscale` is the multiplexor's own command with -k (upstream HEAD);
-// without -k it goes to a worker, as with 3.3.
+// `autoscale` is the multiplexor's own command with or without -k, in
+// 3.7.1's format (md-mx-ctrl(8), "autoscale"): the fake worker, which
+// echoes what it is sent, never sees it.
 func TestAutoscaleCommand(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		p, err := pool.New(pool.Config{
@@ -251,7 +252,7 @@ func TestAutoscaleCommand(t *testing.T) {
 		go func() { done <- p.Run(ctx) }()
 		srv := mux.New(mux.Options{Pool: p})
 		got := srv.Handle(ctx, "autoscale", true)
-		want := "echo \"autoscale\"\n"
+		want := "enabled=0 interval=15 ema_busy=0.0000 scale_out=0.80 scale_in=0.30 out_cool=5 in_cool=30 ema_alpha=0.2500\n"
 		if on {
 			want = "enabled=1 interval=15 ema_busy=0.0000 scale_out=0.80 scale_in=0.30 out_cool=5 in_cool=30 ema_alpha=0.2500\n"
 		}

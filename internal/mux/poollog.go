@@ -123,6 +123,8 @@ func poolEventText(ev pool.Event) (string, slog.Level) {
 		c := ev.Counts
 		return fmt.Sprintf("Worker status: Stopped=%d Idle=%d Busy=%d Killed=%d Queued=%d Msgs=%d Activations=%d",
 			c[pool.Stopped], c[pool.Idle], c[pool.Busy], c[pool.Killed], ev.Queued, ev.Msgs, ev.Activations), info
+	case pool.EvAutoscale:
+		return autoscaleText(ev), info
 	case pool.EvStderr:
 		prefix := ""
 		if ev.QID != "" {
@@ -171,6 +173,19 @@ func diedText(ev pool.Event, verbose bool) string {
 		return fmt.Sprintf("Worker %d died prematurely -- check your filter rules", ev.Worker)
 	}
 	return fmt.Sprintf("Worker %d died prematurely -- check your filter rules and use the '-l' flag on mimedefang-multiplexor to see Perl error messages", ev.Worker)
+}
+
+// autoscaleText is 3.7.1's line for an autoscaling event (-k; logged
+// with or without -l).
+func autoscaleText(ev pool.Event) string {
+	switch ev.Scale {
+	case pool.ScaledOut:
+		return fmt.Sprintf("Autoscale: scaled out to %d workers (ema_busy=%.2f queued=%d)", ev.Running, ev.EMA, ev.Queued)
+	case pool.ScaledIn:
+		return fmt.Sprintf("Autoscale: scaled in to %d workers (ema_busy=%.2f)", ev.Running, ev.EMA)
+	}
+	return fmt.Sprintf("Autoscaling enabled: interval=%ds scale_out=%.0f%% scale_in=%.0f%%",
+		int(pool.AutoscaleInterval/time.Second), pool.AutoscaleOut*100, pool.AutoscaleIn*100)
 }
 
 // lastCmdNo is the reference's number for a slot's last command: -2 for

@@ -76,6 +76,12 @@ func TestFormatPoolEvent(t *testing.T) {
 		{pool.Event{Kind: pool.EvStatus, Worker: -1, Counts: [4]int{1, 2, 3, 4}, Queued: 5, Msgs: 6, Activations: 7}, always, info,
 			"Worker status: Stopped=1 Idle=2 Busy=3 Killed=4 Queued=5 Msgs=6 Activations=7"},
 		{pool.Event{Kind: pool.EvStderr, Worker: 0, Line: "first"}, always, info, "Worker 0 stderr: first"},
+		{pool.Event{Kind: pool.EvAutoscale, Worker: -1, Scale: pool.ScaleEnabled}, always, info,
+			"Autoscaling enabled: interval=15s scale_out=80% scale_in=30%"},
+		{pool.Event{Kind: pool.EvAutoscale, Worker: 1, Scale: pool.ScaledOut, Running: 2, EMA: 0.8242, Queued: 1}, always, info,
+			"Autoscale: scaled out to 2 workers (ema_busy=0.82 queued=1)"},
+		{pool.Event{Kind: pool.EvAutoscale, Worker: 1, Scale: pool.ScaledIn, Running: 2, EMA: 0.2575}, always, info,
+			"Autoscale: scaled in to 2 workers (ema_busy=0.26)"},
 		{pool.Event{Kind: pool.EvStderr, Worker: 0, QID: "4Xy1", Line: "oops"}, always, info, "4Xy1: Worker 0 stderr: oops"},
 	} {
 		msg, level, ok := mux.FormatPoolEvent(tc.ev, true)

@@ -45,8 +45,9 @@ var (
 	}
 )
 
-// Run carries out one request line as md-mx-ctrl does: the commands it
-// formats itself (status, barstatus, load*, hload*, load1 N) and the raw
+// Run carries out one request line as md-mx-ctrl 3.7.1 does: the commands
+// it formats itself (status, barstatus, jsonstatus, load*, hload*, load1
+// N, jsonload1 N) and the raw
 // ones (rawstatus, rawload*, rawhload*, rawload1 N, msgs, reread) are
 // recognised by the exact line, newline included; anything else is sent
 // as it is and the reply printed percent-decoded. Results go to out,
@@ -71,12 +72,16 @@ func (c *Client) Run(ctx context.Context, line string, out, errw io.Writer) int 
 		return c.formatted(ctx, line, out, errw, statusTable)
 	case line == "barstatus\n":
 		return c.formatted(ctx, "status\n", out, errw, barStatus)
+	case line == "jsonstatus\n":
+		return c.formatted(ctx, "status\n", out, errw, jsonStatus(hostName()))
 	case strings.HasPrefix(line, "rawload1 "):
 		return c.passThrough(ctx, line[len("raw"):], false, out, errw)
 	case strings.HasPrefix(line, "load1 "):
 		return c.formatted(ctx, line, out, errw, func(r []byte, out, _ io.Writer) int {
 			return load1Table(r, out)
 		})
+	case strings.HasPrefix(line, "jsonload1 "):
+		return c.formatted(ctx, line[len("json"):], out, errw, jsonLoad1(hostName()))
 	}
 	return c.passThrough(ctx, line, true, out, errw)
 }

@@ -68,7 +68,7 @@ type Config struct {
 	// worker runs with RLIMIT_RSS, and RLIMIT_AS and RLIMIT_DATA, set to
 	// them (soft and hard), through the exec shim of shim.go.
 	RLimitRSS, RLimitAS uint64
-	// Autoscale is -k (upstream HEAD, docs/protocols/mimedefang-multiplexor.md, "Autoscaling"): every 15 s an average of the
+	// Autoscale is -k (3.7.1, docs/protocols/mimedefang-multiplexor.md, "Autoscaling"): every 15 s an average of the
 	// busy share of running workers starts or stops one worker.
 	Autoscale bool
 

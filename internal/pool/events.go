@@ -65,7 +65,24 @@ type Event struct {
 	QID, Line string
 	// Config: EvStarted, the pool's configuration.
 	Config *Config
+	// Scale and EMA: EvAutoscale, what happened and the moving average
+	// of the busy share then (Running and Queued are the running workers
+	// and the queued requests after it).
+	Scale Scale
+	EMA   float64
 }
+
+// Scale is what an EvAutoscale event reports.
+type Scale int
+
+// The EvAutoscale events: autoscaling began (at the start, with -k), a
+// worker was started (any activation with -k counts as a scale-out, as
+// in 3.7.1), an idle worker was stopped by the autoscale check.
+const (
+	ScaleEnabled Scale = iota
+	ScaledOut
+	ScaledIn
+)
 
 // EventKind says which event an Event is.
 type EventKind int
@@ -93,6 +110,7 @@ const (
 	EvStatus                             // -L: Counts, Queued, Msgs, Activations
 	EvStderr                             // with LogStderr, a worker's stderr line: QID, Line
 	EvEmbedFailed                        // -E: the embedded Perl process could not start: Err (workers are started as without -E)
+	EvAutoscale                          // -k: Scale is what happened (ScaleEnabled, ScaledOut, ScaledIn); Running, EMA, Queued
 )
 
 // StatsEvent is one line of the stats file (docs/protocols/mimedefang-multiplexor.md, "Stats file"), before formatting.

@@ -38,6 +38,9 @@ func (p *Pool) activate(s *slot, reason string) error {
 	p.hist[Scan].add(now, func(b *bucket) { b.activated++ })
 	p.emit(Event{Kind: EvStartWorker, Worker: s.n, PID: proc.pid, Running: p.running(), Reason: reason})
 	p.stat(s, "StartWorker", `reason="`+reason+`"`)
+	if p.cfg.Autoscale {
+		p.emit(Event{Kind: EvAutoscale, Worker: s.n, Scale: ScaledOut, Running: p.running(), EMA: p.ema, Queued: len(p.queue)})
+	}
 	side := proc.side
 	p.wg.Add(1)
 	go p.drainStderr(s.n, side)

@@ -47,7 +47,8 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.after(p.cfg.StatusLogInterval, p.statusLog)
 	}
 	if p.cfg.Autoscale {
-		p.after(autoscaleInterval, p.autoscaleTick)
+		p.after(AutoscaleInterval, p.autoscaleTick)
+		p.emit(Event{Kind: EvAutoscale, Worker: -1, Scale: ScaleEnabled})
 	}
 	for band := range p.cfg.TickBands {
 		p.scheduleTick(band)
