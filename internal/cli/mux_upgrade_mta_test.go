@@ -179,10 +179,10 @@ type muxLoad struct {
 	// longestUp is the longest session that overlapped such a window, ns.
 	upgrading atomic.Bool
 	longestUp atomic.Int64
-	mu               sync.Mutex
-	failures         []string
-	cancel           context.CancelFunc
-	wg               sync.WaitGroup
+	mu        sync.Mutex
+	failures  []string
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 func startMuxLoad(ctx context.Context, addr string, n int) *muxLoad {

@@ -1,8 +1,9 @@
 package cli
 
-// Tests of `sluice mux`'s upgrade in place (SIGUSR2, docs/mux.md "Upgrade
-// in place"): what a failed new binary leaves, and the three upgrades
-// under a real Postfix -> mimedefang milter load (mux_upgrade_mta_test.go).
+// Tests of `sluice mux`'s upgrade in place (docs/mux.md, "Upgrade in
+// place: SIGUSR2"): what a failed new binary leaves, and the three
+// upgrades under a real Postfix -> mimedefang milter load
+// (mux_upgrade_mta_test.go).
 
 import (
 	"net"

@@ -4,7 +4,7 @@
 // a line each over a socket pair, on who serves. `sluice serve`
 // (internal/cli/upgrade.go) and `sluice mux` (internal/muxd/upgrade.go)
 // both speak it; docs/operations.md ("Upgrade in place: SIGUSR2") and
-// docs/mux.md ("Upgrade in place") say what each step means for each.
+// docs/mux.md ("Upgrade in place: SIGUSR2") say what each step means for each.
 //
 // The conversation, new process first:
 //

@@ -8,7 +8,7 @@ import (
 )
 
 // Drain is the old multiplexor's side of an upgrade in place
-// (docs/mux.md, "Upgrade in place"): another process accepts on the same
+// (docs/mux.md, "Upgrade in place: SIGUSR2"): another process accepts on the same
 // listening sockets now. It stops accepting on every listener, leaving
 // the sockets open and their connections waiting in the backlog for the
 // other process, and waits until every connection accepted before has

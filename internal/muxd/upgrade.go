@@ -16,7 +16,7 @@ import (
 	"sluice/internal/pool"
 )
 
-// An upgrade in place (docs/mux.md, "Upgrade in place"): on SIGUSR2 the
+// An upgrade in place (docs/mux.md, "Upgrade in place: SIGUSR2"): on SIGUSR2 the
 // multiplexor starts the executable on disk with its listening sockets,
 // its pid file and its lock file (named "main", "restricted", "map",
 // "notify", "web", "pid", "lock"), and they speak package handover's
