@@ -100,9 +100,10 @@ func shellWorker(t *testing.T, dir string) (worker, broken string) {
 }
 
 // TestMuxUpgradeFailsLeavesOldServing: a new binary that exits at once,
-// and one whose workers cannot start (the worker program fails for the
-// new pool only: the old pool's worker is up already), each leave the old
-// multiplexor serving the same socket, naming itself in the pid file and
+// one whose workers cannot start (the worker program fails for the new
+// pool only: the old pool's worker is up already), and one that says
+// take and dies once the old one has stopped accepting, each leave the
+// old multiplexor serving the same socket, naming itself in the pid file and
 // holding the lock, with the reason logged; then an upgrade to a working
 // binary in the foreground (-D) hands over, and the new one serves, is
 // named in the pid file, holds the lock, and runs the version installed.
@@ -165,6 +166,24 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	if err := os.Remove(broken); err != nil {
 		t.Fatal(err)
 	}
+	// A new process that says take, then dies once the old one has
+	// stopped accepting: the old one serves its sockets again.
+	late := filepath.Join(r.base, "late.sh")
+	script := "#!/bin/bash\nfd=$SLUICE_UPGRADE_FD\necho take >&$fd\nread -r line <&$fd\necho \"late.sh: got $line; exiting\" >&2\nexit 3\n"
+	if err := os.WriteFile(late, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	installBinary(t, late, r.live)
+	_ = syscall.Kill(old, syscall.SIGUSR2)
+	waitUntil(t, "the old multiplexor to serve again", func() bool {
+		return strings.Contains(out.String(), "upgrade failed after this multiplexor stopped accepting") &&
+			strings.Contains(out.String(), "exit status 3); serving again on the same sockets")
+	}, out.String)
+	if !alive(old) || muxAnswers(r.sock) != "ok relayok\n" || r.pid(t) != old || !r.lockHeld(t) {
+		t.Fatalf("after the late failure: alive %v, answer %q, pid file %d (want %d), lock held %v",
+			alive(old), muxAnswers(r.sock), r.pid(t), old, r.lockHeld(t))
+	}
+	installBinary(t, other, r.live)
 
 	_ = syscall.Kill(old, syscall.SIGUSR2)
 	waitUntil(t, "the old multiplexor to exit", func() bool {
