@@ -6,7 +6,11 @@ package cli
 // (mux_upgrade_mta_test.go).
 
 import (
+	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +21,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/mux"
+	"sluice/internal/status"
 )
 
 // muxUpgradeRig is a `sluice mux` started from a binary of the test's own
@@ -111,7 +118,10 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	bin, _ := muxBinaries(t)
 	r := newMuxUpgradeRig(t, bin)
 	worker, broken := shellWorker(t, r.base)
-	cmd := exec.Command(r.live, append([]string{"mux", "-D", "-f", worker, "-m", "1", "-x", "2"}, r.args(t)...)...)
+	port := freePort(t)
+	restricted := "inet:" + strconv.Itoa(port)
+	webSock := filepath.Join(r.spool, "web.sock")
+	cmd := exec.Command(r.live, append([]string{"mux", "-D", "-f", worker, "-m", "1", "-x", "2", "-a", restricted}, r.args(t)...)...)
 	// A file, not a pipe: the new multiplexor writes to it too, and the
 	// wait for the old one must not wait for the new one's end.
 	out := logFile(filepath.Join(r.base, "out.log"))
@@ -121,7 +131,7 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	}
 	defer f.Close()
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), muxSyslogEnv+"="+filepath.Join(r.base, "no-syslog"))
+	cmd.Env = append(os.Environ(), muxSyslogEnv+"="+filepath.Join(r.base, "no-syslog"), muxWebEnv+"=unix:"+webSock)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +147,9 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	})
 	old := cmd.Process.Pid
 	waitUntil(t, "the multiplexor serves", func() bool { return muxAnswers(r.sock) == "ok relayok\n" }, out.String)
+	if v := webVersion(t, webSock); strings.HasPrefix(v, "upgraded") {
+		t.Fatalf("the first multiplexor's status page shows version %q", v)
+	}
 	if r.pid(t) != old || !r.lockHeld(t) {
 		t.Fatalf("pid file names %d, want %d; lock held %v", r.pid(t), old, r.lockHeld(t))
 	}
@@ -201,10 +214,18 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	if !regexp.MustCompile(`upgrade: serving \(sluice upgraded[^,]*, pid ` + strconv.Itoa(next) + `\)`).MatchString(out.String()) {
 		t.Errorf("the new multiplexor did not say it serves as version upgraded, pid %d", next)
 	}
+	// The -a socket (inet) and the status page were handed over too: the
+	// new multiplexor answers on them.
+	if got := restrictedAnswers(port); got != mux.ReplyPrivileged {
+		t.Errorf("the -a socket after the upgrade: %q", got)
+	}
+	if v := webVersion(t, webSock); !strings.HasPrefix(v, "upgraded") {
+		t.Errorf("the status page after the upgrade shows version %q, want upgraded", v)
+	}
 	_ = syscall.Kill(next, syscall.SIGTERM)
 	waitGone(t, "the new multiplexor", next)
 	// (The pid file is in a directory of root's: defang cannot remove it.)
-	for _, f := range []string{r.lockFile, r.sock} {
+	for _, f := range []string{r.lockFile, r.sock, webSock} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("%s is left after the new multiplexor's SIGTERM", f)
 		}
@@ -269,4 +290,42 @@ func errString(err error) string {
 		return "EOF"
 	}
 	return err.Error()
+}
+
+// restrictedAnswers is the -a socket's reply (on 127.0.0.1:port) to a
+// relayok, or the error.
+func restrictedAnswers(port int) string {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 20*time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("relayok 192.0.2.1 host 25 192.0.2.2 25 Q1\n")); err != nil {
+		return err.Error()
+	}
+	b, err := io.ReadAll(c)
+	if len(b) == 0 {
+		return "no reply: " + errString(err)
+	}
+	return string(b)
+}
+
+// webVersion is the version /status.json on the unix socket sock shows.
+func webVersion(t *testing.T, sock string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := client.Get("http://mux/status.json")
+	if err != nil {
+		t.Fatalf("GET /status.json: %v", err)
+	}
+	defer resp.Body.Close()
+	var st status.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("/status.json: %v", err)
+	}
+	return st.Version
 }

@@ -166,10 +166,10 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 			if s.isClosed() {
 				return ErrServerClosed
 			}
+			if s.draining.Load() { // Drain closed the acceptor
+				return ErrDraining
+			}
 			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
-				if s.draining.Load() {
-					return ErrDraining
-				}
 				return err
 			}
 			// EMFILE and the like: back off and go on.

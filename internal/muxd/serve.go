@@ -131,6 +131,8 @@ func (r *running) openFiles() {
 		}
 		if r.web, err = newWebServer(o.Web, o.Version, passed); err != nil {
 			r.log.Error(err.Error())
+		} else if r.d.up != nil {
+			r.web.keepPath = true // the old process's until this one takes over
 		}
 	}
 	r.notifier = mux.NewNotifier(r.log, o.Cmd)

@@ -138,6 +138,9 @@ func (r *running) takeOver() {
 		writePid(d.pid)
 	}
 	d.keepFiles = false
+	if r.web != nil {
+		r.web.keepPath = false
+	}
 	if err := h.Send(handover.Serving); err == nil {
 		if err := h.Expect(handover.Bye, 10*time.Second); err != nil {
 			r.log.Warn(fmt.Sprintf("upgrade: the old multiplexor did not say goodbye: %v", err))
@@ -190,7 +193,7 @@ func (r *running) upgrade() bool {
 	cancel()
 	r.d.keepFiles = true
 	if r.web != nil {
-		r.web.keepPath = true
+		r.web.handedOver(true)
 	}
 	if err = h.Send(handover.Go); err == nil {
 		if err = h.Expect(handover.Serving, handover.Wait); err == nil {
@@ -204,7 +207,7 @@ func (r *running) upgrade() bool {
 	r.log.Error(fmt.Sprintf("upgrade failed after this multiplexor stopped accepting (%v; %s); serving again on the same sockets", err, <-exited))
 	r.d.keepFiles = false
 	if r.web != nil {
-		r.web.keepPath = false
+		r.web.handedOver(false)
 	}
 	r.resume(files, names)
 	return false

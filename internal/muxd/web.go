@@ -96,6 +96,15 @@ func (w *webServer) serve(p *pool.Pool) {
 	go func() { w.done <- w.srv.Serve(w.ln) }()
 }
 
+// handedOver says whether the socket is another process's now: its path
+// is then left in place when this server closes.
+func (w *webServer) handedOver(yes bool) {
+	w.keepPath = yes
+	if ul, ok := w.ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(!yes)
+	}
+}
+
 func (w *webServer) close() {
 	if w.p == nil { // never served
 		w.ln.Close()
