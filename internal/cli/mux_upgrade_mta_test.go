@@ -49,7 +49,14 @@ func TestMuxUpgradeUnderPostfixLoad(t *testing.T) {
 	_, u := asUser(t)
 	logs := newSyslogSink(t, filepath.Join(r.base, "log"))
 	filter, _ := writeFilter(t, r.spool)
-	start := exec.Command(r.live, append([]string{"mux", "-F", filter, "-m", "2", "-x", "8", "-w", "1"}, r.args(t)...)...)
+	// Started by the name Debian's init script uses, a link to sluice
+	// (docs/mux.md, "Drop-in on Debian"): the new multiplexor must be
+	// started by that name too, or it would not be `sluice mux`.
+	asRef := filepath.Join(filepath.Dir(r.live), ReferenceName)
+	if err := os.Symlink("sluice", asRef); err != nil {
+		t.Fatal(err)
+	}
+	start := exec.Command(asRef, append([]string{"-F", filter, "-m", "2", "-x", "8", "-w", "1"}, r.args(t)...)...)
 	start.Env = append(os.Environ(), muxSyslogEnv+"="+filepath.Join(r.base, "log"))
 	if out, err := start.CombinedOutput(); err != nil {
 		t.Fatalf("sluice mux: %v\n%s", err, out)

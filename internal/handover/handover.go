@@ -117,7 +117,9 @@ func Child() (*Conn, error) {
 }
 
 // Start starts the executable this process was started from, by the path
-// it has on disk now (the upgraded binary), with the same arguments, the
+// it has on disk now (the upgraded binary), with the same arguments and
+// argv[0] (the name it was invoked by, which may choose what it runs:
+// mimedefang-multiplexor is `sluice mux`), the
 // descriptors files as systemd passes sockets (from descriptor 3, named
 // in LISTEN_FDNAMES, without LISTEN_PID: the pid is not known before the
 // start), and one end of the conversation after them (FDEnv). It forks
@@ -154,7 +156,7 @@ func Start(files []*os.File, names []string) (*os.Process, *Conn, error) {
 		}
 	}
 	fds = append(fds, uintptr(pair[1]))
-	pid, err := syscall.ForkExec(exe, append([]string{exe}, os.Args[1:]...), &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(exe, os.Args, &syscall.ProcAttr{
 		Env:   env(os.Environ(), len(files), names),
 		Files: fds,
 	})
