@@ -20,6 +20,7 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/handover"
 	"sluice/internal/sdnotify"
 )
 
@@ -372,7 +373,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	up, err := upgradeChild()
+	up, err := handover.Child()
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 1
@@ -430,7 +431,7 @@ type serveState struct {
 // run serves with d until it stops; a daemon to run next is returned
 // when an upgrade failed after d stopped. up, if set, is the conversation
 // with the daemon this one took over from.
-func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handConn) (int, *app.Daemon) {
+func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) (int, *app.Daemon) {
 	d.SetVersion(versionString())
 	d.Start()
 	reload := reloader(d, s.sd, s.log)

@@ -193,7 +193,7 @@ func (s *Server) write(fd int, b []byte) {
 		}
 		b = b[n:]
 	}
-	closeRaw(fd)
+	s.closeConn(fd)
 }
 
 // finishLater writes the rest of a reply under the timeout and closes the
@@ -202,7 +202,7 @@ func (s *Server) finishLater(fd int, rest []byte) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		closeRaw(fd)
+		s.closeConn(fd)
 		return
 	}
 	f := os.NewFile(uintptr(fd), "mux-client")
@@ -217,5 +217,6 @@ func (s *Server) finishLater(fd int, rest []byte) {
 		delete(s.files, f)
 		s.mu.Unlock()
 		f.Close()
+		s.release()
 	}()
 }

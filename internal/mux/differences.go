@@ -72,8 +72,15 @@ var Differences = []Difference{
 		Detail: "`sluice mux -v` and `-h` add sluice's version and options to the reference's texts; under the name " +
 			"`mimedefang-multiplexor` both are the reference's, byte for byte. The `version` command answers `3.3`."},
 	{ID: "unhandled-signals",
-		Summary: "SIGUSR1 and SIGUSR2, which kill the reference, are ignored",
-		Detail:  "SIGUSR1 and SIGUSR2 are ignored; their default action kills the reference, leaving its sockets and pid file."},
+		Summary: "SIGUSR1, which kills the reference, is ignored",
+		Detail:  "SIGUSR1 is ignored; its default action kills the reference, leaving its sockets and pid file."},
+	{ID: "upgrade-in-place",
+		Summary: "SIGUSR2 upgrades in place to the binary on disk, refusing no request (the reference has no upgrade; the signal kills it)",
+		Detail: "SIGUSR2 starts the binary on disk with the listening sockets, the pid file and the lock file inherited; " +
+			"the new multiplexor serves once a worker of its own answers, the old one stops accepting, answers what it " +
+			"accepted and exits ([Upgrade in place](#upgrade-in-place-sigusr2)). The reference has no upgrade: SIGUSR2 " +
+			"kills it. For the hand-over the lock is an open file description lock (`F_OFD_SETLK`), which conflicts " +
+			"with the reference's `fcntl` lock as before."},
 	{ID: "ctl-bounds",
 		Summary: "`sluice ctl` bounds its connect and exchange where md-mx-ctrl waits for ever, and reports a server that closes early as an error",
 		Detail: "`sluice ctl` bounds the connect (30 s) and the exchange (5 min) where md-mx-ctrl waits forever; a server " +

@@ -103,7 +103,7 @@ func (s *Server) startFront(lfd int) (*front, bool) {
 	ok := make(chan bool, 1)
 	if !s.o.Pool.OnOwner(func(o *pool.Owner) {
 		f.o = o
-		if s.isClosed() || o.Watch(lfd, f.onAccept) != nil {
+		if s.isClosed() || s.draining.Load() || o.Watch(lfd, f.onAccept) != nil {
 			f.stop(true)
 			ok <- false
 			return
@@ -140,7 +140,7 @@ func (f *front) halt() {
 func (f *front) stop(onOwner bool) {
 	f.stopOnce.Do(func() {
 		f.stopped = true
-		if onOwner {
+		if onOwner && f.lfd >= 0 {
 			f.o.Forget(f.lfd)
 			f.retry.Stop()
 		}
@@ -169,7 +169,7 @@ func (f *front) wait() {
 // place the next accept freed, while the clients blocked in connect(2)
 // for that place wake to a full queue and wait again at the back.
 func (f *front) accept() {
-	if f.stopped {
+	if f.stopped || f.lfd < 0 {
 		return
 	}
 	fds, backoff := f.fds[:0], false
@@ -205,7 +205,7 @@ func (f *front) accept() {
 
 // rewatch arms the listener's watch again.
 func (f *front) rewatch() {
-	if !f.stopped {
+	if !f.stopped && f.lfd >= 0 {
 		_ = f.o.Watch(f.lfd, f.onAccept)
 	}
 }

@@ -117,7 +117,8 @@ func (w *waitingConn) expire() {
 	}
 	fd := w.fd
 	w.release()
-	closeRaw(fd)
+	f := w.f
+	f.s.closeConn(fd)
 }
 
 // release ends w's wait (its watch and timer go, the connection stays
@@ -137,7 +138,7 @@ func (f *front) closeWaiting(onOwner bool) {
 			w.timer.Stop()
 			f.o.Forget(w.fd)
 		}
-		closeRaw(w.fd)
+		f.s.closeConn(w.fd)
 		w.fd = -1
 	}
 	f.waiting = nil
@@ -186,7 +187,7 @@ func (r *frontReq) finish(res pool.Result) {
 // (stop); their finish then does nothing.
 func (f *front) closeInflight() {
 	for r := f.inflight; r != nil; r = r.lk.next {
-		closeRaw(r.fd)
+		f.s.closeConn(r.fd)
 		r.fd = -1
 	}
 	f.inflight = nil

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -70,9 +71,17 @@ type Server struct {
 	files      map[*os.File]struct{}      // the connection goroutines' connections
 	restricted int
 	closed     bool
-	ctx        context.Context // cancelled by Close: ends waits on the pool
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
+	// Drain's (drain.go): the fronts of the main sockets, the restricted
+	// accept loops running, the connections admitted and not closed yet,
+	// and what Drain waits on.
+	fronts    map[*front]struct{}
+	accepting sync.WaitGroup
+	active    atomic.Int64
+	draining  atomic.Bool
+	drained   chan struct{}
+	ctx       context.Context // cancelled by Close: ends waits on the pool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -94,7 +103,7 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{}, files: map[*os.File]struct{}{}}
+	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{}, files: map[*os.File]struct{}{}, fronts: map[*front]struct{}{}}
 }
 
 // Serve serves l until Close; privileged is false for the restricted
@@ -138,6 +147,9 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	if privileged {
 		f, ok := s.startFront(lfd)
 		if ok {
+			s.mu.Lock()
+			s.fronts[f] = struct{}{}
+			s.mu.Unlock()
 			f.wait()
 		}
 		if s.isClosed() {
@@ -145,12 +157,17 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 		}
 		return ErrPoolStopped
 	}
+	s.accepting.Add(1)
+	defer s.accepting.Done()
 	var delay time.Duration
 	for {
 		fd, err := acc.accept()
 		if err != nil {
 			if s.isClosed() {
 				return ErrServerClosed
+			}
+			if s.draining.Load() { // Drain closed the acceptor
+				return ErrDraining
 			}
 			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return err
@@ -183,6 +200,7 @@ func (s *Server) admit(privileged bool) bool {
 	if !privileged {
 		s.restricted++
 	}
+	s.active.Add(1)
 	return true
 }
 
@@ -244,6 +262,7 @@ func (s *Server) connDone(privileged bool) {
 		s.restricted--
 		s.mu.Unlock()
 	}
+	s.release()
 }
 
 // clientConn is what serving a request needs of a connection.

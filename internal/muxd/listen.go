@@ -24,7 +24,9 @@ func (d *daemon) bind() ([]listener, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	mainLn, err := listen(mainAddr, d.o.Backlog, d.sockMask(), d.fileMask())
+	mainLn, err := d.passedListener("main", func() (net.Listener, error) {
+		return listen(mainAddr, d.o.Backlog, d.sockMask(), d.fileMask())
+	})
 	if err != nil {
 		return nil, "Unable to create listening socket."
 	}
@@ -35,11 +37,13 @@ func (d *daemon) bind() ([]listener, string) {
 	a, err := parseSocket(d.o.Restricted, true)
 	var ln net.Listener
 	if err == nil {
-		ln, err = listen(a, d.o.Backlog, 0, d.fileMask())
+		ln, err = d.passedListener("restricted", func() (net.Listener, error) { return listen(a, d.o.Backlog, 0, d.fileMask()) })
 	}
 	if err != nil {
 		mainLn.Close()
-		_ = os.Remove(mainAddr.path)
+		if !d.keepFiles {
+			_ = os.Remove(mainAddr.path)
+		}
 		return nil, "Unable to create unprivileged listening socket"
 	}
 	unlink := ""
@@ -138,12 +142,12 @@ func listen(a addr, backlog, sockMask, fileMask int) (net.Listener, error) {
 
 // listenAux creates the -N or -O socket (docs/protocols/mimedefang-multiplexor.md, "Modes and backlog": the main socket's umask;
 // any address form -a takes).
-func (d *daemon) listenAux(sock string, backlog int) (net.Listener, error) {
+func (d *daemon) listenAux(name, sock string, backlog int) (net.Listener, error) {
 	a, err := parseSocket(sock, true)
 	if err != nil {
 		return nil, err
 	}
-	return listen(a, backlog, d.sockMask(), d.fileMask())
+	return d.passedListener(name, func() (net.Listener, error) { return listen(a, backlog, d.sockMask(), d.fileMask()) })
 }
 
 // refText is an error worded as the reference words it.

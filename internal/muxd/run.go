@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"sluice/internal/handover"
 )
 
 // daemon is one run's state.
@@ -14,8 +16,15 @@ type daemon struct {
 	o      *Options
 	stderr io.Writer
 	report *os.File // the daemonize pipe (detached child only)
-	pid    *os.File
+	pid    *os.File // kept open for an upgrade to hand over
 	lock   *os.File
+	// up is the conversation with the multiplexor this one takes over
+	// from (an upgrade in place), passed what it handed over by name;
+	// keepFiles is set while the pid and lock files and the sockets'
+	// paths are (or have become) another process's: nothing removes them.
+	up        *handover.Conn
+	passed    map[string]*os.File
+	keepFiles bool
 }
 
 // Run is the reference's startup (docs/protocols/mimedefang-multiplexor.md,
@@ -29,10 +38,14 @@ func Run(ctx context.Context, o Options, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: refusing to run setuid or setgid\n", o.Prog)
 		return 1
 	}
+	if msg := d.upgradeChild(); msg != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", o.Prog, msg)
+		return 1
+	}
 	child := os.Getenv(childEnv) != ""
 	if child {
 		d.inherit()
-	} else if o.PidFile != "" && !d.openPidFile() {
+	} else if d.up == nil && o.PidFile != "" && !d.openPidFile() {
 		// Opened before the privilege drop, as the reference does, but
 		// never through a symbolic link (openOwnFile).
 		return 1
@@ -49,7 +62,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) int {
 			d.cleanup()
 			return 1
 		}
-		if !o.Foreground {
+		if !o.Foreground && d.up == nil { // an upgrade's process is in the background already, or stays in the foreground
 			if exeErr != nil {
 				fmt.Fprintf(stderr, "%s: cannot find my own executable to daemonize (use -D): %v\n", o.Prog, exeErr)
 				d.cleanup()
@@ -118,7 +131,7 @@ func (d *daemon) fileMask() int {
 // by openOwnFile's rule, as the pid file was.
 func (d *daemon) takeFiles() string {
 	if d.o.LockFile != "" {
-		f, err := openOwnFile(d.o.LockFile, pidFileOwner(d.o))
+		f, err := d.passedOr("lock", func() (*os.File, error) { return openOwnFile(d.o.LockFile, pidFileOwner(d.o)) })
 		var rf *refusedFile
 		if errors.As(err, &rf) {
 			// The reference would say "Cannot lock lockfile" for any
@@ -129,17 +142,14 @@ func (d *daemon) takeFiles() string {
 		}
 		if err == nil {
 			d.lock = f
-			err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_WRLCK})
+			err = lockFile(f)
 		}
 		if err != nil {
 			return "Cannot lock lockfile: Is another copy running?"
 		}
 	}
-	if d.pid != nil {
-		_ = d.pid.Truncate(0)
-		_, _ = fmt.Fprintf(d.pid, "%d\n", os.Getpid())
-		d.pid.Close()
-		d.pid = nil
+	if d.pid != nil && d.up == nil { // an upgrade's process names itself once the old one has stopped
+		writePid(d.pid)
 	}
 	return ""
 }
@@ -178,6 +188,9 @@ func (d *daemon) cleanup() {
 
 // removeFiles unlinks the pid file and the lock file.
 func (d *daemon) removeFiles() {
+	if d.keepFiles {
+		return
+	}
 	if d.o.PidFile != "" {
 		_ = os.Remove(d.o.PidFile)
 	}
@@ -187,6 +200,9 @@ func (d *daemon) removeFiles() {
 }
 
 func (d *daemon) removeAll(listeners []listener) {
+	if d.keepFiles {
+		return
+	}
 	d.removeFiles()
 	for _, l := range listeners {
 		if l.unlink != "" {

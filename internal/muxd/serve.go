@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 
@@ -33,6 +34,11 @@ type running struct {
 	serveDone           chan error // one per listener
 	notifying           bool
 	notifyDone, mapDone chan error
+	// The -O and -N listening sockets, for an upgrade to hand over.
+	notifyLn, mapLn net.Listener
+	// upgraded is set once a new multiplexor serves: this one exits
+	// without removing anything of it.
+	upgraded bool
 }
 
 // serve runs the pool and the sockets until SIGTERM or ctx ends. SIGINT
@@ -71,8 +77,21 @@ func (d *daemon) serve(ctx context.Context, listeners []listener) int {
 	}
 	sigs := notifySignals()
 	defer stopSignals(sigs)
-	r.start(p)
+	r.startPool(p)
+	if d.up != nil {
+		// An upgrade's process serves nothing before its workers answer.
+		if err := r.poolAnswers(); err != nil {
+			r.stop()
+			msg := "upgrade: the new multiplexor's workers do not answer; exiting: " + err.Error()
+			r.log.Error(msg)
+			return d.fail(msg)
+		}
+	}
+	r.startDoors()
 	d.ready()
+	if d.up != nil {
+		r.takeOver()
+	}
 	r.wait(ctx, sigs)
 	r.stop()
 	d.cleanup()
@@ -106,8 +125,14 @@ func (r *running) openFiles() {
 	// in the environment (the command line stays the reference's).
 	if o.Web != "" {
 		var err error
-		if r.web, err = newWebServer(o.Web, o.Version); err != nil {
+		passed, perr := r.d.passedListener("web", func() (net.Listener, error) { return nil, nil })
+		if perr != nil {
+			r.log.Error(fmt.Sprintf("status page %s: the socket handed over: %v", o.Web, perr))
+		}
+		if r.web, err = newWebServer(o.Web, o.Version, passed); err != nil {
 			r.log.Error(err.Error())
+		} else if r.d.up != nil {
+			r.web.keepPath = true // the old process's until this one takes over
 		}
 	}
 	r.notifier = mux.NewNotifier(r.log, o.Cmd)
@@ -161,10 +186,8 @@ func (r *running) poolConfig() pool.Config {
 	return cfg
 }
 
-// start runs the pool, the multiplexor on every listener, then the -O
-// and -N sockets.
-func (r *running) start(p *pool.Pool) {
-	o := r.d.o
+// startPool runs the pool (and the status page on it).
+func (r *running) startPool(p *pool.Pool) {
 	r.pool = p
 	if r.web != nil {
 		r.web.serve(p)
@@ -173,27 +196,39 @@ func (r *running) start(p *pool.Pool) {
 	poolCtx, r.stopPool = context.WithCancel(context.Background())
 	r.runDone = make(chan error, 1)
 	go func() { r.runDone <- p.Run(poolCtx) }()
-	r.srv = mux.New(mux.Options{Pool: p, Timeout: o.Cmd, Logger: r.log})
+}
+
+// serveListeners serves the main and -a sockets with a new mux.Server.
+func (r *running) serveListeners() {
+	r.srv = mux.New(mux.Options{Pool: r.pool, Timeout: r.d.o.Cmd, Logger: r.log})
 	r.serveDone = make(chan error, len(r.listeners))
 	for _, l := range r.listeners {
 		go func() { r.serveDone <- r.srv.Serve(l.ln, l.privileged) }()
 	}
+}
+
+// startDoors runs the multiplexor on every listener, then the -O and -N
+// sockets.
+func (r *running) startDoors() {
+	o, p := r.d.o, r.pool
+	r.serveListeners()
 	// docs/protocols/mimedefang-multiplexor.md, "Startup" step 19: the -O and -N sockets come after the pool starts, and
 	// failing to create them is only logged.
 	r.notifyDone = make(chan error, 1)
 	if o.NotifySocket != "" {
-		if ln, err := r.d.listenAux(o.NotifySocket, 5); err != nil {
+		if ln, err := r.d.listenAux("notify", o.NotifySocket, 5); err != nil {
 			r.log.Error(fmt.Sprintf("Unable to create notification socket %s: %v", o.NotifySocket, err))
 		} else {
-			r.notifying = true
+			r.notifying, r.notifyLn = true, ln
 			go func() { r.notifyDone <- r.notifier.Serve(ln) }()
 		}
 	}
 	r.mapDone = make(chan error, 1)
 	if o.MapSocket != "" {
-		if ln, err := r.d.listenAux(o.MapSocket, o.Backlog); err != nil {
+		if ln, err := r.d.listenAux("map", o.MapSocket, o.Backlog); err != nil {
 			r.log.Error(fmt.Sprintf("Unable to create socket map listening socket %s: %v", o.MapSocket, err))
 		} else {
+			r.mapLn = ln
 			r.mapSrv = socketmap.NewServer(socketmap.PoolHandler{Pool: p}, socketmap.Options{WriteTimeout: o.Cmd, Logger: r.log})
 			go func() { r.mapDone <- r.mapSrv.Serve(ln) }()
 		}
@@ -203,13 +238,19 @@ func (r *running) start(p *pool.Pool) {
 // stop is docs/protocols/mimedefang-multiplexor.md, "Signals": files and sockets first, then clients see EOF, then the
 // workers: stdin closed, SIGTERM after 10 s, SIGKILL after 10 more.
 func (r *running) stop() {
-	if r.d.o.Verbose {
+	if r.d.o.Verbose && !r.upgraded {
 		r.log.Info("Received SIGTERM: Stopping workers and terminating")
 	}
 	r.d.removeAll(r.listeners)
-	r.srv.Close()
-	for range r.listeners {
-		<-r.serveDone
+	if r.srv == nil { // an upgrade's process whose workers did not answer
+		for _, l := range r.listeners {
+			l.ln.Close()
+		}
+	} else {
+		r.srv.Close()
+		for range r.listeners {
+			<-r.serveDone
+		}
 	}
 	if r.mapSrv != nil {
 		r.mapSrv.Close()

@@ -9,8 +9,9 @@ import (
 )
 
 // The daemon's signals (docs/protocols/mimedefang-multiplexor.md,
-// "Signals"); SIGPIPE is ignored.
-var handled = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+// "Signals"), and sluice's SIGUSR2 (an upgrade in place, upgrade.go);
+// SIGPIPE is ignored.
+var handled = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2}
 
 // notifySignals starts catching the daemon's signals; it is called before
 // the daemon reports it is serving, so none is lost after.
@@ -30,6 +31,7 @@ func (r *running) wait(ctx context.Context, sigs <-chan os.Signal) {
 		syscall.SIGINT:  r.reread,
 		syscall.SIGHUP:  r.reopenStats,
 		syscall.SIGTERM: terminate,
+		syscall.SIGUSR2: r.upgrade,
 	}
 	for {
 		select {

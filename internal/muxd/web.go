@@ -30,13 +30,20 @@ type webServer struct {
 	done chan error
 	p    *pool.Pool
 	ver  string
+	// keepPath is set once the socket is handed over: its path is the
+	// new multiplexor's.
+	keepPath bool
 }
 
-// newWebServer binds spec; serve starts it once the pool exists.
-func newWebServer(spec, version string) (*webServer, error) {
+// newWebServer binds spec, or takes passed, the socket an upgrade handed
+// over; serve starts it once the pool exists.
+func newWebServer(spec, version string, passed net.Listener) (*webServer, error) {
 	network, addr, err := config.ParseListen(spec)
 	if err != nil {
 		return nil, fmt.Errorf("status page %s: %w", spec, err)
+	}
+	if passed != nil {
+		return newWebOn(passed, version)
 	}
 	if network == "unix" {
 		if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -53,6 +60,11 @@ func newWebServer(spec, version string) (*webServer, error) {
 			return nil, fmt.Errorf("status page %s: %w", spec, err)
 		}
 	}
+	return newWebOn(ln, version)
+}
+
+// newWebOn is the web server on the listening socket ln.
+func newWebOn(ln net.Listener, version string) (*webServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, metrics.PartPool|metrics.PartPoolEvents) // a pool, no limiter or config
@@ -84,6 +96,15 @@ func (w *webServer) serve(p *pool.Pool) {
 	go func() { w.done <- w.srv.Serve(w.ln) }()
 }
 
+// handedOver says whether the socket is another process's now: its path
+// is then left in place when this server closes.
+func (w *webServer) handedOver(yes bool) {
+	w.keepPath = yes
+	if ul, ok := w.ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(!yes)
+	}
+}
+
 func (w *webServer) close() {
 	if w.p == nil { // never served
 		w.ln.Close()
@@ -93,7 +114,7 @@ func (w *webServer) close() {
 		_ = w.srv.Shutdown(ctx)
 		<-w.done
 	}
-	if ua, ok := w.ln.Addr().(*net.UnixAddr); ok {
+	if ua, ok := w.ln.Addr().(*net.UnixAddr); ok && !w.keepPath {
 		_ = os.Remove(ua.Name)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package handover
 
 import (
 	"bufio"
@@ -14,13 +14,13 @@ import (
 )
 
 // handPair is both ends of a hand-over conversation.
-func handPair(t *testing.T) (*handConn, *os.File) {
+func handPair(t *testing.T) (*Conn, *os.File) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := newHandConn(os.NewFile(uintptr(fds[0]), "ours"))
+	h, err := newConn(os.NewFile(uintptr(fds[0]), "ours"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func handPair(t *testing.T) (*handConn, *os.File) {
 	return h, peer
 }
 
-func TestHandConnExpect(t *testing.T) {
+func TestConnExpect(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
 		eof            bool
@@ -48,7 +48,7 @@ func TestHandConnExpect(t *testing.T) {
 		if tc.eof {
 			peer.Close()
 		}
-		err := h.expect(msgTake, 5*time.Second)
+		err := h.Expect(Take, 5*time.Second)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
@@ -59,11 +59,11 @@ func TestHandConnExpect(t *testing.T) {
 		}
 	}
 	h, _ := handPair(t)
-	if err := h.expect(msgGo, 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "timeout") {
+	if err := h.Expect(Go, 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "timeout") {
 		t.Errorf("a silent peer: %v", err)
 	}
 	h, peer := handPair(t)
-	if err := h.send(msgServing); err != nil {
+	if err := h.Send(Serving); err != nil {
 		t.Fatal(err)
 	}
 	if line, err := bufio.NewReader(peer).ReadString('\n'); err != nil || line != "serving\n" {
@@ -71,18 +71,18 @@ func TestHandConnExpect(t *testing.T) {
 	}
 }
 
-func TestUpgradeEnv(t *testing.T) {
-	env := []string{"PATH=/usr/bin", "LISTEN_PID=1", "LISTEN_FDS=9", "LISTEN_FDNAMES=x", "SLUICE_UPGRADE_FD=12",
+func TestEnv(t *testing.T) {
+	in := []string{"PATH=/usr/bin", "LISTEN_PID=1", "LISTEN_FDS=9", "LISTEN_FDNAMES=x", "SLUICE_UPGRADE_FD=12",
 		"SLUICE_LISTEN_FDS=3s", "NOTIFY_SOCKET=/run/systemd/notify", "LISTEN_FDS_X=kept"}
-	got := upgradeEnv(env, 2, []string{"anvil", "policy"})
+	got := env(in, 2, []string{"anvil", "policy"})
 	want := []string{"PATH=/usr/bin", "NOTIFY_SOCKET=/run/systemd/notify", "LISTEN_FDS_X=kept",
 		"LISTEN_FDS=2", "LISTEN_FDNAMES=anvil:policy", "SLUICE_UPGRADE_FD=5"}
 	if !slices.Equal(got, want) {
-		t.Errorf("upgradeEnv:\n got %q\nwant %q", got, want)
+		t.Errorf("env:\n got %q\nwant %q", got, want)
 	}
 }
 
-func FuzzHandConnExpect(f *testing.F) {
+func FuzzConnExpect(f *testing.F) {
 	f.Add([]byte("take\n"))
 	f.Add([]byte("serving\nbye\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -90,15 +90,15 @@ func FuzzHandConnExpect(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := newHandConn(os.NewFile(uintptr(fds[0]), "ours"))
+		h, err := newConn(os.NewFile(uintptr(fds[0]), "ours"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer h.Close()
 		peer := os.NewFile(uintptr(fds[1]), "theirs")
 		go func() { _, _ = peer.Write(b); peer.Close() }()
-		err = h.expect(msgTake, 5*time.Second)
-		if (err == nil) != strings.HasPrefix(string(b), msgTake+"\n") {
+		err = h.Expect(Take, 5*time.Second)
+		if (err == nil) != strings.HasPrefix(string(b), Take+"\n") {
 			t.Fatalf("%q: %v", b, err)
 		}
 	})
