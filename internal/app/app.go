@@ -52,6 +52,7 @@ type Daemon struct {
 	// across reloads. carryOut collects, while stopping, the sessions
 	// this daemon hands to the next (see Shutdown).
 	carried  *governor.AnvilCarried
+	pairs    *governor.SessionPairs // the anvil and milter views of one SMTP session
 	carryMu  sync.Mutex
 	carryOut []string
 
@@ -157,7 +158,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
 	d.carried = governor.NewAnvilCarried()
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), log)
+	d.pairs = governor.NewSessionPairs()
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.pairs, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -319,7 +321,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.pairs, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}

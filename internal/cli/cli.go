@@ -237,6 +237,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if w := config.SecretWarning(*path, cfg); w != "" {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
+	if _, w := cfg.CapDoors(); w != "" {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	if *quiet {
 		return 0
 	}
@@ -274,6 +277,8 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	} else {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
 	}
+	doors, _ := cfg.CapDoors()
+	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
@@ -370,6 +375,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
 	if w := config.SecretWarning(*path, cfg); w != "" {
+		log.Warn(w)
+	}
+	if _, w := cfg.CapDoors(); w != "" {
 		log.Warn(w)
 	}
 	// From here on a signal is kept for the loop below, not left to its

@@ -221,6 +221,12 @@ type Anvil struct {
 	MaxLine int `toml:"max_line"`
 	// SMTPD holds smtpd's limits as set in main.cf.
 	SMTPD SMTPDLimits `toml:"smtpd"`
+	// ClassCaps enforces the classes' refuse caps at anvil's connect.
+	// false leaves them to the milter door (anvil keeps its counts and
+	// rates): for a milter on TCP, where sluice cannot tell that the two
+	// doors see one SMTP session. Over unix sockets both doors find the
+	// session by smtpd's process id and it holds one slot either way.
+	ClassCaps bool `toml:"class_caps"`
 }
 
 // Policy configures the Postfix policy delegation service.
@@ -468,6 +474,7 @@ func Default() *Config {
 			RequestTimeout: Duration(10 * time.Second),
 			MaxLine:        1024,
 			SMTPD:          defaultSMTPD(),
+			ClassCaps:      true,
 		},
 		Policy: Policy{
 			Enabled:        true,

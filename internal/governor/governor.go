@@ -22,6 +22,7 @@ type Governor struct {
 	waiters  *limiter.Waiters
 	refusals *RefusalLog
 	carried  *AnvilCarried
+	pairs    *SessionPairs
 	log      *slog.Logger
 }
 
@@ -44,6 +45,9 @@ type Options struct {
 	// Carried holds the SMTP sessions the previous daemon handed over;
 	// it must outlive reloads (nil: none).
 	Carried *AnvilCarried
+	// Pairs links the anvil and milter doors' views of one SMTP session;
+	// it must outlive reloads (nil: each door takes its own slot).
+	Pairs *SessionPairs
 	// Logger gets refusals and errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -60,7 +64,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, pairs: o.Pairs, log: o.Logger}
 }
 
 // Classes returns the class table.

@@ -14,21 +14,38 @@ import (
 
 // unixUID reads SO_PEERCRED: the peer's effective uid when it connected.
 func unixUID(c *net.UnixConn) (int, error) {
+	cred, err := ucred(c)
+	if err != nil {
+		return -1, err
+	}
+	return int(cred.Uid), nil
+}
+
+// unixPID reads SO_PEERCRED: the process that connected.
+func unixPID(c *net.UnixConn) (int, error) {
+	cred, err := ucred(c)
+	if err != nil {
+		return 0, err
+	}
+	return int(cred.Pid), nil
+}
+
+func ucred(c *net.UnixConn) (*unix.Ucred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return -1, fmt.Errorf("peercred: %w", err)
+		return nil, fmt.Errorf("peercred: %w", err)
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return -1, fmt.Errorf("peercred: %w", err)
+		return nil, fmt.Errorf("peercred: %w", err)
 	}
 	if serr != nil {
-		return -1, fmt.Errorf("peercred: SO_PEERCRED: %w", serr)
+		return nil, fmt.Errorf("peercred: SO_PEERCRED: %w", serr)
 	}
-	return int(cred.Uid), nil
+	return cred, nil
 }
 
 // tcpUID returns the uid that owns the loopback TCP socket whose local
