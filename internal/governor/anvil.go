@@ -25,6 +25,8 @@ const (
 	AnvilAuth                     // AUTH commands
 	AnvilTLSTr                    // TLS trace events (Postfix 3.12)
 	numAnvilEvents
+	// anvilCount names the connection count where an AnvilEvent names a figure.
+	anvilCount = AnvilEvent(255)
 )
 
 var anvilStats = [numAnvilEvents]string{"connection rate", "message rate", "recipient rate", "newtls rate", "auth rate", "tlstr rate"}
@@ -157,6 +159,10 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	}
 	count = g.scaleCount(cls, held)
 	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
+	if !classFull {
+		g.anvilClassRefusal(ctx, cls, ident, anvilCount, held, count)
+	}
+	g.anvilClassRefusal(ctx, cls, ident, AnvilConn, out[0].Count, rate)
 	if classFull {
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
@@ -245,7 +251,30 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
 	cls := g.classes.Match(AnvilPeer(ident))
-	return g.scaleRate(cls, ev, out[0].Count), nil
+	rate := g.scaleRate(cls, ev, out[0].Count)
+	g.anvilClassRefusal(ctx, cls, ident, ev, out[0].Count, rate)
+	return rate, nil
+}
+
+// anvilClassRefusal logs (bounded, per class and figure) a figure over a
+// class's own limit, which smtpd refuses once sluice reports it scaled:
+// smtpd's log has the scaled figure, this line the true one. ev is the
+// rate's event, or anvilCount for the connection count. A figure without a class
+// override is smtpd's to log, with its true value.
+func (g *Governor) anvilClassRefusal(ctx context.Context, cls *limiter.Class, ident string, ev AnvilEvent, actual, reported int64) {
+	cl, ok := g.anvil.Classes[cls.Name]
+	if !ok {
+		return
+	}
+	over, postfix, stat, window := cl.Count, g.anvil.Postfix.Count, "connection count", SummaryEvery
+	if ev != anvilCount {
+		over, postfix, stat, window = cl.Rates[ev], g.anvil.Postfix.Rates[ev], anvilStats[ev], g.anvil.Unit
+	}
+	if over == nil || postfix <= 0 || reported <= postfix {
+		return
+	}
+	g.refused(ctx, "anvil", stat, cls.Name, window, "anvil: over the class's limit; smtpd will refuse (it logs the scaled figure)",
+		"ident", ident, "class", cls.Name, "limit", stat, "count", actual, "class_limit", *over, "reported", reported, "smtpd_limit", postfix)
 }
 
 // anvilKnown reports whether anvil would have an entry for ident: a
