@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"sluice/internal/testutil/peer"
 )
 
 // TestCheckSaysWhichDoorCaps: check names the doors that enforce the
@@ -33,5 +35,38 @@ func TestCheckSaysWhichDoorCaps(t *testing.T) {
 		if (c.warn == "") != !strings.Contains(errs, "warning:") || !strings.Contains(errs, c.warn) {
 			t.Errorf("%s: stderr %q, want the warning %q", c.name, errs, c.warn)
 		}
+	}
+}
+
+// TestCheckComparesMainCF: check -postconf (a directory or its main.cf),
+// or anvil.postfix_config_dir, compares [anvil.smtpd] with main.cf through
+// postconf and warns of the drift; -q keeps the warning (stderr).
+func TestCheckComparesMainCF(t *testing.T) {
+	if _, err := os.Stat("/usr/sbin/postconf"); err != nil {
+		peer.Missing(t, "Postfix's postconf", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.cf"), []byte("smtpd_client_connection_count_limit = 30\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.toml")
+	if err := os.WriteFile(path, []byte("state_dir = \""+dir+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "warning: anvil.smtpd.client_connection_count_limit is 50 but " + dir + "/main.cf has smtpd_client_connection_count_limit = 30"
+	for _, args := range [][]string{{"-postconf", dir}, {"-postconf", filepath.Join(dir, "main.cf")}} {
+		code, _, errs := run(append([]string{"check", "-q", "-c", path}, args...)...)
+		if code != 0 || !strings.Contains(errs, want) {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+	if code, _, errs := run("check", "-q", "-c", path); code != 0 || errs != "" {
+		t.Errorf("without -postconf or the key: exit %d, %q", code, errs)
+	}
+	if err := os.WriteFile(path, []byte("state_dir = \""+dir+"\"\n[anvil]\npostfix_config_dir = \""+dir+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run("check", "-q", "-c", path); code != 0 || !strings.Contains(errs, want) {
+		t.Errorf("anvil.postfix_config_dir: exit %d, %q", code, errs)
 	}
 }

@@ -205,9 +205,10 @@ func loadConfig(path string) (*config.Config, []error) {
 	return config.Load(path)
 }
 
-func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", stderr)
 	path := fs.String("c", "", "configuration `file` to check (required)")
+	postconf := fs.String("postconf", "", "Postfix's configuration `directory` (or its main.cf) to compare [anvil.smtpd] with, through postconf (default: anvil.postfix_config_dir)")
 	quiet := fs.Bool("q", false, "print only errors (nothing when the configuration is good)")
 	var units []string
 	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
@@ -234,10 +235,7 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
 		return 1
 	}
-	if w := config.SecretWarning(*path, cfg); w != "" {
-		fmt.Fprintln(stderr, "warning:", w)
-	}
-	if _, w := cfg.CapDoors(); w != "" {
+	for _, w := range configWarnings(ctx, *path, cfg, *postconf) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if *quiet {
@@ -374,10 +372,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
-	if w := config.SecretWarning(*path, cfg); w != "" {
-		log.Warn(w)
-	}
-	if _, w := cfg.CapDoors(); w != "" {
+	for _, w := range configWarnings(ctx, *path, cfg, "") {
 		log.Warn(w)
 	}
 	// From here on a signal is kept for the loop below, not left to its

@@ -227,6 +227,11 @@ type Anvil struct {
 	// doors see one SMTP session. Over unix sockets both doors find the
 	// session by smtpd's process id and it holds one slot either way.
 	ClassCaps bool `toml:"class_caps"`
+	// PostfixConfigDir is Postfix's configuration directory (e.g.
+	// "/etc/postfix"): check and the start compare the smtpd_client_*
+	// limits of its main.cf (as postconf reports them) with [anvil.smtpd]
+	// and rate_time_unit, and warn on any difference. Empty: not compared.
+	PostfixConfigDir string `toml:"postfix_config_dir"`
 }
 
 // Policy configures the Postfix policy delegation service.
