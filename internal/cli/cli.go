@@ -213,6 +213,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var units []string
 	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
 		func(f string) error { units = append(units, f); return nil })
+	service := fs.String("service-unit", "", "the systemd service `unit` file that runs serve: every unix socket no socket unit passes must be one its User= can make under its ProtectSystem= and ReadWritePaths= (without it: as the user running check)")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -227,6 +228,9 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var skipped []string
 	if len(errs) == 0 {
 		skipped, errs = app.CheckSocketUnits(cfg, units)
+	}
+	if len(errs) == 0 {
+		errs = app.CheckSocketDirs(cfg, units, *service)
 	}
 	if len(errs) > 0 {
 		for _, e := range errs {
