@@ -77,7 +77,7 @@ func CheckSocketDirs(cfg *config.Config, socketUnits []string, serviceUnit strin
 		if err != nil {
 			return append(errs, fmt.Errorf("%s: %w", serviceUnit, err))
 		}
-		d.RunAs, d.CanWrite, d.Unit = u.User, u.CanWrite, serviceUnit
+		d.RunAs, d.CanWrite, d.Made, d.Unit = u.User, u.CanWrite, u.Makes, serviceUnit
 		if d.RunAs == "" {
 			d.RunAs = "root"
 		}

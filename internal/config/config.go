@@ -30,21 +30,31 @@ type Config struct {
 	// ClassesFile is an XLA-style class table ("mask queue refuse" lines);
 	// its classes come after the [[class]] tables. A relative path is
 	// relative to the config file.
-	ClassesFile string   `toml:"classes_file"`
-	Log         Log      `toml:"log"`
-	Limiter     Limiter  `toml:"limiter"`
-	Store       Store    `toml:"store"`
-	Classes     []Class  `toml:"class"`
-	Anvil       Anvil    `toml:"anvil"`
-	Policy      Policy   `toml:"policy"`
-	Throttle    Throttle `toml:"throttle"`
-	Milter      Milter   `toml:"milter"`
-	Web         Web      `toml:"web"`
+	ClassesFile string `toml:"classes_file"`
+	// IncludeDir names a directory of *.toml files merged after this one,
+	// in name order (e.g. "/etc/sluice/conf.d"; relative to this file):
+	// tables merge key by key, a later value replaces an earlier one, and
+	// [[class]], [[policy.rule]] and [[throttle.policy]] merge by name (a
+	// new class goes before the catch-all "*" class). Only the main file
+	// may set it; relative paths in every file are relative to the main one.
+	IncludeDir string   `toml:"include_dir"`
+	Log        Log      `toml:"log"`
+	Limiter    Limiter  `toml:"limiter"`
+	Store      Store    `toml:"store"`
+	Classes    []Class  `toml:"class"`
+	Anvil      Anvil    `toml:"anvil"`
+	Policy     Policy   `toml:"policy"`
+	Throttle   Throttle `toml:"throttle"`
+	Milter     Milter   `toml:"milter"`
+	Web        Web      `toml:"web"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
-	// lines maps key paths ("class[1].refuse") to their line in File.
+	// lines maps key paths ("class[1].refuse") to their line in File, or
+	// in the included file from names.
 	lines map[string]int
+	// from maps the key paths set by an included file to that file.
+	from map[string]string
 }
 
 // Log configures logging.

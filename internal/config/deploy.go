@@ -26,6 +26,9 @@ type Deployment struct {
 	// CanWrite reports whether the service unit's mount namespace lets
 	// sluice write in dir (ProtectSystem=, ReadWritePaths=; nil: no unit).
 	CanWrite func(dir string) bool
+	// Made reports whether systemd makes dir for the service, owned by
+	// RunAs (RuntimeDirectory= and the like; nil: no unit).
+	Made func(dir string) bool
 	// Unit names the service unit in messages.
 	Unit string
 }
@@ -58,6 +61,9 @@ func (c *Config) CheckSocketDirs(d Deployment) []error {
 // socketDirProblem is why p cannot make socket s, or "".
 func (c *Config) socketDirProblem(s UnixSocket, p principal, d Deployment) string {
 	dir := filepath.Dir(s.Path)
+	if d.Made != nil && d.Made(dir) {
+		return c.socketOwnerProblem(s, p)
+	}
 	have := dir
 	for {
 		if _, err := os.Stat(have); err == nil || !errors.Is(err, fs.ErrNotExist) || have == filepath.Dir(have) {
@@ -86,6 +92,11 @@ func (c *Config) socketDirProblem(s UnixSocket, p principal, d Deployment) strin
 	if dir, why := c.blockingDir(have, p); dir != "" {
 		return fmt.Sprintf("it cannot reach %s (%s)", dir, why)
 	}
+	return c.socketOwnerProblem(s, p)
+}
+
+// socketOwnerProblem is why p cannot give socket s its owner and group, or "".
+func (c *Config) socketOwnerProblem(s UnixSocket, p principal) string {
 	if p.uid == 0 {
 		return ""
 	}

@@ -21,6 +21,10 @@ type ServiceUnit struct {
 	Writable []string
 	// ReadOnly are ReadOnlyPaths= and InaccessiblePaths=.
 	ReadOnly []string
+	// Made are the directories systemd makes for the service, owned by
+	// its User=: RuntimeDirectory=, StateDirectory=, CacheDirectory= and
+	// LogsDirectory= (in Writable too).
+	Made []string
 }
 
 // maxUnitPaths bounds the paths one unit may list.
@@ -60,6 +64,9 @@ func ParseServiceUnit(b []byte) (ServiceUnit, error) {
 			return addPaths(list, n, key, val, "")
 		default:
 			if base, ok := dirs[key]; ok {
+				if err := addPaths(&u.Made, n, key, val, base); err != nil {
+					return err
+				}
 				return addPaths(&u.Writable, n, key, val, base)
 			}
 		}
@@ -88,21 +95,27 @@ func addPaths(list *[]string, n int, key, val, base string) error {
 	return nil
 }
 
+// Makes reports whether dir is, or is below, a directory systemd makes
+// for the service (see Made).
+func (u ServiceUnit) Makes(dir string) bool { return under(path.Clean(dir), u.Made) != "" }
+
+// under returns the longest path of list that is dir or holds it.
+func under(dir string, list []string) string {
+	best := ""
+	for _, p := range list {
+		if (dir == p || strings.HasPrefix(dir, strings.TrimSuffix(p, "/")+"/")) && len(p) > len(best) {
+			best = p
+		}
+	}
+	return best
+}
+
 // CanWrite reports whether the unit's mount namespace lets the service
 // write in dir: false under a ProtectSystem= that makes dir read-only,
 // unless a writable path holds it, and false below ReadOnlyPaths=.
 func (u ServiceUnit) CanWrite(dir string) bool {
 	dir = path.Clean(dir)
-	under := func(list []string) string {
-		best := ""
-		for _, p := range list {
-			if (dir == p || strings.HasPrefix(dir, strings.TrimSuffix(p, "/")+"/")) && len(p) > len(best) {
-				best = p
-			}
-		}
-		return best
-	}
-	rw, ro := under(u.Writable), under(u.ReadOnly)
+	rw, ro := under(dir, u.Writable), under(dir, u.ReadOnly)
 	if ro != "" && len(ro) >= len(rw) {
 		return false
 	}
@@ -114,7 +127,7 @@ func (u ServiceUnit) CanWrite(dir string) bool {
 	case "strict":
 		readOnly = []string{"/"}
 		for _, w := range []string{"/dev", "/proc", "/sys"} {
-			if under([]string{w}) != "" {
+			if under(dir, []string{w}) != "" {
 				return true
 			}
 		}
@@ -125,5 +138,5 @@ func (u ServiceUnit) CanWrite(dir string) bool {
 			readOnly = []string{"/usr", "/boot", "/efi"}
 		}
 	}
-	return under(readOnly) == ""
+	return under(dir, readOnly) == ""
 }

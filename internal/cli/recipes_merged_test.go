@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/anvil/anviltest"
+	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/postfixtest"
+	"sluice/internal/testutil/recipe"
+)
+
+// TestRecipesMergedIntoExample runs the production configuration,
+// examples/sluice.toml, with the recipes of docs/anvil.md and
+// docs/milter.md added as files of its include_dir, as
+// docs/operations.md tells an administrator to: one daemon started by
+// root that switches to sluice, and one private Postfix whose smtpd uses
+// it as its anvil and its milter (unix sockets, as the milter recipe's
+// comment has it). Only paths and addresses move; a last file, the test's
+// own, caps the class local at 2 sessions and 4 connections a minute.
+// Then, measured at the SMTP client: exactly 2 sessions are admitted, the
+// 3rd gets 421; once one ends a new one gets in, and the 5th connection
+// of the minute is refused by the anvil's rate. Before, check rejects the
+// merged configuration for the shipped units until the milter's socket
+// unit is installed (its directory is root's and read-only under
+// ProtectSystem=strict).
+func TestRecipesMergedIntoExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Postfix and a daemon")
+	}
+	peer.Root(t, "the daemon is started by root and switches to the user sluice")
+	peer.User(t, "sluice")
+	if err := postfixtest.Available(); err != nil {
+		peer.Missing(t, "a private Postfix instance", err)
+	}
+	bin, _ := muxBinaries(t)
+	base := deployDir(t)
+	smtpPort, err1 := postfixtest.FreePort()
+	webPort, err2 := postfixtest.FreePort()
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	queue := filepath.Join(base, "postfix", "queue")
+	mainCF := recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-main.cf"), "inet:127.0.0.1:8891", "unix:"+queue+"/sluice/milter"))
+	mainCF["smtpd_client_event_limit_exceptions"] = ""
+	mainCF["smtpd_client_connection_rate_limit"] = "100"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
+	if inst.QueueDir() != queue {
+		t.Fatalf("queue %s, want %s", inst.QueueDir(), queue)
+	}
+
+	dir := filepath.Join(base, "sluice")
+	moved := strings.NewReplacer("/var/spool/postfix", queue, "/var/lib/sluice", filepath.Join(dir, "state"),
+		"/run/sluice", filepath.Join(dir, "run"), "/etc/postfix", inst.ConfigDir(), "127.0.0.1:9465", "127.0.0.1:"+strconv.Itoa(webPort),
+		"/etc/systemd/system", filepath.Join(dir, "units"))
+	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"sluice.toml":          "user = \"sluice\"\ninclude_dir = \"conf.d\"\n" + moved.Replace(string(example)),
+		"conf.d/10-anvil.toml": moved.Replace(recipe.Get(t, "docs/anvil.md", "anvil-config")),
+		"conf.d/20-milter.toml": moved.Replace(recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"),
+			`["inet:127.0.0.1:8891"]`, `["unix:/var/spool/postfix/sluice/milter"]`)),
+		"conf.d/90-test.toml": "[[class]]\nname = \"local\"\nrefuse = 2\n[class.anvil]\nclient_connection_rate_limit = 4\n" +
+			"[anvil.smtpd]\nclient_connection_rate_limit = 100\n",
+	}
+	for _, u := range []string{"sluice.service", "sluice.socket", "sluice-web.socket", "sluice-milter.socket"} {
+		files["units/"+u] = moved.Replace(unitText(t, u))
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The unit's RuntimeDirectory= and StateDirectory=, moved: systemd
+	// makes them owned by the unit's User=.
+	su, err := user.Lookup("sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(su.Uid)
+	gid, _ := strconv.Atoi(su.Gid)
+	for _, d := range []string{"run", "state"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(dir, d), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "sluice.toml")
+	units := filepath.Join(dir, "units")
+	args := []string{"check", "-q", "-c", cfg, "-service-unit", filepath.Join(units, "sluice.service"),
+		"-socket-unit", filepath.Join(units, "sluice.socket"), "-socket-unit", filepath.Join(units, "sluice-web.socket")}
+	if code, _, errs := run(args...); code != 1 || !strings.Contains(errs, "20-milter.toml") ||
+		!strings.Contains(errs, "user sluice cannot bind "+queue+"/sluice/milter") {
+		t.Errorf("check without the milter's socket unit: exit %d, %s", code, errs)
+	}
+	args = append(args, "-socket-unit", filepath.Join(units, "sluice-milter.socket"))
+	if code, _, errs := run(args...); code != 0 {
+		t.Errorf("check with the milter's socket unit: exit %d, %s", code, errs)
+	}
+
+	p := relStart(t, bin, []string{"serve", "-c", cfg}, inst.AnvilSocketPath(), filepath.Join(queue, "sluice", "milter"))
+	assertUnprivileged(t, p.pid(), "sluice")
+
+	dial := func(what string, want int) *postfixtest.SMTPConn {
+		t.Helper()
+		c, g, err := postfixtest.DialSMTP(ctx, smtpPort)
+		if err != nil || g.Code != want {
+			t.Fatalf("%s: greeting %v %v, want %d\n%s", what, g, err, want, p.stderr.String())
+		}
+		if want != 220 {
+			c.Close()
+			return nil
+		}
+		if r, err := c.Cmd("EHLO client.example"); err != nil || r.Code != 250 {
+			t.Fatalf("%s: EHLO %v %v", what, r, err)
+		}
+		return c
+	}
+	a, b := dial("session 1", 220), dial("session 2", 220)
+	defer a.Close()
+	defer b.Close()
+	dial("session 3 (class local holds its 2)", 421)
+	if r, err := a.Cmd("QUIT"); err != nil || r.Code != 221 {
+		t.Fatalf("QUIT: %v %v", r, err)
+	}
+	a.Close()
+	// The slot is free once smtpd has told the anvil; wait for that.
+	ident := fmt.Sprintf("127.0.0.1:%d:127.0.0.1", smtpPort)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		cl, err := anviltest.Dial("unix", inst.AnvilSocketPath(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cl.Do("lookup", ident)
+		cl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["count"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("anvil lookup %s: %v, want count 1", ident, got)
+		}
+	}
+	c := dial("session 4, after one ended", 220)
+	defer c.Close()
+	b.Cmd("QUIT")
+	b.Close()
+	dial("connection 5 of the minute (class local's rate is 4)", 421)
+	log, _ := inst.Log()
+	if !strings.Contains(log, "Connection rate limit exceeded") {
+		t.Errorf("smtpd's log has no rate refusal:\n%s", log)
+	}
+	if !strings.Contains(p.stderr.String(), "anvil: over the class's limit") {
+		t.Errorf("sluice logged no true figure of the rate refusal:\n%s", p.stderr.String())
+	}
+}
