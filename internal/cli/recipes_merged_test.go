@@ -19,15 +19,17 @@ import (
 
 // TestRecipesMergedIntoExample runs the production configuration,
 // examples/sluice.toml, with the recipes of docs/anvil.md and
-// docs/milter.md added as files of its include_dir, as
+// docs/milter.md and the rule of docs/policy.md's example added as files
+// of its include_dir, as
 // docs/operations.md tells an administrator to: one daemon started by
 // root that switches to sluice, and one private Postfix whose smtpd uses
 // it as its anvil and its milter (unix sockets, as the milter recipe's
 // comment has it). Only paths and addresses move; a last file, the test's
-// own, caps the class local at 2 sessions and 4 connections a minute.
-// Then, measured at the SMTP client: exactly 2 sessions are admitted, the
-// 3rd gets 421; once one ends a new one gets in, and the 5th connection
-// of the minute is refused by the anvil's rate. Before, check rejects the
+// own, caps the class local at 2 sessions and 5 connections a minute;
+// examples/policy-sender-rate.toml's rule is one more file. Then, measured
+// at the SMTP client: the 11th message of a sender is deferred, exactly 2
+// sessions are admitted, the 3rd gets 421; once one ends a new one gets
+// in, and the 6th connection of the minute is refused by the anvil's rate. Before, check rejects the
 // merged configuration for the shipped units until the milter's socket
 // unit is installed (its directory is root's and read-only under
 // ProtectSystem=strict).
@@ -49,6 +51,9 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	}
 	queue := filepath.Join(base, "postfix", "queue")
 	mainCF := recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-main.cf"), "inet:127.0.0.1:8891", "unix:"+queue+"/sluice/milter"))
+	for k, v := range recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/policy.md", "policy-main.cf"), "inet:127.0.0.1:10040", "unix:private/sluice-policy")) {
+		mainCF[k] = v
+	}
 	mainCF["smtpd_client_event_limit_exceptions"] = ""
 	mainCF["smtpd_client_connection_rate_limit"] = "100"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -66,12 +71,22 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	policy, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := strings.Index(string(policy), "\n[[policy.rule]]") + 1
+	if at == 0 {
+		t.Fatal("examples/policy-sender-rate.toml has no [[policy.rule]] table")
+	}
+	rule := string(policy[at:]) // the rule, as the example's comment says to copy it
 	files := map[string]string{
 		"sluice.toml":          "user = \"sluice\"\ninclude_dir = \"conf.d\"\n" + moved.Replace(string(example)),
 		"conf.d/10-anvil.toml": moved.Replace(recipe.Get(t, "docs/anvil.md", "anvil-config")),
 		"conf.d/20-milter.toml": moved.Replace(recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"),
 			`["inet:127.0.0.1:8891"]`, `["unix:/var/spool/postfix/sluice/milter"]`)),
-		"conf.d/90-test.toml": "[[class]]\nname = \"local\"\nrefuse = 2\n[class.anvil]\nclient_connection_rate_limit = 4\n" +
+		"conf.d/50-sender-rate.toml": rule,
+		"conf.d/90-test.toml": "[[class]]\nname = \"local\"\nrefuse = 2\n[class.anvil]\nclient_connection_rate_limit = 5\n" +
 			"[anvil.smtpd]\nclient_connection_rate_limit = 100\n",
 	}
 	for _, u := range []string{"sluice.service", "sluice.socket", "sluice-web.socket", "sluice-milter.socket"} {
@@ -118,6 +133,33 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	p := relStart(t, bin, []string{"serve", "-c", cfg}, inst.AnvilSocketPath(), filepath.Join(queue, "sluice", "milter"))
 	assertUnprivileged(t, p.pid(), "sluice")
 
+	mergedSessions(t, ctx, inst, smtpPort, p)
+}
+
+// mergedSessions is TestRecipesMergedIntoExample's load, measured at the
+// SMTP client: the sender rate, the class cap, the class's anvil rate.
+func mergedSessions(t *testing.T, ctx context.Context, inst *postfixtest.Instance, smtpPort int, p *relProc) {
+	ident := fmt.Sprintf("127.0.0.1:%d:127.0.0.1", smtpPort)
+	waitCount := func(n int64) { // a slot is free once smtpd has told the anvil
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			cl, err := anviltest.Dial("unix", inst.AnvilSocketPath(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cl.Do("lookup", ident)
+			cl.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got["count"] == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("anvil lookup %s: %v, want count %d", ident, got, n)
+			}
+		}
+	}
 	dial := func(what string, want int) *postfixtest.SMTPConn {
 		t.Helper()
 		c, g, err := postfixtest.DialSMTP(ctx, smtpPort)
@@ -133,6 +175,19 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 		}
 		return c
 	}
+	// The policy rule: 10 messages per 60 s for one sender (connection 1).
+	m := dial("the messages' session", 220)
+	for i := range 10 {
+		if err := m.SendMessage("sender@example.org", fmt.Sprintf("rcpt%d@example.net", i)); err != nil {
+			t.Fatalf("message %d: %v", i+1, err)
+		}
+	}
+	if err := m.SendMessage("sender@example.org", "rcpt11@example.net"); err == nil || !strings.Contains(err.Error(), "450 4.7.1") {
+		t.Errorf("the 11th message: %v, want the policy's 450 4.7.1", err)
+	}
+	m.Cmd("QUIT")
+	m.Close()
+	waitCount(0)
 	a, b := dial("session 1", 220), dial("session 2", 220)
 	defer a.Close()
 	defer b.Close()
@@ -141,33 +196,20 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 		t.Fatalf("QUIT: %v %v", r, err)
 	}
 	a.Close()
-	// The slot is free once smtpd has told the anvil; wait for that.
-	ident := fmt.Sprintf("127.0.0.1:%d:127.0.0.1", smtpPort)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		cl, err := anviltest.Dial("unix", inst.AnvilSocketPath(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := cl.Do("lookup", ident)
-		cl.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got["count"] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("anvil lookup %s: %v, want count 1", ident, got)
-		}
-	}
+	waitCount(1)
 	c := dial("session 4, after one ended", 220)
 	defer c.Close()
 	b.Cmd("QUIT")
 	b.Close()
-	dial("connection 5 of the minute (class local's rate is 4)", 421)
+	dial("connection 6 of the minute (class local's rate is 5)", 421)
 	log, _ := inst.Log()
 	if !strings.Contains(log, "Connection rate limit exceeded") {
 		t.Errorf("smtpd's log has no rate refusal:\n%s", log)
+	}
+	// [anvil.smtpd] matches main.cf (postfix_config_dir, moved): the start
+	// compared them through postconf and found nothing to warn of.
+	if e := p.stderr.String(); strings.Contains(e, "main.cf has") || strings.Contains(e, "cannot compare") {
+		t.Errorf("the start warned of [anvil.smtpd]:\n%s", e)
 	}
 	if !strings.Contains(p.stderr.String(), "anvil: over the class's limit") {
 		t.Errorf("sluice logged no true figure of the rate refusal:\n%s", p.stderr.String())
