@@ -120,7 +120,11 @@ func (c *Config) socketOwnerProblem(s UnixSocket, p principal) string {
 func lookupPrincipal(name string) (principal, error) {
 	if name == "" {
 		gids, _ := os.Getgroups()
-		return principal{what: "this user (uid " + strconv.Itoa(os.Geteuid()) + ")", uid: os.Geteuid(), gids: append(gids, os.Getegid())}, nil
+		what := "uid " + strconv.Itoa(os.Geteuid())
+		if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil {
+			what = "user " + u.Username
+		}
+		return principal{what: what, uid: os.Geteuid(), gids: append(gids, os.Getegid())}, nil
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
