@@ -255,6 +255,9 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // printConfig shows the configuration as sluice understood it.
 func printConfig(w io.Writer, cfg *config.Config) {
+	if len(cfg.Included) > 0 {
+		fmt.Fprintf(w, "merged after %s (include_dir, in this order): %s\n", cfg.File, strings.Join(cfg.Included, ", "))
+	}
 	fmt.Fprintf(w, "state directory: %s\nsocket directory: %s\n", cfg.StateDir, cfg.SocketDir())
 	if cfg.User != "" {
 		fmt.Fprintf(w, "runs as user: %s (started as root, it switches once its sockets are bound)\n", cfg.User)

@@ -129,6 +129,14 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	if code, _, errs := run(args...); code != 0 {
 		t.Errorf("check with the milter's socket unit: exit %d, %s", code, errs)
 	}
+	// Without -q check shows what it merged and who enforces the caps.
+	code, out, _ := run(append([]string{"check"}, args[2:]...)...)
+	for _, want := range []string{"conf.d/10-anvil.toml, " + dir + "/conf.d/20-milter.toml, " + dir + "/conf.d/50-sender-rate.toml, " + dir + "/conf.d/90-test.toml",
+		"refuse caps enforced by: anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("check: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
 
 	p := relStart(t, bin, []string{"serve", "-c", cfg}, inst.AnvilSocketPath(), filepath.Join(queue, "sluice", "milter"))
 	assertUnprivileged(t, p.pid(), "sluice")

@@ -50,6 +50,8 @@ type Config struct {
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
+	// Included are the files of IncludeDir merged after File, in order.
+	Included []string `toml:"-"`
 	// lines maps key paths ("class[1].refuse") to their line in File, or
 	// in the included file from names.
 	lines map[string]int

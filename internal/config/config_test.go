@@ -190,7 +190,7 @@ func sameAsStrict(t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatalf("Parse accepted what go-toml rejects (%v):\n%s", err, data)
 	}
-	c.File, c.lines, c.from = "", nil, nil
+	c.File, c.lines, c.from, c.Included = "", nil, nil, nil
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("Parse decoded\n%+v\ngo-toml decoded\n%+v\nfrom\n%s", c, want, data)
 	}

@@ -89,6 +89,9 @@ func ParseSources(srcs []Source) (*Config, []error) {
 	}
 	c := Default()
 	c.File = srcs[0].Name
+	for _, s := range srcs[1:] {
+		c.Included = append(c.Included, s.Name)
+	}
 	c.lines, c.from = lines, from
 	dec := decoder{c: c}
 	dec.table("", doc, reflectConfig(c))

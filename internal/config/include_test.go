@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +43,9 @@ func TestIncludeMerges(t *testing.T) {
 	c, errs := Load(filepath.Join(dir, "sluice.toml"))
 	if len(errs) > 0 {
 		t.Fatal(errs)
+	}
+	if want := []string{filepath.Join(dir, "conf.d", "10-policy.toml"), filepath.Join(dir, "conf.d", "20-milter.toml")}; !slices.Equal(c.Included, want) {
+		t.Errorf("included %v, want %v", c.Included, want)
 	}
 	var names []string
 	for _, cl := range c.Classes {
