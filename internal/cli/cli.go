@@ -379,8 +379,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
-	for _, w := range configWarnings(ctx, *path, cfg, "") {
-		log.Warn(w)
+	if !rootPhase(cfg) { // the unprivileged phase it execs warns
+		for _, w := range configWarnings(ctx, *path, cfg, "") {
+			log.Warn(w)
+		}
 	}
 	// From here on a signal is kept for the loop below, not left to its
 	// default action: a SIGTERM while the daemon starts stops it cleanly

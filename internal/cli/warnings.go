@@ -2,11 +2,25 @@ package cli
 
 import (
 	"context"
+	"os"
+	"os/user"
 	"path/filepath"
 
 	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/sdlisten"
 )
+
+// rootPhase reports whether this serve is the root phase, which binds the
+// sockets and execs itself as cfg.User (app.ExecUnprivileged): the
+// configuration is read again, and warned of, after the exec.
+func rootPhase(cfg *config.Config) bool {
+	if _, handed := os.LookupEnv(sdlisten.HandoffVar); handed || os.Geteuid() != 0 || cfg.User == "" {
+		return false
+	}
+	u, err := user.Lookup(cfg.User)
+	return err == nil && u.Uid != "0"
+}
 
 // configWarnings are what check and serve warn of in a configuration that
 // loads: a world-readable secret, a session two doors would count twice,
