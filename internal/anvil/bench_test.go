@@ -35,7 +35,7 @@ func (nopSession) NewTLSStatus(context.Context, string) (int64, error)   { retur
 func (nopSession) Lookup(context.Context, string) (Counts, error)        { return Counts{}, nil }
 func (nopSession) Holding() bool                                         { return false }
 func (nopSession) Close()                                                {}
-func (nopSession) NewSession() Session                                   { return nopSession{} }
+func (nopSession) NewSession(int) Session                                { return nopSession{} }
 
 // BenchmarkRoundTrip is one request and reply over a unix socket, with a
 // handler that does nothing: the server's own cost per request.

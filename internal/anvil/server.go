@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"sluice/internal/netserve"
+	"sluice/internal/peercred"
 )
 
 // Counts is what a lookup reports for one ident: its open connections
@@ -41,7 +42,9 @@ type Session interface {
 
 // Handler makes a Session for each client stream.
 type Handler interface {
-	NewSession() Session
+	// NewSession opens the Session of a stream whose peer is process pid
+	// (an smtpd process, known on a unix socket; 0 on TCP).
+	NewSession(pid int) Session
 }
 
 // Options configure a Server.
@@ -84,7 +87,8 @@ func NewServer(o Options) *Server {
 
 func (s *Server) serve(c *netserve.Conn) {
 	log := s.o.Logger
-	sess := s.o.Handler.NewSession()
+	pid, _ := peercred.PID(c.Conn)
+	sess := s.o.Handler.NewSession(pid)
 	defer sess.Close()
 	ctx := context.Background()
 	if !s.o.NoAnnounce {

@@ -31,7 +31,7 @@ type recorder struct {
 	closed int
 }
 
-func (r *recorder) NewSession() Session { return &recSession{r: r, held: map[string]bool{}} }
+func (r *recorder) NewSession(int) Session { return &recSession{r: r, held: map[string]bool{}} }
 
 type recSession struct {
 	r    *recorder

@@ -7,6 +7,16 @@ import (
 	"sluice/internal/governor"
 )
 
+// anvilHandler opens a session per anvil stream (one smtpd process).
+type anvilHandler struct{ d *Daemon }
+
+// NewSession opens the session of smtpd process pid's stream.
+func (h anvilHandler) NewSession(pid int) anvil.Session {
+	s := &anvilSession{d: h.d}
+	s.st.SetPeerPID(pid)
+	return s
+}
+
 type anvilSession struct {
 	d  *Daemon
 	st governor.AnvilStream

@@ -53,6 +53,7 @@ type Daemon struct {
 	// across reloads. carryOut collects, while stopping, the sessions
 	// this daemon hands to the next (see Shutdown).
 	carried  *governor.AnvilCarried
+	pairs    *governor.SessionPairs // the anvil and milter views of one SMTP session
 	carryMu  sync.Mutex
 	carryOut []string
 
@@ -169,7 +170,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	if err := d.exempt.Refresh(d.stop); err != nil {
 		log.Error("exemptions cannot be read; none apply until they can", "err", err)
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.observer(), log)
+	d.pairs = governor.NewSessionPairs()
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -339,7 +341,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.observer(), d.log)
+	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}

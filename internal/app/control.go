@@ -345,7 +345,7 @@ func ExplainOffline(ctx context.Context, cfg *config.Config, attrs map[string]st
 	st := memory.New(memory.Options{MaxKeys: 1 << 10})
 	defer st.Close()
 	lim := limiter.New(limiter.Options{Store: st, Logger: discard})
-	g, err := buildGovernor(cfg, lim, nil, nil, nil, nil, nil, discard)
+	g, err := buildGovernor(cfg, lim, nil, nil, nil, nil, nil, nil, discard)
 	if err != nil {
 		return governor.Explanation{}, "", err
 	}

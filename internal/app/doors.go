@@ -71,7 +71,7 @@ func (f sessions[S]) NewSession() S { return f() }
 
 func (d *Daemon) newAnvil(a config.Anvil) func(net.Listener) error {
 	d.anvil = anvil.NewServer(anvil.Options{
-		Handler:    sessions[anvil.Session](func() anvil.Session { return &anvilSession{d: d} }),
+		Handler:    anvilHandler{d},
 		Logger:     d.log,
 		NoAnnounce: !a.Announce,
 		ConnLimits: netserve.ConnLimits{MaxConns: a.MaxConns, PeerLimits: d.peerLimits("anvil", a.PeerRules), IdleTimeout: idle(a.IdleTimeout.D()), RequestTimeout: a.RequestTimeout.D()},

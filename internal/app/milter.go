@@ -26,6 +26,7 @@ type milterConnect struct{ d *Daemon }
 
 func (h milterConnect) Connect(s *milter.Session, host string, family milter.Family, port uint16, addr string) milter.Response {
 	ss := &milterSession{gov: h.d.gov.Load()}
+	ss.ms.SetPeerPID(s.PeerPID())
 	s.Data = ss
 	act := ss.gov.MilterConnect(s.Context(), &ss.ms, host, milterAddr(family, addr), strconv.Itoa(int(port)))
 	if act != "" {

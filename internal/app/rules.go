@@ -15,7 +15,7 @@ import (
 // both go through them, and none drops an error.
 
 // buildGovernor turns the configuration into rules.
-func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
 	table, rules, err := classRules(cfg)
 	if err != nil {
 		return nil, err
@@ -29,7 +29,7 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Refusals: refusals, Carried: carried, Exemptions: exempt, Logger: log, Observer: obs,
+		Throttle: trules, Waiters: waiters, Refusals: refusals, Carried: carried, Exemptions: exempt, Pairs: pairs, Logger: log, Observer: obs,
 		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
@@ -63,9 +63,10 @@ func deref(p *int64) int64 {
 // classRules converts the class table and the anvil limits.
 func classRules(cfg *config.Config) (*limiter.Classes, governor.AnvilRules, error) {
 	rules := governor.AnvilRules{
-		Unit:    cfg.Anvil.RateTimeUnit.D(),
-		Postfix: anvilLimits(cfg.Anvil.SMTPD),
-		Classes: map[string]governor.ClassLimits{},
+		Unit:        cfg.Anvil.RateTimeUnit.D(),
+		Postfix:     anvilLimits(cfg.Anvil.SMTPD),
+		Classes:     map[string]governor.ClassLimits{},
+		NoClassCaps: !cfg.Anvil.ClassCaps,
 	}
 	specs, errs := cfg.ClassTable()
 	if len(errs) > 0 {

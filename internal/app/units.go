@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"sluice/internal/config"
 	"sluice/internal/safefs"
@@ -18,6 +19,24 @@ import (
 // systemd skips a unit in Sockets= that is not installed; its name is
 // returned in skipped. Errors name the file and line.
 func CheckSocketUnits(cfg *config.Config, files []string) (skipped []string, errs []error) {
+	ls, skipped, errs := readSocketUnits(files)
+	for _, l := range ls {
+		if door := namedBy(cfg, l.UnitListen); door == "" {
+			errs = append(errs, fmt.Errorf("%s:%d: ListenStream=%s is no listen address of a door this configuration turns on: sluice serve would refuse the socket and not start (turn its door on with the address in its listen list, or remove the line)", l.file, l.Line, l.Value))
+		}
+	}
+	return skipped, errs
+}
+
+// fileListen is a ListenStream= of a socket unit file.
+type fileListen struct {
+	sdlisten.UnitListen
+	file string
+}
+
+// readSocketUnits reads the ListenStream= lines of socket unit files; a
+// file that does not exist is skipped.
+func readSocketUnits(files []string) (ls []fileListen, skipped []string, errs []error) {
 	for _, f := range files {
 		b, err := safefs.ReadFile(f, sdlisten.MaxUnitFile)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -28,18 +47,42 @@ func CheckSocketUnits(cfg *config.Config, files []string) (skipped []string, err
 			errs = append(errs, fmt.Errorf("socket unit %s: %w", f, err))
 			continue
 		}
-		ls, err := sdlisten.ParseSocketUnit(b)
+		units, err := sdlisten.ParseSocketUnit(b)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 			continue
 		}
-		for _, l := range ls {
-			if door := namedBy(cfg, l); door == "" {
-				errs = append(errs, fmt.Errorf("%s:%d: ListenStream=%s is no listen address of a door this configuration turns on: sluice serve would refuse the socket and not start (turn its door on with the address in its listen list, or remove the line)", f, l.Line, l.Value))
-			}
+		for _, u := range units {
+			ls = append(ls, fileListen{u, f})
 		}
 	}
-	return skipped, errs
+	return ls, skipped, errs
+}
+
+// CheckSocketDirs checks that the start can make every unix socket that
+// no socket unit of socketUnits passes (config.CheckSocketDirs): as the
+// service unit's User= under its ProtectSystem= and ReadWritePaths= when
+// serviceUnit is set ("" for none: as the user running the check).
+func CheckSocketDirs(cfg *config.Config, socketUnits []string, serviceUnit string) []error {
+	ls, _, errs := readSocketUnits(socketUnits)
+	d := config.Deployment{Passed: func(path string) bool {
+		return slices.ContainsFunc(ls, func(l fileListen) bool { return l.Names("unix", path) })
+	}}
+	if serviceUnit != "" {
+		b, err := safefs.ReadFile(serviceUnit, sdlisten.MaxUnitFile)
+		if err != nil {
+			return append(errs, fmt.Errorf("service unit %s: %w", serviceUnit, err))
+		}
+		u, err := sdlisten.ParseServiceUnit(b)
+		if err != nil {
+			return append(errs, fmt.Errorf("%s: %w", serviceUnit, err))
+		}
+		d.RunAs, d.CanWrite, d.Made, d.Unit = u.User, u.CanWrite, u.Makes, serviceUnit
+		if d.RunAs == "" {
+			d.RunAs = "root"
+		}
+	}
+	return append(errs, cfg.CheckSocketDirs(d)...)
 }
 
 // namedBy returns the door whose listen list names the unit's socket, or "".

@@ -209,17 +209,19 @@ func loadConfig(path string) (*config.Config, []error) {
 	return config.Load(path)
 }
 
-func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", stderr)
 	path := fs.String("c", "", "configuration `file` to check (required)")
+	postconf := fs.String("postconf", "", "Postfix's configuration `directory` (or its main.cf) to compare [anvil.smtpd] with, through postconf (default: anvil.postfix_config_dir)")
 	quiet := fs.Bool("q", false, "print only errors (nothing when the configuration is good)")
 	var units []string
 	fs.Func("socket-unit", "a systemd socket `unit` file that passes sockets to serve (repeat the flag for each): each ListenStream= must be a listen address of a door the configuration turns on; a file that does not exist is skipped, as systemd skips a unit that is not installed",
 		func(f string) error { units = append(units, f); return nil })
+	service := fs.String("service-unit", "", "the systemd service `unit` file that runs serve: every unix socket no socket unit passes must be one its User= can make under its ProtectSystem= and ReadWritePaths= (without it: as the user running check)")
 	asJSON := fs.Bool("json", false, "with a request: print the explanation as JSON")
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintln(w, "usage: sluice check -c FILE [-q] [-socket-unit UNIT]...")
+		fmt.Fprintln(w, "usage: sluice check -c FILE [-q] [-socket-unit UNIT]... [-service-unit UNIT] [-postconf DIR]")
 		fmt.Fprintln(w, "       sluice check -c FILE [-json] ATTR=VALUE ...   (or - : a Postfix policy request on stdin)")
 		fmt.Fprintln(w, "\nValidate a configuration file and print it as understood; with a request, what its rules")
 		fmt.Fprintln(w, "would answer it, rule by rule, with nothing counted yet (sluice explain asks a running daemon).")
@@ -241,6 +243,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(errs) == 0 {
 		skipped, errs = app.CheckSocketUnits(cfg, units)
 	}
+	if len(errs) == 0 {
+		errs = app.CheckSocketDirs(cfg, units, *service)
+	}
 	if len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e)
@@ -248,7 +253,7 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
 		return 1
 	}
-	if w := config.SecretWarning(*path, cfg); w != "" {
+	for _, w := range configWarnings(ctx, *path, cfg, *postconf) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if fs.NArg() > 0 {
@@ -267,6 +272,9 @@ func check(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 // printConfig shows the configuration as sluice understood it.
 func printConfig(w io.Writer, cfg *config.Config) {
+	if len(cfg.Included) > 0 {
+		fmt.Fprintf(w, "merged after %s (include_dir, in this order): %s\n", cfg.File, strings.Join(cfg.Included, ", "))
+	}
 	fmt.Fprintf(w, "state directory: %s\nsocket directory: %s\n", cfg.StateDir, cfg.SocketDir())
 	if cfg.User != "" {
 		fmt.Fprintf(w, "runs as user: %s (started as root, it switches once its sockets are bound)\n", cfg.User)
@@ -291,6 +299,8 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	} else {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
 	}
+	doors, _ := cfg.CapDoors()
+	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
@@ -387,8 +397,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
-	if w := config.SecretWarning(*path, cfg); w != "" {
-		log.Warn(w)
+	if !rootPhase(cfg) { // the unprivileged phase it execs warns
+		for _, w := range configWarnings(ctx, *path, cfg, "") {
+			log.Warn(w)
+		}
 	}
 	// From here on a signal is kept for the loop below, not left to its
 	// default action: a SIGTERM while the daemon starts stops it cleanly

@@ -103,7 +103,8 @@ func TestPostfixRecipesAsDeployed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startAsSluice(t, bin, base, "policy", recipe.Replace(t, string(example), "127.0.0.1:10040", policyAddr), policyPort)
+	startAsSluice(t, bin, base, "policy", recipe.Replace(t, string(example), "127.0.0.1:10040", policyAddr,
+		"state_dir = \"/var/lib/sluice-policy-example\"\n", "", "runtime_dir = \"/run/sluice-policy-example\"\n", ""), policyPort)
 	startAsSluice(t, bin, base, "milter", recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"), "127.0.0.1:8891", milterAddr), milterPort)
 
 	// The policy: 10 per 60 s for one sender, through the milter.

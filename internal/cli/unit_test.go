@@ -58,7 +58,8 @@ func (u unitFile) one(t *testing.T, key string) string {
 // sockets, qmailr (group nofiles) with sluice throttle on the throttle
 // socket, sluice status on the web socket; and another user does not.
 // With the milter off again, the check and the start refuse alike the
-// socket the milter's unit still passes.
+// socket the milter's unit still passes; with it on and its socket unit
+// not installed, alike the socket sluice cannot make.
 func TestSystemdUnitAsDeployed(t *testing.T) {
 	peer.Root(t, "the unit's sockets are made by root for other users")
 	perl := peer.Binary(t, "perl-base", "perl")
@@ -129,6 +130,20 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	p = h.startMain()
 	if err := p.wait(t, 30*time.Second); err == nil || !strings.Contains(p.stderr.String(), "no listen address in the configuration names") {
 		t.Errorf("ExecStart with the milter off: %v\n%s", err, p.stderr.String())
+	}
+
+	// The milter on, its socket unit not installed: sluice would bind the
+	// socket itself, in a directory of root's; the check says so, and the
+	// start fails alike.
+	h.uninstall("sluice-milter.socket")
+	writeMovedConfig(t, moved, cfgPath, true)
+	out, err = h.preStart()
+	if err == nil || !strings.Contains(string(out), "milter.listen[1]: user sluice cannot bind "+milterSock) {
+		t.Errorf("ExecStartPre with the milter on and no socket unit for it: %v\n%s", err, out)
+	}
+	p = h.startMain()
+	if err := p.wait(t, 30*time.Second); err == nil || !strings.Contains(p.stderr.String(), milterSock) {
+		t.Errorf("ExecStart with the milter on and no socket unit for it: %v\n%s", err, p.stderr.String())
 	}
 }
 

@@ -35,6 +35,7 @@ type unitHost struct {
 	files  []*os.File
 	names  []string
 	proc   *relProc // the running ExecStart=, nil when stopped
+	dir    string   // where the moved unit files are
 }
 
 func newUnitHost(t *testing.T, moved *strings.Replacer, unitDir string) *unitHost {
@@ -43,7 +44,7 @@ func newUnitHost(t *testing.T, moved *strings.Replacer, unitDir string) *unitHos
 	setpriv := peer.Binary(t, "util-linux", "setpriv")
 	svc := readUnit(t, "sluice.service")
 	runUser, runGroup := svc.one(t, "User"), svc.one(t, "Group")
-	h := &unitHost{t: t, svc: svc, moved: moved,
+	h := &unitHost{t: t, svc: svc, moved: moved, dir: unitDir,
 		asUnit: []string{setpriv, "--reuid=" + runUser, "--regid=" + runGroup, "--init-groups", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"}}
 	t.Cleanup(func() {
 		for _, f := range h.files {
@@ -71,6 +72,36 @@ func newUnitHost(t *testing.T, moved *strings.Replacer, unitDir string) *unitHos
 		}
 	}
 	return h
+}
+
+// uninstall is a socket unit never installed (or systemctl disable --now):
+// its file gone, its sockets neither passed nor on disk. The directories
+// its DirectoryMode= made stay, as systemd leaves them.
+func (h *unitHost) uninstall(name string) {
+	h.t.Helper()
+	text, err := os.ReadFile(filepath.Join(h.dir, name))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ls, err := sdlisten.ParseSocketUnit(text)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, l := range ls {
+		if a, ok := l.Addr.(*net.UnixAddr); ok {
+			os.Remove(a.Name)
+		}
+	}
+	for i := len(h.names) - 1; i >= 0; i-- {
+		if h.names[i] == name {
+			h.files[i].Close()
+			h.files = append(h.files[:i], h.files[i+1:]...)
+			h.names = append(h.names[:i], h.names[i+1:]...)
+		}
+	}
+	if err := os.Remove(filepath.Join(h.dir, name)); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // unitText is the text of a shipped unit file.

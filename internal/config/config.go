@@ -30,25 +30,37 @@ type Config struct {
 	// ClassesFile is an XLA-style class table ("mask queue refuse" lines);
 	// its classes come after the [[class]] tables. A relative path is
 	// relative to the config file.
-	ClassesFile string   `toml:"classes_file"`
-	Log         Log      `toml:"log"`
-	Limiter     Limiter  `toml:"limiter"`
-	Store       Store    `toml:"store"`
-	Classes     []Class  `toml:"class"`
-	Anvil       Anvil    `toml:"anvil"`
-	Policy      Policy   `toml:"policy"`
-	Throttle    Throttle `toml:"throttle"`
-	Milter      Milter   `toml:"milter"`
-	Web         Web      `toml:"web"`
-	Control     Control  `toml:"control"`
+	ClassesFile string `toml:"classes_file"`
+	// IncludeDir names a directory of *.toml files merged after this one,
+	// in name order (e.g. "/etc/sluice/conf.d"; relative to this file):
+	// tables merge key by key, a later value replaces an earlier one, and
+	// [[class]], [[policy.rule]] and [[throttle.policy]] merge by name (a
+	// new class goes before the catch-all "*" class). Only the main file
+	// may set it; relative paths in every file are relative to the main one.
+	IncludeDir string   `toml:"include_dir"`
+	Log        Log      `toml:"log"`
+	Limiter    Limiter  `toml:"limiter"`
+	Store      Store    `toml:"store"`
+	Classes    []Class  `toml:"class"`
+	Anvil      Anvil    `toml:"anvil"`
+	Policy     Policy   `toml:"policy"`
+	Throttle   Throttle `toml:"throttle"`
+	Milter     Milter   `toml:"milter"`
+	Web        Web      `toml:"web"`
+	Control    Control  `toml:"control"`
 
 	// File is the path the config was read from ("" for the defaults).
 	File string `toml:"-"`
-	// lines maps key paths ("class[1].refuse") to their line in File.
+	// Included are the files of IncludeDir merged after File, in order.
+	Included []string `toml:"-"`
+	// lines maps key paths ("class[1].refuse") to their line in File, or
+	// in the included file from names.
 	lines map[string]int
 	// tables holds the limit tables the rules name, each read once per
 	// Config: what Validate checked is what the governor uses.
 	tables *tableCache
+	// from maps the key paths set by an included file to that file.
+	from map[string]string
 }
 
 // Log configures logging.
@@ -225,6 +237,17 @@ type Anvil struct {
 	MaxLine int `toml:"max_line"`
 	// SMTPD holds smtpd's limits as set in main.cf.
 	SMTPD SMTPDLimits `toml:"smtpd"`
+	// ClassCaps enforces the classes' refuse caps at anvil's connect.
+	// false leaves them to the milter door (anvil keeps its counts and
+	// rates): for a milter on TCP, where sluice cannot tell that the two
+	// doors see one SMTP session. Over unix sockets both doors find the
+	// session by smtpd's process id and it holds one slot either way.
+	ClassCaps bool `toml:"class_caps"`
+	// PostfixConfigDir is Postfix's configuration directory (e.g.
+	// "/etc/postfix"): check and the start compare the smtpd_client_*
+	// limits of its main.cf (as postconf reports them) with [anvil.smtpd]
+	// and rate_time_unit, and warn on any difference. Empty: not compared.
+	PostfixConfigDir string `toml:"postfix_config_dir"`
 }
 
 // Policy configures the Postfix policy delegation service.
@@ -479,6 +502,7 @@ func Default() *Config {
 			RequestTimeout: Duration(10 * time.Second),
 			MaxLine:        1024,
 			SMTPD:          defaultSMTPD(),
+			ClassCaps:      true,
 		},
 		Policy: Policy{
 			Enabled:        true,

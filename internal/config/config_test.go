@@ -190,7 +190,7 @@ func sameAsStrict(t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatalf("Parse accepted what go-toml rejects (%v):\n%s", err, data)
 	}
-	c.File, c.lines = "", nil
+	c.File, c.lines, c.from, c.Included = "", nil, nil, nil
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("Parse decoded\n%+v\ngo-toml decoded\n%+v\nfrom\n%s", c, want, data)
 	}
@@ -255,7 +255,18 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	f.Add([]byte("[[class]]\nname = \"a\"\nmatch = [\"*\"]\n\n#---\n[[class]]\nname = \"b\"\nmatch = [\"10.0.0.0/8\"]\n[[class]]\nname = \"a\"\nrefuse = 2\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// An included file: the part after a "#---" line is merged into
+		// the part before it (ParseSources), as include_dir's files are.
+		if main, frag, ok := bytes.Cut(data, []byte("\n#---\n")); ok {
+			if c, errs := ParseSources([]Source{{"main.toml", main}, {"conf.d/a.toml", frag}}); c != nil {
+				c.ClassesFile, c.User = "", ""
+				_ = c.Validate()
+			} else if len(errs) == 0 {
+				t.Fatal("no config and no error")
+			}
+		}
 		sameAsStrict(t, data)
 		c, errs := Parse(data, "fuzz.toml")
 		if c != nil {

@@ -56,13 +56,27 @@ func Load(path string) (*Config, []error) {
 	if err != nil {
 		return nil, []error{fmt.Errorf("read config: %w", err)}
 	}
-	c, errs := Parse(data, path)
+	srcs := []Source{{Name: path, Data: data}}
+	if dir, err := includeDir(data, path); err != nil {
+		return nil, []error{err}
+	} else if dir != "" {
+		more, err := readIncludes(path, dir)
+		if err != nil {
+			return nil, []error{&Error{File: path, Line: keyLines(data)["include_dir"], Path: "include_dir", Msg: err.Error()}}
+		}
+		srcs = append(srcs, more...)
+	}
+	c, errs := ParseSources(srcs)
 	if c == nil {
 		return nil, errs
 	}
 	errs = append(errs, c.Validate()...)
 	if len(errs) > 0 {
-		sortByLine(errs, path)
+		names := make([]string, len(srcs))
+		for i, s := range srcs {
+			names[i] = s.Name
+		}
+		sortByLine(errs, names)
 		return c, errs
 	}
 	return c, nil
@@ -73,22 +87,28 @@ func Load(path string) (*Config, []error) {
 // key and every value of the wrong type is reported, and the rest is
 // decoded. It does not validate.
 func Parse(data []byte, name string) (*Config, []error) {
+	return ParseSources([]Source{{Name: name, Data: data}})
+}
+
+// parseDoc parses TOML data into generic values; a syntax error is an
+// Error at its line.
+func parseDoc(data []byte, name string) (map[string]any, error) {
 	var doc map[string]any
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		var de *toml.DecodeError
 		if errors.As(err, &de) {
 			row, _ := de.Position()
-			return nil, []error{&Error{File: name, Line: row, Path: strings.Join(de.Key(), "."), Msg: "syntax error: " + strings.TrimPrefix(de.Error(), "toml: ")}}
+			return nil, &Error{File: name, Line: row, Path: strings.Join(de.Key(), "."), Msg: "syntax error: " + strings.TrimPrefix(de.Error(), "toml: ")}
 		}
-		return nil, []error{&Error{File: name, Msg: "syntax error: " + strings.TrimPrefix(err.Error(), "toml: ")}}
+		return nil, &Error{File: name, Msg: "syntax error: " + strings.TrimPrefix(err.Error(), "toml: ")}
 	}
-	c := Default()
-	c.File = name
-	c.lines = keyLines(data)
-	d := decoder{c: c}
-	d.table("", doc, reflect.ValueOf(c).Elem())
-	return c, d.errs
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	return doc, nil
 }
+
+func reflectConfig(c *Config) reflect.Value { return reflect.ValueOf(c).Elem() }
 
 // keyLines maps every key path in the document to its line, with arrays of
 // tables indexed from 1 as Validate names them: "class[2].anvil.x".
@@ -155,13 +175,26 @@ func resolveArrays(path string, counts map[string]int) string {
 	return out
 }
 
+// includeDir is the main file's include_dir, "" when it has none.
+func includeDir(data []byte, name string) (string, error) {
+	doc, err := parseDoc(data, name)
+	if err != nil {
+		return "", err
+	}
+	dir, ok := doc["include_dir"].(string)
+	if _, set := doc["include_dir"]; set && (!ok || dir == "") {
+		return "", &Error{File: name, Line: keyLines(data)["include_dir"], Path: "include_dir", Msg: "expected a directory path"}
+	}
+	return dir, nil
+}
+
 // errAt builds an Error for a key path, with its line if the file has it
 // (or the line of the nearest enclosing table).
 func (c *Config) errAt(path, format string, args ...any) error {
-	line := c.lines[path+"[1]"] // a table given as an array of tables
+	line, file := c.lines[path+"[1]"], c.from[path+"[1]"] // a table given as an array of tables
 	for p := path; p != "" && line == 0; {
 		if l, ok := c.lines[p]; ok {
-			line = l
+			line, file = l, c.from[p]
 			break
 		}
 		i := strings.LastIndexAny(p, ".[")
@@ -170,25 +203,37 @@ func (c *Config) errAt(path, format string, args ...any) error {
 		}
 		p = p[:i]
 	}
-	return &Error{File: c.File, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if file == "" {
+		file = c.File
+	}
+	return &Error{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
-// sortByLine puts the errors about file in the order of their lines; the
-// others (another file, no line) keep their order, after them.
-func sortByLine(errs []error, file string) {
-	line := func(err error) int {
+// sortByLine puts the errors about files in the order of the files, then
+// of their lines; the others (no line) keep their order, after them.
+func sortByLine(errs []error, files []string) {
+	const none = int(^uint(0) >> 1)
+	place := func(err error) (int, int) {
 		var e *Error
-		if errors.As(err, &e) && e.File == file && e.Line > 0 {
-			return e.Line
-		}
-		// Errors made as "file:line: ..." (classes placed by ClassSpec.Where).
-		if rest, ok := strings.CutPrefix(err.Error(), file+":"); ok {
-			num, _, _ := strings.Cut(rest, ":")
-			if n, err := strconv.Atoi(num); err == nil && n > 0 {
-				return n
+		if errors.As(err, &e) && e.Line > 0 {
+			if f := slices.Index(files, e.File); f >= 0 {
+				return f, e.Line
 			}
 		}
-		return int(^uint(0) >> 1)
+		// Errors made as "file:line: ..." (classes placed by ClassSpec.Where).
+		for f, file := range files {
+			if rest, ok := strings.CutPrefix(err.Error(), file+":"); ok {
+				num, _, _ := strings.Cut(rest, ":")
+				if n, err := strconv.Atoi(num); err == nil && n > 0 {
+					return f, n
+				}
+			}
+		}
+		return none, none
 	}
-	slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(line(a), line(b)) })
+	slices.SortStableFunc(errs, func(a, b error) int {
+		fa, la := place(a)
+		fb, lb := place(b)
+		return cmp.Or(cmp.Compare(fa, fb), cmp.Compare(la, lb))
+	})
 }

@@ -140,3 +140,33 @@ func (c *Config) validateMilter() []error {
 	}
 	return errs
 }
+
+// CapDoors says which doors enforce the classes' refuse caps, and warns
+// when a Postfix SMTP session that two doors see would hold two slots:
+// sluice finds the session across anvil and the milter by smtpd's process
+// id, which only a unix socket carries (SO_PEERCRED).
+func (c *Config) CapDoors() (text, warning string) {
+	anvil := c.Anvil.Enabled && c.Anvil.ClassCaps
+	switch {
+	case anvil && c.Milter.Enabled:
+		text = "anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot, found by smtpd's process id"
+	case anvil:
+		text = "anvil (at connect)"
+	case c.Milter.Enabled:
+		text = "the milter (at CONNECT)"
+		if c.Anvil.Enabled {
+			text += "; anvil keeps only its counts and rates (anvil.class_caps = false)"
+		}
+	default:
+		return "none (neither anvil nor the milter is on)", ""
+	}
+	if !anvil || !c.Milter.Enabled {
+		return text, ""
+	}
+	for _, l := range append(slices.Clone(c.Milter.Listen), c.Anvil.Listen...) {
+		if network, _, err := ParseListen(l); err == nil && network != "unix" {
+			return text, fmt.Sprintf("%s is not a unix socket: sluice cannot learn which smtpd process a connection on it comes from, so a Postfix session that both anvil and the milter see would hold two slots of its class (a class of 2 would admit 1). Listen on unix sockets for both doors, or set anvil.class_caps = false so that the milter alone enforces the class caps (anvil keeps its counts and rates)", l)
+		}
+	}
+	return text, ""
+}

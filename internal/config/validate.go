@@ -164,6 +164,9 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 
 func (c *Config) where(path string) string {
 	if l, ok := c.lines[path]; ok && c.File != "" {
+		if f := c.from[path]; f != "" {
+			return fmt.Sprintf("%s:%d", f, l)
+		}
 		return fmt.Sprintf("%s:%d", c.File, l)
 	}
 	if c.File != "" {

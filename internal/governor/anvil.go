@@ -25,6 +25,8 @@ const (
 	AnvilAuth                     // AUTH commands
 	AnvilTLSTr                    // TLS trace events (Postfix 3.12)
 	numAnvilEvents
+	// anvilCount names the connection count where an AnvilEvent names a figure.
+	anvilCount = AnvilEvent(255)
 )
 
 var anvilStats = [numAnvilEvents]string{"connection rate", "message rate", "recipient rate", "newtls rate", "auth rate", "tlstr rate"}
@@ -53,6 +55,10 @@ type AnvilRules struct {
 	Postfix AnvilLimits
 	// Classes maps a class name to its overrides.
 	Classes map[string]ClassLimits
+	// NoClassCaps leaves the class session caps to the milter door: anvil
+	// counts no class sessions and refuses none (its counts and rates,
+	// and their per-class limits, still apply).
+	NoClassCaps bool
 }
 
 // AnvilStream is the state of one anvil client stream (one smtpd): the
@@ -62,11 +68,19 @@ type AnvilStream struct {
 	lease      limiter.Lease
 	classLease limiter.Lease
 	class      string
-	classQueue int64 // the class's queue cap, for handing the slot to a waiting send
+	classQueue int64     // the class's queue cap, for handing the slot to a waiting send
+	pid        int       // the smtpd process at the other end (0: unknown)
+	slot       *pairSlot // the class slot, when paired for the milter (see SessionPairs)
 }
 
+// SetPeerPID tells the stream which smtpd process it serves (SO_PEERCRED
+// on a unix socket), so that the milter door can find its session.
+func (st *AnvilStream) SetPeerPID(pid int) { st.pid = pid }
+
 // Holding reports whether the stream holds a connection.
-func (st *AnvilStream) Holding() bool { return st.lease.ID != 0 || st.classLease.ID != 0 }
+func (st *AnvilStream) Holding() bool {
+	return st.lease.ID != 0 || st.classLease.ID != 0 || st.slot != nil
+}
 
 func anvilCountKey(ident string) string { return "anvil\x00c\x00" + ident }
 func anvilRateKey(ident string) string  { return "anvil\x00r\x00" + ident }
@@ -135,14 +149,9 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 		return g.anvil.Postfix.Count + 1, 0, nil
 	}
 	st.ident, st.lease = ident, lease
-	classFull := false
-	cl, held2, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
-	if err != nil {
-		g.log.Warn("anvil: class count failed", "class", cls.Name, "err", err)
-	} else if ok {
-		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
-	} else {
-		classFull = true
+	classFull, held2 := false, int64(0)
+	if !g.anvil.NoClassCaps {
+		classFull, held2 = g.anvilClass(ctx, st, ident, cls)
 	}
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
@@ -150,11 +159,10 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	}
 	count = g.scaleCount(cls, held)
 	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
-	v := Verdict{Door: "anvil", Rule: "class", Key: cls.Name, Count: held2, Limit: sessionCap(cls.Refuse), Refused: classFull}
-	if classFull {
-		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
+	if !classFull {
+		g.anvilClassRefusal(ctx, cls, ident, anvilCount, held, count)
 	}
-	g.observe(v)
+	g.anvilClassRefusal(ctx, cls, ident, AnvilConn, out[0].Count, rate)
 	if classFull {
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
@@ -168,6 +176,26 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	return count, rate, nil
 }
 
+// anvilClass takes a slot of the session's class for the stream, and
+// reports whether the class was full instead and how many it holds.
+func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string, cls *limiter.Class) (full bool, held int64) {
+	cl, held, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
+	if err != nil {
+		g.log.Warn("anvil: class count failed", "class", cls.Name, "err", err)
+		return false, 0
+	}
+	if ok {
+		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
+		g.pairAnvil(st, ident)
+	}
+	v := Verdict{Door: "anvil", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: !ok}
+	if !ok {
+		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
+	}
+	g.observe(v)
+	return !ok, held
+}
+
 // anvilDrop ends the connection the stream holds, if any.
 func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 	if st.lease.ID != 0 {
@@ -176,7 +204,8 @@ func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 		}
 	}
 	g.releaseClass(ctx, st.classLease, st.classQueue)
-	*st = AnvilStream{}
+	g.unpairAnvil(ctx, st)
+	*st = AnvilStream{pid: st.pid}
 }
 
 // AnvilDisconnect ends the stream's connection for ident, if it holds one.
@@ -222,7 +251,30 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
 	cls := g.classes.Match(AnvilPeer(ident))
-	return g.scaleRate(cls, ev, out[0].Count), nil
+	rate := g.scaleRate(cls, ev, out[0].Count)
+	g.anvilClassRefusal(ctx, cls, ident, ev, out[0].Count, rate)
+	return rate, nil
+}
+
+// anvilClassRefusal logs (bounded, per class and figure) a figure over a
+// class's own limit, which smtpd refuses once sluice reports it scaled:
+// smtpd's log has the scaled figure, this line the true one. ev is the
+// rate's event, or anvilCount for the connection count. A figure without a class
+// override is smtpd's to log, with its true value.
+func (g *Governor) anvilClassRefusal(ctx context.Context, cls *limiter.Class, ident string, ev AnvilEvent, actual, reported int64) {
+	cl, ok := g.anvil.Classes[cls.Name]
+	if !ok {
+		return
+	}
+	over, postfix, stat, window := cl.Count, g.anvil.Postfix.Count, "connection count", SummaryEvery
+	if ev != anvilCount {
+		over, postfix, stat, window = cl.Rates[ev], g.anvil.Postfix.Rates[ev], anvilStats[ev], g.anvil.Unit
+	}
+	if over == nil || postfix <= 0 || reported <= postfix {
+		return
+	}
+	g.refused(ctx, "anvil", stat, cls.Name, window, "anvil: over the class's limit; smtpd will refuse (it logs the scaled figure)",
+		"ident", ident, "class", cls.Name, "limit", stat, "count", actual, "class_limit", *over, "reported", reported, "smtpd_limit", postfix)
 }
 
 // anvilKnown reports whether anvil would have an entry for ident: a

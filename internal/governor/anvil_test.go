@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/store/memory"
 	"sluice/internal/store/storetest"
+	"sluice/internal/testutil/logbuf"
 )
 
 func i64(v int64) *int64 { return &v }
@@ -267,5 +269,39 @@ func TestAnvilPeer(t *testing.T) {
 		if got := AnvilPeer(ident).Net.String(); got != want {
 			t.Errorf("AnvilPeer(%q) = %s, want %s", ident, got, want)
 		}
+	}
+}
+
+// TestAnvilClassRefusalLogged: a figure over a class's own limit, which
+// smtpd refuses and logs scaled ("140" for 7 connections), is logged at
+// INFO with the true figure, once per class and figure per window, with a
+// summary of the rest; a figure within the limit is not.
+func TestAnvilClassRefusalLogged(t *testing.T) {
+	classes := []limiter.Class{{Name: "partners", Masks: []hostmask.Mask{hostmask.MustParse("*")}}}
+	rules := AnvilRules{
+		Postfix: AnvilLimits{Count: 50, Rates: [numAnvilEvents]int64{AnvilConn: 100}},
+		Classes: map[string]ClassLimits{"partners": {Rates: [numAnvilEvents]*int64{AnvilConn: i64(5)}}},
+	}
+	f := newFixture(t, classes, rules)
+	var buf logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rl := NewRefusalLog(log, f.clk.Now, 0)
+	f.g.refusals, f.g.log = rl, log
+	var st AnvilStream
+	for i := 1; i <= 9; i++ {
+		_, rate := f.connect(t, &st, ip)
+		if (rate > 100) != (i > 5) {
+			t.Fatalf("connection %d: reported rate %d", i, rate)
+		}
+	}
+	info := buf.Lines("level=INFO")
+	if len(info) != 1 || !strings.Contains(info[0], "anvil: over the class's limit") ||
+		!strings.Contains(info[0], "limit=\"connection rate\" count=6 class_limit=5 reported=120 smtpd_limit=100") {
+		t.Fatalf("INFO lines, want one with the true count 6:\n%s", strings.Join(info, "\n"))
+	}
+	f.clk.Advance(time.Minute)
+	rl.Flush()
+	if info = buf.Lines("level=INFO"); len(info) != 2 || !strings.Contains(info[1], "3 more refused") {
+		t.Fatalf("after the window, want a summary of 3 more:\n%s", strings.Join(info, "\n"))
 	}
 }

@@ -92,6 +92,7 @@ func (g *Governor) claimCarried(ctx context.Context, st *AnvilStream, ident stri
 		return false
 	}
 	g.anvilDrop(ctx, st)
+	c.pid = st.pid
 	*st = c
 	return true
 }

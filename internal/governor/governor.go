@@ -23,6 +23,7 @@ type Governor struct {
 	refusals *RefusalLog
 	carried  *AnvilCarried
 	exempt   *Exemptions
+	pairs    *SessionPairs
 	log      *slog.Logger
 }
 
@@ -48,6 +49,9 @@ type Options struct {
 	// Exemptions are the administrator's exemptions; they must outlive
 	// reloads (nil: none).
 	Exemptions *Exemptions
+	// Pairs links the anvil and milter doors' views of one SMTP session;
+	// it must outlive reloads (nil: each door takes its own slot).
+	Pairs *SessionPairs
 	// Logger gets refusals and errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,7 +68,7 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, pairs: o.Pairs, log: o.Logger}
 }
 
 // Exemptions returns the administrator's exemptions (nil: none).

@@ -39,7 +39,13 @@ type MilterSession struct {
 	txn     int
 	inTxn   bool
 	refused bool
+	pid     int // the MTA process at the other end (0: unknown)
 }
+
+// SetPeerPID tells the session which MTA process it serves (SO_PEERCRED
+// on a unix socket), so that it can find the slot the anvil door took for
+// the same SMTP session (see SessionPairs).
+func (ms *MilterSession) SetPeerPID(pid int) { ms.pid = pid }
 
 // MilterConnect admits or refuses an SMTP session at CONNECT. name is the
 // client's host name as the MTA knows it ("[192.0.2.1]" or "" when it has
@@ -60,7 +66,14 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	peer := hostmask.PeerAddr(host, addr.Unmap())
 	cls := g.classes.Match(peer)
 	ms.class, ms.queue = cls.Name, cls.Queue
+	found, moved, movedQueue := g.pairs.adopt(ms.pid, addr.Unmap(), cls.Name)
+	if found && moved.ID == 0 {
+		return g.milterAdopted(ctx, ms, cls, host)
+	}
 	lease, held, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
+	// A slot anvil took in another class (anvil knows no host names) ends
+	// once the session holds its own, or is refused.
+	g.releaseClass(ctx, moved, movedQueue)
 	switch {
 	case err != nil:
 		if g.lim.FailOpen() {
@@ -83,6 +96,21 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("milter connect", "class", cls.Name, "sessions", held, "refuse", cls.Refuse, "client", ms.req.ClientAddress, "name", host)
+	}
+	return g.milterPolicy(ctx, ms)
+}
+
+// milterAdopted admits a session whose class slot the anvil door took:
+// the same SMTP session, already counted and already checked against the
+// class's cap.
+func (g *Governor) milterAdopted(ctx context.Context, ms *MilterSession, cls *limiter.Class, host string) string {
+	held, err := g.lim.Held(ctx, cls.LeaseKey())
+	if err != nil {
+		held = 0
+	}
+	g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.log.Debug("milter connect: the session holds the slot anvil took", "class", cls.Name, "sessions", held, "client", ms.req.ClientAddress, "name", host, "pid", ms.pid)
 	}
 	return g.milterPolicy(ctx, ms)
 }
@@ -169,7 +197,7 @@ func (g *Governor) MilterAbort(ctx context.Context, ms *MilterSession) {
 func (g *Governor) MilterClose(ctx context.Context, ms *MilterSession) {
 	g.milterRelease(ctx, ms)
 	g.PolicyClose(ctx, &ms.ps)
-	*ms = MilterSession{}
+	*ms = MilterSession{pid: ms.pid}
 }
 
 func (g *Governor) milterRelease(ctx context.Context, ms *MilterSession) {

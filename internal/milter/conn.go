@@ -11,6 +11,7 @@ import (
 
 	"sluice/internal/milter/wire"
 	"sluice/internal/netserve"
+	"sluice/internal/peercred"
 	"sluice/internal/rawio"
 )
 
@@ -67,6 +68,7 @@ type conn struct {
 	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
 	rio  syscall.RawConn // Linux unix and TCP sockets: packet I/O (internal/rawio)
 	sess *Session
+	pid  int // the MTA process at the other end of a unix socket (SO_PEERCRED), else 0
 
 	version    uint32
 	actions    wire.Action
@@ -97,6 +99,7 @@ type conn struct {
 
 func (s *Server) serveConn(nc *netserve.Conn) {
 	c := &conn{srv: s, nc: nc.Conn}
+	c.pid, _ = peercred.PID(nc.Conn)
 	if tc, ok := nc.Conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		if quickAckSupported && !s.noQuickAck {

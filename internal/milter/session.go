@@ -68,6 +68,11 @@ type Session struct {
 // ID returns a number unique to the session within its Server.
 func (s *Session) ID() uint64 { return s.id }
 
+// PeerPID returns the process at the other end of the connection when it
+// came over a unix socket (SO_PEERCRED; Postfix: the smtpd process whose
+// SMTP session this is), else 0.
+func (s *Session) PeerPID() int { return s.c.pid }
+
 // Context returns the server's context: it is cancelled when the server
 // is closed or a Shutdown's deadline passes.
 func (s *Session) Context() context.Context { return s.c.srv.ctx }

@@ -52,6 +52,16 @@ type Cred struct {
 // socket connection (SO_PEERCRED): its uid, gid and pid.
 func Unix(c *net.UnixConn) (Cred, error) { return unixCred(c) }
 
+// PID returns the id of the process that connected to c, an accepted
+// *net.UnixConn (SO_PEERCRED, as seen from this process's pid namespace).
+// A TCP peer has none that the kernel records: an error.
+func PID(c net.Conn) (int, error) {
+	if u, ok := c.(*net.UnixConn); ok {
+		return unixPID(u)
+	}
+	return 0, fmt.Errorf("peercred: %T carries no process id", c)
+}
+
 // loopback returns c's local and remote address when the remote one is a
 // loopback address (unmapped from IPv6 when it is IPv4), else ErrNotLocal.
 func loopback(c *net.TCPConn) (local, remote netip.AddrPort, err error) {

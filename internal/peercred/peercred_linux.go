@@ -18,6 +18,15 @@ func unixUID(c *net.UnixConn) (int, error) {
 	return cr.UID, err
 }
 
+// unixPID reads SO_PEERCRED: the process that connected.
+func unixPID(c *net.UnixConn) (int, error) {
+	cr, err := unixCred(c)
+	if err != nil {
+		return 0, err
+	}
+	return cr.PID, nil
+}
+
 // unixCred reads SO_PEERCRED: the peer's uid, gid and pid at connect.
 func unixCred(c *net.UnixConn) (Cred, error) {
 	none := Cred{UID: -1, GID: -1, PID: -1}

@@ -19,6 +19,11 @@ func unixUID(*net.UnixConn) (int, error) {
 	return -1, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
 }
 
+// unixPID: SO_PEERCRED is Linux's.
+func unixPID(*net.UnixConn) (int, error) {
+	return 0, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
+}
+
 // tcpUID returns ErrNotLocal for a peer off loopback; NETLINK_SOCK_DIAG,
 // which finds a loopback peer's socket, is Linux's.
 func tcpUID(local, remote netip.AddrPort) (int, error) {

@@ -198,3 +198,18 @@ func TestUnixCred(t *testing.T) {
 		t.Fatalf("Unix = %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// TestPID: a unix peer's pid is the connecting process's (here this one);
+// a TCP connection has none.
+func TestPID(t *testing.T) {
+	l := listen(t, "unix", filepath.Join(t.TempDir(), "s"))
+	dial(t, "unix", l.Addr().String())
+	if got, err := PID(accept(t, l)); err != nil || got != os.Getpid() {
+		t.Errorf("unix: PID = %d, %v; want %d", got, err, os.Getpid())
+	}
+	tl := listen(t, "tcp", "127.0.0.1:0")
+	dial(t, "tcp", tl.Addr().String())
+	if got, err := PID(accept(t, tl)); err == nil {
+		t.Errorf("tcp: PID = %d, nil; want an error", got)
+	}
+}

@@ -19,6 +19,7 @@ package safefs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -249,3 +250,22 @@ func checkName(name string) error {
 
 // Join is the path of name inside the directory, for messages.
 func (d *Dir) Join(name string) string { return filepath.Join(d.path, name) }
+
+// Names lists the entries of the directory (not "." and ".."), unsorted;
+// more than max is an error.
+func (d *Dir) Names(max int) ([]string, error) {
+	fd, err := unix.Openat(d.Fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: d.path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(max + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if len(names) > max {
+		return nil, fmt.Errorf("%s: more than %d entries", d.path, max)
+	}
+	return names, nil
+}

@@ -38,7 +38,35 @@ func (u UnitListen) Names(network, addr string) bool { return bound(u.Addr, netw
 // every door of sluice is a stream.
 func ParseSocketUnit(b []byte) ([]UnitListen, error) {
 	var out []UnitListen
-	section := ""
+	err := scanSection(b, "[Socket]", func(n int, key, val string) error {
+		switch {
+		case key == "ListenStream":
+			if val == "" { // an empty assignment resets the list
+				out = out[:0]
+				return nil
+			}
+			a, err := unitAddr(val)
+			if err != nil {
+				return fmt.Errorf("line %d: ListenStream=%s: %w", n, val, err)
+			}
+			out = append(out, UnitListen{Line: n, Value: val, Addr: a})
+		case strings.HasPrefix(key, "Listen"):
+			return fmt.Errorf("line %d: %s= is not a stream socket; sluice serves only ListenStream=", n, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scanSection calls fn for each KEY=VALUE line of the unit file's
+// section (e.g. "[Socket]"), with its 1-based line number; comments and
+// other sections are skipped. A line that is not KEY=VALUE, or longer
+// than 4096 bytes, is an error.
+func scanSection(b []byte, section string, fn func(n int, key, val string) error) error {
+	in := ""
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 256), maxUnitLine)
 	n := 0
@@ -49,36 +77,24 @@ func ParseSocketUnit(b []byte) ([]UnitListen, error) {
 			continue
 		}
 		if line[0] == '[' {
-			section = line
+			in = line
 			continue
 		}
-		if section != "[Socket]" {
+		if in != section {
 			continue
 		}
 		key, val, ok := strings.Cut(line, "=")
 		if !ok {
-			return nil, fmt.Errorf("line %d: %q is not KEY=VALUE", n, line)
+			return fmt.Errorf("line %d: %q is not KEY=VALUE", n, line)
 		}
-		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		switch {
-		case key == "ListenStream":
-			if val == "" { // an empty assignment resets the list
-				out = out[:0]
-				continue
-			}
-			a, err := unitAddr(val)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: ListenStream=%s: %w", n, val, err)
-			}
-			out = append(out, UnitListen{Line: n, Value: val, Addr: a})
-		case strings.HasPrefix(key, "Listen"):
-			return nil, fmt.Errorf("line %d: %s= is not a stream socket; sluice serves only ListenStream=", n, key)
+		if err := fn(n, strings.TrimSpace(key), strings.TrimSpace(val)); err != nil {
+			return err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", n+1, err)
+		return fmt.Errorf("line %d: %w", n+1, err)
 	}
-	return out, nil
+	return nil
 }
 
 // unitAddr is the address systemd binds for a ListenStream= value

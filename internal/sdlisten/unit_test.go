@@ -74,7 +74,12 @@ func FuzzParseSocketUnit(f *testing.F) {
 	f.Add([]byte("[Socket]\nListenStream=/run/sluice/milter\nListenStream=127.0.0.1:8891\n"))
 	f.Add([]byte("[Socket]\nListenStream=[::1]:1\nListenStream=\n"))
 	f.Add([]byte("[Socket]\nListenFIFO=/x\n"))
+	f.Add([]byte("[Service]\nUser=sluice\nProtectSystem=strict\nReadWritePaths=-/var/spool/postfix/sluice\nStateDirectory=sluice\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The same unit-file format: a service unit too (check -service-unit).
+		if u, err := ParseServiceUnit(b); err == nil {
+			u.CanWrite("/var/spool/postfix/sluice")
+		}
 		ls, err := ParseSocketUnit(b)
 		if err != nil {
 			return

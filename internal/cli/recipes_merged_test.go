@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/anvil/anviltest"
+	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/postfixtest"
+	"sluice/internal/testutil/recipe"
+)
+
+// TestRecipesMergedIntoExample runs the production configuration,
+// examples/sluice.toml, with the recipes of docs/anvil.md and
+// docs/milter.md and the rule of docs/policy.md's example added as files
+// of its include_dir, as
+// docs/operations.md tells an administrator to: one daemon started by
+// root that switches to sluice, and one private Postfix whose smtpd uses
+// it as its anvil and its milter (unix sockets, as the milter recipe's
+// comment has it). Only paths and addresses move; a last file, the test's
+// own, caps the class local at 2 sessions and 5 connections a minute;
+// examples/policy-sender-rate.toml's rule is one more file. Then, measured
+// at the SMTP client: the 11th message of a sender is deferred, exactly 2
+// sessions are admitted, the 3rd gets 421; once one ends a new one gets
+// in, and the 6th connection of the minute is refused by the anvil's rate. Before, check rejects the
+// merged configuration for the shipped units until the milter's socket
+// unit is installed (its directory is root's and read-only under
+// ProtectSystem=strict).
+func TestRecipesMergedIntoExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Postfix and a daemon")
+	}
+	peer.Root(t, "the daemon is started by root and switches to the user sluice")
+	peer.User(t, "sluice")
+	if err := postfixtest.Available(); err != nil {
+		peer.Missing(t, "a private Postfix instance", err)
+	}
+	bin, _ := muxBinaries(t)
+	base := deployDir(t)
+	smtpPort, err1 := postfixtest.FreePort()
+	webPort, err2 := postfixtest.FreePort()
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	queue := filepath.Join(base, "postfix", "queue")
+	mainCF := recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-main.cf"), "inet:127.0.0.1:8891", "unix:"+queue+"/sluice/milter"))
+	for k, v := range recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/policy.md", "policy-main.cf"), "inet:127.0.0.1:10040", "unix:private/sluice-policy")) {
+		mainCF[k] = v
+	}
+	mainCF["smtpd_client_event_limit_exceptions"] = ""
+	mainCF["smtpd_client_connection_rate_limit"] = "100"
+	mainCF["smtpd_client_auth_rate_limit"] = "7" // a drift the start must report
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
+	if inst.QueueDir() != queue {
+		t.Fatalf("queue %s, want %s", inst.QueueDir(), queue)
+	}
+
+	dir := filepath.Join(base, "sluice")
+	moved := strings.NewReplacer("/var/spool/postfix", queue, "/var/lib/sluice", filepath.Join(dir, "state"),
+		"/run/sluice", filepath.Join(dir, "run"), "/etc/postfix", inst.ConfigDir(), "127.0.0.1:9465", "127.0.0.1:"+strconv.Itoa(webPort),
+		"/etc/systemd/system", filepath.Join(dir, "units"))
+	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := strings.Index(string(policy), "\n[[policy.rule]]") + 1
+	if at == 0 {
+		t.Fatal("examples/policy-sender-rate.toml has no [[policy.rule]] table")
+	}
+	rule := string(policy[at:]) // the rule, as the example's comment says to copy it
+	files := map[string]string{
+		"sluice.toml":          "user = \"sluice\"\ninclude_dir = \"conf.d\"\n" + moved.Replace(string(example)),
+		"conf.d/10-anvil.toml": moved.Replace(recipe.Get(t, "docs/anvil.md", "anvil-config")),
+		"conf.d/20-milter.toml": moved.Replace(recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"),
+			`["inet:127.0.0.1:8891"]`, `["unix:/var/spool/postfix/sluice/milter"]`)),
+		"conf.d/50-sender-rate.toml": rule,
+		"conf.d/90-test.toml": "[[class]]\nname = \"local\"\nrefuse = 2\n[class.anvil]\nclient_connection_rate_limit = 5\n" +
+			"[anvil.smtpd]\nclient_connection_rate_limit = 100\n",
+	}
+	for _, u := range []string{"sluice.service", "sluice.socket", "sluice-web.socket", "sluice-milter.socket"} {
+		files["units/"+u] = moved.Replace(unitText(t, u))
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The unit's RuntimeDirectory= and StateDirectory=, moved: systemd
+	// makes them owned by the unit's User=.
+	su, err := user.Lookup("sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(su.Uid)
+	gid, _ := strconv.Atoi(su.Gid)
+	for _, d := range []string{"run", "state"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(dir, d), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "sluice.toml")
+	units := filepath.Join(dir, "units")
+	args := []string{"check", "-q", "-c", cfg, "-service-unit", filepath.Join(units, "sluice.service"),
+		"-socket-unit", filepath.Join(units, "sluice.socket"), "-socket-unit", filepath.Join(units, "sluice-web.socket")}
+	if code, _, errs := run(args...); code != 1 || !strings.Contains(errs, "20-milter.toml") ||
+		!strings.Contains(errs, "user sluice cannot bind "+queue+"/sluice/milter") {
+		t.Errorf("check without the milter's socket unit: exit %d, %s", code, errs)
+	}
+	args = append(args, "-socket-unit", filepath.Join(units, "sluice-milter.socket"))
+	if code, _, errs := run(args...); code != 0 {
+		t.Errorf("check with the milter's socket unit: exit %d, %s", code, errs)
+	}
+	// Without -q check shows what it merged and who enforces the caps.
+	code, out, _ := run(append([]string{"check"}, args[2:]...)...)
+	for _, want := range []string{"conf.d/10-anvil.toml, " + dir + "/conf.d/20-milter.toml, " + dir + "/conf.d/50-sender-rate.toml, " + dir + "/conf.d/90-test.toml",
+		"refuse caps enforced by: anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("check: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	p := relStart(t, bin, []string{"serve", "-c", cfg}, inst.AnvilSocketPath(), filepath.Join(queue, "sluice", "milter"))
+	assertUnprivileged(t, p.pid(), "sluice")
+
+	mergedSessions(t, ctx, inst, smtpPort, p)
+}
+
+// mergedSessions is TestRecipesMergedIntoExample's load, measured at the
+// SMTP client: the sender rate, the class cap, the class's anvil rate.
+func mergedSessions(t *testing.T, ctx context.Context, inst *postfixtest.Instance, smtpPort int, p *relProc) {
+	ident := fmt.Sprintf("127.0.0.1:%d:127.0.0.1", smtpPort)
+	waitCount := func(n int64) { // a slot is free once smtpd has told the anvil
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			cl, err := anviltest.Dial("unix", inst.AnvilSocketPath(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cl.Do("lookup", ident)
+			cl.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got["count"] == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("anvil lookup %s: %v, want count %d", ident, got, n)
+			}
+		}
+	}
+	dial := func(what string, want int) *postfixtest.SMTPConn {
+		t.Helper()
+		c, g, err := postfixtest.DialSMTP(ctx, smtpPort)
+		if err != nil || g.Code != want {
+			t.Fatalf("%s: greeting %v %v, want %d\n%s", what, g, err, want, p.stderr.String())
+		}
+		if want != 220 {
+			c.Close()
+			return nil
+		}
+		if r, err := c.Cmd("EHLO client.example"); err != nil || r.Code != 250 {
+			t.Fatalf("%s: EHLO %v %v", what, r, err)
+		}
+		return c
+	}
+	// The policy rule: 10 messages per 60 s for one sender (connection 1).
+	m := dial("the messages' session", 220)
+	for i := range 10 {
+		if err := m.SendMessage("sender@example.org", fmt.Sprintf("rcpt%d@example.net", i)); err != nil {
+			t.Fatalf("message %d: %v", i+1, err)
+		}
+	}
+	if err := m.SendMessage("sender@example.org", "rcpt11@example.net"); err == nil || !strings.Contains(err.Error(), "450 4.7.1") {
+		t.Errorf("the 11th message: %v, want the policy's 450 4.7.1", err)
+	}
+	m.Cmd("QUIT")
+	m.Close()
+	waitCount(0)
+	a, b := dial("session 1", 220), dial("session 2", 220)
+	defer a.Close()
+	defer b.Close()
+	dial("session 3 (class local holds its 2)", 421)
+	if r, err := a.Cmd("QUIT"); err != nil || r.Code != 221 {
+		t.Fatalf("QUIT: %v %v", r, err)
+	}
+	a.Close()
+	waitCount(1)
+	c := dial("session 4, after one ended", 220)
+	defer c.Close()
+	b.Cmd("QUIT")
+	b.Close()
+	dial("connection 6 of the minute (class local's rate is 5)", 421)
+	log, _ := inst.Log()
+	if !strings.Contains(log, "Connection rate limit exceeded") {
+		t.Errorf("smtpd's log has no rate refusal:\n%s", log)
+	}
+	// [anvil.smtpd] against main.cf (postfix_config_dir, moved): the start
+	// compared them through postconf and warned of the one drift.
+	if e := p.stderr.String(); !strings.Contains(e, "anvil.smtpd.client_auth_rate_limit is 0 but "+inst.ConfigDir()+"/main.cf has smtpd_client_auth_rate_limit = 7") ||
+		strings.Count(e, "main.cf has") != 1 {
+		t.Errorf("the start's warnings of [anvil.smtpd], want exactly the AUTH rate:\n%s", e)
+	}
+	if !strings.Contains(p.stderr.String(), "anvil: over the class's limit") {
+		t.Errorf("sluice logged no true figure of the rate refusal:\n%s", p.stderr.String())
+	}
+}
