@@ -16,7 +16,7 @@ import (
 type results struct {
 	targets                  []string // the servers measured, in the table's order
 	rps, p50, p99, p999, cpu rounds.Series
-	cs                       rounds.Series // the server's context switches per request
+	cs                       rounds.Series  // the server's context switches per request
 	errors                   map[string]int // by target and c, as "target,c"
 }
 
