@@ -5,8 +5,12 @@
 //
 // The facts come from a Source (the daemon implements it); the server
 // samples it once a second in a goroutine of its own, keeps a short
-// history of those samples and hands every viewer the same snapshot, so
-// viewers never cause work in the daemon. Only GET and HEAD are served.
+// history of those samples and hands every viewer of the page and its
+// event stream the same snapshot. /status.json is fresher: a request
+// finding the newest sample older than Options.Fresh (100 ms) takes the
+// Source's status for itself, one at a time and shared by the requests
+// waiting for it, so viewers cost the daemon at most ten statuses a
+// second however many they are. Only GET and HEAD are served.
 //
 // What a listener serves depends on its network: a unix socket serves
 // everything, a TCP listener /metrics only (the page shows clients'
@@ -73,6 +77,9 @@ type Options struct {
 	Clock clock.Clock
 	// Interval between samples (default 1s).
 	Interval time.Duration
+	// Fresh is how old a status /status.json may serve (default 100ms):
+	// older, the request takes one of its own (see the package comment).
+	Fresh time.Duration
 	// History is how many samples are kept (default 300: five minutes at
 	// the default interval).
 	History int
@@ -130,6 +137,9 @@ type Server struct {
 
 	cur     atomic.Pointer[frame]
 	streams atomic.Int64
+
+	freshMu  sync.Mutex // one fresh status at a time (fresh)
+	freshest *frame     // the last one taken, guarded by freshMu
 }
 
 // frame is one published snapshot. st and hist are never changed after
@@ -137,6 +147,7 @@ type Server struct {
 type frame struct {
 	seq  uint64
 	st   *status.Status // nil before the first sample
+	at   time.Time      // when st was taken
 	hist []status.Sample
 	next chan struct{}
 }
@@ -154,6 +165,9 @@ func New(o Options) *Server {
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
+	}
+	if o.Fresh <= 0 {
+		o.Fresh = 100 * time.Millisecond
 	}
 	if o.History <= 0 {
 		o.History = 300

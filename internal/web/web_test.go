@@ -571,3 +571,39 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 		t.Fatalf("after the read timeout: %q", ev)
 	}
 }
+
+// TestStatusJSONIsFresh: /status.json shows what the daemon did since the
+// last sample (sluice status lagged the decisions by up to a sample), yet
+// viewers asking within Options.Fresh share one status.
+func TestStatusJSONIsFresh(t *testing.T) {
+	clk := clock.NewFake(t0)
+	src := newFakeSource()
+	s, ts, c := newTestServer(t, Options{Source: src, Clock: clk})
+	s.sample() // the fake's call 1: relay-omega has 101 incoming
+	decode := func() status.Status {
+		t.Helper()
+		_, body := get(t, c, "GET", ts.URL+"/status.json")
+		var st status.Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("decoding: %v\n%s", err, body)
+		}
+		return st
+	}
+	if st := decode(); st.Classes[1].Incoming != 101 || src.Calls() != 1 {
+		t.Fatalf("at the sample's instant: incoming %d after %d calls, want the sample's 101 after 1", st.Classes[1].Incoming, src.Calls())
+	}
+	clk.Advance(100 * time.Millisecond)
+	st := decode()
+	if st.Classes[1].Incoming != 102 || src.Calls() != 2 {
+		t.Fatalf("100 ms after the sample: incoming %d after %d calls, want a fresh 102 after 2", st.Classes[1].Incoming, src.Calls())
+	}
+	if len(st.History) != 1 {
+		t.Errorf("the fresh status carries %d history samples, want the sampler's 1", len(st.History))
+	}
+	decode()
+	clk.Advance(99 * time.Millisecond)
+	decode()
+	if n := src.Calls(); n != 2 {
+		t.Errorf("Source called %d times, want 2: requests within Fresh of a fresh status share it", n)
+	}
+}
