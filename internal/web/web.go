@@ -286,7 +286,7 @@ const csp = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ance
 // alone (every other path answered by notOnTCP).
 func (s *Server) routes() (all, metricsOnly http.Handler) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", serveAsset("index.html"))
+	mux.HandleFunc("GET /{$}", s.servePage)
 	for _, name := range []string{"app.js", "style.css", "favicon.svg"} {
 		mux.HandleFunc("GET /"+name, serveAsset(name))
 	}

@@ -454,5 +454,17 @@
   window.addEventListener("resize", () => {
     if (last) renderHistory();
   });
+  // The server put its newest sample in the page: draw all of it now,
+  // then go live.
+  try {
+    const init = document.body.dataset.initial;
+    if (init) {
+      const st = JSON.parse(init);
+      apply(st);
+      setLive("connecting", "snapshot · " + clock(st.now) + " · connecting…");
+    }
+  } catch (err) {
+    setLive("down", "bad data");
+  }
   connect();
 })();
