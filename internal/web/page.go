@@ -28,6 +28,8 @@ type pageData struct {
 	Facts   []pageFact
 	Classes []pageClass
 	Doors   []pageDoor
+	// PoolError is why the multiplexor's pool could not be read.
+	PoolError string
 }
 
 type pageFact struct {
@@ -156,9 +158,10 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	st := f.st
 	d := pageData{
-		Initial: string(b),
-		Live:    "snapshot " + st.Now.UTC().Format("15:04:05") + " UTC · connecting…",
-		Facts:   facts(st),
+		Initial:   string(b),
+		Live:      "snapshot " + st.Now.UTC().Format("15:04:05") + " UTC · connecting…",
+		Facts:     facts(st),
+		PoolError: st.PoolError,
 	}
 	for _, c := range st.Classes {
 		d.Classes = append(d.Classes, pageClass{Name: c.Name, Incoming: meterOf(c.Incoming, c.IncomingCap), Total: meterOf(c.Total, c.TotalCap)})
@@ -181,4 +184,3 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = w.Write(buf.Bytes())
 }
-

@@ -665,3 +665,21 @@ func TestStatusJSONIsFresh(t *testing.T) {
 		t.Errorf("Source called %d times, want 2: requests within Fresh of a fresh status share it", n)
 	}
 }
+
+// TestPagePoolError: a pool the daemon cannot read shows on the page as
+// the reason and what to change, in the first paint.
+func TestPagePoolError(t *testing.T) {
+	src := SourceFunc(func() status.Status {
+		return status.Status{PoolError: "cannot read the multiplexor's pool at /x: permission denied; start it with -a PATH"}
+	})
+	_, ts, c := newTestServer(t, Options{Source: src})
+	_, body := get(t, c, "GET", ts.URL+"/")
+	if !strings.Contains(body, `<p class="note bad" id="pool-error">cannot read the multiplexor&#39;s pool at /x: permission denied; start it with -a PATH</p>`) {
+		t.Errorf("the page does not show the pool's error:\n%s", body)
+	}
+	_, body = get(t, c, "GET", ts.URL+"/status.json")
+	if !strings.Contains(body, `"pool_error":"cannot read the multiplexor's pool at /x`) {
+		t.Errorf("status.json lacks pool_error: %s", body)
+	}
+}
+

@@ -102,7 +102,10 @@
 
   function renderPool(st) {
     const p = st.pool;
-    $("pool-empty").hidden = !!p;
+    const perr = $("pool-error");
+    perr.textContent = st.pool_error || "";
+    perr.hidden = !st.pool_error;
+    $("pool-empty").hidden = !!p || !!st.pool_error;
     const strip = $("pool-strip");
     const list = $("slots");
     if (!p) {
