@@ -25,8 +25,8 @@ type Status struct {
 	// PoolError is why the pool of [web] mux_socket cannot be read, with
 	// what to change (a permission error names the socket to use: the
 	// multiplexor's unprivileged -a socket); empty when it was read.
-	PoolError string `json:"pool_error,omitempty"`
-	Classes []Class   `json:"classes,omitempty"` // in class-table order
+	PoolError string  `json:"pool_error,omitempty"`
+	Classes   []Class `json:"classes,omitempty"` // in class-table order
 	// Talkers are the busiest keys, highest rate first.
 	Talkers []Talker `json:"talkers,omitempty"`
 	// Refusals are the most recent refusals, newest first.

@@ -682,4 +682,3 @@ func TestPagePoolError(t *testing.T) {
 		t.Errorf("status.json lacks pool_error: %s", body)
 	}
 }
-
