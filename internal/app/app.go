@@ -79,6 +79,8 @@ type Daemon struct {
 	muxWarned    atomic.Bool
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
+	// throttleTally counts grants and deferrals for the summary at info.
+	throttleTally *throttleTally
 
 	stop         context.Context   // ends a start cut short by a signal (WithStop)
 	src          sources           // sockets passed by the root phase or systemd, claimed while binding
@@ -156,6 +158,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.waiters.Retry = time.Second
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
+	d.throttleTally = newThrottleTally(time.Now())
 	d.carried = governor.NewAnvilCarried()
 	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.observer(), log)
 	if err != nil {
@@ -274,6 +277,11 @@ func (d *Daemon) Start() {
 	go func() {
 		defer d.wg.Done()
 		d.refusals.Run(ctx)
+	}()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.throttleTally.run(ctx, d.log)
 	}()
 	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
