@@ -48,10 +48,10 @@ import (
 var ErrServerClosed = http.ErrServerClosed
 
 // Source gives the daemon's state. Status is called from the server's
-// sampling goroutine once per Interval (and at most once more per
-// /status.json request before the first sample); it must be safe to call
-// concurrently with the daemon's work, return promptly, and put nothing
-// secret in its result.
+// sampling goroutine once per Interval, and by /status.json requests at
+// most once per Options.Fresh (see the package comment); it must be safe
+// to call concurrently with itself and the daemon's work, return
+// promptly, and put nothing secret in its result.
 type Source interface {
 	Status() status.Status
 }
