@@ -87,6 +87,8 @@ type Daemon struct {
 	muxWarned    atomic.Bool
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
+	// throttleTally counts grants and deferrals for the summary at info.
+	throttleTally *throttleTally
 
 	stop         context.Context   // ends a start cut short by a signal (WithStop)
 	src          sources           // sockets passed by the root phase or systemd, claimed while binding
@@ -164,6 +166,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.waiters.Retry = time.Second
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
+	d.throttleTally = newThrottleTally(time.Now())
 	d.carried = governor.NewAnvilCarried()
 	d.marks = d.openMarks()
 	d.exempt = governor.NewExemptions(d.marks)
@@ -297,6 +300,11 @@ func (d *Daemon) Start() {
 			d.exempt.Run(ctx, time.Second, func(err error) { d.log.Warn("exemptions: reading them failed", "err", err) })
 		}()
 	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.throttleTally.run(ctx, d.log)
+	}()
 	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
 		d.wg.Add(1)

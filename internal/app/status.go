@@ -72,8 +72,12 @@ func (d *Daemon) Status() status.Status {
 		if p, err := poolstatus.Poll(ctx, sock, muxPollTimeout); err == nil {
 			st.Pool = p
 			d.metrics.Pool(poolstatus.Gauges(p))
-		} else if d.muxWarned.CompareAndSwap(false, true) {
-			d.log.Warn("status page: cannot read the multiplexor's pool; will keep trying", "socket", sock, "err", err)
+		} else {
+			err = poolstatus.Explain(sock, err)
+			st.PoolError = "cannot read the multiplexor's pool at " + sock + ": " + err.Error()
+			if d.muxWarned.CompareAndSwap(false, true) {
+				d.log.Warn("status page: cannot read the multiplexor's pool; will keep trying", "socket", sock, "err", err)
+			}
 		}
 	}
 	return st

@@ -20,7 +20,20 @@ import (
 // results).
 type throttleHandler struct{ d *Daemon }
 
+// Acquire asks for key's next send slot and counts the answer for the
+// throttle summary.
 func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Grant, error) {
+	gr, err := h.acquireSlot(ctx, key)
+	var de *throttle.DeferError
+	if err == nil {
+		h.d.throttleTally.add(key, true)
+	} else if errors.As(err, &de) {
+		h.d.throttleTally.add(key, false)
+	}
+	return gr, err
+}
+
+func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.Grant, error) {
 	g := h.d.gov.Load()
 	ban := h.d.throttleBan
 	var bp *banPolicy

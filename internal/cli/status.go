@@ -237,6 +237,9 @@ func writeStatus(w io.Writer, st *status.Status) {
 		writePool(tw, p, now)
 	}
 	tw.Flush()
+	if st.PoolError != "" {
+		fmt.Fprintf(w, "pool     %s\n", safe(st.PoolError))
+	}
 
 	var classes, talkers, refusals []string
 	for _, c := range st.Classes {

@@ -159,7 +159,7 @@ func (l *Limiter) storeFailed(now time.Time, err error) {
 		if l.failOpen {
 			mode = "admitting"
 		}
-		l.log.Warn("limiter store cannot decide; "+mode+" per the fail mode", "err", err, "keys", l.store.Len())
+		l.log.Warn("limiter store cannot decide; "+mode+" per the fail mode", "err", err, "store_keys", l.store.Len())
 	}
 }
 

@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"time"
 
 	"sluice/internal/muxctl"
+	"sluice/internal/sockaccess"
 	"sluice/internal/status"
 )
 
@@ -31,6 +35,19 @@ func Poll(ctx context.Context, sock string, timeout time.Duration) (*status.Pool
 	}
 	parseWorkers(p, wr, time.Now())
 	return p, nil
+}
+
+// Explain returns err unchanged unless the multiplexor's socket at sock
+// refused this process; then it says which directory or file stops it
+// (sockaccess) and that the pool needs only the multiplexor's
+// unprivileged socket: "status" and "workers" are allowed there, so the
+// privileged one (-s, mode 0700 or 0770 with -G) is never needed.
+func Explain(sock string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w; the pool needs only the multiplexor's unprivileged socket: start mimedefang-multiplexor (or sluice mux) with -a PATH in a directory every user can search, such as -a /run/mimedefang/mimedefang-multiplexor-unpriv.sock (the multiplexor makes it mode 0777; on Debian, docs/mux.md says where), and set [web] mux_socket to PATH; never give this user the privileged -s socket or the group defang",
+		sockaccess.Explain(sock, err, "the multiplexor makes its -a socket mode 0777"))
 }
 
 // parseStatus reads "<letters> <msgs> <activations> <queueSize>

@@ -22,7 +22,11 @@ type Status struct {
 	Store   *Store    `json:"store,omitempty"`   // the limiter store
 	Doors   []Door    `json:"doors,omitempty"`   // the services listening
 	Pool    *Pool     `json:"pool,omitempty"`    // the worker pool, if there is one
-	Classes []Class   `json:"classes,omitempty"` // in class-table order
+	// PoolError is why the pool of [web] mux_socket cannot be read, with
+	// what to change (a permission error names the socket to use: the
+	// multiplexor's unprivileged -a socket); empty when it was read.
+	PoolError string  `json:"pool_error,omitempty"`
+	Classes   []Class `json:"classes,omitempty"` // in class-table order
 	// Talkers are the busiest keys, highest rate first.
 	Talkers []Talker `json:"talkers,omitempty"`
 	// Refusals are the most recent refusals, newest first.

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"image"
+	"image/png"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sluice/internal/status"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,4 +145,111 @@ func TestBrowserFallsBackToPolling(t *testing.T) {
 	if !strings.Contains(dom, `data-mode="polling"`) {
 		t.Errorf("the page is not polling: %s", regexp.MustCompile(`<div class="live"[^>]*>`).FindString(dom))
 	}
+}
+
+// serveFirstPaintOnly serves src's page on a loopback port with its event
+// stream and /status.json held open and never answered, as a slow or
+// stuck link would: whatever the browser shows came with the page itself.
+func serveFirstPaintOnly(t *testing.T, src Source) string {
+	t.Helper()
+	s := New(Options{Source: src, StatusOnTCP: true})
+	h := s.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" || r.URL.Path == "/status.json" {
+			<-r.Context().Done()
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+		s.Close()
+	})
+	return ts.URL + "/"
+}
+
+// pngImage decodes the PNG at path.
+func pngImage(t *testing.T, path string) image.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return img
+}
+
+// inkDiff is the share of pixels that differ between two screenshots of
+// the same size.
+func inkDiff(t *testing.T, a, b image.Image) float64 {
+	t.Helper()
+	if a.Bounds() != b.Bounds() {
+		t.Fatalf("screenshots of %v and %v", a.Bounds(), b.Bounds())
+	}
+	r := a.Bounds()
+	n := 0
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			if a.At(x, y) != b.At(x, y) {
+				n++
+			}
+		}
+	}
+	return float64(n) / float64(r.Dx()*r.Dy())
+}
+
+// TestBrowserFirstPaint: with the event stream and /status.json never
+// answering, headless Chromium, stopped 2 s after it starts loading,
+// shows the doors, the classes, the facts and the pool (app.js drew them
+// from the status in the page). The screenshot taken within those 2 s
+// differs from one of a daemon with no doors and no classes where the
+// data is drawn: a blank first paint ("connecting...") fails. What the
+// server renders without any script is TestPageFirstPaint's (headless
+// Chromium writes neither --dump-dom nor --screenshot with scripts off).
+func TestBrowserFirstPaint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	bin := chromiumtest.Binary(t)
+	t.Parallel()
+	url := serveFirstPaintOnly(t, newFakeSource())
+
+	dom := string(chromiumtest.FirstPaint(t, bin, url, "--dump-dom"))
+	for _, want := range []string{`data-class="relay-omega"`, `data-slot="11"`, `<b>policy</b>`, `<dd>v0.9.0-test</dd>`, "203.0.113.99", `<span id="live-text">snapshot · `} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the first paint lacks %s", want)
+		}
+	}
+	if !regexp.MustCompile(`data-updated="\d{4}-`).MatchString(dom) {
+		t.Error("app.js did not apply the status the page carries")
+	}
+
+	out := os.Getenv("SLUICE_ARTIFACTS")
+	if out == "" {
+		out = t.TempDir()
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty := serveFirstPaintOnly(t, SourceFunc(func() status.Status { return status.Status{Now: time.Now()} }))
+	// The facts, the pool's 12 slots, the 4 classes' rows and meters, the
+	// talkers, the refusals and the doors cover far more than 2% of the
+	// page; the live indicator's time alone, far less.
+	var shot string
+	for _, c := range []struct{ name, flag string }{{"script", "--blink-settings=scriptEnabled=true"}} {
+		shot = filepath.Join(out, "web-first-paint-"+c.name+".png")
+		chromiumtest.FirstPaint(t, bin, url, c.flag, "--window-size=1280,900", "--screenshot="+shot)
+		emptyShot := filepath.Join(t.TempDir(), "empty.png")
+		chromiumtest.FirstPaint(t, bin, empty, c.flag, "--window-size=1280,900", "--screenshot="+emptyShot)
+		if d := inkDiff(t, pngImage(t, shot), pngImage(t, emptyShot)); d < 0.02 {
+			t.Errorf("%s: the first paint differs from an empty daemon's in %.2f%% of its pixels: is it blank? (%s)", c.name, 100*d, shot)
+		} else {
+			t.Logf("%s: %.1f%% of the pixels differ from an empty daemon's", c.name, 100*d)
+		}
+	}
+	t.Logf("first paint: %s", shot)
 }

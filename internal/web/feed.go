@@ -65,7 +65,7 @@ func (s *Server) sample() {
 	s.prev, s.last = st.Totals, now
 	s.hist.add(smp)
 	old := s.cur.Load()
-	s.cur.Store(&frame{seq: old.seq + 1, st: &st, hist: s.hist.all(), next: make(chan struct{})})
+	s.cur.Store(&frame{seq: old.seq + 1, st: &st, at: now, hist: s.hist.all(), next: make(chan struct{})})
 	close(old.next)
 }
 
@@ -159,8 +159,38 @@ func (f *frame) render(after int64) ([]byte, error) {
 	return json.Marshal(&st)
 }
 
+// fresh returns a frame whose status was taken at most Options.Fresh
+// ago: the newest sample's, or one taken now for this request (with the
+// newest sample's history). One status is taken at a time; requests that
+// wait for it share it, so viewers cost the daemon at most one status per
+// Options.Fresh, however many they are.
+func (s *Server) fresh() *frame {
+	f := s.current()
+	if s.o.Clock.Now().Sub(f.at) < s.o.Fresh {
+		return f
+	}
+	s.freshMu.Lock()
+	defer s.freshMu.Unlock()
+	if ff := s.freshest; ff != nil && s.o.Clock.Now().Sub(ff.at) < s.o.Fresh {
+		if f = s.cur.Load(); f.at.After(ff.at) {
+			return f
+		}
+		return &frame{seq: ff.seq, st: ff.st, at: ff.at, hist: s.cur.Load().hist}
+	}
+	st := s.o.Source.Status()
+	now := s.o.Clock.Now()
+	s.mu.Lock()
+	s.clean(&st, now)
+	s.mu.Unlock()
+	f = s.cur.Load()
+	s.freshest = &frame{seq: f.seq, st: &st, at: now, hist: f.hist}
+	return s.freshest
+}
+
+// serveJSON answers /status.json with a fresh status (see fresh), so
+// `sluice status` shows the decisions made just before it asked.
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	b, err := s.current().render(0)
+	b, err := s.fresh().render(0)
 	if err != nil {
 		s.log.Error("web: encoding status", "err", err)
 		http.Error(w, "cannot encode status", http.StatusInternalServerError)

@@ -5,8 +5,12 @@
 //
 // The facts come from a Source (the daemon implements it); the server
 // samples it once a second in a goroutine of its own, keeps a short
-// history of those samples and hands every viewer the same snapshot, so
-// viewers never cause work in the daemon. Only GET and HEAD are served.
+// history of those samples and hands every viewer of the page and its
+// event stream the same snapshot. /status.json is fresher: a request
+// finding the newest sample older than Options.Fresh (100 ms) takes the
+// Source's status for itself, one at a time and shared by the requests
+// waiting for it, so viewers cost the daemon at most ten statuses a
+// second however many they are. Only GET and HEAD are served.
 //
 // What a listener serves depends on its network: a unix socket serves
 // everything, a TCP listener /metrics only (the page shows clients'
@@ -44,10 +48,10 @@ import (
 var ErrServerClosed = http.ErrServerClosed
 
 // Source gives the daemon's state. Status is called from the server's
-// sampling goroutine once per Interval (and at most once more per
-// /status.json request before the first sample); it must be safe to call
-// concurrently with the daemon's work, return promptly, and put nothing
-// secret in its result.
+// sampling goroutine once per Interval, and by /status.json requests at
+// most once per Options.Fresh (see the package comment); it must be safe
+// to call concurrently with itself and the daemon's work, return
+// promptly, and put nothing secret in its result.
 type Source interface {
 	Status() status.Status
 }
@@ -73,6 +77,9 @@ type Options struct {
 	Clock clock.Clock
 	// Interval between samples (default 1s).
 	Interval time.Duration
+	// Fresh is how old a status /status.json may serve (default 100ms):
+	// older, the request takes one of its own (see the package comment).
+	Fresh time.Duration
 	// History is how many samples are kept (default 300: five minutes at
 	// the default interval).
 	History int
@@ -130,6 +137,9 @@ type Server struct {
 
 	cur     atomic.Pointer[frame]
 	streams atomic.Int64
+
+	freshMu  sync.Mutex // one fresh status at a time (fresh)
+	freshest *frame     // the last one taken, guarded by freshMu
 }
 
 // frame is one published snapshot. st and hist are never changed after
@@ -137,6 +147,7 @@ type Server struct {
 type frame struct {
 	seq  uint64
 	st   *status.Status // nil before the first sample
+	at   time.Time      // when st was taken
 	hist []status.Sample
 	next chan struct{}
 }
@@ -154,6 +165,9 @@ func New(o Options) *Server {
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
+	}
+	if o.Fresh <= 0 {
+		o.Fresh = 100 * time.Millisecond
 	}
 	if o.History <= 0 {
 		o.History = 300
@@ -272,7 +286,7 @@ const csp = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ance
 // alone (every other path answered by notOnTCP).
 func (s *Server) routes() (all, metricsOnly http.Handler) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", serveAsset("index.html"))
+	mux.HandleFunc("GET /{$}", s.servePage)
 	for _, name := range []string{"app.js", "style.css", "favicon.svg"} {
 		mux.HandleFunc("GET /"+name, serveAsset(name))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -349,8 +350,14 @@ func TestSecurityHeaders(t *testing.T) {
 
 func TestPagesAndAssets(t *testing.T) {
 	_, ts, c := newTestServer(t, Options{})
+	resp, body := get(t, c, "GET", ts.URL+"/")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" || resp.Header.Get("Cache-Control") != "no-store" || body == "" {
+		t.Errorf("GET /: %d %q %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"), len(body))
+	}
+	if head, hbody := get(t, c, "HEAD", ts.URL+"/"); head.StatusCode != 200 || hbody != "" || head.ContentLength != int64(len(body)) {
+		t.Errorf("HEAD /: %d, %d bytes, length %d", head.StatusCode, len(hbody), head.ContentLength)
+	}
 	for path, ctype := range map[string]string{
-		"/":            "text/html; charset=utf-8",
 		"/app.js":      "text/javascript; charset=utf-8",
 		"/style.css":   "text/css; charset=utf-8",
 		"/favicon.svg": "image/svg+xml",
@@ -380,6 +387,57 @@ func TestPagesAndAssets(t *testing.T) {
 		if resp, _ := get(t, c, "GET", ts.URL+path); resp.StatusCode != 404 {
 			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
 		}
+	}
+}
+
+// TestPageFirstPaint: the page as served already shows the newest
+// sample's facts, classes and doors (a tool that runs no script sees
+// them), carries the whole status for app.js, and escapes what peers and
+// configurations chose.
+func TestPageFirstPaint(t *testing.T) {
+	src := SourceFunc(func() status.Status {
+		st := newFakeSource().Status()
+		st.Classes = append(st.Classes, status.Class{Name: `<b>"evil"</b>`, Incoming: 1234, IncomingCap: 1500})
+		return st
+	})
+	_, ts, c := newTestServer(t, Options{Source: src})
+	_, body := get(t, c, "GET", ts.URL+"/")
+	for _, want := range []string{
+		`<tr data-class="relay-omega"><td class="mono">relay-omega</td><td class="in"><div class="meter"><div class="bar"><span></span></div><span class="fig">101 / 400</span></div></td><td class="total"><div class="meter"><div class="bar"><span></span></div><span class="fig">141 / 500</span></div></td></tr>`,
+		`<tr data-class="bulk-senders"><td class="mono">bulk-senders</td><td class="in"><div class="meter"><div class="bar hot"><span></span></div><span class="fig">38 / 40</span></div>`,
+		`<div class="bar nocap"><span></span></div><span class="fig">5 / ∞</span>`,
+		`<span class="fig">1,234 / 1,500</span>`,
+		`<td class="mono">&lt;b&gt;&#34;evil&#34;&lt;/b&gt;</td>`,
+		`<span class="door"><b>policy</b> 127.0.0.1:10031 · 7 conn</span>`,
+		`<span class="door"><b>redis</b> redis://***@10.0.0.5:6379/0 · 0 conn</span>`,
+		`<div><dt>version</dt><dd>v0.9.0-test</dd></div>`,
+		`<div><dt>up</dt><dd>1d2h</dd></div>`,
+		`<div><dt>config</dt><dd>gen 3, 40m01s ago</dd></div>`,
+		`<div><dt>store</dt><dd>redis, 12,001 / 100,000 keys</dd></div>`,
+		`<span id="live-text">snapshot `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the served page lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "No classes.</p>") && !strings.Contains(body, `id="classes-empty" hidden>`) {
+		t.Error(`the page says "No classes." beside its classes`)
+	}
+	for _, secret := range []string{"hunter2", "p4ss", "<b>\"evil"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the page holds %q", secret)
+		}
+	}
+	m := regexp.MustCompile(`<body data-initial="([^"]*)">`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no data-initial on the body")
+	}
+	var st status.Status
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &st); err != nil {
+		t.Fatalf("data-initial is not the status: %v", err)
+	}
+	if len(st.Classes) != 5 || st.Pool == nil || len(st.Pool.Slots) != 12 || len(st.History) != 1 {
+		t.Errorf("data-initial's status: %d classes, pool %v, %d samples", len(st.Classes), st.Pool != nil, len(st.History))
 	}
 }
 
@@ -569,5 +627,58 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	s.sample()
 	if ev := readEvent(t, r); len(ev) != 3 || ev[1] != "event: status" {
 		t.Fatalf("after the read timeout: %q", ev)
+	}
+}
+
+// TestStatusJSONIsFresh: /status.json shows what the daemon did since the
+// last sample (sluice status lagged the decisions by up to a sample), yet
+// viewers asking within Options.Fresh share one status.
+func TestStatusJSONIsFresh(t *testing.T) {
+	clk := clock.NewFake(t0)
+	src := newFakeSource()
+	s, ts, c := newTestServer(t, Options{Source: src, Clock: clk})
+	s.sample() // the fake's call 1: relay-omega has 101 incoming
+	decode := func() status.Status {
+		t.Helper()
+		_, body := get(t, c, "GET", ts.URL+"/status.json")
+		var st status.Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("decoding: %v\n%s", err, body)
+		}
+		return st
+	}
+	if st := decode(); st.Classes[1].Incoming != 101 || src.Calls() != 1 {
+		t.Fatalf("at the sample's instant: incoming %d after %d calls, want the sample's 101 after 1", st.Classes[1].Incoming, src.Calls())
+	}
+	clk.Advance(100 * time.Millisecond)
+	st := decode()
+	if st.Classes[1].Incoming != 102 || src.Calls() != 2 {
+		t.Fatalf("100 ms after the sample: incoming %d after %d calls, want a fresh 102 after 2", st.Classes[1].Incoming, src.Calls())
+	}
+	if len(st.History) != 1 {
+		t.Errorf("the fresh status carries %d history samples, want the sampler's 1", len(st.History))
+	}
+	decode()
+	clk.Advance(99 * time.Millisecond)
+	decode()
+	if n := src.Calls(); n != 2 {
+		t.Errorf("Source called %d times, want 2: requests within Fresh of a fresh status share it", n)
+	}
+}
+
+// TestPagePoolError: a pool the daemon cannot read shows on the page as
+// the reason and what to change, in the first paint.
+func TestPagePoolError(t *testing.T) {
+	src := SourceFunc(func() status.Status {
+		return status.Status{PoolError: "cannot read the multiplexor's pool at /x: permission denied; start it with -a PATH"}
+	})
+	_, ts, c := newTestServer(t, Options{Source: src})
+	_, body := get(t, c, "GET", ts.URL+"/")
+	if !strings.Contains(body, `<p class="note bad" id="pool-error">cannot read the multiplexor&#39;s pool at /x: permission denied; start it with -a PATH</p>`) {
+		t.Errorf("the page does not show the pool's error:\n%s", body)
+	}
+	_, body = get(t, c, "GET", ts.URL+"/status.json")
+	if !strings.Contains(body, `"pool_error":"cannot read the multiplexor's pool at /x`) {
+		t.Errorf("status.json lacks pool_error: %s", body)
 	}
 }

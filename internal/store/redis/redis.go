@@ -198,7 +198,13 @@ type Store struct {
 	seenAt  atomic.Int64
 	born    time.Time
 	warned  atomic.Int64 // Unix second of the last background warning
-	master  string       // with Sentinel, the master last seen (run's own)
+	// With Sentinel, the master last seen, guarded by masterMu: run
+	// looks once a tick, and the first decision after failures looks
+	// before it returns, so the switch is logged before the limiter's
+	// "recovered" (which that decision's return causes).
+	masterMu sync.Mutex
+	master   string
+	failed   atomic.Bool // the last eval failed for want of Redis
 
 	mu      sync.Mutex
 	leases  map[limiter.Lease]leaseRec
@@ -383,6 +389,8 @@ func (s *Store) checkMaster() {
 	if s.opts.MasterSet == "" {
 		return
 	}
+	s.masterMu.Lock()
+	defer s.masterMu.Unlock()
 	if m := s.c.primary(); m != "" && m != s.master {
 		s.log.Warn("redis store: the Sentinels switched the master; following it", "master_set", s.opts.MasterSet, "old", s.master, "new", m)
 		s.master = m
@@ -427,6 +435,9 @@ func (s *Store) eval(parent context.Context, op string, sc *script, keys, args [
 	}
 	s.answered(probe)
 	s.healthy.Store(true)
+	if s.failed.Load() && s.failed.Swap(false) {
+		s.checkMaster()
+	}
 	return v, t1, nil
 }
 
@@ -445,6 +456,7 @@ func (s *Store) fail(op string, err error) error {
 	}
 	if _, ok := serverError(err); !ok {
 		s.healthy.Store(false)
+		s.failed.Store(true)
 	}
 	return fmt.Errorf("redis store: %s: %w", op, err)
 }

@@ -102,7 +102,10 @@
 
   function renderPool(st) {
     const p = st.pool;
-    $("pool-empty").hidden = !!p;
+    const perr = $("pool-error");
+    perr.textContent = st.pool_error || "";
+    perr.hidden = !st.pool_error;
+    $("pool-empty").hidden = !!p || !!st.pool_error;
     const strip = $("pool-strip");
     const list = $("slots");
     if (!p) {
@@ -454,5 +457,17 @@
   window.addEventListener("resize", () => {
     if (last) renderHistory();
   });
+  // The server put its newest sample in the page: draw all of it now,
+  // then go live.
+  try {
+    const init = document.body.dataset.initial;
+    if (init) {
+      const st = JSON.parse(init);
+      apply(st);
+      setLive("connecting", "snapshot · " + clock(st.now) + " · connecting…");
+    }
+  } catch (err) {
+    setLive("down", "bad data");
+  }
   connect();
 })();
