@@ -95,14 +95,11 @@ func TestControlPostfixRedis(t *testing.T) {
 	defer cancel()
 	inst := postfixtest.StartTest(t, ctx, postfixtest.Options{Dir: filepath.Join(base, "postfix"), SMTPPort: smtpPort, MainCF: mainCF, Logf: t.Logf})
 	_ = inst
-	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := policyExample(t)
 	store := fmt.Sprintf("[store]\nkind = \"redis\"\n[store.redis]\naddrs = [%q]\nkey_prefix = \"ctl:\"\n", srv.Addr())
 	ctlA, ctlB := filepath.Join(base, "a", "run", "control"), filepath.Join(base, "b", "run", "control")
-	startAsSluice(t, bin, base, "a", recipe.Replace(t, string(example), "127.0.0.1:10040", addrA)+store, portA, ctlA)
-	b := startAsSluice(t, bin, base, "b", recipe.Replace(t, string(example), "127.0.0.1:10040", "127.0.0.1:"+strconv.Itoa(portB))+store, portB, ctlB)
+	startAsSluice(t, bin, base, "a", recipe.Replace(t, example, "127.0.0.1:10040", addrA)+store, portA, ctlA)
+	b := startAsSluice(t, bin, base, "b", recipe.Replace(t, example, "127.0.0.1:10040", "127.0.0.1:"+strconv.Itoa(portB))+store, portB, ctlB)
 	assertSocket(t, ctlB, "sluice", "sluice", 0o660)
 
 	c, greeting, err := postfixtest.DialSMTP(ctx, smtpPort)

@@ -99,12 +99,7 @@ func TestPostfixRecipesAsDeployed(t *testing.T) {
 	anvilCfg := recipe.Replace(t, recipe.Get(t, "docs/anvil.md", "anvil-config"), "/var/spool/postfix", inst.QueueDir())
 	startAsSluice(t, bin, base, "anvil", anvilCfg, 0, inst.AnvilSocketPath())
 	assertSocket(t, inst.AnvilSocketPath(), "postfix", "sluice", 0o600)
-	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	startAsSluice(t, bin, base, "policy", recipe.Replace(t, string(example), "127.0.0.1:10040", policyAddr,
-		"state_dir = \"/var/lib/sluice-policy-example\"\n", "", "runtime_dir = \"/run/sluice-policy-example\"\n", ""), policyPort)
+	startAsSluice(t, bin, base, "policy", recipe.Replace(t, policyExample(t), "127.0.0.1:10040", policyAddr), policyPort)
 	startAsSluice(t, bin, base, "milter", recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"), "127.0.0.1:8891", milterAddr), milterPort)
 
 	// The policy: 10 per 60 s for one sender, through the milter.
@@ -153,4 +148,16 @@ func TestPostfixRecipesAsDeployed(t *testing.T) {
 	} else if strings.Contains(log, "connect to private/anvil") {
 		t.Errorf("smtpd could not reach sluice's anvil:\n%s", log)
 	}
+}
+
+// policyExample is examples/policy-sender-rate.toml without its own state
+// and runtime directories (a test's daemon gets directories of its own).
+func policyExample(t *testing.T) string {
+	t.Helper()
+	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recipe.Replace(t, string(example),
+		"state_dir = \"/var/lib/sluice-policy-example\"\n", "", "runtime_dir = \"/run/sluice-policy-example\"\n", "")
 }

@@ -47,12 +47,9 @@ func startTableHost(t *testing.T, ctx context.Context, bin, base, name, store st
 	}
 	h := &tableHost{smtpPort: smtpPort, table: filepath.Join(tables, "senders.limits")}
 	h.writeTable(t, recipe.Get(t, "docs/policy.md", "policy-table"))
-	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := policyExample(t)
 	tableKey := recipe.Replace(t, recipe.Get(t, "docs/policy.md", "policy-table-key"), `"senders.limits"`, strconv.Quote(h.table))
-	cfg := recipe.Replace(t, string(example), "127.0.0.1:10040", policyAddr, `limit = ["10/60s exact"]`, tableKey+`limit = ["10/60s exact"]`) + store
+	cfg := recipe.Replace(t, example, "127.0.0.1:10040", policyAddr, `limit = ["10/60s exact"]`, tableKey+`limit = ["10/60s exact"]`) + store
 	h.daemon = startAsSluice(t, bin, base, name, cfg, policyPort)
 	return h
 }
@@ -199,12 +196,9 @@ func TestCheckTable(t *testing.T) {
 	if err := os.WriteFile(table, []byte(recipe.Get(t, "docs/policy.md", "policy-table")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "policy-sender-rate.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := policyExample(t)
 	cfg := filepath.Join(dir, "sluice.toml")
-	text := fmt.Sprintf("state_dir = %q\n", dir) + recipe.Replace(t, string(example), `limit = ["10/60s exact"]`, recipe.Get(t, "docs/policy.md", "policy-table-key")+`limit = ["10/60s exact"]`)
+	text := fmt.Sprintf("state_dir = %q\n", dir) + recipe.Replace(t, example, `limit = ["10/60s exact"]`, recipe.Get(t, "docs/policy.md", "policy-table-key")+`limit = ["10/60s exact"]`)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
