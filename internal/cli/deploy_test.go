@@ -124,6 +124,7 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40 throttled deliveries take 16 s")
 	}
+	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
 	peer.Root(t, "the daemon is started by root and switches to the user sluice")
 	peer.User(t, "sluice")
 	qmailr := credential(t, "qmailr")

@@ -103,6 +103,7 @@ func TestThrottleBanScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two runs of 250 deliveries")
 	}
+	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
 	if os.Geteuid() == 0 {
 		peer.User(t, "qmailr")
 	}

@@ -103,6 +103,7 @@ func TestThrottle200Processes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
+	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
 	bin := buildSluice(t)
 	dir := t.TempDir()
 	var logw logbuf.Buffer
