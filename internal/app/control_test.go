@@ -85,9 +85,13 @@ func TestExemptionSurvivesRestart(t *testing.T) {
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("control socket: %v %v", fi, err)
 	}
-	add := control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=a@b.example"}}
-	if r := ask(t, sock, add); !r.OK || !strings.Contains(r.Text, "let through uncounted, until removed") {
+	// The key as typed, in another case, is the key the rule counts.
+	add := control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=A@B.Example"}}
+	if r := ask(t, sock, add); !r.OK || !strings.Contains(r.Text, "key sender=a@b.example: let through uncounted, until removed") {
 		t.Fatalf("exempt.add: %+v", r)
+	}
+	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "a@b.example"}}); r.OK || !strings.Contains(r.Error, "counts by sender") {
+		t.Fatalf("an exemption of a key without its attribute: %+v", r)
 	}
 	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "nope", "key": "sender=a@b.example"}}); r.OK {
 		t.Fatalf("an exemption of an unknown rule: %+v", r)
