@@ -42,7 +42,7 @@ func TestCanonicalKey(t *testing.T) {
 	nets := &PolicyRule{Name: "nets", Key: []KeyPart{{Attr: "sasl_username"}, {Attr: "client_address", V4Prefix: 24, V6Prefix: 64}}}
 	dom := &PolicyRule{Name: "dom", Key: []KeyPart{{Attr: "sender_domain"}, {Attr: "client_address"}}}
 	for _, c := range []struct {
-		r         *PolicyRule
+		r          *PolicyRule
 		text, want string
 	}{
 		{sender, "sender=Alice@Example.com", "sender=alice@example.com"},
