@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/limittable"
 )
 
 // Explanation is what a policy request would be answered and why, rule
@@ -247,9 +248,9 @@ func (g *Governor) PolicyReset(ctx context.Context, rule, pattern string) ([]str
 	}
 	var ids []string
 	for _, k := range keys {
-		// Every index a limit of the rule may have had: a reload may
-		// have dropped some.
-		for j := range max(len(r.Limits), 4) {
+		// Every index a limit of the rule or of a table entry may
+		// have had: a reload may have dropped some.
+		for j := range max(len(r.Limits), limittable.MaxLimits) {
 			ids = append(ids, policyStoreKey(r.Name, k)+fmt.Sprintf("\x00%d", j))
 		}
 	}
