@@ -227,6 +227,11 @@ func TestControlSharedThroughRedis(t *testing.T) {
 	if r := ask(t, ctlA, control.Request{Command: "throttle.suspend", Args: map[string]string{"key": "relay.example", "for": "1h"}}); !r.OK {
 		t.Fatalf("suspend on A: %+v", r)
 	}
+	// B learns of it at its next refresh of the suspended keys (every
+	// second): here at once.
+	if err := b.throttleBan.refreshSuspended(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if d := acquire(); !strings.Contains(d, "relay * is suspended until") || !strings.Contains(d, "suspended by an administrator") {
 		t.Fatalf("B during A's suspension: %q", d)
 	}
