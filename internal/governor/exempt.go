@@ -39,6 +39,10 @@ type Exemptions struct {
 	mu    sync.RWMutex
 	m     map[string]Exemption // rule "\x00" key (the store's form)
 	read  time.Time
+	// gen counts the changes made here (Set, Delete): a Refresh whose
+	// read began before one drops what it read (the next reads again), so
+	// a change is never undone by an older read.
+	gen uint64
 	// n is len(m): a decision with no exemption held takes no lock.
 	n atomic.Int64
 }
@@ -52,11 +56,15 @@ func NewExemptions(marks limiter.Marks) *Exemptions {
 // Shared says whether other daemons change the same exemptions.
 func (e *Exemptions) Shared() bool { return e.marks != nil && e.marks.Shared() }
 
-// Refresh reads the exemptions from the marks.
+// Refresh reads the exemptions from the marks. A read that a Set or
+// Delete here overtook is dropped: the next Refresh reads again.
 func (e *Exemptions) Refresh(ctx context.Context) error {
 	if e.marks == nil {
 		return nil
 	}
+	e.mu.RLock()
+	gen := e.gen
+	e.mu.RUnlock()
 	list, err := e.marks.List(ctx)
 	if err != nil {
 		return fmt.Errorf("exemptions: %w", err)
@@ -73,9 +81,12 @@ func (e *Exemptions) Refresh(ctx context.Context) error {
 		m[k.Key] = Exemption{Rule: rule, Key: keyText(key), Through: k.Value < 0, Raise: max(k.Value, 0), Since: k.Since, Until: k.Expires}
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if gen != e.gen {
+		return nil
+	}
 	e.m, e.read = m, time.Now()
 	e.n.Store(int64(len(m)))
-	e.mu.Unlock()
 	return nil
 }
 
@@ -120,6 +131,7 @@ func (e *Exemptions) Set(ctx context.Context, r *PolicyRule, x Exemption) (Exemp
 		return x, fmt.Errorf("exemption: %w", err)
 	}
 	e.mu.Lock()
+	e.gen++
 	e.m[id] = x
 	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
@@ -139,6 +151,7 @@ func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time
 		return had, fmt.Errorf("exemption: %w", err)
 	}
 	e.mu.Lock()
+	e.gen++
 	delete(e.m, id)
 	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
