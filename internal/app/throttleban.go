@@ -344,22 +344,36 @@ func (g *banGuard) poll(id string, k *banKey) {
 	t := time.NewTicker(sharedPoll)
 	defer t.Stop()
 	for range t.C {
-		k.mu.Lock()
-		if k.watchers == 0 {
-			k.polling = false
-			k.mu.Unlock()
+		if !g.pollOnce(id, k) {
 			return
 		}
-		k.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
-		m, ok, err := g.marks.Get(ctx, id, markSuspend)
-		cancel()
-		if err == nil && ok && g.now().Before(m.Expires) {
-			k.mu.Lock()
-			k.suspendLocked(m.Expires, suspendReason(m))
-			k.mu.Unlock()
-		}
 	}
+}
+
+// pollOnce reads id's shared suspension once and applies it, unless an
+// administrator suspended or resumed the key during the read (a resume
+// must not be undone by a mark read before it). It says whether to poll
+// on: false once nobody watches.
+func (g *banGuard) pollOnce(id string, k *banKey) bool {
+	k.mu.Lock()
+	if k.watchers == 0 {
+		k.polling = false
+		k.mu.Unlock()
+		return false
+	}
+	epoch := k.epoch
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
+	m, ok, err := g.marks.Get(ctx, id, markSuspend)
+	cancel()
+	if err == nil && ok && g.now().Before(m.Expires) {
+		k.mu.Lock()
+		if k.epoch == epoch {
+			k.suspendLocked(m.Expires, suspendReason(m))
+		}
+		k.mu.Unlock()
+	}
+	return true
 }
 
 // revokeReason is what a sender told to defer hears.

@@ -194,3 +194,51 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// sharedCounted is countedMarks that says it is shared (as Redis's are).
+type sharedCounted struct{ *countedMarks }
+
+func (sharedCounted) Shared() bool { return true }
+
+// TestPollDoesNotUndoResume: a poll that read the suspension mark just
+// before an administrator's resume deleted it does not suspend the key
+// again afterwards.
+func TestPollDoesNotUndoResume(t *testing.T) {
+	marks := newCountedMarks(t)
+	g := newBanGuard(sharedCounted{marks}, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	const id = "relay relay.example"
+	if err := g.suspend(ctx, id, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.suspend(ctx, id, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	k := g.key(id)
+	k.mu.Lock()
+	k.watchers++
+	k.mu.Unlock()
+	marks.block.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.pollOnce(id, k)
+	}()
+	<-marks.entered // the poll has read the mark
+	marks.block.Store(false)
+	if _, err := g.resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	marks.release <- struct{}{}
+	<-done
+	// Its waiting senders are not told to defer.
+	k.mu.Lock()
+	suspended, until := isClosed(k.suspended), k.until
+	k.mu.Unlock()
+	if suspended || !until.IsZero() {
+		t.Fatalf("the key is suspended here after the resume (until %v)", until)
+	}
+}
