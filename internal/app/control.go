@@ -223,8 +223,8 @@ func (h controlHandler) exemptAdd(ctx context.Context, g *governor.Governor, a a
 		return control.Reply{}, err
 	}
 	raise, err := a.int("raise", 0)
-	if err != nil {
-		return control.Reply{}, err
+	if err != nil || raise > governor.MaxRaise {
+		return control.Reply{}, fmt.Errorf("raise: %q is not a whole number from 1 to %d", a["raise"], governor.MaxRaise)
 	}
 	x := governor.Exemption{Rule: a["rule"], Key: a["key"], Through: raise == 0, Raise: raise, Since: now, Until: until}
 	if x, err = h.d.exempt.Set(ctx, r, x); err != nil {

@@ -93,6 +93,9 @@ func TestExemptionSurvivesRestart(t *testing.T) {
 	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "a@b.example"}}); r.OK || !strings.Contains(r.Error, "counts by sender") {
 		t.Fatalf("an exemption of a key without its attribute: %+v", r)
 	}
+	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=c@b.example", "raise": "9223372036854775807"}}); r.OK || !strings.Contains(r.Error, "from 1 to 1000000000") {
+		t.Fatalf("a raise beyond the cap: %+v", r)
+	}
 	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "nope", "key": "sender=a@b.example"}}); r.OK {
 		t.Fatalf("an exemption of an unknown rule: %+v", r)
 	}

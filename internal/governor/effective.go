@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -63,11 +64,24 @@ func (g *Governor) EffectiveLimits(r *PolicyRule, key string) Effective {
 	case !eff.Exempt:
 		raised := slices.Clone(eff.Limits)
 		for i := range raised {
-			raised[i].N += x.Raise
+			raised[i].N = raiseBy(raised[i].N, x.Raise)
 		}
 		eff.Limits, eff.Source = raised, eff.Source+" + exemption"
 	}
 	return eff
+}
+
+// MaxRaise is the largest raise an exemption may give (sluice exempt
+// add -raise).
+const MaxRaise = 1_000_000_000
+
+// raiseBy is n raised by r, saturating at math.MaxInt64 (a raise read
+// from shared marks is not bounded by MaxRaise).
+func raiseBy(n, r int64) int64 {
+	if r > 0 && n > math.MaxInt64-r {
+		return math.MaxInt64
+	}
+	return n + r
 }
 
 // TableKey is what a rule's key is looked up as in its table: the key's

@@ -114,8 +114,8 @@ func (e *Exemptions) Set(ctx context.Context, r *PolicyRule, x Exemption) (Exemp
 	if e.marks == nil {
 		return x, fmt.Errorf("exemptions: no marks store")
 	}
-	if !x.Through && x.Raise <= 0 {
-		return x, fmt.Errorf("exemption of %s in %s: neither through nor a raise", x.Key, x.Rule)
+	if !x.Through && (x.Raise <= 0 || x.Raise > MaxRaise) {
+		return x, fmt.Errorf("exemption of %s in %s: neither through nor a raise of 1 to %d", x.Key, x.Rule, MaxRaise)
 	}
 	key, err := CanonicalKey(r, x.Key)
 	if err != nil {

@@ -2,6 +2,7 @@ package governor
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -68,5 +69,32 @@ func TestExemptionsRefreshRace(t *testing.T) {
 	}
 	if l, _ := ex.List(now); len(l) != 1 || l[0].Key != "sender=new@x" {
 		t.Errorf("after the next refresh: %+v", l)
+	}
+}
+
+// TestExemptionRaiseBounded: Set refuses a raise above MaxRaise; one read
+// from the marks beyond it saturates the limit instead of overflowing it
+// into a negative one.
+func TestExemptionRaiseBounded(t *testing.T) {
+	m, err := limiter.NewMemoryMarks("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := NewExemptions(m)
+	r := &PolicyRule{Name: "out", Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}}
+	ctx := context.Background()
+	if _, err := ex.Set(ctx, r, Exemption{Key: "sender=a@x", Raise: MaxRaise + 1}); err == nil {
+		t.Error("a raise above MaxRaise accepted")
+	}
+	if err := m.Put(ctx, "out\x00sender=a@x", MarkExempt, limiter.Mark{Value: math.MaxInt64}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := &Governor{exempt: ex, lim: limiter.New(limiter.Options{Store: nil})}
+	eff := g.EffectiveLimits(r, "sender=a@x")
+	if len(eff.Limits) != 1 || eff.Limits[0].N != math.MaxInt64 {
+		t.Fatalf("raised by MaxInt64: %+v", eff.Limits)
 	}
 }
