@@ -334,7 +334,7 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 	if a["for"] == "" {
 		return control.Reply{}, errors.New("missing for (how long: 30s, 1h ...)")
 	}
-	until, err := a.until(time.Now())
+	until, err := a.until(ban.now())
 	if err != nil {
 		return control.Reply{}, err
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"sluice/internal/control"
 	"sluice/internal/limiter"
 	"sluice/internal/throttle"
 )
@@ -59,7 +61,7 @@ func (c *countedMarks) List(ctx context.Context) ([]limiter.KeyMark, error) {
 // senders (the one waiting too) and a resume lets them through again.
 func TestThrottleNoBanSettingsNoMarks(t *testing.T) {
 	dir := t.TempDir()
-	d := startDaemon(t, writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
+	running := startDaemon(t, writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
 [anvil]
 enabled = false
 [policy]
@@ -73,7 +75,12 @@ limit = "1000/1s"
 concurrency = 1
 max_wait = "1h"
 `, dir)))
+	// The running daemon's rules with a guard of the test's own (on
+	// counted marks, its clock the test's to set), called directly.
 	marks := newCountedMarks(t)
+	d := &Daemon{log: running.log, metrics: running.metrics, throttleBan: newBanGuard(marks, running.log)}
+	d.cfg.Store(running.cfg.Load())
+	d.gov.Store(running.gov.Load())
 	d.throttleBan.marks = marks
 	h := throttleHandler{d}
 	ctx := context.Background()
@@ -113,6 +120,13 @@ max_wait = "1h"
 	gr.Done(true)
 	if n := marks.gets.Load() - gets; n != 0 {
 		t.Fatalf("%d marks reads after the resume", n)
+	}
+	// A suspension through the control socket ends by the guard's clock.
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	d.throttleBan.now = func() time.Time { return at }
+	rep, err := controlHandler{d}.Handle(ctx, control.Peer{}, control.Request{Command: "throttle.suspend", Args: map[string]string{"key": "relay.example", "for": "1h"}})
+	if err != nil || !strings.Contains(rep.Text, "suspended until 2030-01-02T04:04:05Z") {
+		t.Fatalf("suspend by the guard's clock: %+v, %v", rep, err)
 	}
 }
 

@@ -35,10 +35,11 @@ type Effective struct {
 // amount.
 //
 // Limit i of an entry is counted under the same store key as limit i of
-// the rule: an entry that keeps the rule's algorithm and period and
-// raises or lowers N keeps the key's count (a sender at 10 of 10 that an
-// entry raises to 20 may send 10 more); one with another algorithm or
-// period starts a fresh count, as any rule change does.
+// the rule (the key holds the rule and the index, not the limit): an
+// entry that keeps the rule's algorithm keeps the key's count whatever
+// its N or period (a sender at 10 of 10 that an entry raises to 20 may
+// send 10 more); only one with another algorithm starts a fresh count,
+// the store dropping state kept for another algorithm.
 func (g *Governor) EffectiveLimits(r *PolicyRule, key string) Effective {
 	eff := Effective{Limits: r.Limits, Source: "rule"}
 	if r.Table != nil {
