@@ -305,6 +305,15 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.throttleTally.run(ctx, d.log)
 	}()
+	if ban := d.throttleBan; ban != nil && ban.marks.Shared() {
+		// Suspensions and resumes other daemons make reach the
+		// snapshot policies without ban settings read within a second.
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			ban.runSuspended(ctx, time.Second, func(err error) { d.log.Warn("throttle: reading the suspensions failed", "err", err) })
+		}()
+	}
 	d.failed = make(chan error, len(d.listeners))
 	for _, bl := range d.listeners {
 		d.wg.Add(1)

@@ -213,7 +213,8 @@ func (h controlHandler) exemptAdd(ctx context.Context, g *governor.Governor, a a
 	if err := a.need("rule", "key"); err != nil {
 		return control.Reply{}, err
 	}
-	if _, err := g.PolicyKey(ctx, a["rule"], a["key"]); err != nil {
+	r, _, err := g.RuleKey(a["rule"], a["key"])
+	if err != nil {
 		return control.Reply{}, err
 	}
 	now := g.Limiter().Now()
@@ -222,11 +223,11 @@ func (h controlHandler) exemptAdd(ctx context.Context, g *governor.Governor, a a
 		return control.Reply{}, err
 	}
 	raise, err := a.int("raise", 0)
-	if err != nil {
-		return control.Reply{}, err
+	if err != nil || raise > governor.MaxRaise {
+		return control.Reply{}, fmt.Errorf("raise: %q is not a whole number from 1 to %d", a["raise"], governor.MaxRaise)
 	}
 	x := governor.Exemption{Rule: a["rule"], Key: a["key"], Through: raise == 0, Raise: raise, Since: now, Until: until}
-	if err := h.d.exempt.Set(ctx, x); err != nil {
+	if x, err = h.d.exempt.Set(ctx, r, x); err != nil {
 		return control.Reply{}, err
 	}
 	what := exemptionText(x)
@@ -237,7 +238,15 @@ func (h controlHandler) exemptDel(ctx context.Context, g *governor.Governor, a a
 	if err := a.need("rule", "key"); err != nil {
 		return control.Reply{}, err
 	}
-	had, err := h.d.exempt.Delete(ctx, a["rule"], a["key"], g.Limiter().Now())
+	r, key, err := g.RuleKey(a["rule"], a["key"])
+	switch {
+	case r == nil:
+		// An exemption of a rule no longer in force: its key as listed.
+		key = governor.KeyFromText(a["key"])
+	case err != nil:
+		return control.Reply{}, err
+	}
+	had, err := h.d.exempt.Delete(ctx, a["rule"], key, g.Limiter().Now())
 	if err != nil {
 		return control.Reply{}, err
 	}
@@ -325,7 +334,7 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 	if a["for"] == "" {
 		return control.Reply{}, errors.New("missing for (how long: 30s, 1h ...)")
 	}
-	until, err := a.until(time.Now())
+	until, err := a.until(ban.now())
 	if err != nil {
 		return control.Reply{}, err
 	}

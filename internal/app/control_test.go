@@ -85,9 +85,16 @@ func TestExemptionSurvivesRestart(t *testing.T) {
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("control socket: %v %v", fi, err)
 	}
-	add := control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=a@b.example"}}
-	if r := ask(t, sock, add); !r.OK || !strings.Contains(r.Text, "let through uncounted, until removed") {
+	// The key as typed, in another case, is the key the rule counts.
+	add := control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=A@B.Example"}}
+	if r := ask(t, sock, add); !r.OK || !strings.Contains(r.Text, "key sender=a@b.example: let through uncounted, until removed") {
 		t.Fatalf("exempt.add: %+v", r)
+	}
+	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "a@b.example"}}); r.OK || !strings.Contains(r.Error, "counts by sender") {
+		t.Fatalf("an exemption of a key without its attribute: %+v", r)
+	}
+	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "out", "key": "sender=c@b.example", "raise": "9223372036854775807"}}); r.OK || !strings.Contains(r.Error, "from 1 to 1000000000") {
+		t.Fatalf("a raise beyond the cap: %+v", r)
 	}
 	if r := ask(t, sock, control.Request{Command: "exempt.add", Args: map[string]string{"rule": "nope", "key": "sender=a@b.example"}}); r.OK {
 		t.Fatalf("an exemption of an unknown rule: %+v", r)
@@ -222,6 +229,11 @@ func TestControlSharedThroughRedis(t *testing.T) {
 	}
 	if r := ask(t, ctlA, control.Request{Command: "throttle.suspend", Args: map[string]string{"key": "relay.example", "for": "1h"}}); !r.OK {
 		t.Fatalf("suspend on A: %+v", r)
+	}
+	// B learns of it at its next refresh of the suspended keys (every
+	// second): here at once.
+	if err := b.throttleBan.refreshSuspended(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if d := acquire(); !strings.Contains(d, "relay * is suspended until") || !strings.Contains(d, "suspended by an administrator") {
 		t.Fatalf("B during A's suspension: %q", d)

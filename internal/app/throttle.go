@@ -47,7 +47,12 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 		return h.acquire(ctx, g, key)
 	}
 	// Every key a policy paces may be suspended: by a ban, or by an
-	// administrator (sluice throttle suspend).
+	// administrator (sluice throttle suspend). A policy without ban
+	// settings needs the guard only for a key the snapshot of suspended
+	// keys holds.
+	if _, ok := ban.suspendedSet().lookup(id, ban.now()); bp == nil && !ok {
+		return h.acquireUnlessSuspended(ctx, g, ban, key, id)
+	}
 	if until, why := ban.admit(ctx, id); !until.IsZero() {
 		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, until, why)}
 	}
@@ -97,6 +102,29 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 	return gr, nil
 }
 
+// acquireUnlessSuspended acquires key's slot for a policy without ban
+// settings: no marks call, no goroutine of its own; a suspension of id
+// this daemon learns of while the sender waits (or is handed its slot)
+// defers it.
+func (h throttleHandler) acquireUnlessSuspended(ctx context.Context, g *governor.Governor, ban *banGuard, key, id string) (throttle.Grant, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := ban.onSuspend(id, cancel)
+	gr, err := h.acquire(wctx, g, key)
+	stop()
+	x, suspended := ban.suspendedSet().lookup(id, ban.now())
+	switch {
+	case suspended:
+		if err == nil {
+			gr.Done(false)
+		}
+		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, x.until, x.reason)}
+	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+		return throttle.Grant{}, &throttle.DeferError{Reason: id + " was suspended while waiting"}
+	}
+	return gr, err
+}
+
 func isClosed(c <-chan struct{}) bool {
 	select {
 	case <-c:
@@ -129,6 +157,9 @@ func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key 
 // in the state directory's throttle.marks.
 func (d *Daemon) openBanGuard() *banGuard {
 	g := d.newBanGuard()
+	if err := g.refreshSuspended(d.stop); err != nil {
+		d.log.Warn("throttle: the suspensions cannot be read; keys without ban settings are not held back until they are", "err", err)
+	}
 	d.metrics.ThrottleKeys(func(ctx context.Context) ([]metrics.ThrottleKey, error) {
 		keys, err := g.states(ctx, d.cfg.Load())
 		out := make([]metrics.ThrottleKey, len(keys))

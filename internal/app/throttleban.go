@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/config"
@@ -49,6 +50,15 @@ type banGuard struct {
 	warnMu     sync.Mutex
 	readWarned time.Time
 	readErrs   int
+
+	// adminMu orders an administrator's suspensions and resumes (held
+	// across their marks calls; no sender waits on it).
+	adminMu sync.Mutex
+	// susp is the snapshot of suspended keys (throttlesuspend.go);
+	// suspGen, under suspMu, counts this daemon's changes to it.
+	susp    atomic.Pointer[suspendSet]
+	suspMu  sync.Mutex
+	suspGen uint64
 }
 
 // banPolicy is a policy's ban settings with what the guard derives.
@@ -75,10 +85,15 @@ type banKey struct {
 	learnedChk time.Time   // when the marks were last read for it
 	polling    bool
 	used       time.Time
+	// epoch counts an administrator's suspensions and resumes of the
+	// key: a marks read begun before one is not applied after it.
+	epoch uint64
 }
 
 func newBanGuard(marks limiter.Marks, log *slog.Logger) *banGuard {
-	return &banGuard{marks: boundedMarks{marks}, log: log, now: time.Now, keys: map[string]*banKey{}}
+	g := &banGuard{marks: boundedMarks{marks}, log: log, now: time.Now, keys: map[string]*banKey{}}
+	g.susp.Store(newSuspendSet(map[string]suspension{}))
+	return g
 }
 
 // markTimeout bounds each call to the marks (Redis down must not hold a
@@ -166,10 +181,13 @@ func (g *banGuard) key(id string) *banKey {
 }
 
 // prune forgets keys idle for an hour with nobody waiting (their marks
-// stay in the marks store).
+// stay in the marks store). A key whose lock is held is in use: it is
+// skipped, not waited for (g.mu is held).
 func (g *banGuard) prune(now time.Time) {
 	for id, k := range g.keys {
-		k.mu.Lock()
+		if !k.mu.TryLock() {
+			continue
+		}
 		idle := k.watchers == 0 && now.Sub(k.used) > time.Hour && !now.Before(k.until)
 		k.mu.Unlock()
 		if idle {
@@ -202,32 +220,42 @@ func suspendReason(m limiter.Mark) string {
 // senders defer at once, and new ones until then or a resume; with
 // shared marks every daemon's senders do.
 func (g *banGuard) suspend(ctx context.Context, id string, until time.Time) error {
-	k := g.key(id)
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	g.adminMu.Lock()
+	defer g.adminMu.Unlock()
+	const why = "suspended by an administrator"
 	if err := g.marks.Put(ctx, id, markSuspend, limiter.Mark{Value: -1, Since: g.now(), Expires: until}); err != nil {
 		return fmt.Errorf("suspend %s: %w", id, err)
 	}
+	k := g.key(id)
+	k.mu.Lock()
+	k.epoch++
 	k.until = time.Time{}
-	k.suspendLocked(until, "suspended by an administrator")
+	k.suspendLocked(until, why)
+	k.mu.Unlock()
+	g.setSuspended(id, until, why)
 	return nil
 }
 
 // resume ends id's suspension, whoever set it, and says whether it was
 // suspended.
 func (g *banGuard) resume(ctx context.Context, id string) (bool, error) {
-	k := g.key(id)
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	g.adminMu.Lock()
+	defer g.adminMu.Unlock()
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
 	if err != nil {
 		return false, fmt.Errorf("resume %s: %w", id, err)
 	}
-	was := (ok && g.now().Before(m.Expires)) || g.now().Before(k.until)
 	if err := g.marks.Delete(ctx, id, markSuspend); err != nil {
-		return was, fmt.Errorf("resume %s: %w", id, err)
+		return false, fmt.Errorf("resume %s: %w", id, err)
 	}
+	k := g.key(id)
+	k.mu.Lock()
+	now := g.now()
+	was := (ok && now.Before(m.Expires)) || now.Before(k.until)
+	k.epoch++
 	k.resumeNowLocked()
+	k.mu.Unlock()
+	g.setSuspended(id, time.Time{}, "")
 	return was, nil
 }
 
@@ -257,31 +285,35 @@ func (k *banKey) suspendLocked(until time.Time, reason string) {
 }
 
 // admit returns the end of id's suspension (zero when not suspended) and
-// its reason.
+// its reason. The key's lock is not held across the marks read.
 func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
 	k := g.key(id)
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	now := g.now()
+	k.mu.Lock()
 	k.resumeLocked(now)
 	if now.Before(k.until) && !g.marks.Shared() {
+		defer k.mu.Unlock()
 		return k.until, k.reason
 	}
+	epoch := k.epoch
+	k.mu.Unlock()
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
-	if err != nil {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case err != nil:
 		g.readFailed("suspension", id, err)
-		if now.Before(k.until) {
-			return k.until, k.reason
-		}
-		return time.Time{}, ""
-	}
-	if ok && now.Before(m.Expires) {
+	case k.epoch != epoch:
+		// An administrator suspended or resumed the key during the
+		// read: that stands.
+	case ok && now.Before(m.Expires):
 		k.suspendLocked(m.Expires, suspendReason(m))
-		return k.until, k.reason
-	}
-	if now.Before(k.until) {
+	case now.Before(k.until):
 		// Resumed on another daemon sharing the marks.
 		k.resumeNowLocked()
+	}
+	if now.Before(k.until) {
+		return k.until, k.reason
 	}
 	return time.Time{}, ""
 }
@@ -312,22 +344,36 @@ func (g *banGuard) poll(id string, k *banKey) {
 	t := time.NewTicker(sharedPoll)
 	defer t.Stop()
 	for range t.C {
-		k.mu.Lock()
-		if k.watchers == 0 {
-			k.polling = false
-			k.mu.Unlock()
+		if !g.pollOnce(id, k) {
 			return
 		}
-		k.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
-		m, ok, err := g.marks.Get(ctx, id, markSuspend)
-		cancel()
-		if err == nil && ok && g.now().Before(m.Expires) {
-			k.mu.Lock()
-			k.suspendLocked(m.Expires, suspendReason(m))
-			k.mu.Unlock()
-		}
 	}
+}
+
+// pollOnce reads id's shared suspension once and applies it, unless an
+// administrator suspended or resumed the key during the read (a resume
+// must not be undone by a mark read before it). It says whether to poll
+// on: false once nobody watches.
+func (g *banGuard) pollOnce(id string, k *banKey) bool {
+	k.mu.Lock()
+	if k.watchers == 0 {
+		k.polling = false
+		k.mu.Unlock()
+		return false
+	}
+	epoch := k.epoch
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
+	m, ok, err := g.marks.Get(ctx, id, markSuspend)
+	cancel()
+	if err == nil && ok && g.now().Before(m.Expires) {
+		k.mu.Lock()
+		if k.epoch == epoch {
+			k.suspendLocked(m.Expires, suspendReason(m))
+		}
+		k.mu.Unlock()
+	}
+	return true
 }
 
 // revokeReason is what a sender told to defer hears.

@@ -22,11 +22,14 @@ func Do(ctx context.Context, path string, req Request) (Response, error) {
 	} else {
 		c.SetDeadline(time.Now().Add(time.Minute))
 	}
-	if err := EncodeRequest(c, req); err != nil {
-		return Response{}, fmt.Errorf("control socket: %w", err)
-	}
+	werr := EncodeRequest(c, req)
+	// A refused peer is answered and closed before its request is read:
+	// its write may fail, the answer is still there to read.
 	resp, err := ReadResponse(bufio.NewReader(c))
 	if err != nil {
+		if werr != nil {
+			err = werr
+		}
 		return Response{}, fmt.Errorf("control socket: %w", err)
 	}
 	return resp, nil

@@ -105,11 +105,11 @@ func (s *Server) do(peer Peer, req Request) Response {
 	rep, err := s.o.Handler.Handle(context.Background(), peer, req)
 	attrs := []any{"command", req.Command, "uid", peer.UID, "pid", peer.PID}
 	if err != nil {
-		s.o.Logger.Warn("control: command failed", append(attrs, "args", argText(req), "err", err)...)
+		s.o.Logger.Warn("control: command failed", append(attrs, "args", argText(req), "err", printable(err.Error()))...)
 		return Response{Error: err.Error()}
 	}
 	if rep.Changed != "" {
-		s.o.Logger.Info("control: "+req.Command, append(attrs, "changed", rep.Changed)...)
+		s.o.Logger.Info("control: "+req.Command, append(attrs, "changed", printable(rep.Changed))...)
 	} else {
 		s.o.Logger.Info("control: "+req.Command, append(attrs, "args", argText(req))...)
 	}
@@ -124,8 +124,8 @@ func (s *Server) do(peer Peer, req Request) Response {
 	return resp
 }
 
-// argText renders a request's non-empty arguments for a log line: bytes
-// outside printable ASCII as '?', at most 512 bytes.
+// argText renders a request's non-empty arguments for a log line
+// (printable).
 func argText(req Request) string {
 	var b strings.Builder
 	for _, m := range []map[string]string{req.Args, req.Attrs} {
@@ -139,7 +139,14 @@ func argText(req Request) string {
 			b.WriteString(k + "=" + m[k])
 		}
 	}
-	out := []byte(b.String())
+	return printable(b.String())
+}
+
+// printable is s as a log line may carry text a peer gave: bytes outside
+// printable ASCII as '?' (no forged line, no terminal escape), at most
+// 512 bytes.
+func printable(s string) string {
+	out := []byte(s)
 	if len(out) > 512 {
 		out = append(out[:509], "..."...)
 	}

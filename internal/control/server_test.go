@@ -79,6 +79,14 @@ func TestServerLogsPeer(t *testing.T) {
 	if l := logs.Lines("control: change"); len(l) == 1 && !strings.Contains(l[0], `changed="reset sender=a@b.example"`) {
 		t.Errorf("the change's line does not say what changed: %s", l[0])
 	}
+	// What changed, as a peer typed it, cannot forge a line or carry an
+	// escape sequence.
+	if resp, err := Do(ctx, path, Request{Command: "change", Args: map[string]string{"key": "x\rtime=0 level=ERROR msg=forged\x1b[2J"}}); err != nil || !resp.OK {
+		t.Fatalf("change: %+v, %v", resp, err)
+	}
+	if l := logs.Lines("msg=forged"); len(l) != 1 || !strings.Contains(l[0], `changed="reset x?time=0 level=ERROR msg=forged?[2J"`) {
+		t.Errorf("the change's line with control bytes: %q", l)
+	}
 }
 
 // TestServerRefusesPeer: a peer Allow refuses is told so and logged, and

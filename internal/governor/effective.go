@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -34,10 +35,11 @@ type Effective struct {
 // amount.
 //
 // Limit i of an entry is counted under the same store key as limit i of
-// the rule: an entry that keeps the rule's algorithm and period and
-// raises or lowers N keeps the key's count (a sender at 10 of 10 that an
-// entry raises to 20 may send 10 more); one with another algorithm or
-// period starts a fresh count, as any rule change does.
+// the rule (the key holds the rule and the index, not the limit): an
+// entry that keeps the rule's algorithm keeps the key's count whatever
+// its N or period (a sender at 10 of 10 that an entry raises to 20 may
+// send 10 more); only one with another algorithm starts a fresh count,
+// the store dropping state kept for another algorithm.
 func (g *Governor) EffectiveLimits(r *PolicyRule, key string) Effective {
 	eff := Effective{Limits: r.Limits, Source: "rule"}
 	if r.Table != nil {
@@ -63,11 +65,24 @@ func (g *Governor) EffectiveLimits(r *PolicyRule, key string) Effective {
 	case !eff.Exempt:
 		raised := slices.Clone(eff.Limits)
 		for i := range raised {
-			raised[i].N += x.Raise
+			raised[i].N = raiseBy(raised[i].N, x.Raise)
 		}
 		eff.Limits, eff.Source = raised, eff.Source+" + exemption"
 	}
 	return eff
+}
+
+// MaxRaise is the largest raise an exemption may give (sluice exempt
+// add -raise).
+const MaxRaise = 1_000_000_000
+
+// raiseBy is n raised by r, saturating at math.MaxInt64 (a raise read
+// from shared marks is not bounded by MaxRaise).
+func raiseBy(n, r int64) int64 {
+	if r > 0 && n > math.MaxInt64-r {
+		return math.MaxInt64
+	}
+	return n + r
 }
 
 // TableKey is what a rule's key is looked up as in its table: the key's

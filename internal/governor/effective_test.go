@@ -105,3 +105,20 @@ func TestPolicyTableNetworkKey(t *testing.T) {
 		t.Errorf("got %s, want %s", verbs(got), want)
 	}
 }
+
+// TestPolicyResetTableLimits: a reset forgets every limit of a table
+// entry, up to limittable.MaxLimits, not only the rule's.
+func TestPolicyResetTableLimits(t *testing.T) {
+	rule := PolicyRule{Name: "out", Count: vocab.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")},
+		Table: table(t, "big@example.com 9/1m, 9/2m, 9/3m, 9/4m, 9/5m, 9/6m, 9/7m, 1/8m\n")}
+	f := policyFixture(t, rule)
+	if got := f.eom(t, 2, "big@example.com"); got != "DUNNO,DEFER_IF_PERMIT" {
+		t.Fatalf("before the reset: %s", got)
+	}
+	if reset, err := f.g.PolicyReset(f.ctx, "out", "sender=Big@example.com"); err != nil || len(reset) != 1 {
+		t.Fatalf("PolicyReset = %q, %v", reset, err)
+	}
+	if got := f.eom(t, 1, "big@example.com"); got != "DUNNO" {
+		t.Fatalf("after the reset the entry's 8th limit still counts: %s", got)
+	}
+}

@@ -39,6 +39,10 @@ type Exemptions struct {
 	mu    sync.RWMutex
 	m     map[string]Exemption // rule "\x00" key (the store's form)
 	read  time.Time
+	// gen counts the changes made here (Set, Delete): a Refresh whose
+	// read began before one drops what it read (the next reads again), so
+	// a change is never undone by an older read.
+	gen uint64
 	// n is len(m): a decision with no exemption held takes no lock.
 	n atomic.Int64
 }
@@ -52,11 +56,15 @@ func NewExemptions(marks limiter.Marks) *Exemptions {
 // Shared says whether other daemons change the same exemptions.
 func (e *Exemptions) Shared() bool { return e.marks != nil && e.marks.Shared() }
 
-// Refresh reads the exemptions from the marks.
+// Refresh reads the exemptions from the marks. A read that a Set or
+// Delete here overtook is dropped: the next Refresh reads again.
 func (e *Exemptions) Refresh(ctx context.Context) error {
 	if e.marks == nil {
 		return nil
 	}
+	e.mu.RLock()
+	gen := e.gen
+	e.mu.RUnlock()
 	list, err := e.marks.List(ctx)
 	if err != nil {
 		return fmt.Errorf("exemptions: %w", err)
@@ -73,9 +81,12 @@ func (e *Exemptions) Refresh(ctx context.Context) error {
 		m[k.Key] = Exemption{Rule: rule, Key: keyText(key), Through: k.Value < 0, Raise: max(k.Value, 0), Since: k.Since, Until: k.Expires}
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if gen != e.gen {
+		return nil
+	}
 	e.m, e.read = m, time.Now()
 	e.n.Store(int64(len(m)))
-	e.mu.Unlock()
 	return nil
 }
 
@@ -96,34 +107,43 @@ func (e *Exemptions) Run(ctx context.Context, every time.Duration, onErr func(er
 	}
 }
 
-// Set records an exemption (its Key in text form, "attr=value, ...").
-func (e *Exemptions) Set(ctx context.Context, x Exemption) error {
+// Set records an exemption of rule r (x.Rule is r's name; x.Key in text
+// form, "attr=value, ...", made canonical by CanonicalKey) and returns
+// it as recorded.
+func (e *Exemptions) Set(ctx context.Context, r *PolicyRule, x Exemption) (Exemption, error) {
 	if e.marks == nil {
-		return fmt.Errorf("exemptions: no marks store")
+		return x, fmt.Errorf("exemptions: no marks store")
 	}
-	if !x.Through && x.Raise <= 0 {
-		return fmt.Errorf("exemption of %s in %s: neither through nor a raise", x.Key, x.Rule)
+	if !x.Through && (x.Raise <= 0 || x.Raise > MaxRaise) {
+		return x, fmt.Errorf("exemption of %s in %s: neither through nor a raise of 1 to %d", x.Key, x.Rule, MaxRaise)
+	}
+	key, err := CanonicalKey(r, x.Key)
+	if err != nil {
+		return x, fmt.Errorf("exemption: %w", err)
 	}
 	v := x.Raise
 	if x.Through {
 		v = -1
 	}
-	id := x.Rule + "\x00" + KeyFromText(x.Key)
-	x.Key = keyText(KeyFromText(x.Key))
+	x.Rule, x.Key = r.Name, keyText(key)
+	id := x.Rule + "\x00" + key
 	if err := e.marks.Put(ctx, id, MarkExempt, limiter.Mark{Value: v, Since: x.Since, Expires: x.Until}); err != nil {
-		return fmt.Errorf("exemption: %w", err)
+		return x, fmt.Errorf("exemption: %w", err)
 	}
 	e.mu.Lock()
+	e.gen++
 	e.m[id] = x
 	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
-	return nil
+	return x, nil
 }
 
-// Delete removes an exemption and says whether one was in force.
+// Delete removes the exemption of rule's key (the store's form:
+// CanonicalKey's, or KeyFromText's for a rule no longer in force) and
+// says whether one was in force.
 func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time) (bool, error) {
-	id := rule + "\x00" + KeyFromText(key)
-	_, had := e.lookup(rule, KeyFromText(key), now)
+	id := rule + "\x00" + key
+	_, had := e.lookup(rule, key, now)
 	if e.marks == nil {
 		return false, nil
 	}
@@ -131,6 +151,7 @@ func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time
 		return had, fmt.Errorf("exemption: %w", err)
 	}
 	e.mu.Lock()
+	e.gen++
 	delete(e.m, id)
 	e.n.Store(int64(len(e.m)))
 	e.mu.Unlock()
@@ -170,9 +191,10 @@ func (e *Exemptions) lookup(rule, key string, now time.Time) (Exemption, bool) {
 	return x, true
 }
 
-// KeyFromText turns a key as people write it ("sender=a@b.example,
-// client_address=192.0.2.1", as logs and the status page show it) into
-// the store's form.
+// KeyFromText turns a key as logs and the status page show it
+// ("sender=a@b.example, client_address=192.0.2.1") into the store's form
+// as it stands, without checking or normalising it (CanonicalKey does,
+// for a rule in force).
 func KeyFromText(s string) string {
 	parts := strings.Split(s, ",")
 	for i, p := range parts {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
+	"sluice/internal/limittable"
 )
 
 // Explanation is what a policy request would be answered and why, rule
@@ -124,14 +125,14 @@ func (g *Governor) policyRule(name string) (*PolicyRule, error) {
 }
 
 // PolicyKey returns the state of one rule's key (text form,
-// "sender=a@b.example"): each limit's count and what one more event
+// "sender=a@b.example", made canonical by CanonicalKey): each limit's count and what one more event
 // would get, and any exemption.
 func (g *Governor) PolicyKey(ctx context.Context, rule, key string) (RuleStep, error) {
-	r, err := g.policyRule(rule)
+	r, k, err := g.RuleKey(rule, key)
 	if err != nil {
 		return RuleStep{}, err
 	}
-	return g.keyState(ctx, r, KeyFromText(key))
+	return g.keyState(ctx, r, k)
 }
 
 func (g *Governor) keyState(ctx context.Context, r *PolicyRule, key string) (RuleStep, error) {
@@ -226,7 +227,8 @@ func (g *Governor) ruleKeys(ctx context.Context, r *PolicyRule, pattern string) 
 }
 
 // PolicyReset forgets the counts of rule's keys matching pattern (a key
-// in text form, or a pattern with '*') and returns the keys reset.
+// in text form, made canonical by CanonicalKey, or a pattern with '*'
+// matched against the stored keys' text) and returns the keys reset.
 func (g *Governor) PolicyReset(ctx context.Context, rule, pattern string) ([]string, error) {
 	r, err := g.policyRule(rule)
 	if err != nil {
@@ -238,13 +240,17 @@ func (g *Governor) PolicyReset(ctx context.Context, rule, pattern string) ([]str
 			return nil, err
 		}
 	} else {
-		keys = []string{KeyFromText(pattern)}
+		k, err := CanonicalKey(r, pattern)
+		if err != nil {
+			return nil, err
+		}
+		keys = []string{k}
 	}
 	var ids []string
 	for _, k := range keys {
-		// Every index a limit of the rule may have had: a reload may
-		// have dropped some.
-		for j := range max(len(r.Limits), 4) {
+		// Every index a limit of the rule or of a table entry may
+		// have had: a reload may have dropped some.
+		for j := range max(len(r.Limits), limittable.MaxLimits) {
 			ids = append(ids, policyStoreKey(r.Name, k)+fmt.Sprintf("\x00%d", j))
 		}
 	}

@@ -2,14 +2,17 @@ package governor
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/limittable"
 
 	vocab "sluice/internal/rules"
 )
@@ -45,9 +48,80 @@ func randomRules(rng *rand.Rand) []PolicyRule {
 		if rng.IntN(3) == 0 {
 			r.Match.SenderDomain = []hostmask.Mask{hostmask.MustParse("b.example")}
 		}
+		if rng.IntN(3) == 0 {
+			r.Table = randomTable(rng, r.Key)
+		}
 		rs = append(rs, r)
 	}
 	return rs
+}
+
+// randomTable makes a per-key table for a rule keyed by key: entries of
+// 1 to limittable.MaxLimits limits, or exempt, for some of the keys the
+// requests of TestExplainMatchesCheck make.
+func randomTable(rng *rand.Rand, key []KeyPart) *limittable.Table {
+	var keys []string
+	switch {
+	case len(key) == 2:
+		keys = []string{"a@a.example,192.0.2.1", "c@b.example,198.51.100.9"}
+	case key[0].Attr == "sender":
+		keys = []string{"a@a.example", "b@b.example", "C@B.example"}
+	case key[0].Attr == "sender_domain":
+		keys = []string{"b.example"}
+	default:
+		keys = []string{"192.0.2.0/24", "2001:db8::/64"}
+	}
+	algos := []string{"exact", "anvil", "smooth"}
+	var b strings.Builder
+	for _, k := range keys {
+		if rng.IntN(3) == 0 {
+			continue
+		}
+		b.WriteString(k + " ")
+		if rng.IntN(5) == 0 {
+			b.WriteString("exempt\n")
+			continue
+		}
+		for j := range 1 + rng.IntN(limittable.MaxLimits) {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d/%dm %s", 1+rng.IntN(5), 1+rng.IntN(2), algos[rng.IntN(3)])
+		}
+		b.WriteString("\n")
+	}
+	t, errs := limittable.Parse(strings.NewReader(b.String()), "random.limits", nil)
+	if len(errs) > 0 {
+		panic(fmt.Sprint(errs))
+	}
+	return t
+}
+
+// typedKey is the key r counts req under, as a person might type it:
+// attribute names in any order, addresses in any case.
+func typedKey(rng *rand.Rand, r *PolicyRule, req *PolicyRequest) string {
+	mixed := func(s string) string {
+		b := []byte(s)
+		for i := range b {
+			if rng.IntN(2) == 0 {
+				b[i] = byte(unicode.ToUpper(rune(b[i])))
+			}
+		}
+		return string(b)
+	}
+	var parts []string
+	for _, k := range r.Key {
+		v := req.attr(k.Attr)
+		switch k.Attr {
+		case "sender":
+			v = mixed(v)
+		case "sender_domain":
+			v = mixed(domainOf(req.Sender))
+		}
+		parts = append(parts, k.Attr+"="+v)
+	}
+	rng.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	return strings.Join(parts, ", ")
 }
 
 // TestExplainMatchesCheck: over random rules, exemptions and requests,
@@ -56,7 +130,7 @@ func randomRules(rng *rand.Rand) []PolicyRule {
 // steps).
 func TestExplainMatchesCheck(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 28))
-	senders := []string{"a@a.example", "b@b.example", "c@b.example", ""}
+	senders := []string{"a@a.example", "b@b.example", "c@b.example", "", "A@a.Example", "C@B.EXAMPLE"}
 	clients := []string{"192.0.2.1", "192.0.2.7", "198.51.100.9", "2001:db8::1"}
 	compared, refused := 0, 0
 	for round := range 40 {
@@ -67,15 +141,18 @@ func TestExplainMatchesCheck(t *testing.T) {
 				ProtocolState: []string{vocab.StateRcpt, vocab.StateEOM}[rng.IntN(2)], Recipient: "r@c.example",
 				Instance: string(rune(round)) + string(rune(i)), ClientPort: "25", RecipientCount: 1}
 			if rng.IntN(20) == 0 {
-				r := f.g.policy.Rules[rng.IntN(len(f.g.policy.Rules))]
-				x := Exemption{Rule: r.Name, Key: "sender=" + req.Sender, Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}
-				if len(r.Key) == 1 && r.Key[0].Attr == "sender" {
-					if x.Through = rng.IntN(2) == 0; !x.Through {
-						x.Raise = 1 + rng.Int64N(3)
-					}
-					if err := ex.Set(context.Background(), x); err != nil {
-						t.Fatal(err)
-					}
+				r := &f.g.policy.Rules[rng.IntN(len(f.g.policy.Rules))]
+				x := Exemption{Rule: r.Name, Key: typedKey(rng, r, req), Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}
+				if x.Through = rng.IntN(2) == 0; !x.Through {
+					x.Raise = 1 + rng.Int64N(3)
+				}
+				if _, err := ex.Set(context.Background(), r, x); err != nil {
+					t.Fatal(err)
+				}
+				// The exemption is found under the key the rule counts.
+				var class string
+				if eff := f.g.EffectiveLimits(r, policyKey(r, req, f.g, peerOf(req), &class)); eff.Exemption.Rule != r.Name {
+					t.Fatalf("exemption of %s key %q set but not found for %+v", r.Name, x.Key, *req)
 				}
 			}
 			e1, err := f.g.PolicyExplain(context.Background(), req)
@@ -144,7 +221,8 @@ func TestExemptions(t *testing.T) {
 	if ok := sendN(3); ok != 2 {
 		t.Fatalf("before any exemption %d of 3 accepted; want 2", ok)
 	}
-	if err := ex.Set(ctx, Exemption{Rule: "out", Key: "sender=a@a.example", Raise: 5, Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}); err != nil {
+	out := &f.g.policy.Rules[0]
+	if _, err := ex.Set(ctx, out, Exemption{Rule: "out", Key: "sender=A@a.example", Raise: 5, Since: f.clk.Now(), Until: f.clk.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if ok := sendN(7); ok != 5 {
@@ -157,7 +235,7 @@ func TestExemptions(t *testing.T) {
 	if ok := sendN(1); ok != 0 {
 		t.Fatal("accepted after the exemption expired")
 	}
-	if err := ex.Set(ctx, Exemption{Rule: "out", Key: "sender=a@a.example", Through: true, Since: f.clk.Now()}); err != nil {
+	if _, err := ex.Set(ctx, out, Exemption{Rule: "out", Key: "sender=a@A.example", Through: true, Since: f.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if ok := sendN(4); ok != 4 {
@@ -191,11 +269,19 @@ func TestPolicyKeysAndReset(t *testing.T) {
 	if _, err := f.g.PolicyKeys(ctx, "nope", "", 0); err == nil {
 		t.Fatal("no error for an unknown rule")
 	}
-	k, err := f.g.PolicyKey(ctx, "out", "sender=a@a.example")
+	k, err := f.g.PolicyKey(ctx, "out", "sender=A@a.Example")
 	if err != nil || k.Limits[0].Count != 2 || k.Limits[0].Remaining != 0 {
-		t.Fatalf("PolicyKey = %+v, %v", k, err)
+		t.Fatalf("PolicyKey as typed = %+v, %v", k, err)
 	}
-	reset, err := f.g.PolicyReset(ctx, "out", "sender=a@a.example")
+	for _, bad := range []string{"a@a.example", "recipient=a@a.example"} {
+		if _, err := f.g.PolicyKey(ctx, "out", bad); err == nil || !strings.Contains(err.Error(), "counts by sender") {
+			t.Errorf("PolicyKey(%q) = %v, want an error naming the rule's key", bad, err)
+		}
+		if _, err := f.g.PolicyReset(ctx, "out", bad); err == nil {
+			t.Errorf("PolicyReset(%q) accepted", bad)
+		}
+	}
+	reset, err := f.g.PolicyReset(ctx, "out", "sender=A@A.EXAMPLE")
 	if err != nil || len(reset) != 1 {
 		t.Fatalf("PolicyReset = %q, %v", reset, err)
 	}

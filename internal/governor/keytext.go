@@ -1,6 +1,9 @@
 package governor
 
 import (
+	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -41,4 +44,96 @@ func StoreKeyText(key string) string {
 		return "throttle " + parts[2] + ", bucket " + parts[3] + ": " + what
 	}
 	return strings.Join(parts, ", ")
+}
+
+// CanonicalKey turns a key of rule r as a person types it
+// ("sender=Alice@Example.com", "client_address=192.0.2.7, sasl_username=u")
+// into the store's form that r's decisions count under: the attribute
+// names must be r's key parts (in any order, each once), and the values
+// are normalised as policyKey does (keyValue: lower-cased addresses and
+// domains; a client address reduced to the rule's network, which may also
+// be typed as that network). A key that does not fit r is an error naming
+// r's key parts.
+func CanonicalKey(r *PolicyRule, text string) (string, error) {
+	parts := r.keyParts()
+	bad := func(why string, a ...any) error {
+		return fmt.Errorf("key %q of rule %s: %s (the rule counts by %s)", text, r.Name, fmt.Sprintf(why, a...), parts)
+	}
+	if strings.ContainsRune(text, '\x00') {
+		return "", bad("a NUL in it")
+	}
+	vals := make([]string, len(r.Key))
+	seen := make([]bool, len(r.Key))
+	fields := strings.Split(text, ",")
+	if len(fields) != len(r.Key) {
+		return "", bad("%d part(s), not %d", len(fields), len(r.Key))
+	}
+	for _, f := range fields {
+		name, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		i := slices.IndexFunc(r.Key, func(k KeyPart) bool { return k.Attr == name })
+		switch {
+		case !ok:
+			return "", bad("%q is not attribute=value", strings.TrimSpace(f))
+		case i < 0:
+			return "", bad("no key part %q", name)
+		case seen[i]:
+			return "", bad("%s given twice", name)
+		}
+		seen[i] = true
+		k := r.Key[i]
+		if k.Attr == "client_address" && k.V4Prefix > 0 {
+			a, err := keyNetwork(k, v)
+			if err != nil {
+				return "", bad("%v", err)
+			}
+			vals[i] = k.Attr + "=" + keyValue(k, v, a)
+			continue
+		}
+		vals[i] = k.Attr + "=" + keyValue(k, v, netip.Addr{})
+	}
+	return strings.Join(vals, "\x00"), nil
+}
+
+// keyNetwork is the address of v, a client address or (for a part with
+// prefixes) the network it falls in, as keyValue takes it.
+func keyNetwork(k KeyPart, v string) (netip.Addr, error) {
+	if !strings.Contains(v, "/") {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("client_address %q is not an address", v)
+		}
+		return a.Unmap().WithZone(""), nil
+	}
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("client_address %q is not an address or network", v)
+	}
+	bits := k.V4Prefix
+	if p.Addr().Is6() {
+		bits = k.V6Prefix
+	}
+	if p.Bits() != bits {
+		return netip.Addr{}, fmt.Errorf("client_address %s is not a /%d network", v, bits)
+	}
+	return p.Addr(), nil
+}
+
+// keyParts names r's key parts as configured: "sender, client_address/24/64".
+func (r *PolicyRule) keyParts() string {
+	s := make([]string, len(r.Key))
+	for i, k := range r.Key {
+		s[i] = k.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// RuleKey is CanonicalKey for the rule named rule; the rule is nil when
+// none of that name is in force.
+func (g *Governor) RuleKey(rule, text string) (*PolicyRule, string, error) {
+	r, err := g.policyRule(rule)
+	if err != nil {
+		return nil, "", err
+	}
+	k, err := CanonicalKey(r, text)
+	return r, k, err
 }

@@ -519,31 +519,43 @@ func policyKey(r *PolicyRule, req *PolicyRequest, g *Governor, peer hostmask.Pee
 		}
 		b.WriteString(k.Attr)
 		b.WriteByte('=')
+		var v string
 		switch k.Attr {
 		case "sender_domain":
-			b.WriteString(domainOf(req.Sender))
+			v = domainOf(req.Sender)
 		case "recipient_domain":
-			b.WriteString(domainOf(req.Recipient))
+			v = domainOf(req.Recipient)
 		case "class":
-			b.WriteString(g.policyClass(peer, class))
-		case "sender", "recipient":
-			b.WriteString(strings.ToLower(req.attr(k.Attr)))
-		case "client_address":
-			if k.V4Prefix > 0 && peer.Net.IsValid() {
-				bits := k.V4Prefix
-				if peer.Net.Addr().Is6() {
-					bits = k.V6Prefix
-				}
-				p, _ := peer.Net.Addr().Prefix(bits)
-				b.WriteString(p.String())
-			} else {
-				b.WriteString(req.ClientAddress)
-			}
+			v = g.policyClass(peer, class)
 		default:
-			b.WriteString(req.attr(k.Attr))
+			v = req.attr(k.Attr)
 		}
+		b.WriteString(keyValue(k, v, peer.Net.Addr()))
 	}
 	return b.String()
+}
+
+// keyValue is the one normalisation of a key part's value, for
+// policyKey and CanonicalKey: v is the value as a request gives it (the
+// domain for sender_domain and recipient_domain), a the client's address
+// (unmapped, without zone; invalid when unknown) for client_address.
+// Addresses and domains are lower-cased; a client address is reduced to
+// its network when the part has prefixes.
+func keyValue(k KeyPart, v string, a netip.Addr) string {
+	switch k.Attr {
+	case "sender", "recipient", "sender_domain", "recipient_domain":
+		return strings.ToLower(v)
+	case "client_address":
+		if k.V4Prefix > 0 && a.IsValid() {
+			bits := k.V4Prefix
+			if a.Is6() {
+				bits = k.V6Prefix
+			}
+			p, _ := a.Prefix(bits)
+			return p.String()
+		}
+	}
+	return v
 }
 
 // keyText renders a key for people: "sender=a@b.example, client_address=...".
