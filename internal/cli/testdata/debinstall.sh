@@ -35,9 +35,10 @@ unit=/lib/systemd/system/sluice.service
 pre=$(sed -n "s/^ExecStartPre=//p" $unit)
 main=$(sed -n "s/^ExecStart=//p" $unit)
 asunit="setpriv --reuid=sluice --regid=sluice --init-groups --inh-caps=-all --bounding-set=-all --no-new-privs"
-$asunit $pre
+# systemd makes RuntimeDirectory= (owned by User=) before ExecStartPre.
 install -d -o sluice -g sluice -m 0755 /run/sluice
 install -d -m 0755 /var/spool/postfix/private
+$asunit $pre
 set --
 n=0
 for u in sluice.socket sluice-web.socket; do
