@@ -34,8 +34,11 @@ import (
 // SMTP client: the 11th message of a sender is deferred, exactly 2
 // sessions are admitted, the 3rd gets 421; once one ends a new one gets
 // in, and the 6th connection of the minute is refused by the anvil's
-// rate. Last, `sluice status` as sluice, through the web socket the unit
+// rate. Then `sluice status` as sluice, through the web socket the unit
 // passes, shows the multiplexor's pool read at its unprivileged socket.
+// Last, with the milter's recipe taken out and its socket unit still
+// installed, ExecStartPre='s check and the start refuse alike
+// (milterRecipeRemoved).
 func TestRecipesMergedIntoExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Postfix, the multiplexor and a daemon")
@@ -104,6 +107,27 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 		t.Errorf("sluice status shows no pool of the multiplexor at %s:\n%s\ndaemon:\n%s", unpriv, st, p.stderr.String())
 	}
 	h.stop()
+	milterRecipeRemoved(t, h, base)
+}
+
+// milterRecipeRemoved is the other configuration of issue 32 that check
+// passed and the unit could not start: the milter's recipe taken out of
+// conf.d while its socket unit still passes the socket. ExecStartPre='s
+// check names the socket the start would refuse, and ExecStart= refuses
+// it alike.
+func milterRecipeRemoved(t *testing.T, h *unitHost, base string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(base, "conf.d", "20-milter.toml")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.preStart()
+	if err == nil || !strings.Contains(string(out), "sluice-milter.socket:") || !strings.Contains(string(out), "would refuse the socket") {
+		t.Errorf("ExecStartPre without the milter's recipe: %v\n%s", err, out)
+	}
+	p := h.startMain()
+	if err := p.wait(t, 30*time.Second); err == nil || !strings.Contains(p.stderr.String(), "no listen address in the configuration names") {
+		t.Errorf("ExecStart without the milter's recipe: %v\n%s", err, p.stderr.String())
+	}
 }
 
 // writeMergedConfig writes TestRecipesMergedIntoExample's configuration
