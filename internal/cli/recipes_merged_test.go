@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,36 +16,44 @@ import (
 )
 
 // TestRecipesMergedIntoExample runs the production configuration,
-// examples/sluice.toml, with the recipes of docs/anvil.md and
-// docs/milter.md and the rule of docs/policy.md's example added as files
-// of its include_dir, as
-// docs/operations.md tells an administrator to: one daemon started by
-// root that switches to sluice, and one private Postfix whose smtpd uses
-// it as its anvil and its milter (unix sockets, as the milter recipe's
-// comment has it). Only paths and addresses move; a last file, the test's
-// own, caps the class local at 2 sessions and 5 connections a minute;
-// examples/policy-sender-rate.toml's rule is one more file. Then, measured
-// at the SMTP client: the 11th message of a sender is deferred, exactly 2
+// examples/sluice.toml, with the recipes of docs/anvil.md, docs/milter.md
+// and docs/mux.md's `mux-unpriv-web` and the rule of docs/policy.md's
+// example added as files of its include_dir, as docs/operations.md tells
+// an administrator to, under the shipped units (unitHost: the unit files
+// moved to the test's directory, their sockets made and passed as
+// systemd does, ExecStartPre='s check, then ExecStart= as sluice), with
+// one private Postfix whose smtpd uses sluice as its anvil, its milter
+// (unix sockets, as the milter recipe's comment has it) and its policy
+// service, and Debian's multiplexor run as defang with docs/mux.md's -a
+// line (startDebianMux). Only paths and addresses move; a last file, the
+// test's own, caps the class local at 2 sessions and 5 connections a
+// minute; examples/policy-sender-rate.toml's rule is one more file.
+// Before the start, check rejects the merged configuration for the
+// shipped units until the milter's socket unit is given (its directory is
+// root's and read-only under ProtectSystem=strict). Then, measured at the
+// SMTP client: the 11th message of a sender is deferred, exactly 2
 // sessions are admitted, the 3rd gets 421; once one ends a new one gets
-// in, and the 6th connection of the minute is refused by the anvil's rate. Before, check rejects the
-// merged configuration for the shipped units until the milter's socket
-// unit is installed (its directory is root's and read-only under
-// ProtectSystem=strict).
+// in, and the 6th connection of the minute is refused by the anvil's
+// rate. Then `sluice status` as sluice, through the web socket the unit
+// passes, shows the multiplexor's pool read at its unprivileged socket.
+// Last, with the milter's recipe taken out and its socket unit still
+// installed, ExecStartPre='s check and the start refuse alike
+// (milterRecipeRemoved).
 func TestRecipesMergedIntoExample(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts Postfix and a daemon")
+		t.Skip("starts Postfix, the multiplexor and a daemon")
 	}
-	peer.Root(t, "the daemon is started by root and switches to the user sluice")
+	peer.Root(t, "the units' sockets are made by root; the multiplexor runs as defang")
 	peer.User(t, "sluice")
 	if err := postfixtest.Available(); err != nil {
 		peer.Missing(t, "a private Postfix instance", err)
 	}
 	bin, _ := muxBinaries(t)
 	base := deployDir(t)
-	smtpPort, err1 := postfixtest.FreePort()
-	webPort, err2 := postfixtest.FreePort()
-	if err1 != nil || err2 != nil {
-		t.Fatal(err1, err2)
+	_, unpriv := startDebianMux(t, base)
+	smtpPort, err := postfixtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
 	queue := filepath.Join(base, "postfix", "queue")
 	mainCF := recipe.MainCF(t, recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-main.cf"), "inet:127.0.0.1:8891", "unix:"+queue+"/sluice/milter"))
@@ -64,10 +70,74 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 		t.Fatalf("queue %s, want %s", inst.QueueDir(), queue)
 	}
 
-	dir := filepath.Join(base, "sluice")
-	moved := strings.NewReplacer("/var/spool/postfix", queue, "/var/lib/sluice", filepath.Join(dir, "state"),
-		"/run/sluice", filepath.Join(dir, "run"), "/etc/postfix", inst.ConfigDir(), "127.0.0.1:9465", "127.0.0.1:"+strconv.Itoa(webPort),
-		"/etc/systemd/system", filepath.Join(dir, "units"))
+	moved := movedDeploymentAt(t, bin, base, queue, "sluice", "sluice")
+	cfg, units := filepath.Join(base, "sluice.toml"), filepath.Join(base, "systemd")
+	writeMergedConfig(t, moved, strings.NewReplacer("/etc/postfix", inst.ConfigDir()), base, unpriv)
+	args := []string{"check", "-q", "-c", cfg, "-service-unit", filepath.Join(units, "sluice.service"),
+		"-socket-unit", filepath.Join(units, "sluice.socket"), "-socket-unit", filepath.Join(units, "sluice-web.socket")}
+	if code, _, errs := run(args...); code != 1 || !strings.Contains(errs, "20-milter.toml") ||
+		!strings.Contains(errs, "user sluice cannot bind "+queue+"/sluice/milter") {
+		t.Errorf("check without the milter's socket unit: exit %d, %s", code, errs)
+	}
+	args = append(args, "-socket-unit", filepath.Join(units, "sluice-milter.socket"))
+	if code, _, errs := run(args...); code != 0 {
+		t.Errorf("check with the milter's socket unit: exit %d, %s", code, errs)
+	}
+	// Without -q check shows what it merged and who enforces the caps.
+	code, out, _ := run(append([]string{"check"}, args[2:]...)...)
+	for _, want := range []string{"conf.d/10-anvil.toml, " + base + "/conf.d/20-milter.toml, " + base + "/conf.d/30-mux-web.toml, " +
+		base + "/conf.d/50-sender-rate.toml, " + base + "/conf.d/90-test.toml",
+		"refuse caps enforced by: anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot",
+		"worker pool: asks the multiplexor at " + unpriv} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("check: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	// systemctl enable --now of the socket units, then of sluice.
+	h := newUnitHost(t, moved, units)
+	p := h.start()
+	assertUnprivileged(t, p.pid(), "sluice")
+
+	mergedSessions(t, ctx, inst, smtpPort, p)
+
+	// The page's data, as sluice reads it through the web socket: the
+	// pool, read at the multiplexor's unprivileged socket.
+	if st := statusAs(t, bin, cfg, credential(t, "sluice"), p); !strings.Contains(st, "pool     0/2 busy  [") {
+		t.Errorf("sluice status shows no pool of the multiplexor at %s:\n%s\ndaemon:\n%s", unpriv, st, p.stderr.String())
+	}
+	h.stop()
+	milterRecipeRemoved(t, h, base)
+}
+
+// milterRecipeRemoved is the other configuration of issue 32 that check
+// passed and the unit could not start: the milter's recipe taken out of
+// conf.d while its socket unit still passes the socket. ExecStartPre='s
+// check names the socket the start would refuse, and ExecStart= refuses
+// it alike.
+func milterRecipeRemoved(t *testing.T, h *unitHost, base string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(base, "conf.d", "20-milter.toml")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.preStart()
+	if err == nil || !strings.Contains(string(out), "sluice-milter.socket:") || !strings.Contains(string(out), "would refuse the socket") {
+		t.Errorf("ExecStartPre without the milter's recipe: %v\n%s", err, out)
+	}
+	p := h.startMain()
+	if err := p.wait(t, 30*time.Second); err == nil || !strings.Contains(p.stderr.String(), "no listen address in the configuration names") {
+		t.Errorf("ExecStart without the milter's recipe: %v\n%s", err, p.stderr.String())
+	}
+}
+
+// writeMergedConfig writes TestRecipesMergedIntoExample's configuration
+// under base: examples/sluice.toml as sluice.toml with include_dir, the
+// recipes as files of conf.d, and the units the check names, all moved
+// by moved and then by postfix (the Postfix's configuration directory);
+// docs/mux.md's web recipe names the multiplexor's socket unpriv.
+func writeMergedConfig(t *testing.T, moved, postfix *strings.Replacer, base, unpriv string) {
+	t.Helper()
+	move := func(s string) string { return postfix.Replace(moved.Replace(s)) }
 	example, err := os.ReadFile(filepath.Join(recipe.Root(), "examples", "sluice.toml"))
 	if err != nil {
 		t.Fatal(err)
@@ -82,19 +152,21 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	}
 	rule := string(policy[at:]) // the rule, as the example's comment says to copy it
 	files := map[string]string{
-		"sluice.toml":          "user = \"sluice\"\ninclude_dir = \"conf.d\"\n" + moved.Replace(string(example)),
-		"conf.d/10-anvil.toml": moved.Replace(recipe.Get(t, "docs/anvil.md", "anvil-config")),
-		"conf.d/20-milter.toml": moved.Replace(recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"),
+		"sluice.toml":          "include_dir = \"conf.d\"\n" + move(string(example)),
+		"conf.d/10-anvil.toml": move(recipe.Get(t, "docs/anvil.md", "anvil-config")),
+		"conf.d/20-milter.toml": move(recipe.Replace(t, recipe.Get(t, "docs/milter.md", "milter-config"),
 			`["inet:127.0.0.1:8891"]`, `["unix:/var/spool/postfix/sluice/milter"]`)),
+		"conf.d/30-mux-web.toml": move(recipe.Replace(t, recipe.Get(t, "docs/mux.md", "mux-unpriv-web"),
+			"/run/mimedefang/mimedefang-multiplexor-unpriv.sock", unpriv)),
 		"conf.d/50-sender-rate.toml": rule,
 		"conf.d/90-test.toml": "[[class]]\nname = \"local\"\nrefuse = 2\n[class.anvil]\nclient_connection_rate_limit = 5\n" +
 			"[anvil.smtpd]\nclient_connection_rate_limit = 100\n",
 	}
 	for _, u := range []string{"sluice.service", "sluice.socket", "sluice-web.socket", "sluice-milter.socket"} {
-		files["units/"+u] = moved.Replace(unitText(t, u))
+		files["systemd/"+u] = moved.Replace(unitText(t, u))
 	}
 	for name, body := range files {
-		p := filepath.Join(dir, name)
+		p := filepath.Join(base, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -102,47 +174,6 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The unit's RuntimeDirectory= and StateDirectory=, moved: systemd
-	// makes them owned by the unit's User=.
-	su, err := user.Lookup("sluice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(su.Uid)
-	gid, _ := strconv.Atoi(su.Gid)
-	for _, d := range []string{"run", "state"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o750); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(filepath.Join(dir, d), uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := filepath.Join(dir, "sluice.toml")
-	units := filepath.Join(dir, "units")
-	args := []string{"check", "-q", "-c", cfg, "-service-unit", filepath.Join(units, "sluice.service"),
-		"-socket-unit", filepath.Join(units, "sluice.socket"), "-socket-unit", filepath.Join(units, "sluice-web.socket")}
-	if code, _, errs := run(args...); code != 1 || !strings.Contains(errs, "20-milter.toml") ||
-		!strings.Contains(errs, "user sluice cannot bind "+queue+"/sluice/milter") {
-		t.Errorf("check without the milter's socket unit: exit %d, %s", code, errs)
-	}
-	args = append(args, "-socket-unit", filepath.Join(units, "sluice-milter.socket"))
-	if code, _, errs := run(args...); code != 0 {
-		t.Errorf("check with the milter's socket unit: exit %d, %s", code, errs)
-	}
-	// Without -q check shows what it merged and who enforces the caps.
-	code, out, _ := run(append([]string{"check"}, args[2:]...)...)
-	for _, want := range []string{"conf.d/10-anvil.toml, " + dir + "/conf.d/20-milter.toml, " + dir + "/conf.d/50-sender-rate.toml, " + dir + "/conf.d/90-test.toml",
-		"refuse caps enforced by: anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot"} {
-		if code != 0 || !strings.Contains(out, want) {
-			t.Errorf("check: exit %d, output lacks %q:\n%s", code, want, out)
-		}
-	}
-
-	p := relStart(t, bin, []string{"serve", "-c", cfg}, inst.AnvilSocketPath(), filepath.Join(queue, "sluice", "milter"))
-	assertUnprivileged(t, p.pid(), "sluice")
-
-	mergedSessions(t, ctx, inst, smtpPort, p)
 }
 
 // mergedSessions is TestRecipesMergedIntoExample's load, measured at the
