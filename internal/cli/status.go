@@ -193,7 +193,7 @@ func fetchStatus(ctx context.Context, target string) ([]byte, error) {
 // tags) is made safe for a terminal.
 func writeStatus(w io.Writer, st *status.Status) {
 	now := st.Now
-	ago := func(t time.Time) string { return fmtDur(now.Sub(t)) }
+	ago := func(t time.Time) string { return status.Duration(now.Sub(t)) }
 
 	head := "sluice"
 	if st.Version != "" {
@@ -215,9 +215,9 @@ func writeStatus(w io.Writer, st *status.Status) {
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if s := st.Store; s != nil {
-		keys := count(s.Keys)
+		keys := status.Count(s.Keys)
 		if s.MaxKeys > 0 {
-			keys += " / " + count(s.MaxKeys)
+			keys += " / " + status.Count(s.MaxKeys)
 		}
 		health := "healthy"
 		if !s.Healthy {
@@ -225,7 +225,7 @@ func writeStatus(w io.Writer, st *status.Status) {
 		}
 		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", safe(s.Backend), keys, health)
 	}
-	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", count(int64(st.Totals.Decisions)), count(int64(st.Totals.Refusals)))
+	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", status.Count(int64(st.Totals.Decisions)), status.Count(int64(st.Totals.Refusals)))
 	for i, d := range st.Doors {
 		label := ""
 		if i == 0 {
@@ -324,7 +324,7 @@ func writePool(tw io.Writer, p *status.Pool, now time.Time) {
 	if k := n[status.SlotKilled]; k > 0 {
 		line += fmt.Sprintf(" · %d killed", k)
 	}
-	line += fmt.Sprintf(" · queue %d/%d · %s msgs · %s activations", p.Queued, p.QueueSize, count(p.Msgs), count(int64(p.Activations)))
+	line += fmt.Sprintf(" · queue %d/%d · %s msgs · %s activations", p.Queued, p.QueueSize, status.Count(p.Msgs), status.Count(int64(p.Activations)))
 	fmt.Fprintln(tw, line)
 	for i, s := range p.Slots {
 		if s.State != status.SlotBusy && s.State != status.SlotKilled {
@@ -338,7 +338,7 @@ func writePool(tw io.Writer, p *status.Pool, now time.Time) {
 			f = append(f, safe(s.Cmd))
 		}
 		if !s.Since.IsZero() {
-			f = append(f, fmtDur(now.Sub(s.Since)))
+			f = append(f, status.Duration(now.Sub(s.Since)))
 		}
 		if s.Tag != "" {
 			f = append(f, safe(s.Tag))
@@ -349,9 +349,9 @@ func writePool(tw io.Writer, p *status.Pool, now time.Time) {
 
 func capText(n, limit int64) string {
 	if limit <= 0 {
-		return count(n) + "/-"
+		return status.Count(n) + "/-"
 	}
-	return count(n) + "/" + count(limit)
+	return status.Count(n) + "/" + status.Count(limit)
 }
 
 // fullMark flags a class at one of its caps (a last cell, or nothing).
@@ -363,9 +363,9 @@ func fullMark(c status.Class) string {
 }
 
 func perPeriod(n, limit int64, period string) string {
-	s := count(n)
+	s := status.Count(n)
 	if limit > 0 {
-		s += "/" + count(limit)
+		s += "/" + status.Count(limit)
 	}
 	if period != "" {
 		s += " per " + safe(period)
@@ -386,47 +386,11 @@ func rateText(perSec float64) string {
 	return strconv.FormatFloat(perSec*3600, 'f', 1, 64) + "/h"
 }
 
-// fmtDur is "4s", "3m12s", "2h05m" or "3d4h", as the status page writes
-// durations.
-func fmtDur(d time.Duration) string {
-	s := int64(max(d, 0) / time.Second)
-	switch {
-	case s < 60:
-		return fmt.Sprintf("%ds", s)
-	case s < 3600:
-		if s%60 == 0 {
-			return fmt.Sprintf("%dm", s/60)
-		}
-		return fmt.Sprintf("%dm%02ds", s/60, s%60)
-	case s < 86400:
-		return fmt.Sprintf("%dh%02dm", s/3600, s/60%60)
-	}
-	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
-}
-
-// count writes n with thousands separators.
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
 func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
-	return count(int64(n)) + " " + word + "s"
+	return status.Count(int64(n)) + " " + word + "s"
 }
 
 // safe makes text from the daemon (keys and replies come from peers) fit

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"sluice/internal/status"
 )
@@ -54,12 +53,12 @@ type pageDoor struct {
 }
 
 func meterOf(n, limit int64) pageMeter {
-	m := pageMeter{Fig: thousands(n) + " / ∞"}
+	m := pageMeter{Fig: status.Count(n) + " / ∞"}
 	if limit <= 0 {
 		m.Class = "nocap"
 		return m
 	}
-	m.Fig = thousands(n) + " / " + thousands(limit)
+	m.Fig = status.Count(n) + " / " + status.Count(limit)
 	switch {
 	case n >= limit:
 		m.Class = "full"
@@ -69,49 +68,6 @@ func meterOf(n, limit int64) pageMeter {
 	return m
 }
 
-// thousands formats n as app.js's num() does: 12,345.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-// ago formats a duration as app.js's dur(): 4s, 3m12s, 2h05m, 3d4h.
-func ago(d time.Duration) string {
-	s := int64(max(0, d.Seconds()))
-	switch {
-	case s < 60:
-		return strconv.FormatInt(s, 10) + "s"
-	case s < 3600:
-		out := strconv.FormatInt(s/60, 10) + "m"
-		if s%60 != 0 {
-			out += twoDigits(s%60) + "s"
-		}
-		return out
-	case s < 86400:
-		return strconv.FormatInt(s/3600, 10) + "h" + twoDigits(s/60%60) + "m"
-	}
-	return strconv.FormatInt(s/86400, 10) + "d" + strconv.FormatInt(s%86400/3600, 10) + "h"
-}
-
-func twoDigits(n int64) string {
-	if n < 10 {
-		return "0" + strconv.FormatInt(n, 10)
-	}
-	return strconv.FormatInt(n, 10)
-}
-
 // facts are the header's facts, as app.js's renderFacts has them.
 func facts(st *status.Status) []pageFact {
 	var out []pageFact
@@ -119,22 +75,22 @@ func facts(st *status.Status) []pageFact {
 		out = append(out, pageFact{K: "version", V: st.Version})
 	}
 	if !st.Started.IsZero() {
-		out = append(out, pageFact{K: "up", V: ago(st.Now.Sub(st.Started))})
+		out = append(out, pageFact{K: "up", V: status.Duration(st.Now.Sub(st.Started))})
 	}
 	if r := st.Reload; r.Generation != 0 {
 		t := "gen " + strconv.Itoa(r.Generation)
 		if !r.At.IsZero() {
-			t += ", " + ago(st.Now.Sub(r.At)) + " ago"
+			t += ", " + status.Duration(st.Now.Sub(r.At)) + " ago"
 		}
 		out = append(out, pageFact{K: "config", V: t})
 		if !r.LastFailed.IsZero() && (r.At.IsZero() || r.LastFailed.After(r.At)) {
-			out = append(out, pageFact{K: "reload", V: "failed " + ago(st.Now.Sub(r.LastFailed)) + " ago", Bad: true})
+			out = append(out, pageFact{K: "reload", V: "failed " + status.Duration(st.Now.Sub(r.LastFailed)) + " ago", Bad: true})
 		}
 	}
 	if s := st.Store; s != nil {
-		t := s.Backend + ", " + thousands(s.Keys)
+		t := s.Backend + ", " + status.Count(s.Keys)
 		if s.MaxKeys != 0 {
-			t += " / " + thousands(s.MaxKeys)
+			t += " / " + status.Count(s.MaxKeys)
 		}
 		t += " keys"
 		if !s.Healthy {
@@ -142,8 +98,8 @@ func facts(st *status.Status) []pageFact {
 		}
 		out = append(out, pageFact{K: "store", V: t, Bad: !s.Healthy})
 	}
-	out = append(out, pageFact{K: "decisions", V: thousands(int64(st.Totals.Decisions))},
-		pageFact{K: "refused", V: thousands(int64(st.Totals.Refusals))})
+	out = append(out, pageFact{K: "decisions", V: status.Count(int64(st.Totals.Decisions))},
+		pageFact{K: "refused", V: status.Count(int64(st.Totals.Refusals))})
 	return out
 }
 
@@ -167,7 +123,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 		d.Classes = append(d.Classes, pageClass{Name: c.Name, Incoming: meterOf(c.Incoming, c.IncomingCap), Total: meterOf(c.Total, c.TotalCap)})
 	}
 	for _, door := range st.Doors {
-		d.Doors = append(d.Doors, pageDoor{Name: door.Name, Text: " " + strings.Join(door.Listen, ", ") + " · " + thousands(int64(door.Conns)) + " conn"})
+		d.Doors = append(d.Doors, pageDoor{Name: door.Name, Text: " " + strings.Join(door.Listen, ", ") + " · " + status.Count(int64(door.Conns)) + " conn"})
 	}
 	var buf bytes.Buffer
 	if err := pageTmpl.Execute(&buf, &d); err != nil {

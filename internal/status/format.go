@@ -1,0 +1,51 @@
+package status
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Count writes n with thousands separators, as the status page's script
+// does: 12,345.
+func Count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// Duration writes d as the status page's script does: "4s", "3m12s",
+// "3m", "2h05m" or "3d4h" (whole seconds; negative is 0s).
+func Duration(d time.Duration) string {
+	s := int64(max(d, 0) / time.Second)
+	two := func(n int64) string {
+		if n < 10 {
+			return "0" + strconv.FormatInt(n, 10)
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	switch {
+	case s < 60:
+		return strconv.FormatInt(s, 10) + "s"
+	case s < 3600:
+		out := strconv.FormatInt(s/60, 10) + "m"
+		if s%60 != 0 {
+			out += two(s%60) + "s"
+		}
+		return out
+	case s < 86400:
+		return strconv.FormatInt(s/3600, 10) + "h" + two(s/60%60) + "m"
+	}
+	return strconv.FormatInt(s/86400, 10) + "d" + strconv.FormatInt(s%86400/3600, 10) + "h"
+}
