@@ -97,7 +97,7 @@ max_wait = "1h"
 		_, err := h.Acquire(ctx, "relay.example")
 		res <- err
 	}()
-	waitFor(t, func() bool { return d.throttleWaiting.Load() == 1 })
+	eventuallyTrue(t, func() bool { return d.throttleWaiting.Load() == 1 }, "the sender waiting for its slot")
 	if err := d.throttleBan.suspend(ctx, "relay relay.example", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +198,6 @@ func TestBanGuardLocksAndSnapshot(t *testing.T) {
 	g.mu.Unlock()
 	if n != 4 {
 		t.Fatalf("%d keys after a prune", n)
-	}
-}
-
-// waitFor waits until cond holds (the test's deadline bounds it).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		time.Sleep(time.Millisecond)
 	}
 }
 
