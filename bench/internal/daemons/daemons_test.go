@@ -3,6 +3,7 @@ package daemons
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -183,25 +184,24 @@ func TestPorts(t *testing.T) {
 // waitFile waits up to 10 s for path to exist.
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10 s", path)
-		}
-	}
+	waitCond(t, "no "+path, func() bool { _, err := os.Stat(path); return err == nil })
 }
 
 // waitSession waits up to 10 s for pid to lead a session of its own.
 func waitSession(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, err := procstat.ReadStat(pid); err == nil && st.Session == pid {
-			return
-		}
+	waitCond(t, fmt.Sprintf("process %d leads no session", pid), func() bool {
+		st, err := procstat.ReadStat(pid)
+		return err == nil && st.Session == pid
+	})
+}
+
+// waitCond polls cond for up to 10 s, failing with what.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d leads no session after 10 s", pid)
+			t.Fatalf("%s after 10 s", what)
 		}
 	}
 }
