@@ -112,6 +112,9 @@ enabled = false
 [milter]
 listen = ["unix:%s"]
 max_sessions = %d
+# The idle figure's sessions all come from one user (milterload's), as
+# Postfix's all come from postfix: no per-peer cap below max_sessions.
+max_conns_per_peer = 0
 %s
 [milter.socket]
 owner = "postfix"
