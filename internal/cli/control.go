@@ -40,6 +40,18 @@ func newCtlFlags(name string, stderr io.Writer) ctlFlags {
 	}
 }
 
+// usage sets the command's -h text: lines, then its flags.
+func (f ctlFlags) usage(lines ...string) {
+	f.fs.Usage = func() {
+		w := f.fs.Output()
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+		fmt.Fprintln(w, "\nflags:")
+		f.fs.PrintDefaults()
+	}
+}
+
 // socket is the control socket to ask.
 func (f ctlFlags) socket() (string, error) {
 	if *f.sock != "" {
@@ -146,15 +158,12 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	key := f.fs.String("key", "", "the `key` as logs show it (sender=a@b.example, client_address=192.0.2.1); for reset, '*' matches any run of characters")
 	near := f.fs.Int("near", 0, "list: only keys at or above this `percent` of a limit")
 	match := f.fs.String("match", "", "list: only keys matching this `pattern` ('*' matches any run)")
-	f.fs.Usage = func() {
-		w := f.fs.Output()
-		fmt.Fprintln(w, "usage: sluice key show -rule RULE -key KEY | sluice key show ATTR=VALUE ... (every key the request touches)")
-		fmt.Fprintln(w, "       sluice key list [-rule RULE] [-near PERCENT] [-match PATTERN]")
-		fmt.Fprintln(w, "       sluice key reset -rule RULE -key KEY|PATTERN")
-		fmt.Fprintln(w, "\nCounts, limits, what remains and when each resets; reset forgets a key's counts (on every daemon sharing Redis).")
-		fmt.Fprintln(w, "\nflags:")
-		f.fs.PrintDefaults()
-	}
+	f.usage(
+		"usage: sluice key show -rule RULE -key KEY | sluice key show ATTR=VALUE ... (every key the request touches)",
+		"       sluice key list [-rule RULE] [-near PERCENT] [-match PATTERN]",
+		"       sluice key reset -rule RULE -key KEY|PATTERN",
+		"\nCounts, limits, what remains and when each resets; reset forgets a key's counts (on every daemon sharing Redis).",
+	)
 	if code, ok := parseFlags(f.fs, rest, stdout, stderr); !ok {
 		return code
 	}
@@ -177,22 +186,21 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // helpStatus is 0 when args asked for help, 2 otherwise.
 func helpStatus(args []string) int {
-	if len(args) > 0 && strings.TrimLeft(args[0], "-") == "h" || len(args) > 0 && strings.TrimLeft(args[0], "-") == "help" {
-		return 0
+	if len(args) > 0 {
+		if a := strings.TrimLeft(args[0], "-"); a == "h" || a == "help" {
+			return 0
+		}
 	}
 	return 2
 }
 
 func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f := newCtlFlags("explain", stderr)
-	f.fs.Usage = func() {
-		w := f.fs.Output()
-		fmt.Fprintln(w, "usage: sluice explain [flags] ATTR=VALUE ...   (or a Postfix policy request on stdin)")
-		fmt.Fprintln(w, "\nWhat the running daemon would answer the request and why, rule by rule, counting nothing.")
-		fmt.Fprintln(w, "To try a configuration file before it goes live: sluice check -c FILE ATTR=VALUE ...")
-		fmt.Fprintln(w, "\nflags:")
-		f.fs.PrintDefaults()
-	}
+	f.usage(
+		"usage: sluice explain [flags] ATTR=VALUE ...   (or a Postfix policy request on stdin)",
+		"\nWhat the running daemon would answer the request and why, rule by rule, counting nothing.",
+		"To try a configuration file before it goes live: sluice check -c FILE ATTR=VALUE ...",
+	)
 	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -214,15 +222,12 @@ func exemptCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	key := f.fs.String("key", "", "the `key` as logs show it (sender=a@b.example)")
 	dur := f.fs.String("for", "", "add: how `long` (30s, 1h, 7d as 168h); default until removed")
 	raise := f.fs.Int64("raise", 0, "add: raise the rule's limits for the key by `N` (default: let it through the rule uncounted)")
-	f.fs.Usage = func() {
-		w := f.fs.Output()
-		fmt.Fprintln(w, "usage: sluice exempt add -rule RULE -key KEY [-raise N] [-for DURATION]")
-		fmt.Fprintln(w, "       sluice exempt del -rule RULE -key KEY")
-		fmt.Fprintln(w, "       sluice exempt list")
-		fmt.Fprintln(w, "\nExemptions survive restarts and are shared through Redis.")
-		fmt.Fprintln(w, "\nflags:")
-		f.fs.PrintDefaults()
-	}
+	f.usage(
+		"usage: sluice exempt add -rule RULE -key KEY [-raise N] [-for DURATION]",
+		"       sluice exempt del -rule RULE -key KEY",
+		"       sluice exempt list",
+		"\nExemptions survive restarts and are shared through Redis.",
+	)
 	if code, ok := parseFlags(f.fs, rest, stdout, stderr); !ok {
 		return code
 	}

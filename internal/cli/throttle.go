@@ -271,15 +271,12 @@ func runCommand(argv []string, stdout, errout io.Writer, stderr io.Writer) int {
 func throttleAdmin(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	f := newCtlFlags("throttle "+sub, stderr)
 	dur := f.fs.String("for", "", "suspend: how `long` (30s, 1h)")
-	f.fs.Usage = func() {
-		w := f.fs.Output()
-		fmt.Fprintln(w, "usage: sluice throttle show [KEY]")
-		fmt.Fprintln(w, "       sluice throttle suspend -for DURATION KEY")
-		fmt.Fprintln(w, "       sluice throttle resume KEY")
-		fmt.Fprintln(w, "\nA suspended key's senders defer (qmail report Z) until it resumes, on every daemon sharing Redis.")
-		fmt.Fprintln(w, "\nflags:")
-		f.fs.PrintDefaults()
-	}
+	f.usage(
+		"usage: sluice throttle show [KEY]",
+		"       sluice throttle suspend -for DURATION KEY",
+		"       sluice throttle resume KEY",
+		"\nA suspended key's senders defer (qmail report Z) until it resumes, on every daemon sharing Redis.",
+	)
 	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
 		return code
 	}
