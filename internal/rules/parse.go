@@ -66,5 +66,8 @@ func ParseLimit(s string) (Limit, error) {
 	if err := l.Validate(); err != nil {
 		return Limit{}, err
 	}
+	if l.Burst == l.N {
+		l.Burst = 0 // "burst=N" is the default spelled out: one value for one meaning
+	}
 	return l, nil
 }

@@ -12,6 +12,7 @@ func TestParseLimit(t *testing.T) {
 		"10/60s exact":           "10/60s exact",
 		"10/60":                  "10/60s exact",
 		"100/1h smooth burst=20": "100/1h smooth burst=20",
+		"10/60s smooth burst=10": "10/60s smooth",
 		"50/60s anvil":           "50/60s anvil",
 		"5/1500ms smooth":        "5/1.5s smooth",
 		"5/20m":                  "5/20m exact",
@@ -104,7 +105,7 @@ func TestParseMode(t *testing.T) {
 // FuzzParseLimit checks that a parsed limit is valid and reads back as
 // itself.
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"10/60s exact", "100/1h smooth burst=20", "50/60s anvil", "500/1d", "", "x/y z", "1/1ns smooth"} {
+	for _, s := range []string{"10/60s exact", "100/1h smooth burst=20", "50/60s anvil", "500/1d", "", "x/y z", "1/1ns smooth", "10/1 smooth burst=10"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
