@@ -54,12 +54,8 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"sluice/bench/internal/errlog"
-	"sluice/bench/internal/hist"
 	"sluice/bench/internal/loadgen"
 )
 
@@ -76,6 +72,9 @@ type config struct {
 	seed        uint64
 	probe       int
 	probeSender string
+	// grace bounds how long a request may hang after the measured period
+	// ends before it counts as failed: graceAfterEnd unless a test sets it.
+	grace time.Duration
 }
 
 // result is what one load run measured.
@@ -181,229 +180,13 @@ func (c *config) validate() error {
 // numRecipients is the size of the recipient pool.
 const numRecipients = 1000
 
-// A run's measured period (a loadgen.Window): until every connection is
-// made it lies in the far future, so nothing is measured and no worker
-// stops.
-
-// run makes cfg.Conns connections one at a time, starting each one's
-// worker as soon as it is connected; once all are made, the -warmup period
-// and then the measured -duration begin. It returns the merged result.
-// Errors are counted; the first few are described on logw.
-//
-// Connecting one at a time, each after the previous one got its first
-// reply, spares a server that accepts slowly: with a listen backlog of 5,
-// connections made faster than it accepts them overflow its accept queue,
-// and each dropped SYN costs the client a second or more. Starting work at
-// once means no connection sits idle while the others are made, as some
-// servers close idle connections. Dialling and the warm-up are not
-// measured.
-func run(cfg config, logw io.Writer) result {
-	p := buildParts(cfg.clients, cfg.senders, cfg.probeSender)
-	lg := errlog.New(logw, "policyload", 10)
-	nonce := uint64(time.Now().UnixNano())
-	far := time.Now().Add(100 * 365 * 24 * time.Hour)
-	var win atomic.Pointer[loadgen.Window]
-	win.Store(&loadgen.Window{Start: far, End: far})
-
-	workers := make([]*worker, cfg.Conns)
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := &worker{
-			addr:   cfg.addr,
-			parts:  p,
-			cfg:    &cfg,
-			idx:    i,
-			rng:    rand.New(rand.NewPCG(cfg.seed, uint64(i))),
-			win:    &win,
-			log:    lg,
-			buf:    make([]byte, 0, 2048),
-			word:   make([]byte, 0, 64),
-			prefix: fmt.Appendf(nil, "%x.%x.", nonce&0xffffffff, 0x10000+i),
-		}
-		w.ready = make(chan struct{})
-		if err := w.connect(); err != nil {
-			w.fail(err) // the worker tries again
-		}
-		workers[i] = w
-		wg.Go(w.run)
-		// The first reply shows the server has accepted this connection.
-		select {
-		case <-w.ready:
-		case <-time.After(dialTimeout):
-		}
-	}
-	mw := loadgen.NewWindow(cfg.Warmup, cfg.Duration)
-	win.Store(&mw)
-	wg.Wait()
-
-	var h hist.Hist
-	res := result{Target: cfg.Label, C: cfg.Conns, Secs: cfg.Duration.Seconds(), Actions: map[string]uint64{}}
-	for _, w := range workers {
-		h.Merge(&w.hist)
-		res.Errors += w.errors
-		w.actions.mergeInto(res.Actions)
-	}
-	l := loadgen.Summarize(&h, res.Secs)
-	res.Reqs, res.RPS, res.P50us, res.P99us, res.P999us = l.Reqs, l.RPS, l.P50us, l.P99us, l.P999us
-	return res
-}
-
 const (
-	// graceAfterEnd bounds how long a request may hang after the measured
-	// period ends before it counts as failed.
+	// graceAfterEnd is config.grace's default.
 	graceAfterEnd = 5 * time.Second
 	// setupTimeout bounds a request made while the connections are still
 	// being made.
 	setupTimeout = time.Minute
 )
-
-// worker owns one connection at a time and its own statistics.
-type worker struct {
-	addr  string
-	parts *parts
-	cfg   *config
-	idx   int
-	rng   *rand.Rand
-	win   *atomic.Pointer[loadgen.Window]
-	log   *errlog.Log
-
-	ready     chan struct{} // closed at the first reply, error or exit
-	readyOnce sync.Once
-
-	conn   *conn
-	armed  bool   // conn's deadline follows the measured period
-	buf    []byte // the request being sent
-	word   []byte // the current reply's first action word
-	prefix []byte // instance prefix, unique to this worker and run
-	msg    message
-
-	hist    hist.Hist
-	actions tally
-	errors  uint64
-}
-
-// connect dials a new connection and sets its deadline.
-func (w *worker) connect() error {
-	c, err := dial(w.addr)
-	if err != nil {
-		return err
-	}
-	w.conn, w.armed = c, false
-	if err := w.arm(); err != nil {
-		w.close()
-		return err
-	}
-	return nil
-}
-
-// arm sets the connection's deadline: a grace period after the measured
-// period if that is known, else setupTimeout from now.
-func (w *worker) arm() error {
-	win := w.win.Load()
-	if w.armed {
-		return nil
-	}
-	d := time.Now().Add(setupTimeout)
-	if win.Start.Before(d) {
-		d, w.armed = win.End.Add(graceAfterEnd), true
-	}
-	return w.conn.c.SetDeadline(d)
-}
-
-// setReady closes w.ready once.
-func (w *worker) setReady() {
-	w.readyOnce.Do(func() {
-		if w.ready != nil {
-			close(w.ready)
-		}
-	})
-}
-
-func (w *worker) run() {
-	defer w.setReady()
-	defer w.close()
-	for time.Now().Before(w.win.Load().End) {
-		if w.conn == nil {
-			if err := w.connect(); err != nil {
-				w.fail(err)
-				time.Sleep(min(10*time.Millisecond, time.Until(w.win.Load().End)))
-				continue
-			}
-		}
-		err := w.arm()
-		if err == nil {
-			err = w.session()
-		}
-		if err != nil {
-			w.fail(err)
-			w.close()
-		}
-	}
-}
-
-func (w *worker) fail(err error) {
-	w.setReady()
-	w.errors++
-	w.log.Printf("%v", err)
-}
-
-func (w *worker) close() {
-	if w.conn != nil {
-		w.conn.close()
-		w.conn = nil
-	}
-}
-
-// session runs one SMTP session: one to three messages of one client.
-func (w *worker) session() error {
-	m := &w.msg
-	m.client = w.rng.IntN(w.cfg.clients)
-	m.port = 1024 + w.rng.IntN(65536-1024)
-	for range 1 + w.rng.IntN(3) {
-		m.sender = w.rng.IntN(w.cfg.senders)
-		m.n = 1 + w.rng.IntN(3)
-		for k := range m.n {
-			m.rcpts[k] = w.rng.IntN(numRecipients)
-		}
-		m.size = 2000 + w.rng.IntN(98000)
-		m.seq++
-		for k := range m.n {
-			if done, err := w.do(false, k); done || err != nil {
-				return err
-			}
-		}
-		if done, err := w.do(true, 0); done || err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// do sends one request about the current message and reads its reply; it
-// records the round trip's latency and action if the round trip lies
-// wholly inside the measured period, and reports whether that period is
-// over.
-func (w *worker) do(eom bool, k int) (done bool, err error) {
-	w.buf = w.parts.appendRequest(w.buf[:0], &w.msg, eom, k, w.prefix, w.idx)
-	start := time.Now()
-	act, err := w.conn.roundTrip(w.buf)
-	if err != nil {
-		if eom {
-			return false, fmt.Errorf("END-OF-MESSAGE: %w", err)
-		}
-		return false, fmt.Errorf("RCPT: %w", err)
-	}
-	end := time.Now()
-	win := w.win.Load()
-	if win.Start.After(end) {
-		w.setReady() // setting up: the first reply unblocks the next dial
-	} else if win.Holds(start, end) {
-		w.hist.Record(end.Sub(start))
-		w.word = firstWord(w.word, act)
-		w.actions.add(w.word)
-	}
-	return end.After(win.End), nil
-}
 
 // probeTimeout bounds a whole -probe run.
 const probeTimeout = 2 * time.Minute

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"sluice/bench/internal/fakeserver"
@@ -26,6 +28,12 @@ type fakePolicy struct {
 	limit     int
 	countRCPT bool
 	reply     string // if not empty, sent verbatim as every reply
+	// closeAfter, if not 0, closes each connection after that many
+	// replies; split writes each reply a byte at a time; hang answers
+	// the first request of each connection and no other.
+	closeAfter int
+	split      bool
+	hang       bool
 
 	srv *fakeserver.Server
 	mu  sync.Mutex
@@ -69,7 +77,7 @@ func (f *fakePolicy) handle(c net.Conn) {
 	// Per connection: the current message's instance and its RCPT count.
 	var instance string
 	var rcpts int
-	for {
+	for served := 0; f.closeAfter == 0 || served < f.closeAfter; served++ {
 		attrs := map[string]string{}
 		var names []string
 		size := 0
@@ -157,10 +165,28 @@ func (f *fakePolicy) handle(c net.Conn) {
 			reply = f.reply
 		}
 		f.mu.Unlock()
-		if _, err := io.WriteString(c, reply); err != nil {
+		if f.hang && served > 0 {
+			continue
+		}
+		if err := f.write(c, reply); err != nil {
 			return
 		}
 	}
+}
+
+// write sends reply as the fake is set to.
+func (f *fakePolicy) write(c net.Conn, reply string) error {
+	if f.split {
+		for i := range len(reply) {
+			if _, err := io.WriteString(c, reply[i:i+1]); err != nil {
+				return err
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		return nil
+	}
+	_, err := io.WriteString(c, reply)
+	return err
 }
 
 // count counts one event for sender; f.mu is held.
@@ -251,6 +277,46 @@ func TestMalformedReplyIsAnError(t *testing.T) {
 		if res.Reqs != 0 || len(res.Actions) != 0 {
 			t.Errorf("reply %q: reqs = %d, actions = %v; want none", reply, res.Reqs, res.Actions)
 		}
+	}
+}
+
+// TestBrokenConnectionsReconnect: a server that closes every connection
+// after a few replies costs an error each time, the connection is made
+// again and the load goes on; replies that come a byte at a time are
+// whole replies, not errors.
+func TestBrokenConnectionsReconnect(t *testing.T) {
+	f := startFake(t, &fakePolicy{limit: 1 << 30, closeAfter: 5})
+	res := run(testConfig(f.addr()), io.Discard)
+	if res.Errors == 0 || res.Reqs < 4*res.Errors {
+		t.Errorf("errors = %d, reqs = %d; want an error per 5 requests and the load going on", res.Errors, res.Reqs)
+	}
+	f.mu.Lock()
+	for _, p := range f.problems {
+		t.Errorf("request problem: %s", p)
+	}
+	f.mu.Unlock()
+
+	s := startFake(t, &fakePolicy{limit: 1 << 30, split: true})
+	res = run(testConfig(s.addr()), &testLog{t})
+	if res.Errors != 0 || res.Reqs == 0 || res.Actions["DUNNO"] != res.Reqs {
+		t.Errorf("replies in pieces: %v; want no errors and every reply DUNNO", res)
+	}
+}
+
+// TestHungServerTimesOut: requests a server never answers fail once the
+// window and its grace are over, and the run ends.
+func TestHungServerTimesOut(t *testing.T) {
+	f := startFake(t, &fakePolicy{limit: 1 << 30, hang: true})
+	cfg := testConfig(f.addr())
+	cfg.grace = 100 * time.Millisecond
+	cfg.Conns = 2
+	begin := time.Now()
+	res := run(cfg, io.Discard)
+	if res.Errors != 2 || res.Reqs != 0 {
+		t.Errorf("errors = %d, reqs = %d; want the 2 hung requests failed, none measured", res.Errors, res.Reqs)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("the run took %v", took)
 	}
 }
 
@@ -365,7 +431,7 @@ func TestReadReply(t *testing.T) {
 		{"action=DUNNO", ""},
 		{"action=" + strings.Repeat("x", 5000) + "\n\n", ""},
 	} {
-		c := &conn{r: bufio.NewReaderSize(strings.NewReader(tc.reply), 4096)}
+		c := &conn{rd: iotest.OneByteReader(strings.NewReader(tc.reply))}
 		act, err := c.readReply()
 		if tc.want == "" {
 			if err == nil {
@@ -410,10 +476,19 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	var tl tally
 	tl.add([]byte("DUNNO"))
 	word := make([]byte, 0, 64)
+	st := stream{parts: p, clients: 1000, senders: 1000, rng: rand.New(rand.NewPCG(1, 2)), prefix: prefix, idx: 63}
+	var rb replyBuf
 	allocs := testing.AllocsPerRun(100, func() {
 		buf = p.appendRequest(buf[:0], &m, false, 2, prefix, 63)
 		buf = p.appendRequest(buf[:0], &m, true, 0, prefix, 63)
-		word = firstWord(word, []byte("dunno"))
+		buf = st.appendNext(buf[:0])
+		st.answered()
+		rb.n += copy(rb.space(), "action=dunno\n\n")
+		act, ok, err := rb.next()
+		if !ok || err != nil {
+			t.Fatalf("reply: %q %v %v", act, ok, err)
+		}
+		word = firstWord(word, act)
 		tl.add(word)
 	})
 	if allocs != 0 {
@@ -421,6 +496,30 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	}
 	if len(buf) > 1000 {
 		t.Errorf("longest request is %d bytes, want under 1000", len(buf))
+	}
+}
+
+// TestReplyBuf: replies that come together are taken one by one, a reply
+// cut short waits for its end, and one longer than the buffer is an error.
+func TestReplyBuf(t *testing.T) {
+	var rb replyBuf
+	rb.n += copy(rb.space(), "action=OK\n\naction=DUNNO\nx=1\n\naction=REJ")
+	for _, want := range []string{"OK", "DUNNO"} {
+		if act, ok, err := rb.next(); !ok || err != nil || string(act) != want {
+			t.Fatalf("next = %q, %v, %v; want %q", act, ok, err, want)
+		}
+	}
+	if act, ok, err := rb.next(); ok || err != nil {
+		t.Fatalf("with half a reply: next = %q, %v, %v; want to wait", act, ok, err)
+	}
+	rb.n += copy(rb.space(), "ECT\n\n")
+	if act, ok, err := rb.next(); !ok || err != nil || string(act) != "REJECT" {
+		t.Fatalf("next = %q, %v, %v; want REJECT", act, ok, err)
+	}
+	rb.reset()
+	rb.n += copy(rb.space(), "action="+strings.Repeat("x", replyMax))
+	if _, _, err := rb.next(); err == nil || len(rb.space()) != 0 {
+		t.Errorf("a full buffer without a whole reply: err %v, space %d; want an error", err, len(rb.space()))
 	}
 }
 

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 )
@@ -34,11 +34,82 @@ func (t *tally) mergeInto(m map[string]uint64) {
 	}
 }
 
-// conn is one persistent policy connection with its reply parser.
+// replyMax is the longest reply a connection takes.
+const replyMax = 4096
+
+// replyBuf holds what a connection has read and not yet parsed.
+type replyBuf struct {
+	b    [replyMax]byte
+	r, n int // b[r:n] is unparsed
+}
+
+// space compacts the buffer and returns where the next read goes; it is
+// empty when the buffer holds replyMax bytes of an unfinished reply.
+func (rb *replyBuf) space() []byte {
+	if rb.r > 0 {
+		rb.n = copy(rb.b[:], rb.b[rb.r:rb.n])
+		rb.r = 0
+	}
+	return rb.b[rb.n:]
+}
+
+// next returns the action of the whole reply at the start of the buffer
+// and moves past it; ok is false if no whole reply has come yet. The
+// action is valid until the next call of space.
+func (rb *replyBuf) next() (act []byte, ok bool, err error) {
+	act, n, err := parseReply(rb.b[rb.r:rb.n])
+	if err != nil || n == 0 {
+		if err == nil && rb.r == 0 && rb.n == replyMax {
+			err = fmt.Errorf("reply longer than %d bytes", replyMax)
+		}
+		return nil, false, err
+	}
+	rb.r += n
+	return act, true, nil
+}
+
+// reset empties the buffer, for a new connection.
+func (rb *replyBuf) reset() { rb.r, rb.n = 0, 0 }
+
+// parseReply parses the reply at the start of b: "name=value" lines up to
+// an empty line. It returns the value of the first action attribute and
+// the reply's length, or n == 0 if b holds no whole reply yet. A line
+// without a name and "=", a reply without an action or with an empty one
+// is an error.
+func parseReply(b []byte) (act []byte, n int, err error) {
+	seen := false
+	for {
+		nl := bytes.IndexByte(b[n:], '\n')
+		if nl < 0 {
+			return nil, 0, nil
+		}
+		line := b[n : n+nl]
+		n += nl + 1
+		if len(line) == 0 {
+			break
+		}
+		eq := bytes.IndexByte(line, '=')
+		if eq <= 0 {
+			return nil, 0, fmt.Errorf("malformed reply line %q", line)
+		}
+		if !seen && string(line[:eq]) == "action" {
+			seen, act = true, line[eq+1:]
+		}
+	}
+	if !seen {
+		return nil, 0, errors.New("reply without action")
+	}
+	if len(bytes.TrimSpace(act)) == 0 {
+		return nil, 0, errors.New("reply with an empty action")
+	}
+	return act, n, nil
+}
+
+// conn is one blocking policy connection, as -probe uses.
 type conn struct {
-	c   net.Conn
-	r   *bufio.Reader
-	act []byte // the current reply's action value, copied out of r
+	c  net.Conn
+	rd io.Reader // c, or a test's reader
+	rb replyBuf
 }
 
 // dialTimeout bounds connection set-up; a dropped SYN is sent again after
@@ -50,7 +121,7 @@ func dial(addr string) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	return &conn{c: c, r: bufio.NewReaderSize(c, 4096), act: make([]byte, 0, 256)}, nil
+	return &conn{c: c, rd: c}, nil
 }
 
 func (c *conn) close() { _ = c.c.Close() }
@@ -67,35 +138,20 @@ func (c *conn) roundTrip(req []byte) ([]byte, error) {
 // readReply reads one reply up to its empty line and returns the value of
 // its (first) action attribute.
 func (c *conn) readReply() ([]byte, error) {
-	c.act = c.act[:0]
-	seen := false
 	for {
-		line, err := c.r.ReadSlice('\n')
+		act, ok, err := c.rb.next()
 		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			return nil, fmt.Errorf("reply line longer than %d bytes", c.r.Size())
 		case err != nil:
+			return nil, err
+		case ok:
+			return act, nil
+		}
+		n, err := c.rd.Read(c.rb.space())
+		c.rb.n += n
+		if n == 0 && err != nil {
 			return nil, fmt.Errorf("reading reply: %w", err)
 		}
-		if len(line) == 1 {
-			break
-		}
-		eq := bytes.IndexByte(line, '=')
-		if eq <= 0 {
-			return nil, fmt.Errorf("malformed reply line %q", line)
-		}
-		if !seen && string(line[:eq]) == "action" {
-			seen = true
-			c.act = append(c.act, line[eq+1:len(line)-1]...)
-		}
 	}
-	if !seen {
-		return nil, errors.New("reply without action")
-	}
-	if len(bytes.TrimSpace(c.act)) == 0 {
-		return nil, errors.New("reply with an empty action")
-	}
-	return c.act, nil
 }
 
 // firstWord returns the action's first word in upper case, written into
