@@ -125,6 +125,7 @@ func TestSpreadsAndTable(t *testing.T) {
 			r.rps.Add(t, c, 1000)
 			r.cpu.Add(t, c, 20)
 			r.p50.Add(t, c, 100)
+			r.client.Add(t, c, 7.5)
 		}
 	}
 	r.errors["postfwd,8"] = 3
@@ -140,7 +141,7 @@ func TestSpreadsAndTable(t *testing.T) {
 	writeTable(&table, r, settings{duration: "1s", rounds: 2, postfwdCache: 0}, 2)
 	for _, want := range []string{
 		"medians over 2 round(s), 1s per run, 2 CPUs shared by load generator and servers\n",
-		"64   sluice                    25135.0      100.0     5570.6        0.0           20.0       0.00       1000.0      49270.0\n",
+		"64   sluice                    25135.0      100.0     5570.6        0.0           20.0       0.00            7.5       1000.0      49270.0\n",
 		"warning: postfwd at c=8 had 3 errors over all rounds\n",
 	} {
 		if !strings.Contains(table.String(), want) {

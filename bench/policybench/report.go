@@ -17,6 +17,7 @@ type results struct {
 	targets                  []string // the servers measured, in the table's order
 	rps, p50, p99, p999, cpu rounds.Series
 	cs                       rounds.Series  // the server's context switches per request
+	client                   rounds.Series  // the load generator's CPU time per request
 	errors                   map[string]int // by target and c, as "target,c"
 }
 
@@ -56,7 +57,7 @@ func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
 // period, assumed to run at the measured rate).
 func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round int, t string, c int) error {
 	t0, s0 := b.serverTicks(t), b.serverSwitches(t)
-	out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-c", strconv.Itoa(c), "-duration", b.s.duration,
+	out, st, lcpu, err := b.policyload(ctx, "-addr", b.addr(t), "-c", strconv.Itoa(c), "-duration", b.s.duration,
 		"-warmup", warmup.String(), "-label", t, "-seed", strconv.Itoa(round))
 	t1, s1 := b.serverTicks(t), b.serverSwitches(t)
 	if ctx.Err() != nil { // interrupted: nothing to report
@@ -74,7 +75,8 @@ func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round in
 	}
 	cpu := serverCPU(float64(t1)-float64(t0), b.hz, rps, secs, warmup.Seconds())
 	cs := perRequest(float64(s1)-float64(s0), rps, secs, warmup.Seconds())
-	fmt.Fprintf(w, "round %d: %s server_cpu_us=%.1f server_cs=%.2f\n", round, out, cpu, cs)
+	client := perRequest(lcpu.Seconds()*1e6, rps, secs, warmup.Seconds())
+	fmt.Fprintf(w, "round %d: %s server_cpu_us=%.1f server_cs=%.2f client_cpu_us=%.1f\n", round, out, cpu, cs, client)
 	if st == 1 { // errors are counted in the line; show the first few
 		data, _ := os.ReadFile(b.path("policyload.err"))
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
@@ -99,6 +101,7 @@ func (b *bench) runOnce(ctx context.Context, w io.Writer, res *results, round in
 	res.rps.Add(t, c, rps)
 	res.cpu.Add(t, c, cpu)
 	res.cs.Add(t, c, cs)
+	res.client.Add(t, c, client)
 	res.errors[t+","+strconv.Itoa(c)] += int(errs)
 	return nil
 }
@@ -130,13 +133,15 @@ func writeTable(w io.Writer, r *results, s settings, cpus int) {
 	fmt.Fprintf(w, "medians over %d round(s), %s per run, %d CPUs shared by load generator and servers\n", s.rounds, s.duration, cpus)
 	fmt.Fprintln(w, "(server_cpu_us: CPU time the server used per request, all its processes, user + system;")
 	fmt.Fprintln(w, "server_cs: the server's context switches per request, all its threads;")
+	fmt.Fprintln(w, "client_cpu_us: CPU time the load generator used per request, its whole run;")
 	fmt.Fprintln(w, "rps_min, rps_max: the slowest and the fastest round's rps):")
-	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %10s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "server_cs", "rps_min", "rps_max")
+	fmt.Fprintf(w, "%-4s %-20s %12s %10s %10s %10s %14s %10s %14s %12s %12s\n", "c=", "target", "rps", "p50_us", "p99_us", "p999_us", "server_cpu_us", "server_cs", "client_cpu_us", "rps_min", "rps_max")
 	for _, c := range concurrency {
 		for _, t := range r.targets {
 			m := r.rps.Summary(t, c)
-			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %10.2f %12.1f %12.1f\n", c, t, m.Median,
-				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), r.cs.Median(t, c), m.Min, m.Max)
+			fmt.Fprintf(w, "%-4d %-20s %12.1f %10.1f %10.1f %10.1f %14.1f %10.2f %14.1f %12.1f %12.1f\n", c, t, m.Median,
+				r.p50.Median(t, c), r.p99.Median(t, c), r.p999.Median(t, c), r.cpu.Median(t, c), r.cs.Median(t, c),
+				r.client.Median(t, c), m.Min, m.Max)
 		}
 	}
 	for _, c := range concurrency {

@@ -157,21 +157,25 @@ func (b *bench) checkAlive() error {
 }
 
 // policyload runs the load generator with args against target; its
-// standard error goes to policyload.err. status is its exit status.
-func (b *bench) policyload(ctx context.Context, args ...string) (out string, status int, err error) {
+// standard error goes to policyload.err. status is its exit status, cpu
+// the CPU time it used (user + system).
+func (b *bench) policyload(ctx context.Context, args ...string) (out string, status int, cpu time.Duration, err error) {
 	errf, err := os.Create(b.path("policyload.err"))
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	defer errf.Close()
 	cmd := exec.CommandContext(ctx, b.path("policyload"), args...)
 	cmd.Stderr = errf
 	o, err := cmd.Output()
+	if ps := cmd.ProcessState; ps != nil {
+		cpu = ps.UserTime() + ps.SystemTime()
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return strings.TrimSpace(string(o)), exit.ExitCode(), nil
+		return strings.TrimSpace(string(o)), exit.ExitCode(), cpu, nil
 	}
-	return strings.TrimSpace(string(o)), 0, err
+	return strings.TrimSpace(string(o)), 0, cpu, err
 }
 
 // probes checks that each server limits: one sender's 1001 messages, of
@@ -183,7 +187,7 @@ func (b *bench) probes(ctx context.Context, w io.Writer) error {
 			fmt.Fprintln(w, "probe floor: not probed (no rule: it answers DUNNO to every request)")
 			continue
 		}
-		out, st, err := b.policyload(ctx, "-addr", b.addr(t), "-probe", strconv.Itoa(probeMessages), "-label", t)
+		out, st, _, err := b.policyload(ctx, "-addr", b.addr(t), "-probe", strconv.Itoa(probeMessages), "-label", t)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
