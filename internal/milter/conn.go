@@ -66,7 +66,7 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
-	rio  syscall.RawConn // Linux unix and TCP sockets: packet I/O (internal/rawio)
+	rio  *rawio.Conn     // Linux unix and TCP sockets: packet I/O (internal/rawio)
 	sess *Session
 	pid  int // the MTA process at the other end of a unix socket (SO_PEERCRED), else 0
 
@@ -106,8 +106,8 @@ func (s *Server) serveConn(nc *netserve.Conn) {
 			c.raw, _ = tc.SyscallConn()
 		}
 	}
-	if sc, ok := nc.Conn.(syscall.Conn); ok && rawio.Supported && !s.noRawIO {
-		c.rio, _ = sc.SyscallConn()
+	if !s.noRawIO {
+		c.rio = rawio.New(nc.Conn)
 	}
 	c.sess = s.newSession(c)
 	defer c.releaseBig()
@@ -540,7 +540,7 @@ func (c *conn) write(b []byte) error {
 		}
 	}
 	if c.rio != nil {
-		_, err := rawio.Write(c.rio, b)
+		_, err := c.rio.Write(b)
 		return err
 	}
 	_, err := c.nc.Write(b)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"sluice/internal/milter/wire"
-	"sluice/internal/rawio"
 )
 
 // Reading packets: a per-connection buffer (rbuf) that usually holds a
@@ -28,7 +27,7 @@ func (c *conn) read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.rio != nil {
-		n, err = rawio.Read(c.rio, p)
+		n, err = c.rio.Read(p)
 	} else {
 		n, err = c.nc.Read(p)
 	}

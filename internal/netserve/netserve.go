@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"sluice/internal/rawio"
@@ -145,7 +144,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if !ok {
 			continue
 		}
-		cn := &Conn{Conn: c, rio: rawConn(c), s: s, peer: key}
+		cn := &Conn{Conn: c, rio: rawio.New(c), s: s, peer: key}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
@@ -234,7 +233,7 @@ func (s *Server) Close() error {
 // thread at every request.
 type Conn struct {
 	net.Conn
-	rio     syscall.RawConn // nil: reads and writes through net.Conn
+	rio     *rawio.Conn // nil: reads and writes through net.Conn
 	s       *Server
 	busy    atomic.Bool // inside a request
 	held    atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
@@ -242,23 +241,10 @@ type Conn struct {
 	counted bool        // counted in s.perPeer
 }
 
-// rawConn is c's raw connection for internal/rawio, or nil.
-func rawConn(c net.Conn) syscall.RawConn {
-	sc, ok := c.(syscall.Conn)
-	if !rawio.Supported || !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
-
 // Write writes b whole to the connection.
 func (c *Conn) Write(b []byte) (int, error) {
 	if c.rio != nil {
-		return rawio.Write(c.rio, b)
+		return c.rio.Write(b)
 	}
 	return c.Conn.Write(b)
 }
@@ -350,7 +336,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.rio != nil {
-		n, err = rawio.Read(c.rio, p)
+		n, err = c.rio.Read(p)
 	} else {
 		n, err = c.Conn.Read(p)
 	}

@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// unixPair returns both ends of a connected unix stream socket, and the
-// raw connection of the first.
-func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn, syscall.RawConn) {
+// unixPair returns both ends of a connected unix stream socket, and raw
+// I/O on the first.
+func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn, *Conn) {
 	t.Helper()
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
 	if err != nil {
@@ -32,9 +32,9 @@ func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn, syscall.RawConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
-	rc, err := a.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
+	rc := New(a)
+	if rc == nil {
+		t.Fatal("no raw I/O for a unix socket")
 	}
 	return a.(*net.UnixConn), b.(*net.UnixConn), rc
 }
@@ -61,7 +61,7 @@ func TestRawWriteFullBuffer(t *testing.T) {
 		}
 		got <- buf.Bytes()
 	}()
-	n, err := Write(rc, want)
+	n, err := rc.Write(want)
 	if err != nil || n != len(want) {
 		t.Fatalf("rawWrite: %d, %v; want %d, nil", n, err, len(want))
 	}
@@ -80,11 +80,11 @@ func TestRawReadWaits(t *testing.T) {
 		b.Close()
 	}()
 	p := make([]byte, 16)
-	n, err := Read(rc, p)
+	n, err := rc.Read(p)
 	if err != nil || string(p[:n]) != "hello" {
 		t.Fatalf("rawRead: %q, %v; want \"hello\", nil", p[:n], err)
 	}
-	if n, err := Read(rc, p); n != 0 || !errors.Is(err, io.EOF) {
+	if n, err := rc.Read(p); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("rawRead after the peer closed: %d, %v; want 0, io.EOF", n, err)
 	}
 }
@@ -95,7 +95,7 @@ func TestRawReadDeadlineAndClose(t *testing.T) {
 	a, _, rc := unixPair(t)
 	p := make([]byte, 16)
 	must(t, a.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
-	if _, err := Read(rc, p); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if _, err := rc.Read(p); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("rawRead past the deadline: %v; want os.ErrDeadlineExceeded", err)
 	}
 	must(t, a.SetReadDeadline(time.Time{}))
@@ -103,10 +103,10 @@ func TestRawReadDeadlineAndClose(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		a.Close()
 	}()
-	if _, err := Read(rc, p); !errors.Is(err, net.ErrClosed) {
+	if _, err := rc.Read(p); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("rawRead on a closed connection: %v; want net.ErrClosed", err)
 	}
-	if _, err := Write(rc, []byte("x")); !errors.Is(err, net.ErrClosed) {
+	if _, err := rc.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("rawWrite on a closed connection: %v; want net.ErrClosed", err)
 	}
 }
@@ -118,7 +118,7 @@ func TestRawWriteError(t *testing.T) {
 	b.Close()
 	var err error
 	for range 100 {
-		if _, err = Write(rc, make([]byte, 64<<10)); err != nil {
+		if _, err = rc.Write(make([]byte, 64<<10)); err != nil {
 			break
 		}
 	}
@@ -131,5 +131,38 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadWriteAllocateNothing: reads and writes reuse what New made.
+func TestReadWriteAllocateNothing(t *testing.T) {
+	_, b, rc := unixPair(t)
+	p, msg := make([]byte, 16), []byte("ping")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := rc.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(b, p[:4]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rc.Read(p); err != nil || n != 4 {
+			t.Fatalf("read %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per write and read, want 0", allocs)
+	}
+}
+
+// TestNewWithoutSocket: a connection without a raw socket gets none.
+func TestNewWithoutSocket(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if New(a) != nil {
+		t.Error("New(net.Pipe end) is not nil")
 	}
 }
