@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -45,19 +44,25 @@ func (l *Limits) defaults() {
 
 // Decoder reads policy requests from a stream.
 type Decoder struct {
-	r     *bufio.Reader
-	lim   Limits
-	buf   []byte // the request's attributes, back to back
-	prev  []byte // the buffer of the request before, cleared
-	marks []mark
+	r    io.Reader
+	lim  Limits
+	buf  []byte // what was read: the current request from 0, then what follows it
+	prev []byte // the buffer of the request before, cleared
+	// buf[head:tail] was read and is not part of a decoded request.
+	head, tail int
+	marks      []mark
 	// Unknown counts attributes ignored because sluice does not know them.
 	Unknown int
 }
 
+// readSize is a decoder's first buffer: a request from Postfix is about
+// 1 KiB.
+const readSize = 4096
+
 // NewDecoder returns a Decoder reading r within lim (zero fields: defaults).
 func NewDecoder(r io.Reader, lim Limits) *Decoder {
 	lim.defaults()
-	return &Decoder{r: bufio.NewReaderSize(r, 4096), lim: lim}
+	return &Decoder{r: r, lim: lim, buf: make([]byte, readSize)}
 }
 
 // Decode reads one request into req (which it resets). Attributes may come
@@ -65,56 +70,29 @@ func NewDecoder(r io.Reader, lim Limits) *Decoder {
 // ignored. A request without request=smtpd_access_policy is an error. At
 // a clean end of stream between requests it returns io.EOF.
 //
-// The request's strings are views of the decoder's buffer, not copies:
-// they are valid until the next Decode. The decoder takes turns between
-// two buffers and clears the one it leaves, so that a string kept by
-// mistake reads as NUL bytes while the next request is decided, not as
-// its plausible value. A caller that keeps a value longer copies it
-// (strings.Clone, Request.Clone). Decoding allocates nothing once the
-// buffers have grown to the connection's largest request.
+// The request is read into the decoder's buffer and parsed where it lies:
+// its strings are views of that buffer, not copies, valid until the next
+// Decode. The decoder takes turns between two buffers and clears the one
+// it leaves, so that a string kept by mistake reads as NUL bytes while the
+// next request is decided, not as its plausible value. A caller that keeps
+// a value longer copies it (strings.Clone, Request.Clone). Decoding
+// allocates nothing once the buffers have grown to the connection's
+// largest request.
 func (d *Decoder) Decode(req *Request) error {
 	req.Reset()
-	clear(d.buf)
-	d.buf, d.prev = d.prev[:0], d.buf
+	d.turn()
 	d.marks = d.marks[:0]
-	attrs := 0
-	for {
-		line, err := d.line()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				if attrs == 0 && len(line) == 0 {
-					return io.EOF
-				}
-				return fmt.Errorf("%w: stream ended inside a request", ErrProtocol)
-			}
-			return err
-		}
-		if len(d.buf)+len(line)+1 > d.lim.MaxRequest {
-			return fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
-		}
-		if len(line) == 0 {
-			break
-		}
-		if attrs++; attrs > d.lim.MaxAttrs {
-			return fmt.Errorf("%w: more than %d attributes", ErrProtocol, d.lim.MaxAttrs)
-		}
-		i := bytes.IndexByte(line, '=')
-		if i <= 0 {
-			if i == 0 {
-				return fmt.Errorf("%w: attribute with an empty name", ErrProtocol)
-			}
-			return fmt.Errorf("%w: attribute without \"=\": %q", ErrProtocol, printable(line))
-		}
-		start := len(d.buf)
-		d.buf = append(d.buf, line...)
-		d.marks = append(d.marks, mark{start: start, eq: start + i, end: len(d.buf)})
+	end, err := d.scan()
+	if err != nil {
+		return err
 	}
-	if i := bytes.IndexByte(d.buf, 0); i >= 0 {
+	d.head = end
+	if i := bytes.IndexByte(d.buf[:end], 0); i >= 0 {
 		return fmt.Errorf("%w: NUL byte in a request", ErrProtocol)
 	}
 	// The whole request seen as one string, without a copy; every value is
 	// a slice of it, valid until the next Decode.
-	text := unsafe.String(unsafe.SliceData(d.buf), len(d.buf))
+	text := unsafe.String(unsafe.SliceData(d.buf), end)
 	for _, m := range d.marks {
 		name, value := text[m.start:m.eq], text[m.eq+1:m.end]
 		if p := req.field(name); p != nil {
@@ -138,6 +116,93 @@ func (d *Decoder) Decode(req *Request) error {
 	return nil
 }
 
+// turn moves what follows the last request to the start of the other
+// buffer, and clears the last request's.
+func (d *Decoder) turn() {
+	next := d.prev
+	if len(next) < len(d.buf) {
+		next = make([]byte, len(d.buf))
+	}
+	n := copy(next, d.buf[d.head:d.tail])
+	clear(d.buf[:d.tail])
+	d.prev, d.buf = d.buf, next
+	d.head, d.tail = 0, n
+}
+
+// scan finds the request's lines, reading until its empty line, and marks
+// its attributes; it returns where the request ends (after its empty
+// line).
+func (d *Decoder) scan() (int, error) {
+	start, pos := 0, 0 // the line being looked at, how far it was searched
+	var rerr error
+	for {
+		i := bytes.IndexByte(d.buf[pos:d.tail], '\n')
+		if i < 0 {
+			if d.tail-start > d.lim.MaxLine {
+				return 0, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
+			}
+			if rerr != nil {
+				if !errors.Is(rerr, io.EOF) {
+					return 0, rerr
+				}
+				if d.tail == 0 {
+					return 0, io.EOF
+				}
+				return 0, fmt.Errorf("%w: stream ended inside a request", ErrProtocol)
+			}
+			pos = d.tail
+			rerr = d.fill()
+			continue
+		}
+		end := pos + i
+		line := d.buf[start:end]
+		if len(line) > d.lim.MaxLine {
+			return 0, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
+		}
+		if end+1 > d.lim.MaxRequest {
+			return 0, fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
+		}
+		if len(line) == 0 {
+			return end + 1, nil
+		}
+		if len(d.marks) == d.lim.MaxAttrs {
+			return 0, fmt.Errorf("%w: more than %d attributes", ErrProtocol, d.lim.MaxAttrs)
+		}
+		eq := bytes.IndexByte(line, '=')
+		if eq <= 0 {
+			if eq == 0 {
+				return 0, fmt.Errorf("%w: attribute with an empty name", ErrProtocol)
+			}
+			return 0, fmt.Errorf("%w: attribute without \"=\": %q", ErrProtocol, printable(line))
+		}
+		d.marks = append(d.marks, mark{start: start, eq: start + eq, end: end})
+		start, pos = end+1, end+1
+	}
+}
+
+// fill reads once into the free end of the buffer, growing it when it is
+// full, up to what the limits let a request and one line take.
+func (d *Decoder) fill() error {
+	if d.tail == len(d.buf) {
+		most := d.lim.MaxRequest + d.lim.MaxLine + 2
+		if len(d.buf) >= most {
+			return fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
+		}
+		grown := make([]byte, min(2*len(d.buf), most))
+		copy(grown, d.buf[:d.tail])
+		d.buf = grown
+	}
+	n, err := d.r.Read(d.buf[d.tail:])
+	d.tail += n
+	if n > 0 {
+		return nil // an error comes again at the next read
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
 // mark locates one attribute in Decoder.buf.
 type mark struct{ start, eq, end int }
 
@@ -152,30 +217,6 @@ func parseNumber(b string) (int64, error) {
 		return 0, errors.New("not a non-negative number")
 	}
 	return v, nil
-}
-
-// line returns the next line without its "\n".
-func (d *Decoder) line() ([]byte, error) {
-	line, err := d.r.ReadSlice('\n')
-	for errors.Is(err, bufio.ErrBufferFull) {
-		// A line longer than the buffer: collect it up to the cap.
-		buf := append([]byte(nil), line...)
-		for errors.Is(err, bufio.ErrBufferFull) {
-			if len(buf) > d.lim.MaxLine {
-				return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
-			}
-			line, err = d.r.ReadSlice('\n')
-			buf = append(buf, line...)
-		}
-		line = buf
-	}
-	if err != nil {
-		return line, err
-	}
-	if len(line) > d.lim.MaxLine+1 {
-		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
-	}
-	return line[:len(line)-1], nil
 }
 
 var printable = netserve.Printable

@@ -96,7 +96,6 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 	var req Request
 	decode := func() {
 		r.Reset(eomRequest)
-		d.r.Reset(r)
 		if err := d.Decode(&req); err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +180,6 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(eomRequest)))
 	for b.Loop() {
 		r.Reset(eomRequest)
-		d.r.Reset(r)
 		if err := d.Decode(&req); err != nil {
 			b.Fatal(err)
 		}
