@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // A request as Postfix 3.7 sends it at END-OF-MESSAGE.
@@ -103,6 +104,32 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 	decode()
 	if n := testing.AllocsPerRun(100, decode); n != 0 {
 		t.Fatalf("%v allocations per request, want 0", n)
+	}
+}
+
+// TestDecodeInPieces: requests that come a byte at a time, or several in
+// one read, or larger than the first buffer, decode the same.
+func TestDecodeInPieces(t *testing.T) {
+	long := strings.Replace(eomRequest, "alice@example.net", strings.Repeat("a", 10000)+"@example.net", 1)
+	in := eomRequest + long + eomRequest
+	for name, r := range map[string]io.Reader{
+		"one byte a read": iotest.OneByteReader(strings.NewReader(in)),
+		"all in one read": strings.NewReader(in),
+		"half a request":  iotest.HalfReader(strings.NewReader(in)),
+	} {
+		d := NewDecoder(r, Limits{})
+		var req Request
+		for i, want := range []string{"alice@example.net", strings.Repeat("a", 10000) + "@example.net", "alice@example.net"} {
+			if err := d.Decode(&req); err != nil {
+				t.Fatalf("%s: request %d: %v", name, i, err)
+			}
+			if req.Sender != want || req.MailVersion != "3.7.11" || req.Size != 12345 {
+				t.Fatalf("%s: request %d: sender of %d bytes, %+v", name, i, len(req.Sender), req.MailVersion)
+			}
+		}
+		if err := d.Decode(&req); !errors.Is(err, io.EOF) {
+			t.Fatalf("%s: after the last request: %v, want io.EOF", name, err)
+		}
 	}
 }
 
