@@ -397,6 +397,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, level, closeLog := app.NewLogger(cfg, stderr)
 	defer closeLog()
+	applyProcs(cfg.Procs, log)
 	if !rootPhase(cfg) { // the unprivileged phase it execs warns
 		for _, w := range configWarnings(ctx, *path, cfg, "") {
 			log.Warn(w)

@@ -17,12 +17,18 @@ import (
 
 // Validate checks the configuration and returns every problem found, each
 // with its file, line and key path.
+// maxProcs bounds procs: more threads than this is a typing mistake.
+const maxProcs = 1024
+
 func (c *Config) Validate() []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
 
 	if c.StateDir == "" {
 		add("state_dir", "must not be empty")
+	}
+	if c.Procs < 0 || c.Procs > maxProcs {
+		add("procs", "%d: want 1 to %d threads, or 0 for one per CPU", c.Procs, maxProcs)
 	}
 	if c.RuntimeDir != "" && !filepath.IsAbs(c.RuntimeDir) {
 		add("runtime_dir", "%q: want an absolute path such as /run/sluice", c.RuntimeDir)
