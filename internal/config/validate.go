@@ -15,11 +15,11 @@ import (
 	"sluice/internal/syslog"
 )
 
-// Validate checks the configuration and returns every problem found, each
-// with its file, line and key path.
 // maxProcs bounds procs: more threads than this is a typing mistake.
 const maxProcs = 1024
 
+// Validate checks the configuration and returns every problem found, each
+// with its file, line and key path.
 func (c *Config) Validate() []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
