@@ -112,12 +112,23 @@ func TestMuxUpgradeUnderPostfixLoad(t *testing.T) {
 	var watchErr atomic.Value
 	var watched sync.WaitGroup
 	watched.Go(func() {
-		for watchCtx.Err() == nil {
+		readPid := func() (int, []byte, error) {
 			b, err := os.ReadFile(r.pidFile)
 			p, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return p, b, err
+		}
+		for watchCtx.Err() == nil {
+			p, b, err := readPid()
 			if err != nil || !alive(p) {
-				watchErr.Store(fmt.Sprintf("the pid file holds %q (%v), not a live process", b, err))
-				return
+				// Between the read and the look at the process the file
+				// may have changed hands: the new multiplexor writes it
+				// before the old one exits, so a read after the look
+				// names the live one. A file still naming a dead process
+				// is the failure.
+				if p2, b2, err2 := readPid(); err2 != nil || p2 == p || !alive(p2) {
+					watchErr.Store(fmt.Sprintf("the pid file holds %q (%v), then %q (%v), not a live process", b, err, b2, err2))
+					return
+				}
 			}
 			if !r.lockHeld(t) {
 				watchErr.Store("the lock file is not locked")
