@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -16,10 +17,13 @@ const Supported = true
 // Conn reads and writes one connected socket with raw read(2) and
 // write(2). One is made per connection and reused: a read or a write
 // allocates nothing (the functions handed to syscall.RawConn are made
-// once, in New). One Read and one Write may run at once, as on net.Conn;
-// two Reads (or two Writes) may not.
+// once, in New, and keep their state in the Conn). As on net.Conn, reads
+// and writes may come from several goroutines at once: each Write is
+// whole and in order with the others, as each Read is.
 type Conn struct {
 	rc     syscall.RawConn
+	rmu    sync.Mutex // one Read at a time: it owns rd
+	wmu    sync.Mutex // one Write at a time: it owns wr
 	rd, wr op
 }
 
@@ -59,6 +63,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	c.rd.b, c.rd.n, c.rd.errno = p, 0, 0
 	err := c.rc.Read(c.rd.fn)
 	n, errno := c.rd.n, c.rd.errno
@@ -88,6 +94,8 @@ func (c *Conn) read(fd uintptr) bool {
 // Write writes all of b, waiting in the netpoller (with the connection's
 // write deadline) while the socket's buffer is full.
 func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.wr.b, c.wr.n, c.wr.errno = b, 0, 0
 	err := c.rc.Write(c.wr.fn)
 	done, errno := c.wr.n, c.wr.errno

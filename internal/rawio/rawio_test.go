@@ -3,8 +3,10 @@
 package rawio
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -164,5 +166,51 @@ func TestNewWithoutSocket(t *testing.T) {
 	defer b.Close()
 	if New(a) != nil {
 		t.Error("New(net.Pipe end) is not nil")
+	}
+}
+
+// TestConcurrentWrites: two goroutines writing at once on one Conn, as
+// the throttle door's reply and its report do, each get every one of
+// their writes through whole and in order.
+func TestConcurrentWrites(t *testing.T) {
+	_, b, rc := unixPair(t)
+	const n = 20000
+	msgs := [2][]byte{[]byte("A123456789012345678901234567890123\n"), []byte("B1234567890123456789012345678901234567890123456789\n")}
+	got := make(chan map[byte]int, 1)
+	go func() {
+		seen := map[byte]int{}
+		r := bufio.NewReader(b)
+		for range 2 * n {
+			line, err := r.ReadBytes('\n')
+			if err != nil {
+				break
+			}
+			k := line[0]
+			if !bytes.Equal(line, msgs[0]) && !bytes.Equal(line, msgs[1]) {
+				k = '?'
+			}
+			seen[k]++
+		}
+		got <- seen
+	}()
+	done := make(chan error, 2)
+	for _, m := range msgs {
+		go func() {
+			for range n {
+				if k, err := rc.Write(m); err != nil || k != len(m) {
+					done <- fmt.Errorf("write %d of %d: %v", k, len(m), err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen := <-got; seen['A'] != n || seen['B'] != n || seen['?'] != 0 {
+		t.Fatalf("the peer read %d A lines, %d B lines, %d broken ones; want %d, %d, 0", seen['A'], seen['B'], seen['?'], n, n)
 	}
 }
