@@ -166,12 +166,16 @@ func (e *engine) loop() {
 			e.log.Printf("epoll_wait: %v", err)
 			return
 		}
+		// The replies of one batch came by the time epoll_wait returned:
+		// that is when each is taken to have arrived, not when the loop
+		// gets to it after the batch's earlier events.
+		arrived := time.Now()
 		for _, ev := range e.events[:max(n, 0)] {
 			c := e.conns[ev.Fd]
 			if ev.Pad != c.gen || c.fd < 0 {
 				continue // an event for a socket closed since
 			}
-			e.handle(c, ev.Events)
+			e.handle(c, arrived)
 		}
 	}
 }
@@ -189,7 +193,8 @@ func (e *engine) wait(next time.Time) (int, error) {
 	if r > 0 {
 		return int(r), nil
 	}
-	return syscall.EpollWait(e.ep, evs, int(time.Until(next)/time.Millisecond)+1)
+	// A negative timeout would wait for ever: next may already be past.
+	return syscall.EpollWait(e.ep, evs, max(0, int(time.Until(next)/time.Millisecond)+1))
 }
 
 // rawRW is a read or write on a non-blocking socket, which never blocks:
@@ -297,8 +302,9 @@ func (e *engine) connected(c *lconn) {
 	}
 }
 
-// handle takes an event on c's socket.
-func (e *engine) handle(c *lconn, events uint32) {
+// handle takes an event on c's socket; arrived is when the batch it came
+// in was returned.
+func (e *engine) handle(c *lconn, arrived time.Time) {
 	switch c.state {
 	case connecting:
 		soErr, err := syscall.GetsockoptInt(c.fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
@@ -313,7 +319,7 @@ func (e *engine) handle(c *lconn, events uint32) {
 	case writing:
 		e.write(c)
 	case waiting:
-		e.read(c)
+		e.read(c, arrived)
 	}
 }
 
@@ -361,10 +367,9 @@ func (e *engine) watch(c *lconn, events uint32) bool {
 	return true
 }
 
-// read reads what came on c and takes its replies.
-func (e *engine) read(c *lconn) {
+// read reads what came on c and takes its reply, as arrived at now.
+func (e *engine) read(c *lconn, now time.Time) {
 	n, err := rawRW(syscall.SYS_READ, c.fd, c.rb.space())
-	now := time.Now()
 	switch {
 	case errors.Is(err, syscall.EAGAIN):
 		return

@@ -11,14 +11,16 @@
 //
 // The load imitates smtpd under check_policy_service in both
 // smtpd_recipient_restrictions and smtpd_end_of_data_restrictions: each
-// worker loops over SMTP sessions of a random client (one of -clients; a new
+// connection loops over SMTP sessions of a random client (one of -clients; a new
 // client_port per session) with one to three messages from a random sender
 // (one of -senders, user{i}@sender{i%100}.example), each message one RCPT
 // request per recipient (one to three; recipient set, recipient_count=0),
 // then one END-OF-MESSAGE request (recipient_count=N, the final size, the
 // recipient only when N is 1). Requests carry Postfix 3.7's full attribute
 // set and are about 900 bytes; instance is a fresh hex value per message,
-// shared by its RCPT and END-OF-MESSAGE requests.
+// shared by its RCPT and END-OF-MESSAGE requests. One thread drives every
+// connection (engine.go): a request's latency runs from its write to the
+// return of the epoll_wait that reported its reply.
 //
 // Connections are made one at a time, each when the previous one has had
 // its first reply (so a server with a short listen backlog sees no SYN

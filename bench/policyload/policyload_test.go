@@ -320,6 +320,30 @@ func TestHungServerTimesOut(t *testing.T) {
 	}
 }
 
+// TestWaitPastDeadline: a wait whose deadline is already past returns at
+// once (a negative epoll_wait timeout would wait for ever).
+func TestWaitPastDeadline(t *testing.T) {
+	cfg := testConfig("127.0.0.1:9")
+	e, err := newEngine(&cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.wait(time.Now().Add(-50 * time.Millisecond))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a wait past its deadline did not return")
+	}
+}
+
 func TestDialFailureIsAnError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
