@@ -44,13 +44,14 @@ func (l *Limits) defaults() {
 
 // Decoder reads policy requests from a stream.
 type Decoder struct {
-	r    io.Reader
-	lim  Limits
-	buf  []byte // what was read: the current request from 0, then what follows it
-	prev []byte // the buffer of the request before, cleared
-	// buf[head:tail] was read and is not part of a decoded request.
-	head, tail int
-	marks      []mark
+	r     io.Reader
+	lim   Limits
+	buf   []byte // what was read; the request being decoded starts at head
+	other []byte // the buffer the decoder turns to, cleared
+	// buf[head:tail] was read and is not part of a decoded request;
+	// buf[last:head] is the request decoded last.
+	head, tail, last int
+	marks            []mark // relative to head
 	// Unknown counts attributes ignored because sluice does not know them.
 	Unknown int
 }
@@ -72,27 +73,30 @@ func NewDecoder(r io.Reader, lim Limits) *Decoder {
 //
 // The request is read into the decoder's buffer and parsed where it lies:
 // its strings are views of that buffer, not copies, valid until the next
-// Decode. The decoder takes turns between two buffers and clears the one
-// it leaves, so that a string kept by mistake reads as NUL bytes while the
-// next request is decided, not as its plausible value. A caller that keeps
-// a value longer copies it (strings.Clone, Request.Clone). Decoding
+// Decode. The next Decode clears the request's bytes, and never reuses
+// them while it decides the request after: a string kept by mistake reads
+// as NUL bytes, not as a plausible value of another request. (It goes on
+// in the same buffer when more requests came with this one, and turns to
+// its other buffer when nothing did or this one is full.) A caller that
+// keeps a value longer copies it (strings.Clone, Request.Clone). Decoding
 // allocates nothing once the buffers have grown to the connection's
-// largest request.
+// largest request, and costs what the request's bytes cost.
 func (d *Decoder) Decode(req *Request) error {
 	req.Reset()
-	d.turn()
+	d.forget()
 	d.marks = d.marks[:0]
-	end, err := d.scan()
+	n, err := d.scan()
 	if err != nil {
 		return err
 	}
-	d.head = end
-	if i := bytes.IndexByte(d.buf[:end], 0); i >= 0 {
+	b := d.buf[d.head : d.head+n]
+	d.last, d.head = d.head, d.head+n
+	if i := bytes.IndexByte(b, 0); i >= 0 {
 		return fmt.Errorf("%w: NUL byte in a request", ErrProtocol)
 	}
 	// The whole request seen as one string, without a copy; every value is
 	// a slice of it, valid until the next Decode.
-	text := unsafe.String(unsafe.SliceData(d.buf), end)
+	text := unsafe.String(unsafe.SliceData(b), n)
 	for _, m := range d.marks {
 		name, value := text[m.start:m.eq], text[m.eq+1:m.end]
 		if p := req.field(name); p != nil {
@@ -116,46 +120,49 @@ func (d *Decoder) Decode(req *Request) error {
 	return nil
 }
 
-// turn moves what follows the last request to the start of the other
-// buffer, and clears the last request's.
-func (d *Decoder) turn() {
-	next := d.prev
-	if len(next) < len(d.buf) {
-		next = make([]byte, len(d.buf))
+// forget clears the request decoded last. When nothing came after it, the
+// next request is read into the other buffer, so that this one stays
+// cleared while the next is decided.
+func (d *Decoder) forget() {
+	clear(d.buf[d.last:d.head])
+	d.last = d.head
+	if d.head < d.tail {
+		return
 	}
-	n := copy(next, d.buf[d.head:d.tail])
-	clear(d.buf[:d.tail])
-	d.prev, d.buf = d.buf, next
-	d.head, d.tail = 0, n
+	if d.other == nil {
+		d.other = make([]byte, readSize)
+	}
+	d.buf, d.other = d.other, d.buf
+	d.head, d.tail, d.last = 0, 0, 0
 }
 
 // scan finds the request's lines, reading until its empty line, and marks
-// its attributes; it returns where the request ends (after its empty
-// line).
+// its attributes; it returns the request's length (to its empty line
+// included). Offsets are relative to d.head, which a fill may move.
 func (d *Decoder) scan() (int, error) {
 	start, pos := 0, 0 // the line being looked at, how far it was searched
 	var rerr error
 	for {
-		i := bytes.IndexByte(d.buf[pos:d.tail], '\n')
+		i := bytes.IndexByte(d.buf[d.head+pos:d.tail], '\n')
 		if i < 0 {
-			if d.tail-start > d.lim.MaxLine {
+			if d.tail-d.head-start > d.lim.MaxLine {
 				return 0, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
 			}
 			if rerr != nil {
 				if !errors.Is(rerr, io.EOF) {
 					return 0, rerr
 				}
-				if d.tail == 0 {
+				if d.tail == d.head {
 					return 0, io.EOF
 				}
 				return 0, fmt.Errorf("%w: stream ended inside a request", ErrProtocol)
 			}
-			pos = d.tail
+			pos = d.tail - d.head
 			rerr = d.fill()
 			continue
 		}
 		end := pos + i
-		line := d.buf[start:end]
+		line := d.buf[d.head+start : d.head+end]
 		if len(line) > d.lim.MaxLine {
 			return 0, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.lim.MaxLine)
 		}
@@ -180,27 +187,42 @@ func (d *Decoder) scan() (int, error) {
 	}
 }
 
-// fill reads once into the free end of the buffer, growing it when it is
-// full, up to what the limits let a request and one line take.
+// fill reads into the free end of the buffer. A full buffer first moves
+// the request being read to the start of the other one, grown when the
+// request alone filled it, up to what the limits let a request and one
+// line take; the buffer left is cleared.
 func (d *Decoder) fill() error {
 	if d.tail == len(d.buf) {
-		most := d.lim.MaxRequest + d.lim.MaxLine + 2
-		if len(d.buf) >= most {
-			return fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
+		size := len(d.buf)
+		if d.head == 0 {
+			most := d.lim.MaxRequest + d.lim.MaxLine + 2
+			if size >= most { // the checks in scan fire first: a guard
+				return fmt.Errorf("%w: request longer than %d bytes", ErrProtocol, d.lim.MaxRequest)
+			}
+			size = min(2*size, most)
 		}
-		grown := make([]byte, min(2*len(d.buf), most))
-		copy(grown, d.buf[:d.tail])
-		d.buf = grown
+		next := d.other
+		if len(next) < size {
+			next = make([]byte, size)
+		}
+		n := copy(next, d.buf[d.head:d.tail])
+		clear(d.buf[:d.tail])
+		d.buf, d.other = next, d.buf
+		d.head, d.tail, d.last = 0, n, 0
 	}
-	n, err := d.r.Read(d.buf[d.tail:])
-	d.tail += n
-	if n > 0 {
-		return nil // an error comes again at the next read
+	// As bufio does, a reader that returns nothing and no error is asked
+	// again a few times before it counts as stuck.
+	for range 100 {
+		n, err := d.r.Read(d.buf[d.tail:])
+		d.tail += n
+		if n > 0 {
+			return nil // an error comes again at the next read
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return err
+	return io.ErrNoProgress
 }
 
 // mark locates one attribute in Decoder.buf.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -130,6 +131,52 @@ func TestDecodeInPieces(t *testing.T) {
 		if err := d.Decode(&req); !errors.Is(err, io.EOF) {
 			t.Fatalf("%s: after the last request: %v, want io.EOF", name, err)
 		}
+	}
+}
+
+// stutterReader returns nothing, and no error, every other call.
+type stutterReader struct {
+	r    io.Reader
+	skip bool
+}
+
+func (s *stutterReader) Read(p []byte) (int, error) {
+	if s.skip = !s.skip; s.skip {
+		return 0, nil
+	}
+	return s.r.Read(p)
+}
+
+// TestDecodePipelinedAfterLarge: many requests that come together, after
+// one that grew the buffer, decode in order; each one's strings read as
+// NUL bytes once the next is decoded; a reader that sometimes returns
+// nothing without an error is asked again.
+func TestDecodePipelinedAfterLarge(t *testing.T) {
+	long := strings.Replace(eomRequest, "alice@example.net", strings.Repeat("b", 12000)+"@example.net", 1)
+	var in strings.Builder
+	in.WriteString(long)
+	for i := range 300 {
+		in.WriteString(strings.Replace(eomRequest, "alice@example.net", fmt.Sprintf("u%d@example.net", i), 1))
+	}
+	d := NewDecoder(&stutterReader{r: strings.NewReader(in.String())}, Limits{})
+	var req Request
+	if err := d.Decode(&req); err != nil || len(req.Sender) != 12012 {
+		t.Fatalf("the large request: %v, sender of %d bytes", err, len(req.Sender))
+	}
+	for i := range 300 {
+		kept := req.Sender
+		if err := d.Decode(&req); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("u%d@example.net", i); req.Sender != want {
+			t.Fatalf("request %d: sender %q, want %q", i, req.Sender, want)
+		}
+		if kept != strings.Repeat("\x00", len(kept)) {
+			t.Fatalf("request %d: the sender before reads %.20q, want NUL bytes", i, kept)
+		}
+	}
+	if err := d.Decode(&req); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last request: %v, want io.EOF", err)
 	}
 }
 
