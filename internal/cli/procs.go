@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 )
 
 // setProcs sets GOMAXPROCS. The package's tests, which run many daemons
@@ -12,11 +13,13 @@ import (
 var setProcs = runtime.GOMAXPROCS
 
 // applyProcs sets how many threads run Go code, as the configuration's
-// procs says (0: Go's default, one per CPU), unless the GOMAXPROCS
-// environment variable is set: that wins, as in any Go program.
+// procs says (0: Go's default), unless the GOMAXPROCS environment
+// variable does: a count in it wins, as in any Go program (the runtime
+// ignores anything else there, and so does this).
 func applyProcs(procs int, log *slog.Logger) {
-	if env := os.Getenv("GOMAXPROCS"); env != "" {
-		log.Debug("threads running Go code: GOMAXPROCS from the environment", "GOMAXPROCS", env)
+	env := os.Getenv("GOMAXPROCS")
+	if n, err := strconv.Atoi(env); err == nil && n > 0 {
+		log.Debug("threads running Go code: GOMAXPROCS from the environment", "GOMAXPROCS", n)
 		return
 	}
 	if procs > 0 {

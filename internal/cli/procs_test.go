@@ -27,6 +27,8 @@ func TestApplyProcs(t *testing.T) {
 		{0, "", 0},
 		{1, "3", 0},
 		{0, "2", 0},
+		{1, "0", 1},    // the runtime ignores it: procs still counts
+		{2, "many", 2}, // likewise
 	} {
 		got := 0
 		setProcs = func(n int) int { got = n; return 0 }

@@ -39,7 +39,8 @@ type Config struct {
 	// may set it; relative paths in every file are relative to the main one.
 	IncludeDir string `toml:"include_dir"`
 	// Procs is how many threads run sluice's Go code at once (Go's
-	// GOMAXPROCS); 0 is Go's default, one per CPU. The doors' work per
+	// GOMAXPROCS); 0 is Go's default, one per CPU the process may use. The
+	// doors' work per
 	// request is a few microseconds of decision and the socket's system
 	// calls, which one thread serves with the least switching between
 	// threads and the fairest order: on a 2-CPU host shared with the

@@ -28,7 +28,7 @@ func (c *Config) Validate() []error {
 		add("state_dir", "must not be empty")
 	}
 	if c.Procs < 0 || c.Procs > maxProcs {
-		add("procs", "%d: want 1 to %d threads, or 0 for one per CPU", c.Procs, maxProcs)
+		add("procs", "%d: want 1 to %d threads, or 0 for one per CPU the process may use", c.Procs, maxProcs)
 	}
 	if c.RuntimeDir != "" && !filepath.IsAbs(c.RuntimeDir) {
 		add("runtime_dir", "%q: want an absolute path such as /run/sluice", c.RuntimeDir)
