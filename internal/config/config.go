@@ -40,16 +40,15 @@ type Config struct {
 	IncludeDir string `toml:"include_dir"`
 	// Procs is how many threads run sluice's Go code at once (Go's
 	// GOMAXPROCS); 0 is Go's default, one per CPU the process may use. The
-	// doors' work per
-	// request is a few microseconds of decision and the socket's system
-	// calls, which one thread serves with the least switching between
-	// threads and the fairest order: on a 2-CPU host shared with the
-	// clients, one thread answered more policy requests a second than two,
-	// at a third of the 99th-percentile latency. Raise it when one thread
-	// is busy (process_cpu_seconds_total rising by about 1 a second), e.g. for a
-	// memory store of millions of keys, whose periodic snapshot then runs
-	// beside the doors. The GOMAXPROCS environment variable, when set,
-	// wins. Applies at a restart.
+	// doors' work per request is a few microseconds of decision and the
+	// socket's system calls, which one thread serves with the least
+	// switching between threads and the fairest order: on a 2-CPU host
+	// shared with the clients, one thread answered more policy requests a
+	// second than two, at a third of the 99th-percentile latency. Raise it
+	// when one thread is busy (process_cpu_seconds_total rising by about 1
+	// a second), e.g. for a memory store of millions of keys, whose
+	// periodic snapshot then runs beside the doors. A count in the
+	// GOMAXPROCS environment variable wins. Applies at a restart.
 	Procs    int      `toml:"procs"`
 	Log      Log      `toml:"log"`
 	Limiter  Limiter  `toml:"limiter"`
