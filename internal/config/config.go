@@ -46,9 +46,9 @@ type Config struct {
 	// shared with the clients, one thread answered more policy requests a
 	// second than two, at a third of the 99th-percentile latency. Raise it
 	// when one thread is busy (process_cpu_seconds_total rising by about 1
-	// a second), e.g. for a memory store of millions of keys, whose
-	// periodic snapshot then runs beside the doors. A count in the
-	// GOMAXPROCS environment variable wins. Applies at a restart.
+	// a second; with a million keys in the memory store one thread still
+	// kept up). A count in the GOMAXPROCS environment variable wins.
+	// Applies at a restart.
 	Procs    int      `toml:"procs"`
 	Log      Log      `toml:"log"`
 	Limiter  Limiter  `toml:"limiter"`
