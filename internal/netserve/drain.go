@@ -15,6 +15,7 @@ func (s *Server) Drain(ctx context.Context) error { return s.stop(ctx, false) }
 // requests) or Drain (leave them to end on their own).
 func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	s.closing.Store(true)
+	s.stopRunners()
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.Close()
@@ -37,6 +38,7 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	}
 }
 
-// Wait blocks until every connection handler has returned. After Close,
-// it is how a caller knows that no handler is left running.
+// Wait blocks until every connection handler has returned, and every
+// goroutine that ran one. After Close, it is how a caller knows that no
+// handler is left running.
 func (s *Server) Wait() { s.wg.Wait() }

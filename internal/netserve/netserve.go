@@ -71,10 +71,15 @@ type Server struct {
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
 	refused   atomic.Int64
+	handoff   chan *Conn    // to a runner waiting for a connection
+	quit      chan struct{} // closed when the server stops: runners return
+	quitOnce  sync.Once
+	idle      atomic.Int32 // runners waiting on handoff
 }
 
-// New returns a Server that runs handle for each connection, in its own
-// goroutine. handle reads through Conn.Reader, calls Conn.Done after each
+// New returns a Server that runs handle for each connection, in a
+// goroutine of its own while the connection lasts (one that served an
+// earlier connection, when one waits). handle reads through Conn.Reader, calls Conn.Done after each
 // request, and returns when the connection should close (Conn.Closing
 // tells it the server is shutting down).
 func New(o Options, handle func(*Conn)) *Server {
@@ -94,6 +99,7 @@ func New(o Options, handle func(*Conn)) *Server {
 	return &Server{
 		o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{},
 		refusing: map[net.Conn]struct{}{}, perPeer: map[peerKey]int{}, tally: map[peerKey]int64{},
+		handoff: make(chan *Conn), quit: make(chan struct{}),
 	}
 }
 
@@ -161,7 +167,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.wg.Add(1)
 		s.nconns.Add(1)
 		s.mu.Unlock()
-		go cn.run()
+		s.start(cn)
 	}
 }
 
@@ -213,6 +219,8 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) 
 // Close closes every listener and connection at once.
 func (s *Server) Close() error {
 	s.closing.Store(true)
+	s.stopRunners()
+
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.Close()
