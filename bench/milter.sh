@@ -13,10 +13,15 @@
 #   bench/milter.sh                 3 rounds, 300/2000/3000 messages at c=1/10/100
 #   QUICK=1 bench/milter.sh         1 round, 100/300/500 messages, 2,000 idle sessions
 #   ROUNDS=5 MSGS="500 3000 5000" IDLE=10000 bench/milter.sh
+#   BASELINE=/tmp/sluice-old bench/milter.sh
+#                                   that binary measured too, as a seventh
+#                                   target (baseline-connect): a change
+#                                   measured before and after in one run
 #   bench/milter.sh -h              the driver's flags (-quick, -rounds, -msgs,
-#                                   -idle: the same knobs; a flag wins)
+#                                   -idle, -baseline: the same knobs; a flag wins)
 # Environment: QUICK=1 (one round, smaller MSGS and IDLE defaults; ROUNDS is
-# then ignored), ROUNDS (3), MSGS (one count per c), IDLE (idle sessions).
+# then ignored), ROUNDS (3), MSGS (one count per c), IDLE (idle sessions),
+# BASELINE (an older sluice binary).
 #
 # smtp-source, the six Postfix instances, both sluice daemons and the C
 # milters share this machine's CPUs; nothing is pinned, so compare the

@@ -63,6 +63,11 @@
 //	ROUNDS=n  -rounds   rounds (default 3; QUICK=1 makes it 1)
 //	MSGS="a b c" -msgs  messages per run at c = 1, 10, 100 (300 2000 3000)
 //	IDLE=n    -idle     idle milter sessions for the memory figure (10000)
+//	BASELINE=bin -baseline  an older sluice binary, run as a seventh target,
+//	                    baseline-connect, in sluice-connect's configuration;
+//	                    "milter ratio sluice-connect/baseline-connect c=N"
+//	                    lines come first: a change measured before and
+//	                    after in one run
 //
 // It must run as root (Postfix's master needs it) from the repository's
 // root, with smtp-source, cc and libmilter-dev installed. Its daemons run
@@ -76,6 +81,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,11 +100,28 @@ var concurrency = []int{1, 10, 100}
 // targets are the six Postfix instances, in their first round's order.
 var targets = []string{"postfix-alone", "sluice-connect", "sluice-all", "libmilter", "libmilter-connect", "floor"}
 
+// baselineTarget is the target BASELINE adds: an older sluice binary in
+// sluice-connect's configuration.
+const baselineTarget = "baseline-connect"
+
 // settings are the run's knobs.
 type settings struct {
-	rounds int
-	msgs   []int // per c in concurrency
-	idle   int
+	rounds   int
+	msgs     []int // per c in concurrency
+	idle     int
+	baseline string // BASELINE: an older sluice binary, measured as baselineTarget
+}
+
+// targets are the run's targets: the six, and baselineTarget with
+// BASELINE.
+func (s settings) targets() []string { return targetList(s.baseline != "") }
+
+// targetList is targets, followed by baselineTarget when baseline.
+func targetList(baseline bool) []string {
+	if !baseline {
+		return targets
+	}
+	return append(slices.Clip(targets), baselineTarget)
 }
 
 // parseSettings reads the flags and the environment's knobs (a flag
@@ -114,6 +138,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	rounds := fs.Int("rounds", 3, "rounds (ROUNDS)")
 	msgs := fs.String("msgs", "300 2000 3000", "messages per run at c = 1, 10, 100 (MSGS)")
 	idle := fs.Int("idle", 10000, "idle milter sessions for the memory figure (IDLE)")
+	baseline := fs.String("baseline", "", "an older sluice binary, measured as "+baselineTarget+" (BASELINE)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -154,6 +179,18 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	if s.msgs, err = parseCounts(m); err != nil {
 		return s, err
 	}
+	s.baseline = getenv("BASELINE")
+	if set["baseline"] {
+		s.baseline = *baseline
+	}
+	if s.baseline != "" {
+		if st, err := os.Stat(s.baseline); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return s, fmt.Errorf("BASELINE=%s is not an executable file", s.baseline)
+		}
+		if s.baseline, err = filepath.Abs(s.baseline); err != nil {
+			return s, fmt.Errorf("BASELINE: %w", err)
+		}
+	}
 	switch {
 	case s.rounds < 1:
 		return s, errors.New("the rounds must be at least 1")
@@ -188,13 +225,13 @@ func joinInts(v []int) string {
 	return strings.Join(s, " ")
 }
 
-const usage = `usage: milterbench [-quick] [-rounds n] [-msgs "a b c"] [-idle n]
+const usage = `usage: milterbench [-quick] [-rounds n] [-msgs "a b c"] [-idle n] [-baseline bin]
 
 bench/milter.sh's driver (see its header, or "go doc ./bench/milterbench"):
 Postfix alone, with sluice's milter (CONNECT only, all events), with
 libmilter milters and with a floor milter, side by side, every delivery
 checked. As root, from the repository's root. The environment's QUICK=1,
-ROUNDS, MSGS and IDLE set the same as the flags, which win.
+ROUNDS, MSGS, IDLE and BASELINE set the same as the flags, which win.
 
 `
 

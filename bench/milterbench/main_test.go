@@ -27,17 +27,17 @@ func TestParseSettings(t *testing.T) {
 		want settings
 		bad  bool
 	}{
-		{"defaults", nil, nil, settings{3, []int{300, 2000, 3000}, 10000}, false},
-		{"QUICK=1", map[string]string{"QUICK": "1"}, nil, settings{1, []int{100, 300, 500}, 2000}, false},
+		{"defaults", nil, nil, settings{3, []int{300, 2000, 3000}, 10000, ""}, false},
+		{"QUICK=1", map[string]string{"QUICK": "1"}, nil, settings{1, []int{100, 300, 500}, 2000, ""}, false},
 		{"QUICK=1 ignores ROUNDS, keeps MSGS and IDLE", map[string]string{"QUICK": "1", "ROUNDS": "5", "MSGS": "1 2 3", "IDLE": "7"}, nil,
-			settings{1, []int{1, 2, 3}, 7}, false},
+			settings{1, []int{1, 2, 3}, 7, ""}, false},
 		{"environment", map[string]string{"ROUNDS": "5", "MSGS": "500 3000 5000", "IDLE": "10000"}, nil,
-			settings{5, []int{500, 3000, 5000}, 10000}, false},
+			settings{5, []int{500, 3000, 5000}, 10000, ""}, false},
 		{"flags win", map[string]string{"ROUNDS": "5", "MSGS": "1 2 3"}, []string{"-rounds", "2", "-msgs", "4 5 6", "-idle", "9"},
-			settings{2, []int{4, 5, 6}, 9}, false},
-		{"-quick", nil, []string{"-quick"}, settings{1, []int{100, 300, 500}, 2000}, false},
-		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{2, []int{100, 300, 500}, 2000}, false},
-		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{300, 2000, 3000}, 10000}, false},
+			settings{2, []int{4, 5, 6}, 9, ""}, false},
+		{"-quick", nil, []string{"-quick"}, settings{1, []int{100, 300, 500}, 2000, ""}, false},
+		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{2, []int{100, 300, 500}, 2000, ""}, false},
+		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{300, 2000, 3000}, 10000, ""}, false},
 		{"MSGS with two counts", map[string]string{"MSGS": "1 2"}, nil, settings{}, true},
 		{"MSGS not numbers", map[string]string{"MSGS": "a b c"}, nil, settings{}, true},
 		{"MSGS with a zero", map[string]string{"MSGS": "1 0 3"}, nil, settings{}, true},
@@ -67,7 +67,7 @@ func TestHelp(t *testing.T) {
 	if code := realMain([]string{"-h"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"QUICK=1", "ROUNDS", "MSGS", "IDLE", "-quick", "-rounds", "-msgs", "-idle"} {
+	for _, want := range []string{"QUICK=1", "ROUNDS", "MSGS", "IDLE", "BASELINE", "-quick", "-rounds", "-msgs", "-idle", "-baseline"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h does not mention %s:\n%s", want, out.String())
 		}
@@ -231,5 +231,66 @@ func TestCSourcesCompile(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v\n%s", f, err, out)
 		}
+	}
+}
+
+// TestBaselineSetting: BASELINE (or -baseline, which wins) names an
+// executable file, made absolute, and adds baseline-connect to the
+// targets; anything else is refused.
+func TestBaselineSetting(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string { return map[string]string{"BASELINE": v}[k] }
+	}
+	s, err := parseSettings(nil, env(exe), io.Discard)
+	if err != nil || s.baseline != exe || !slices.Equal(s.targets(), append(slices.Clone(targets), "baseline-connect")) {
+		t.Fatalf("BASELINE=%s: %+v %v", exe, s, err)
+	}
+	if s, err := parseSettings([]string{"-baseline", exe}, env(plain), io.Discard); err != nil || s.baseline != exe {
+		t.Fatalf("-baseline over BASELINE: %+v %v", s, err)
+	}
+	if s, _ := parseSettings(nil, env(""), io.Discard); s.baseline != "" || !slices.Equal(s.targets(), targets) {
+		t.Fatalf("no BASELINE: %+v", s)
+	}
+	for _, bad := range []string{plain, filepath.Dir(plain), plain + ".missing"} {
+		if _, err := parseSettings(nil, env(bad), io.Discard); err == nil || !strings.Contains(err.Error(), "BASELINE="+bad) {
+			t.Errorf("BASELINE=%s: %v", bad, err)
+		}
+	}
+}
+
+// TestBaselineReport: with a baseline, the table has its row and the
+// sluice-connect/baseline-connect ratios come first; the last line stays
+// sluice-connect/postfix-alone at c=10.
+func TestBaselineReport(t *testing.T) {
+	r := &results{baseline: true}
+	for _, tg := range targetList(true) {
+		for _, c := range concurrency {
+			v := 100.0
+			if tg == baselineTarget {
+				v = 80
+			}
+			r.mps.Add(tg, c, v)
+		}
+	}
+	var ratios, table bytes.Buffer
+	writeRatios(&ratios, r)
+	lines := strings.Split(strings.TrimSuffix(ratios.String(), "\n"), "\n")
+	if lines[0] != "milter ratio sluice-connect/baseline-connect c=1: 1.25" || lines[2] != "milter ratio sluice-connect/baseline-connect c=100: 1.25" {
+		t.Errorf("first lines:\n%s", strings.Join(lines[:3], "\n"))
+	}
+	if lines[len(lines)-1] != "milter ratio sluice-connect/postfix-alone c=10: 1.00" {
+		t.Errorf("last line %q", lines[len(lines)-1])
+	}
+	writeTable(&table, r, 1, msgSize, 2, "0.00")
+	if !regexp.MustCompile(`(?m)^1 +baseline-connect +80\.0 `).MatchString(table.String()) {
+		t.Errorf("no baseline row at c=1:\n%s", table.String())
 	}
 }

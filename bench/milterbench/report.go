@@ -9,9 +9,24 @@ import (
 
 // results are the rounds' measures per target and c.
 type results struct {
-	mps rounds.Series // messages per second, sending only
-	cpu rounds.Series // the milter process's CPU time per message, us
-	cs  rounds.Series // its context switches per message
+	mps      rounds.Series // messages per second, sending only
+	cpu      rounds.Series // the milter process's CPU time per message, us
+	cs       rounds.Series // its context switches per message
+	baseline bool          // baselineTarget was measured (BASELINE)
+}
+
+// targets are the measured targets, in the table's order.
+func (r *results) targets() []string {
+	return targetList(r.baseline)
+}
+
+// pairs are the ratio lines' families: with BASELINE,
+// sluice-connect/baseline-connect first, then ratioPairs.
+func (r *results) pairs() []ratioPair {
+	if !r.baseline {
+		return ratioPairs
+	}
+	return append([]ratioPair{{"sluice-connect", baselineTarget, []int{1, 10, 100}}}, ratioPairs...)
 }
 
 // ratioPair is one family of "milter ratio" lines: num's median rate over
@@ -42,7 +57,7 @@ func writeTable(w io.Writer, r *results, nRounds, msgSize, cpus int, loadavg str
 	fmt.Fprintf(w, "load average at the end: %s):\n", loadavg)
 	fmt.Fprintf(w, "%-4s %-18s %12s %14s %10s %10s %10s\n", "c=", "target", "msgs_per_s", "milter_cpu_us", "milter_cs", "msgs_min", "msgs_max")
 	for _, c := range concurrency {
-		for _, t := range targets {
+		for _, t := range r.targets() {
 			m := r.mps.Summary(t, c)
 			fmt.Fprintf(w, "%-4d %-18s %12.1f %14.1f %10.1f %10.1f %10.1f\n", c, t, m.Median,
 				r.cpu.Median(t, c), r.cs.Median(t, c), m.Min, m.Max)
@@ -85,7 +100,7 @@ func writeGoals(w io.Writer, r *results) {
 // that a ratio is read with its spread.
 func writeSpreads(w io.Writer, r *results) {
 	fmt.Fprintln(w, "spread of each ratio below over the rounds (each round's own num/den):")
-	for _, p := range ratioPairs {
+	for _, p := range r.pairs() {
 		for _, c := range p.cs {
 			fmt.Fprintf(w, "spread %s/%s c=%d: %s\n", p.num, p.den, c, r.mps.RoundRatios(p.num, p.den, c).Spread(2))
 		}
@@ -95,7 +110,7 @@ func writeSpreads(w io.Writer, r *results) {
 // writeRatios prints the "milter ratio" lines, exactly as bench/milter.sh
 // printed them.
 func writeRatios(w io.Writer, r *results) {
-	for _, p := range ratioPairs {
+	for _, p := range r.pairs() {
 		for _, c := range p.cs {
 			fmt.Fprintf(w, "milter ratio %s/%s c=%d: %s\n", p.num, p.den, c, r.ratio(p.num, p.den, c))
 		}

@@ -71,7 +71,7 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 	// Warm-up, not timed: master forks the smtpd and cleanup processes
 	// that c=100 needs (they then stay: max_idle = 3600s), and the milters
 	// see their first sessions.
-	for _, t := range targets {
+	for _, t := range b.s.targets() {
 		if _, err := b.run(ctx, t, 100, 200); err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 		return err
 	}
 	warnBusy(stdout, "after")
-	for _, t := range targets {
+	for _, t := range b.s.targets() {
 		fmt.Fprintf(stdout, "delivered %s: %d of %d sent (warm-up included)\n", t, b.delivered(t), b.sent[t])
 	}
 	fmt.Fprintln(stdout)
@@ -132,9 +132,9 @@ func warnBusy(w io.Writer, when string) {
 // rounds runs every target at every c, s.rounds times, interleaved, and
 // prints each run.
 func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
-	res := &results{}
+	res := &results{baseline: b.s.baseline != ""}
 	for round := 1; round <= b.s.rounds; round++ {
-		order := rounds.Order(targets, round)
+		order := rounds.Order(b.s.targets(), round)
 		for ci, c := range concurrency {
 			n := b.s.msgs[ci]
 			for _, t := range order {

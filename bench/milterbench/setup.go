@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,13 +29,14 @@ var wantSteps = map[string]string{
 	"libmilter":         "connect,helo,mail,rcpt,data,header,eoh,body,unknown",
 	"libmilter-connect": "connect",
 	"floor":             "connect",
+	baselineTarget:      "connect",
 }
 
 // socketNames are the milters' sockets in the run's directory (short:
 // sun_path is below 108 bytes).
 var socketNames = map[string]string{
 	"sluice-connect": "sc.sock", "sluice-all": "sa.sock", "libmilter": "lm.sock",
-	"libmilter-connect": "lc.sock", "floor": "fl.sock",
+	"libmilter-connect": "lc.sock", "floor": "fl.sock", baselineTarget: "bc.sock",
 }
 
 // command runs name with args, its combined output returned in the error
@@ -133,10 +135,14 @@ key = ["client_address"]
 limit = ["2000000000/1h smooth"]
 action = "DEFER_IF_PERMIT too many bytes"`
 
-// startMilters starts both sluice daemons and the three C milters, waits
-// for their sockets, and checks the steps each asks for.
+// startMilters starts both sluice daemons (and BASELINE's), the three C
+// milters, waits for their sockets, and checks the steps each asks for.
 func (b *bench) startMilters(ctx context.Context) error {
-	for _, t := range []string{"sluice-connect", "sluice-all"} {
+	all, daemonsOf := milters, []string{"sluice-connect", "sluice-all"}
+	if b.s.baseline != "" {
+		all, daemonsOf = append(slices.Clip(milters), baselineTarget), append(daemonsOf, baselineTarget)
+	}
+	for _, t := range daemonsOf {
 		extraMilter, extraTables := "", ""
 		if t == "sluice-all" {
 			extraMilter, extraTables = "policy_rules = true", allEventsRule
@@ -148,10 +154,14 @@ func (b *bench) startMilters(ctx context.Context) error {
 		if err := os.WriteFile(b.path(t+".toml"), []byte(conf), 0o644); err != nil {
 			return err
 		}
-		daemons.Logf("starting sluice serve (%s) on %s", t, b.sock(t))
+		prog := b.path("sluice")
+		if t == baselineTarget {
+			prog = b.s.baseline
+		}
+		daemons.Logf("starting %s serve (%s) on %s", prog, t, b.sock(t))
 		// Each idle milter session holds a descriptor: Go raises its own
 		// soft limit on open files to the hard one, as the script's ulimit.
-		if err := b.startDaemon(t, b.path("sluice"), "serve", "-c", b.path(t+".toml")); err != nil {
+		if err := b.startDaemon(t, prog, "serve", "-c", b.path(t+".toml")); err != nil {
 			return err
 		}
 	}
@@ -165,13 +175,13 @@ func (b *bench) startMilters(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, t := range milters {
+	for _, t := range all {
 		if err := daemons.WaitSocket(ctx, b.sock(t), 10*time.Second, b.procs[t]); err != nil {
 			b.tail(t+".log", 30)
 			return fmt.Errorf("%s did not create its socket: %w", t, err)
 		}
 	}
-	for _, t := range milters {
+	for _, t := range all {
 		out, err := exec.CommandContext(ctx, b.path("milterload"), "steps", "-socket", b.sock(t)).Output()
 		if err != nil {
 			return fmt.Errorf("%s: negotiation failed: %w", t, err)
@@ -207,7 +217,7 @@ func (b *bench) startDaemon(target, prog string, args ...string) error {
 // file) and waits for each to be ready.
 func (b *bench) startPostfix(ctx context.Context, alive *os.File) error {
 	var used []int
-	for _, t := range targets {
+	for _, t := range b.s.targets() {
 		port, err := daemons.FreeTCPPort(used...)
 		if err != nil {
 			return err
@@ -244,7 +254,7 @@ func (b *bench) startPostfix(ctx context.Context, alive *os.File) error {
 		}
 		b.procs["pf-"+t] = p
 	}
-	for _, t := range targets {
+	for _, t := range b.s.targets() {
 		line, err := daemons.WaitLine(ctx, b.path("pf-"+t+".out"), "ready ", 90*time.Second, b.procs["pf-"+t])
 		if err != nil {
 			b.tail("pf-"+t+".err", 1000)
