@@ -10,7 +10,7 @@
 #   milter ratio sluice-connect/postfix-alone c=10: X.XX
 #
 # Usage (as root: Postfix's master needs it):
-#   bench/milter.sh                 3 rounds, 300/2000/3000 messages at c=1/10/100
+#   bench/milter.sh                 3 rounds, 1000/2000/3000 messages at c=1/10/100
 #   QUICK=1 bench/milter.sh         1 round, 100/300/500 messages, 2,000 idle sessions
 #   ROUNDS=5 MSGS="500 3000 5000" IDLE=10000 bench/milter.sh
 #   BASELINE=/tmp/sluice-old bench/milter.sh

@@ -61,7 +61,9 @@
 //
 //	QUICK=1   -quick    1 round, 100/300/500 messages, 2,000 idle sessions
 //	ROUNDS=n  -rounds   rounds (default 3; QUICK=1 makes it 1)
-//	MSGS="a b c" -msgs  messages per run at c = 1, 10, 100 (300 2000 3000)
+//	MSGS="a b c" -msgs  messages per run at c = 1, 10, 100 (1000 2000 3000:
+//	                    at c=1 a run of 300 lasted under a second, and one
+//	                    scheduler hiccup moved its rate by a tenth)
 //	IDLE=n    -idle     idle milter sessions for the memory figure (10000)
 //	BASELINE=bin -baseline  an older sluice binary, run as a seventh target,
 //	                    baseline-connect, in sluice-connect's configuration;
@@ -136,7 +138,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	}
 	quick := fs.Bool("quick", false, "a short run: 1 round, 100/300/500 messages, 2,000 idle sessions (QUICK=1)")
 	rounds := fs.Int("rounds", 3, "rounds (ROUNDS)")
-	msgs := fs.String("msgs", "300 2000 3000", "messages per run at c = 1, 10, 100 (MSGS)")
+	msgs := fs.String("msgs", "1000 2000 3000", "messages per run at c = 1, 10, 100 (MSGS)")
 	idle := fs.Int("idle", 10000, "idle milter sessions for the memory figure (IDLE)")
 	baseline := fs.String("baseline", "", "an older sluice binary, measured as "+baselineTarget+" (BASELINE)")
 	if err := fs.Parse(args); err != nil {
@@ -149,7 +151,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	q := *quick || getenv("QUICK") == "1"
 	s := settings{rounds: 3, idle: 10000}
-	m := "300 2000 3000"
+	m := "1000 2000 3000"
 	if q {
 		s.rounds, s.idle, m = 1, 2000, "100 300 500"
 	}

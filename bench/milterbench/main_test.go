@@ -27,7 +27,7 @@ func TestParseSettings(t *testing.T) {
 		want settings
 		bad  bool
 	}{
-		{"defaults", nil, nil, settings{3, []int{300, 2000, 3000}, 10000, ""}, false},
+		{"defaults", nil, nil, settings{3, []int{1000, 2000, 3000}, 10000, ""}, false},
 		{"QUICK=1", map[string]string{"QUICK": "1"}, nil, settings{1, []int{100, 300, 500}, 2000, ""}, false},
 		{"QUICK=1 ignores ROUNDS, keeps MSGS and IDLE", map[string]string{"QUICK": "1", "ROUNDS": "5", "MSGS": "1 2 3", "IDLE": "7"}, nil,
 			settings{1, []int{1, 2, 3}, 7, ""}, false},
@@ -37,7 +37,7 @@ func TestParseSettings(t *testing.T) {
 			settings{2, []int{4, 5, 6}, 9, ""}, false},
 		{"-quick", nil, []string{"-quick"}, settings{1, []int{100, 300, 500}, 2000, ""}, false},
 		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{2, []int{100, 300, 500}, 2000, ""}, false},
-		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{300, 2000, 3000}, 10000, ""}, false},
+		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{1000, 2000, 3000}, 10000, ""}, false},
 		{"MSGS with two counts", map[string]string{"MSGS": "1 2"}, nil, settings{}, true},
 		{"MSGS not numbers", map[string]string{"MSGS": "a b c"}, nil, settings{}, true},
 		{"MSGS with a zero", map[string]string{"MSGS": "1 0 3"}, nil, settings{}, true},

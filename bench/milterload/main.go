@@ -34,6 +34,10 @@
 //
 // "milterload sessions" drives whole milter sessions for a while (see
 // runSessions).
+//
+// "milterload latency" measures each step's round trip, one session at a
+// time with pauses between the steps, as Postfix at c=1 paces its milter
+// (see runLatency).
 package main
 
 import (
@@ -60,7 +64,7 @@ func main() {
 
 func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: milterload postfix|steps|idle|sessions [flags]")
+		fmt.Fprintln(stderr, "usage: milterload postfix|steps|idle|sessions|latency [flags]")
 		return 2
 	}
 	switch args[0] {
@@ -72,8 +76,10 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		return runSteps(args[1:], stdout, stderr)
 	case "sessions":
 		return runSessions(args[1:], stdout, stderr)
+	case "latency":
+		return runLatency(args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "milterload: unknown subcommand %q (want postfix, steps, idle or sessions)\n", args[0])
+		fmt.Fprintf(stderr, "milterload: unknown subcommand %q (want postfix, steps, idle, sessions or latency)\n", args[0])
 		return 2
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -121,3 +122,51 @@ func serveMilter(t *testing.T, h milter.Handler) string {
 	})
 	return sock
 }
+
+// TestLatency: every session's three waits are measured and printed as
+// percentiles; a milter that refuses CONNECT fails the run.
+func TestLatency(t *testing.T) {
+	h := &countHandler{}
+	sock := serveMilter(t, h)
+	var out, errOut strings.Builder
+	if code := runLatency([]string{"-socket", sock, "-n", "20", "-gap", "0s"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var n int
+	var gap string
+	var neg, conn, eom, sum [3]int
+	if _, err := fmt.Sscanf(out.String(), "sessions=%d gap=%s dial_neg_us=%d/%d/%d connect_us=%d/%d/%d eom_us=%d/%d/%d sum_us=%d/%d/%d",
+		&n, &gap, &neg[0], &neg[1], &neg[2], &conn[0], &conn[1], &conn[2], &eom[0], &eom[1], &eom[2], &sum[0], &sum[1], &sum[2]); err != nil {
+		t.Fatalf("line %q: %v", out.String(), err)
+	}
+	for _, p := range [][3]int{neg, conn, eom, sum} {
+		if p[0] > p[1] || p[1] > p[2] || p[2] <= 0 {
+			t.Fatalf("percentiles out of order or zero in %q", out.String())
+		}
+	}
+	if n != 20 || gap != "0s" || sum[2] < conn[2] {
+		t.Fatalf("line %q", out.String())
+	}
+	if h.open.Load() != 0 {
+		t.Fatalf("%d sessions left open", h.open.Load())
+	}
+
+	refuse := serveMilter(t, refuseHandler{})
+	errOut.Reset()
+	if code := runLatency([]string{"-socket", refuse, "-n", "10", "-gap", "0s"}, io.Discard, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "session 1: CONNECT answered") {
+		t.Fatalf("a refusing milter: exit %d, %q", code, errOut.String())
+	}
+	if code := runLatency([]string{"-n", "10"}, io.Discard, io.Discard); code != 2 {
+		t.Fatalf("no -socket: exit %d", code)
+	}
+}
+
+// refuseHandler tempfails every CONNECT.
+type refuseHandler struct{}
+
+func (refuseHandler) Connect(*milter.Session, string, milter.Family, uint16, string) milter.Response {
+	return milter.Tempfail
+}
+
+func (refuseHandler) Close(*milter.Session) {}

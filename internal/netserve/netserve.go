@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,11 @@ func (s *Server) Serve(l net.Listener) error {
 		s.nconns.Add(1)
 		s.mu.Unlock()
 		s.start(cn)
+		// Let the connection's goroutine answer its first request before
+		// this one accepts again: the peer waits for that answer, and
+		// nothing waits for an accept that would find nobody (on one
+		// thread the next accept, its park and the scheduler came first).
+		runtime.Gosched()
 	}
 }
 

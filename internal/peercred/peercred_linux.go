@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,15 +35,20 @@ func unixCred(c *net.UnixConn) (Cred, error) {
 	if err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
 	}
-	var cred *unix.Ucred
-	var serr error
+	var cred unix.Ucred
+	var errno syscall.Errno
 	if err := rc.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		// A raw call: getsockopt never blocks, and unlike
+		// unix.GetsockoptUcred it does not enter the scheduler, which on an
+		// idle daemon wakes the runtime's monitor thread (internal/rawio).
+		size := uint32(unsafe.Sizeof(cred))
+		_, _, errno = syscall.RawSyscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_SOCKET, syscall.SO_PEERCRED,
+			uintptr(unsafe.Pointer(&cred)), uintptr(unsafe.Pointer(&size)), 0)
 	}); err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
 	}
-	if serr != nil {
-		return none, fmt.Errorf("peercred: SO_PEERCRED: %w", serr)
+	if errno != 0 {
+		return none, fmt.Errorf("peercred: SO_PEERCRED: %w", errno)
 	}
 	return Cred{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid)}, nil
 }
