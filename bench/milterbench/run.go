@@ -20,6 +20,7 @@ import (
 const (
 	msgSize      = 2000              // bytes per message
 	drainTimeout = 180 * time.Second // for Postfix to deliver what a run sent
+	sendTimeout  = 10 * time.Minute  // for smtp-source to send a run's messages
 )
 
 // bench is one run of the benchmark.
@@ -170,12 +171,21 @@ func (b *bench) run(ctx context.Context, t string, c, n int) (measure, error) {
 		k0, s0 = procstat.Ticks(p.PID()), procstat.Switches(p.PID())
 	}
 	t0 := time.Now()
-	out, err := exec.CommandContext(ctx, "smtp-source", "-s", strconv.Itoa(c), "-m", strconv.Itoa(n),
+	// A Postfix that stops answering (once, its postlogd died of a watchdog
+	// timeout) would otherwise hang the run for ever.
+	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(sctx, "smtp-source", "-s", strconv.Itoa(c), "-m", strconv.Itoa(n),
 		"-l", strconv.Itoa(msgSize), "-f", "sender@example.org", "-t", "rcpt@example.net",
 		"127.0.0.1:"+strconv.Itoa(b.port[t])).CombinedOutput()
 	secs := time.Since(t0).Seconds()
 	if ctx.Err() != nil { // interrupted: nothing to report
 		return measure{}, ctx.Err()
+	}
+	if sctx.Err() != nil {
+		b.complaints(t)
+		return measure{}, fmt.Errorf("smtp-source against %s at c=%d did not finish in %v: its Postfix stopped answering (its maillog's last complaints above)",
+			t, c, sendTimeout)
 	}
 	if err != nil {
 		os.Stderr.Write(out)
@@ -236,6 +246,13 @@ func (b *bench) waitDelivered(ctx context.Context, t string, want int) error {
 	if got == want {
 		return nil
 	}
+	b.complaints(t)
+	return fmt.Errorf("%s: Postfix delivered %d messages, %d were sent", t, got, want)
+}
+
+// complaints copies the last ten complaints of target's maillog (the run's
+// directory is removed at exit) to stderr.
+func (b *bench) complaints(t string) {
 	data, _ := os.ReadFile(b.maillog[t])
 	var bad []string
 	for line := range strings.SplitSeq(string(data), "\n") {
@@ -244,7 +261,6 @@ func (b *bench) waitDelivered(ctx context.Context, t string, want int) error {
 		}
 	}
 	fmt.Fprintln(os.Stderr, strings.Join(bad[max(0, len(bad)-10):], "\n"))
-	return fmt.Errorf("%s: Postfix delivered %d messages, %d were sent", t, got, want)
 }
 
 // checkAlive fails unless every daemon still runs.
