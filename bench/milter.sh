@@ -23,11 +23,17 @@
 # then ignored), ROUNDS (3), MSGS (one count per c), IDLE (idle sessions),
 # BASELINE (an older sluice binary).
 #
-# smtp-source, the six Postfix instances, both sluice daemons and the C
-# milters share this machine's CPUs; nothing is pinned, so compare the
-# ratios (printed with their spread over the rounds), not the rates.
+# smtp-source, the six Postfix instances (seven with BASELINE), the sluice
+# daemons and the C milters share this machine's CPUs; nothing is pinned,
+# so compare the ratios (printed with their spread over the rounds), not
+# the rates.
 set -euo pipefail
 
+# BASELINE is a path as the caller sees it: made absolute before the cd.
+if [[ -n ${BASELINE:-} ]]; then
+	BASELINE=$(realpath -- "$BASELINE") || exit 1
+	export BASELINE
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh

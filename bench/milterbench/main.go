@@ -3,7 +3,8 @@
 // milters and with a floor. bench/milter.sh checks for root and the
 // packages, then runs it from the repository's root.
 //
-// Six private Postfix 3.7 instances (bench/milterload postfix, built on
+// Six private Postfix 3.7 instances (seven with BASELINE, below;
+// bench/milterload postfix, built on
 // internal/testutil/postfixtest; everything is delivered to discard(8)),
 // identical but for smtpd_milters:
 //

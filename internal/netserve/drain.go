@@ -39,6 +39,7 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 }
 
 // Wait blocks until every connection handler has returned, and every
-// goroutine that ran one. After Close, it is how a caller knows that no
-// handler is left running.
+// goroutine that ran one; those wait for further connections until the
+// server stops, so Wait returns only after Close, Shutdown or Drain. After
+// Close, it is how a caller knows that no handler is left running.
 func (s *Server) Wait() { s.wg.Wait() }

@@ -26,12 +26,17 @@ func (s *Server) start(cn *Conn) {
 // the class count it answers (docs/milter.md, "Where sluice's time
 // goes"). A goroutine that served a connection keeps its stack (until a
 // garbage collection shrinks it while it waits). s.wg counts each runner,
-// so Wait returns once they are gone.
+// so Wait returns once they are gone: only after Close, Shutdown or Drain,
+// since until then a runner that served a connection waits for another.
 func (s *Server) runner(cn *Conn) {
 	defer s.wg.Done()
 	for {
 		cn.run()
-		if s.closing.Load() || s.idle.Add(1) > maxIdleRunners {
+		cn = nil // not kept reachable while waiting
+		if s.closing.Load() {
+			return
+		}
+		if s.idle.Add(1) > maxIdleRunners {
 			s.idle.Add(-1)
 			return
 		}

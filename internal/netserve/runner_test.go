@@ -2,7 +2,6 @@ package netserve
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -37,16 +36,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // runners counts the goroutines in Server.runner.
-func runners() int {
+func runners() int { return countRunners(false) }
+
+// waitingRunners counts the runners parked for a connection (in the
+// select, not serving one).
+func waitingRunners() int { return countRunners(true) }
+
+func countRunners(waiting bool) int {
 	var b strings.Builder
-	pprof.Lookup("goroutine").WriteTo(&b, 1)
-	_, profile, _ := strings.Cut(b.String(), "\n") // after "goroutine profile: total N"
+	pprof.Lookup("goroutine").WriteTo(&b, 2) // a block per goroutine, its state in the header
 	n := 0
-	for _, block := range strings.Split(profile, "\n\n") {
-		if strings.Contains(block, "netserve.(*Server).runner") {
-			var k int
-			fmt.Sscanf(block, "%d @", &k)
-			n += k
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(g, "netserve.(*Server).runner(") {
+			continue
+		}
+		if !waiting || strings.Contains(header, "[select") && !strings.Contains(g, "netserve.(*Conn).run(") {
+			n++
 		}
 	}
 	return n
@@ -71,7 +77,7 @@ func TestRunnerReused(t *testing.T) {
 			t.Fatalf("connection %d served on goroutine %s, the first on %s", i, id, first)
 		}
 		c.Close()
-		waitFor(t, "the runner waits again", func() bool { return s.Conns() == 0 && s.idle.Load() == 1 })
+		waitFor(t, "the runner waits again", func() bool { return s.Conns() == 0 && waitingRunners() == 1 })
 	}
 }
 
@@ -86,14 +92,13 @@ func TestIdleRunnersCapped(t *testing.T) {
 		c, _ := dial()
 		conns = append(conns, c)
 	}
-	waitFor(t, "the burst accepted", func() bool { return s.Conns() == burst })
-	if n := runners(); n != burst {
-		t.Fatalf("%d runners for %d connections", n, burst)
-	}
+	waitFor(t, "a runner for each connection of the burst", func() bool { return s.Conns() == burst && runners() == burst })
 	for _, c := range conns {
 		c.Close()
 	}
-	waitFor(t, "the burst served", func() bool { return s.Conns() == 0 && runners() == maxIdleRunners })
+	waitFor(t, "the burst served", func() bool {
+		return s.Conns() == 0 && waitingRunners() == maxIdleRunners && runners() == maxIdleRunners
+	})
 	if n := s.idle.Load(); n != maxIdleRunners {
 		t.Fatalf("idle runners %d, want %d", n, maxIdleRunners)
 	}
@@ -113,11 +118,10 @@ func TestRunnersStop(t *testing.T) {
 	busy, _ := dial()
 	waitFor(t, "two connections", func() bool { return s.Conns() == 2 })
 	idle.Close()
-	waitFor(t, "a runner waiting", func() bool { return s.idle.Load() == 1 })
+	waitFor(t, "a runner waiting", func() bool { return waitingRunners() == 1 })
 	s.Close()
 	s.Wait()
-	if n := runners(); n != 0 {
-		t.Fatalf("%d runners after Close and Wait", n)
-	}
+	// Wait returns at the runners' wg.Done, which they run on their way out.
+	waitFor(t, "no runner left after Close and Wait", func() bool { return runners() == 0 })
 	busy.Close()
 }

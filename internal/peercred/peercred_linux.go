@@ -42,7 +42,7 @@ func unixCred(c *net.UnixConn) (Cred, error) {
 		// unix.GetsockoptUcred it does not enter the scheduler, which on an
 		// idle daemon wakes the runtime's monitor thread (internal/rawio).
 		size := uint32(unsafe.Sizeof(cred))
-		_, _, errno = syscall.RawSyscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_SOCKET, syscall.SO_PEERCRED,
+		_, _, errno = unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_PEERCRED,
 			uintptr(unsafe.Pointer(&cred)), uintptr(unsafe.Pointer(&size)), 0)
 	}); err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
