@@ -80,9 +80,9 @@ type Server struct {
 
 // New returns a Server that runs handle for each connection, in a
 // goroutine of its own while the connection lasts (one that served an
-// earlier connection, when one waits). handle reads through Conn.Reader, calls Conn.Done after each
-// request, and returns when the connection should close (Conn.Closing
-// tells it the server is shutting down).
+// earlier connection, when one waits). handle reads through Conn.Reader,
+// calls Conn.Done after each request, and returns when the connection
+// should close (Conn.Closing tells it the server is shutting down).
 func New(o Options, handle func(*Conn)) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -226,7 +226,6 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) 
 func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.stopRunners()
-
 	s.mu.Lock()
 	for l := range s.listeners {
 		l.Close()
