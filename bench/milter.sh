@@ -17,11 +17,16 @@
 #                                   that binary measured too, as a seventh
 #                                   target (baseline-connect): a change
 #                                   measured before and after in one run
+#   TARGETS="postfix-alone sluice-connect libmilter-connect floor" ROUNDS=7 bench/milter.sh
+#                                   only those targets (postfix-alone and
+#                                   sluice-connect always among them): more
+#                                   rounds of one comparison in the same time
 #   bench/milter.sh -h              the driver's flags (-quick, -rounds, -msgs,
-#                                   -idle, -baseline: the same knobs; a flag wins)
+#                                   -idle, -baseline, -targets: the same knobs;
+#                                   a flag wins)
 # Environment: QUICK=1 (one round, smaller MSGS and IDLE defaults; ROUNDS is
 # then ignored), ROUNDS (3), MSGS (one count per c), IDLE (idle sessions),
-# BASELINE (an older sluice binary).
+# BASELINE (an older sluice binary), TARGETS (a subset of the targets).
 #
 # smtp-source, the six Postfix instances (seven with BASELINE), the sluice
 # daemons and the C milters share this machine's CPUs; nothing is pinned,

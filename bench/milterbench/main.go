@@ -71,6 +71,14 @@
 //	                    "milter ratio sluice-connect/baseline-connect c=N"
 //	                    lines come first: a change measured before and
 //	                    after in one run
+//	TARGETS="t ..." -targets  only these targets (postfix-alone and
+//	                    sluice-connect always among them: the last line
+//	                    and the memory figure need them; baseline-connect
+//	                    comes with BASELINE): more rounds of the
+//	                    CONNECT-only comparison in the same time, e.g.
+//	                    TARGETS="postfix-alone sluice-connect
+//	                    libmilter-connect floor" ROUNDS=7. Only the ratio
+//	                    lines and goals whose targets ran are printed.
 //
 // It must run as root (Postfix's master needs it) from the repository's
 // root, with smtp-source, cc and libmilter-dev installed. Its daemons run
@@ -112,12 +120,48 @@ type settings struct {
 	rounds   int
 	msgs     []int // per c in concurrency
 	idle     int
-	baseline string // BASELINE: an older sluice binary, measured as baselineTarget
+	baseline string   // BASELINE: an older sluice binary, measured as baselineTarget
+	only     []string // TARGETS: the targets to run (nil: all)
 }
 
-// targets are the run's targets: the six, and baselineTarget with
-// BASELINE.
-func (s settings) targets() []string { return targetList(s.baseline != "") }
+// targets are the run's targets: the six (or TARGETS' subset of them, in
+// the six's order), and baselineTarget with BASELINE.
+func (s settings) targets() []string {
+	all := targetList(s.baseline != "")
+	if s.only == nil {
+		return all
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(t string) bool {
+		return t != baselineTarget && !slices.Contains(s.only, t)
+	})
+}
+
+// requiredTargets are the targets TARGETS must keep: the last ratio line
+// is sluice-connect/postfix-alone, and the memory figure is
+// sluice-connect's.
+var requiredTargets = []string{"postfix-alone", "sluice-connect"}
+
+// parseTargets parses TARGETS: known target names, no repeats, the
+// required ones among them.
+func parseTargets(v string) ([]string, error) {
+	f := strings.Fields(v)
+	for i, t := range f {
+		switch {
+		case t == baselineTarget:
+			return nil, fmt.Errorf("TARGETS: %s comes with BASELINE, not in TARGETS", t)
+		case !slices.Contains(targets, t):
+			return nil, fmt.Errorf("TARGETS: unknown target %q (the targets: %s)", t, strings.Join(targets, " "))
+		case slices.Contains(f[:i], t):
+			return nil, fmt.Errorf("TARGETS: %s named twice", t)
+		}
+	}
+	for _, t := range requiredTargets {
+		if !slices.Contains(f, t) {
+			return nil, fmt.Errorf("TARGETS=%q lacks %s (the last ratio line and the memory figure need %s)", v, t, strings.Join(requiredTargets, " and "))
+		}
+	}
+	return f, nil
+}
 
 // targetList is targets, followed by baselineTarget when baseline.
 func targetList(baseline bool) []string {
@@ -142,6 +186,7 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 	msgs := fs.String("msgs", "1000 2000 3000", "messages per run at c = 1, 10, 100 (MSGS)")
 	idle := fs.Int("idle", 10000, "idle milter sessions for the memory figure (IDLE)")
 	baseline := fs.String("baseline", "", "an older sluice binary, measured as "+baselineTarget+" (BASELINE)")
+	only := fs.String("targets", "", "only these targets, space-separated (TARGETS; postfix-alone and sluice-connect among them)")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -194,6 +239,15 @@ func parseSettings(args []string, getenv func(string) string, stderr io.Writer) 
 			return s, fmt.Errorf("BASELINE: %w", err)
 		}
 	}
+	t := getenv("TARGETS")
+	if set["targets"] {
+		t = *only
+	}
+	if t != "" {
+		if s.only, err = parseTargets(t); err != nil {
+			return s, err
+		}
+	}
 	switch {
 	case s.rounds < 1:
 		return s, errors.New("the rounds must be at least 1")
@@ -228,13 +282,13 @@ func joinInts(v []int) string {
 	return strings.Join(s, " ")
 }
 
-const usage = `usage: milterbench [-quick] [-rounds n] [-msgs "a b c"] [-idle n] [-baseline bin]
+const usage = `usage: milterbench [-quick] [-rounds n] [-msgs "a b c"] [-idle n] [-baseline bin] [-targets "t ..."]
 
 bench/milter.sh's driver (see its header, or "go doc ./bench/milterbench"):
 Postfix alone, with sluice's milter (CONNECT only, all events), with
 libmilter milters and with a floor milter, side by side, every delivery
 checked. As root, from the repository's root. The environment's QUICK=1,
-ROUNDS, MSGS, IDLE and BASELINE set the same as the flags, which win.
+ROUNDS, MSGS, IDLE, BASELINE and TARGETS set the same as the flags, which win.
 
 `
 

@@ -27,17 +27,17 @@ func TestParseSettings(t *testing.T) {
 		want settings
 		bad  bool
 	}{
-		{"defaults", nil, nil, settings{3, []int{1000, 2000, 3000}, 10000, ""}, false},
-		{"QUICK=1", map[string]string{"QUICK": "1"}, nil, settings{1, []int{100, 300, 500}, 2000, ""}, false},
+		{"defaults", nil, nil, settings{3, []int{1000, 2000, 3000}, 10000, "", nil}, false},
+		{"QUICK=1", map[string]string{"QUICK": "1"}, nil, settings{1, []int{100, 300, 500}, 2000, "", nil}, false},
 		{"QUICK=1 ignores ROUNDS, keeps MSGS and IDLE", map[string]string{"QUICK": "1", "ROUNDS": "5", "MSGS": "1 2 3", "IDLE": "7"}, nil,
-			settings{1, []int{1, 2, 3}, 7, ""}, false},
+			settings{1, []int{1, 2, 3}, 7, "", nil}, false},
 		{"environment", map[string]string{"ROUNDS": "5", "MSGS": "500 3000 5000", "IDLE": "10000"}, nil,
-			settings{5, []int{500, 3000, 5000}, 10000, ""}, false},
+			settings{5, []int{500, 3000, 5000}, 10000, "", nil}, false},
 		{"flags win", map[string]string{"ROUNDS": "5", "MSGS": "1 2 3"}, []string{"-rounds", "2", "-msgs", "4 5 6", "-idle", "9"},
-			settings{2, []int{4, 5, 6}, 9, ""}, false},
-		{"-quick", nil, []string{"-quick"}, settings{1, []int{100, 300, 500}, 2000, ""}, false},
-		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{2, []int{100, 300, 500}, 2000, ""}, false},
-		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{1000, 2000, 3000}, 10000, ""}, false},
+			settings{2, []int{4, 5, 6}, 9, "", nil}, false},
+		{"-quick", nil, []string{"-quick"}, settings{1, []int{100, 300, 500}, 2000, "", nil}, false},
+		{"-quick with -rounds", nil, []string{"-quick", "-rounds", "2"}, settings{2, []int{100, 300, 500}, 2000, "", nil}, false},
+		{"QUICK other than 1 is off", map[string]string{"QUICK": "yes"}, nil, settings{3, []int{1000, 2000, 3000}, 10000, "", nil}, false},
 		{"MSGS with two counts", map[string]string{"MSGS": "1 2"}, nil, settings{}, true},
 		{"MSGS not numbers", map[string]string{"MSGS": "a b c"}, nil, settings{}, true},
 		{"MSGS with a zero", map[string]string{"MSGS": "1 0 3"}, nil, settings{}, true},
@@ -46,6 +46,15 @@ func TestParseSettings(t *testing.T) {
 		{"no rounds", nil, []string{"-rounds", "0"}, settings{}, true},
 		{"an argument", nil, []string{"now"}, settings{}, true},
 		{"an unknown flag", nil, []string{"-fast"}, settings{}, true},
+		{"TARGETS", map[string]string{"TARGETS": "floor sluice-connect postfix-alone"}, nil,
+			settings{3, []int{1000, 2000, 3000}, 10000, "", []string{"floor", "sluice-connect", "postfix-alone"}}, false},
+		{"-targets wins", map[string]string{"TARGETS": "nonsense"}, []string{"-targets", "postfix-alone sluice-connect"},
+			settings{3, []int{1000, 2000, 3000}, 10000, "", []string{"postfix-alone", "sluice-connect"}}, false},
+		{"TARGETS unknown", map[string]string{"TARGETS": "postfix-alone sluice-connect opendkim"}, nil, settings{}, true},
+		{"TARGETS twice", map[string]string{"TARGETS": "postfix-alone sluice-connect floor floor"}, nil, settings{}, true},
+		{"TARGETS without postfix-alone", map[string]string{"TARGETS": "sluice-connect floor"}, nil, settings{}, true},
+		{"TARGETS without sluice-connect", map[string]string{"TARGETS": "postfix-alone floor"}, nil, settings{}, true},
+		{"TARGETS naming baseline-connect", map[string]string{"TARGETS": "postfix-alone sluice-connect baseline-connect"}, nil, settings{}, true},
 	} {
 		getenv := func(k string) string { return tc.env[k] }
 		got, err := parseSettings(tc.args, getenv, io.Discard)
@@ -55,7 +64,8 @@ func TestParseSettings(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got.rounds != tc.want.rounds || got.idle != tc.want.idle || !slices.Equal(got.msgs, tc.want.msgs) {
+		if err != nil || got.rounds != tc.want.rounds || got.idle != tc.want.idle || !slices.Equal(got.msgs, tc.want.msgs) ||
+			!slices.Equal(got.only, tc.want.only) {
 			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 	}
@@ -110,7 +120,7 @@ milter ratio sluice-connect/postfix-alone c=10: 0.71
 `
 
 func oldResults() *results {
-	r := &results{}
+	r := &results{measured: targets}
 	for t, v := range oldRun {
 		for i, c := range concurrency {
 			r.mps.Add(t, c, v[i])
@@ -270,7 +280,7 @@ func TestBaselineSetting(t *testing.T) {
 // sluice-connect/baseline-connect ratios come first; the last line stays
 // sluice-connect/postfix-alone at c=10.
 func TestBaselineReport(t *testing.T) {
-	r := &results{baseline: true}
+	r := &results{measured: targetList(true)}
 	for _, tg := range targetList(true) {
 		for _, c := range concurrency {
 			v := 100.0
@@ -292,5 +302,51 @@ func TestBaselineReport(t *testing.T) {
 	writeTable(&table, r, 1, msgSize, 2, "0.00")
 	if !regexp.MustCompile(`(?m)^1 +baseline-connect +80\.0 `).MatchString(table.String()) {
 		t.Errorf("no baseline row at c=1:\n%s", table.String())
+	}
+}
+
+// TestTargetsSubset: TARGETS runs its targets in the six's order (with
+// baseline-connect after them under BASELINE), and the report prints only
+// the ratio lines and goals whose targets ran, the last line unchanged.
+func TestTargetsSubset(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TARGETS": "floor postfix-alone libmilter-connect sluice-connect", "BASELINE": exe}
+	s, err := parseSettings(nil, func(k string) string { return env[k] }, io.Discard)
+	want := []string{"postfix-alone", "sluice-connect", "libmilter-connect", "floor", "baseline-connect"}
+	if err != nil || !slices.Equal(s.targets(), want) {
+		t.Fatalf("targets %v, %v; want %v", s.targets(), err, want)
+	}
+	r := &results{measured: s.targets()}
+	for _, tg := range r.measured {
+		for _, c := range concurrency {
+			r.mps.Add(tg, c, 100)
+		}
+	}
+	var ratios, goals bytes.Buffer
+	writeRatios(&ratios, r)
+	writeGoals(&goals, r)
+	out := ratios.String() + goals.String()
+	for _, gone := range []string{"sluice-all", "/libmilter "} {
+		if strings.Contains(out, gone) {
+			t.Errorf("%q printed though it did not run:\n%s", gone, out)
+		}
+	}
+	for _, kept := range []string{
+		"milter ratio sluice-connect/baseline-connect c=1: 1.00\n",
+		"milter ratio sluice-connect/libmilter-connect c=100: 1.00\n",
+		"milter ratio floor/postfix-alone c=10: 1.00\n",
+		"goals: sluice-connect/postfix-alone c=1 1.00 (>= 0.80: met), c=10 1.00 (>= 0.80: met); sluice-connect/floor c=1 1.00",
+		"(floor/postfix-alone is the most",
+	} {
+		if !strings.Contains(out, kept) {
+			t.Errorf("no %q in:\n%s", kept, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(ratios.String(), "\n"), "\n")
+	if last := lines[len(lines)-1]; last != "milter ratio sluice-connect/postfix-alone c=10: 1.00" {
+		t.Errorf("last line %q", last)
 	}
 }

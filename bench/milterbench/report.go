@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"sluice/bench/internal/rounds"
 )
@@ -12,21 +14,30 @@ type results struct {
 	mps      rounds.Series // messages per second, sending only
 	cpu      rounds.Series // the milter process's CPU time per message, us
 	cs       rounds.Series // its context switches per message
-	baseline bool          // baselineTarget was measured (BASELINE)
+	measured []string      // the targets run, in the table's order
 }
 
 // targets are the measured targets, in the table's order.
-func (r *results) targets() []string {
-	return targetList(r.baseline)
+func (r *results) targets() []string { return r.measured }
+
+// has reports whether every one of ts was measured.
+func (r *results) has(ts ...string) bool {
+	for _, t := range ts {
+		if !slices.Contains(r.measured, t) {
+			return false
+		}
+	}
+	return true
 }
 
-// pairs are the ratio lines' families: with BASELINE,
-// sluice-connect/baseline-connect first, then ratioPairs.
+// pairs are the ratio lines' families whose two targets were measured:
+// with BASELINE, sluice-connect/baseline-connect first, then ratioPairs.
 func (r *results) pairs() []ratioPair {
-	if !r.baseline {
-		return ratioPairs
+	all := ratioPairs
+	if r.has(baselineTarget) {
+		all = append([]ratioPair{{"sluice-connect", baselineTarget, []int{1, 10, 100}}}, ratioPairs...)
 	}
-	return append([]ratioPair{{"sluice-connect", baselineTarget, []int{1, 10, 100}}}, ratioPairs...)
+	return slices.DeleteFunc(slices.Clone(all), func(p ratioPair) bool { return !r.has(p.num, p.den) })
 }
 
 // ratioPair is one family of "milter ratio" lines: num's median rate over
@@ -77,22 +88,34 @@ func (r *results) goal(num, den string, c int, lim float64) (string, string) {
 }
 
 // writeGoals prints the goals and the floor's reach, as
-// bench/milter.sh printed them (the goals line ends with a space).
+// bench/milter.sh printed them (the goals line ends with a space), each
+// goal only when its targets ran (TARGETS).
 func writeGoals(w io.Writer, r *results) {
-	g1, v1 := r.goal("sluice-connect", "postfix-alone", 1, 0.80)
-	g10, v10 := r.goal("sluice-connect", "postfix-alone", 10, 0.80)
-	f1, vf1 := r.goal("sluice-connect", "floor", 1, 0.95)
-	f10, vf10 := r.goal("sluice-connect", "floor", 10, 0.95)
-	fmt.Fprintf(w, "goals: sluice-connect/postfix-alone c=1 %s (>= 0.80: %s), c=10 %s (>= 0.80: %s);"+
-		" sluice-connect/floor c=1 %s (>= 0.95: %s), c=10 %s (>= 0.95: %s); sluice-all/libmilter ",
-		g1, v1, g10, v10, f1, vf1, f10, vf10)
-	for _, c := range concurrency {
-		a, v := r.goal("sluice-all", "libmilter", c, 1.2)
-		fmt.Fprintf(w, "c=%d %s (>= 1.2: %s) ", c, a, v)
+	var parts []string
+	if r.has("sluice-connect", "postfix-alone") {
+		g1, v1 := r.goal("sluice-connect", "postfix-alone", 1, 0.80)
+		g10, v10 := r.goal("sluice-connect", "postfix-alone", 10, 0.80)
+		parts = append(parts, fmt.Sprintf("sluice-connect/postfix-alone c=1 %s (>= 0.80: %s), c=10 %s (>= 0.80: %s)", g1, v1, g10, v10))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "(floor/postfix-alone is the most any CONNECT-only milter can reach: c=1 %s, c=10 %s)\n",
-		r.ratio("floor", "postfix-alone", 1), r.ratio("floor", "postfix-alone", 10))
+	if r.has("sluice-connect", "floor") {
+		f1, vf1 := r.goal("sluice-connect", "floor", 1, 0.95)
+		f10, vf10 := r.goal("sluice-connect", "floor", 10, 0.95)
+		parts = append(parts, fmt.Sprintf("sluice-connect/floor c=1 %s (>= 0.95: %s), c=10 %s (>= 0.95: %s)", f1, vf1, f10, vf10))
+	}
+	if r.has("sluice-all", "libmilter") {
+		var b strings.Builder
+		b.WriteString("sluice-all/libmilter ")
+		for _, c := range concurrency {
+			a, v := r.goal("sluice-all", "libmilter", c, 1.2)
+			fmt.Fprintf(&b, "c=%d %s (>= 1.2: %s) ", c, a, v)
+		}
+		parts = append(parts, b.String())
+	}
+	fmt.Fprintf(w, "goals: %s\n", strings.Join(parts, "; "))
+	if r.has("floor", "postfix-alone") {
+		fmt.Fprintf(w, "(floor/postfix-alone is the most any CONNECT-only milter can reach: c=1 %s, c=10 %s)\n",
+			r.ratio("floor", "postfix-alone", 1), r.ratio("floor", "postfix-alone", 10))
+	}
 }
 
 // writeSpreads prints, for every ratio line, the smallest and largest of

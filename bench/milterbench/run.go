@@ -133,7 +133,7 @@ func warnBusy(w io.Writer, when string) {
 // rounds runs every target at every c, s.rounds times, interleaved, and
 // prints each run.
 func (b *bench) rounds(ctx context.Context, w io.Writer) (*results, error) {
-	res := &results{baseline: b.s.baseline != ""}
+	res := &results{measured: b.s.targets()}
 	for round := 1; round <= b.s.rounds; round++ {
 		order := rounds.Order(b.s.targets(), round)
 		for ci, c := range concurrency {

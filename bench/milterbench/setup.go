@@ -18,9 +18,6 @@ import (
 //go:embed c/*.c
 var cSources embed.FS
 
-// milters are the targets with a milter, in the order they start.
-var milters = []string{"sluice-connect", "sluice-all", "libmilter", "libmilter-connect", "floor"}
-
 // wantSteps are the steps each milter must ask for: one that asked for
 // more or fewer would measure something else.
 var wantSteps = map[string]string{
@@ -135,14 +132,16 @@ key = ["client_address"]
 limit = ["2000000000/1h smooth"]
 action = "DEFER_IF_PERMIT too many bytes"`
 
-// startMilters starts both sluice daemons (and BASELINE's), the three C
-// milters, waits for their sockets, and checks the steps each asks for.
+// startMilters starts the run's milters (both sluice daemons, BASELINE's,
+// the three C milters; TARGETS' only), waits for their sockets, and
+// checks the steps each asks for.
 func (b *bench) startMilters(ctx context.Context) error {
-	all, daemonsOf := milters, []string{"sluice-connect", "sluice-all"}
-	if b.s.baseline != "" {
-		all, daemonsOf = append(slices.Clip(milters), baselineTarget), append(daemonsOf, baselineTarget)
-	}
-	for _, t := range daemonsOf {
+	// Every target but postfix-alone has a milter.
+	all := slices.DeleteFunc(slices.Clone(b.s.targets()), func(t string) bool { return t == "postfix-alone" })
+	for _, t := range all {
+		if t != "sluice-connect" && t != "sluice-all" && t != baselineTarget {
+			continue
+		}
 		extraMilter, extraTables := "", ""
 		if t == "sluice-all" {
 			extraMilter, extraTables = "policy_rules = true", allEventsRule
@@ -170,6 +169,9 @@ func (b *bench) startMilters(ctx context.Context) error {
 		{"libmilter-connect", "the libmilter CONNECT-only milter", "connectonly", "unix:" + b.sock("libmilter-connect")},
 		{"floor", "the floor milter", "floor", b.sock("floor")},
 	} {
+		if !slices.Contains(all, m.target) {
+			continue
+		}
 		daemons.Logf("starting %s on %s", m.what, b.sock(m.target))
 		if err := b.startDaemon(m.target, b.path(m.prog), m.arg); err != nil {
 			return err
