@@ -20,7 +20,7 @@
 #   TARGETS="postfix-alone sluice-connect libmilter-connect floor" ROUNDS=7 bench/milter.sh
 #                                   only those targets (postfix-alone and
 #                                   sluice-connect always among them): more
-#                                   rounds of one comparison in the same time
+#                                   rounds of one comparison per minute
 #   bench/milter.sh -h              the driver's flags (-quick, -rounds, -msgs,
 #                                   -idle, -baseline, -targets: the same knobs;
 #                                   a flag wins)
@@ -28,7 +28,8 @@
 # then ignored), ROUNDS (3), MSGS (one count per c), IDLE (idle sessions),
 # BASELINE (an older sluice binary), TARGETS (a subset of the targets).
 #
-# smtp-source, the six Postfix instances (seven with BASELINE), the sluice
+# smtp-source, the six Postfix instances (seven with BASELINE, fewer with
+# TARGETS), the sluice
 # daemons and the C milters share this machine's CPUs; nothing is pinned,
 # so compare the ratios (printed with their spread over the rounds), not
 # the rates.

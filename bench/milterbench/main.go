@@ -3,7 +3,8 @@
 // milters and with a floor. bench/milter.sh checks for root and the
 // packages, then runs it from the repository's root.
 //
-// Six private Postfix 3.7 instances (seven with BASELINE, below;
+// Six private Postfix 3.7 instances (seven with BASELINE, fewer with
+// TARGETS, below;
 // bench/milterload postfix, built on
 // internal/testutil/postfixtest; everything is delivered to discard(8)),
 // identical but for smtpd_milters:
@@ -52,7 +53,8 @@
 //
 //	milter ratio sluice-connect/postfix-alone c=10: X.XX
 //
-// preceded by the sluice-connect/floor and floor/postfix-alone lines.
+// preceded by the sluice-connect/floor and floor/postfix-alone lines
+// (when the floor runs).
 // Between the table and the goals, the memory figure: milterload idle
 // opens the idle sessions to the running sluice-connect daemon and reads
 // its VmRSS before and after (target <= 16 KiB per session).
@@ -73,12 +75,13 @@
 //	                    after in one run
 //	TARGETS="t ..." -targets  only these targets (postfix-alone and
 //	                    sluice-connect always among them: the last line
-//	                    and the memory figure need them; baseline-connect
-//	                    comes with BASELINE): more rounds of the
-//	                    CONNECT-only comparison in the same time, e.g.
+//	                    needs both, the memory figure sluice-connect;
+//	                    baseline-connect comes with BASELINE): more
+//	                    rounds of one comparison per minute, e.g.
 //	                    TARGETS="postfix-alone sluice-connect
-//	                    libmilter-connect floor" ROUNDS=7. Only the ratio
-//	                    lines and goals whose targets ran are printed.
+//	                    libmilter-connect floor" ROUNDS=7 (about 6.5
+//	                    minutes here). Only the ratio lines and goals
+//	                    whose targets ran are printed.
 //
 // It must run as root (Postfix's master needs it) from the repository's
 // root, with smtp-source, cc and libmilter-dev installed. Its daemons run
@@ -157,7 +160,7 @@ func parseTargets(v string) ([]string, error) {
 	}
 	for _, t := range requiredTargets {
 		if !slices.Contains(f, t) {
-			return nil, fmt.Errorf("TARGETS=%q lacks %s (the last ratio line and the memory figure need %s)", v, t, strings.Join(requiredTargets, " and "))
+			return nil, fmt.Errorf("TARGETS=%q lacks %s (the last ratio line needs postfix-alone and sluice-connect, the memory figure sluice-connect)", v, t)
 		}
 	}
 	return f, nil

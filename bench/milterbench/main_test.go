@@ -77,7 +77,7 @@ func TestHelp(t *testing.T) {
 	if code := realMain([]string{"-h"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"QUICK=1", "ROUNDS", "MSGS", "IDLE", "BASELINE", "-quick", "-rounds", "-msgs", "-idle", "-baseline"} {
+	for _, want := range []string{"QUICK=1", "ROUNDS", "MSGS", "IDLE", "BASELINE", "TARGETS", "-quick", "-rounds", "-msgs", "-idle", "-baseline", "-targets"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h does not mention %s:\n%s", want, out.String())
 		}
@@ -348,5 +348,40 @@ func TestTargetsSubset(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(ratios.String(), "\n"), "\n")
 	if last := lines[len(lines)-1]; last != "milter ratio sluice-connect/postfix-alone c=10: 1.00" {
 		t.Errorf("last line %q", last)
+	}
+}
+
+// TestTargetsRequired: the smallest TARGETS prints the one goal and the
+// three ratio lines of its pair, no floor line; the errors say what is
+// wrong.
+func TestTargetsRequired(t *testing.T) {
+	r := &results{measured: []string{"postfix-alone", "sluice-connect"}}
+	for _, c := range concurrency {
+		r.mps.Add("postfix-alone", c, 100)
+		r.mps.Add("sluice-connect", c, 50)
+	}
+	var ratios, goals bytes.Buffer
+	writeRatios(&ratios, r)
+	writeGoals(&goals, r)
+	wantRatios := "milter ratio sluice-connect/postfix-alone c=100: 0.50\n" +
+		"milter ratio sluice-connect/postfix-alone c=1: 0.50\n" +
+		"milter ratio sluice-connect/postfix-alone c=10: 0.50\n"
+	if ratios.String() != wantRatios {
+		t.Errorf("ratios:\n%s\nwant:\n%s", ratios.String(), wantRatios)
+	}
+	wantGoals := "goals: sluice-connect/postfix-alone c=1 0.50 (>= 0.80: MISSED), c=10 0.50 (>= 0.80: MISSED)\n"
+	if goals.String() != wantGoals {
+		t.Errorf("goals:\n%s\nwant:\n%s", goals.String(), wantGoals)
+	}
+	for v, want := range map[string]string{
+		"postfix-alone sluice-connect baseline-connect": "comes with BASELINE",
+		"postfix-alone sluice-connect opendkim":         `unknown target "opendkim"`,
+		"postfix-alone sluice-connect sluice-connect":   "sluice-connect named twice",
+		"sluice-connect floor":                          "lacks postfix-alone",
+		"postfix-alone":                                 "lacks sluice-connect",
+	} {
+		if _, err := parseTargets(v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("TARGETS=%q: %v, want an error saying %q", v, err, want)
+		}
 	}
 }

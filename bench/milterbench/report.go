@@ -88,8 +88,9 @@ func (r *results) goal(num, den string, c int, lim float64) (string, string) {
 }
 
 // writeGoals prints the goals and the floor's reach, as
-// bench/milter.sh printed them (the goals line ends with a space), each
-// goal only when its targets ran (TARGETS).
+// bench/milter.sh printed them (the goals line ends with a space when
+// sluice-all/libmilter ends it), each goal only when its targets ran
+// (TARGETS).
 func writeGoals(w io.Writer, r *results) {
 	var parts []string
 	if r.has("sluice-connect", "postfix-alone") {
