@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"os"
-	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,36 +40,13 @@ func (d *Daemon) newControl(k config.Control) func(net.Listener) error {
 }
 
 // controlAllow admits root, the user sluice runs as, and the members of
-// the admin group (by the peer's group at connect, or its account's
-// supplementary groups).
+// the admin group (peerTrust).
 func controlAllow(group string, warn func(string, ...any)) func(control.Peer) bool {
-	gid := ""
+	var groups []string
 	if group != "" {
-		g, err := user.LookupGroup(group)
-		if err != nil {
-			warn("control: the admin group cannot be found; only root and sluice's user may give commands", "group", group, "err", err)
-		} else {
-			gid = g.Gid
-		}
+		groups = []string{group}
 	}
-	self := os.Geteuid()
-	return func(p control.Peer) bool {
-		if p.UID == 0 || p.UID == self {
-			return true
-		}
-		if gid == "" {
-			return false
-		}
-		if strconv.Itoa(p.GID) == gid {
-			return true
-		}
-		u, err := user.LookupId(strconv.Itoa(p.UID))
-		if err != nil {
-			return false
-		}
-		gids, err := u.GroupIds()
-		return err == nil && slices.Contains(gids, gid)
-	}
+	return peerTrust("control", nil, groups, warn)
 }
 
 // controlHandler carries out the control socket's commands on the
@@ -114,6 +89,8 @@ func (h controlHandler) Handle(ctx context.Context, peer control.Peer, req contr
 		return h.throttleShow(ctx, g, a)
 	case "throttle.suspend", "throttle.resume":
 		return h.throttleSuspend(ctx, g, a, req.Command == "throttle.suspend")
+	case "throttle.reset":
+		return h.throttleReset(ctx, g, a)
 	}
 	return control.Reply{}, fmt.Errorf("unknown command %q", req.Command)
 }
@@ -258,15 +235,21 @@ func (h controlHandler) exemptDel(ctx context.Context, g *governor.Governor, a a
 }
 
 func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, a args) (control.Reply, error) {
-	var states []throttleKeyView
-	keys := []string{a["key"]}
-	if a["key"] == "" {
-		ids, err := g.ThrottleKeys(ctx)
-		if err != nil {
+	var ids []string // "POLICY BUCKET"
+	if a["key"] != "" {
+		name, bucket, _, ok := g.ThrottleTarget(a["key"])
+		if !ok {
+			return control.Reply{}, fmt.Errorf("no throttle policy matches %q", a["key"])
+		}
+		ids = []string{name + " " + bucket}
+	} else {
+		var err error
+		if ids, err = g.ThrottleKeys(ctx); err != nil {
 			return control.Reply{}, err
 		}
 		if ban := h.d.throttleBan; ban != nil {
-			// Keys suspended or banned but holding no slots.
+			// Keys suspended, banned or at a learned limit, holding no
+			// slots.
 			marked, err := ban.states(ctx, h.d.cfg.Load())
 			if err != nil {
 				return control.Reply{}, err
@@ -276,27 +259,27 @@ func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, 
 			}
 		}
 		slices.Sort(ids)
-		keys = keys[:0]
-		for _, id := range slices.Compact(ids) {
-			if _, bucket, _ := strings.Cut(id, " "); bucket != "*" {
-				keys = append(keys, bucket)
+		ids = slices.Compact(ids)
+	}
+	var states []throttleKeyView
+	for _, id := range ids {
+		name, bucket, _ := strings.Cut(id, " ")
+		bctx, ban := ctx, h.d.throttleBan
+		if ban != nil {
+			if bp := ban.policy(h.d.cfg.Load(), name); bp != nil {
+				bctx = governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp))
 			}
 		}
-	}
-	for _, k := range keys {
-		st, ok, err := g.ThrottleState(ctx, k)
+		st, ok, err := g.ThrottleBudget(bctx, name, bucket)
 		if err != nil {
 			return control.Reply{}, err
 		}
 		if !ok {
-			if a["key"] != "" {
-				return control.Reply{}, fmt.Errorf("no throttle policy matches %q", k)
-			}
-			continue
+			continue // a policy a reload removed
 		}
 		v := throttleKeyView{ThrottleKeyState: st}
-		if ban := h.d.throttleBan; ban != nil {
-			v.SuspendedUntil, v.Reason = ban.admit(ctx, st.Policy+" "+st.Bucket)
+		if ban != nil {
+			v.SuspendedUntil, v.Reason = ban.admit(ctx, id)
 		}
 		states = append(states, v)
 	}
@@ -308,6 +291,35 @@ type throttleKeyView struct {
 	governor.ThrottleKeyState
 	SuspendedUntil time.Time `json:"suspended_until,omitzero"`
 	Reason         string    `json:"reason,omitempty"`
+}
+
+// throttleReset forgets a key's learned limit and ban streak.
+func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor, a args) (control.Reply, error) {
+	if err := a.need("key"); err != nil {
+		return control.Reply{}, err
+	}
+	ban := h.d.throttleBan
+	name, bucket, lim, ok := g.ThrottleTarget(a["key"])
+	if !ok || ban == nil {
+		return control.Reply{}, fmt.Errorf("no throttle policy matches %q", a["key"])
+	}
+	id := name + " " + bucket
+	learned, bans, err := ban.reset(ctx, id)
+	if err != nil {
+		return control.Reply{}, err
+	}
+	what := fmt.Sprintf("throttle %s: limit back to %s", id, lim)
+	switch {
+	case learned > 0 && bans > 0:
+		what += fmt.Sprintf(" (was %d), ban streak %d forgotten", learned, bans)
+	case learned > 0:
+		what += fmt.Sprintf(" (was %d)", learned)
+	case bans > 0:
+		what += fmt.Sprintf(", ban streak %d forgotten", bans)
+	default:
+		what = "throttle " + id + ": had no learned limit or ban streak"
+	}
+	return control.Reply{Result: map[string]any{"key": id, "learned": learned, "bans": bans, "limit": lim.String()}, Text: what + "\n", Changed: what}, nil
 }
 
 func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governor, a args, suspend bool) (control.Reply, error) {

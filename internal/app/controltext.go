@@ -89,8 +89,12 @@ func throttleText(states []throttleKeyView) string {
 	}
 	var b strings.Builder
 	for _, s := range states {
+		limit := s.Limit
+		if s.Limit != s.Configured {
+			limit += ", learned; configured " + s.Configured
+		}
 		fmt.Fprintf(&b, "%s %s [%s]: %d sending, %d waiting, %d booked, next slot %s",
-			s.Policy, s.Bucket, s.Limit, s.Sending, s.Waiting, s.Booked, s.NextSlot.UTC().Format(time.RFC3339))
+			s.Policy, s.Bucket, limit, s.Sending, s.Waiting, s.Booked, s.NextSlot.UTC().Format(time.RFC3339))
 		if !s.SuspendedUntil.IsZero() {
 			fmt.Fprintf(&b, ", SUSPENDED until %s (%s)", s.SuspendedUntil.UTC().Format(time.RFC3339), s.Reason)
 		}

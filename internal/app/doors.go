@@ -94,6 +94,7 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 	if d.throttleBan == nil {
 		d.throttleBan = d.openBanGuard()
 	}
+	reportUsers, reportGroups := t.Reporters()
 	d.throttle = throttle.NewServer(throttle.Options{
 		Handler:        throttleHandler{d},
 		Logger:         d.log,
@@ -101,6 +102,7 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 		PeerLimits:     d.peerLimits("throttle", t.PeerRules),
 		RequestTimeout: t.RequestTimeout.D(),
 		LogDefer:       d.logThrottleDefer,
+		TrustReport:    peerTrust("throttle reports", reportUsers, reportGroups, d.log.Warn),
 	})
 	return d.throttle.Serve
 }

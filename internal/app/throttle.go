@@ -90,11 +90,16 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 	gr.Revoked = suspended
 	gr.RevokeReason = func() string { return ban.revokeReason(id) }
 	if bp != nil {
-		gr.Judge = func(ctx context.Context, lines []throttle.ResultLine) string {
+		gr.Judge = func(ctx context.Context, lines []throttle.ResultLine, from throttle.Reporter) string {
 			// The policy in force when the result comes (a reload between
 			// grant and result applies its signs).
 			if p := ban.policy(h.d.cfg.Load(), bp.name); p != nil {
 				bp = p
+			}
+			if !from.Trusted {
+				h.d.refusals.Refused(ctx, "throttle", "report", id, time.Minute,
+					"throttle: a report from a peer not trusted to steer the key changed nothing", "key", id, "peer", from.Peer)
+				return ban.untrusted(id, bp, lines)
 			}
 			return ban.judge(ctx, id, bp, lines)
 		}

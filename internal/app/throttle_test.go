@@ -75,9 +75,9 @@ limit = "2/10s"
 // to defer while it sleeps, the senders waiting for a concurrency slot
 // are told to defer, a new sender defers at once; the ban's permanent
 // failure is reported back as temporary, a user unknown is not. With
-// adapt the limit drops to half the sends delivered in the last period,
-// the marks file keeps it, and after the cool-off the key sends again at
-// the learned limit.
+// adapt the limit drops to half, the marks file keeps it, and after the
+// cool-off the key sends again at the learned limit. corroborate = 1: one
+// send decides (TestThrottleBanSharedThroughRedis takes the default).
 func TestThrottleBanSuspendsAndResumes(t *testing.T) {
 	dir := t.TempDir()
 	d := startDaemon(t, writeConfig(t, dir, fmt.Sprintf(`state_dir = %q
@@ -97,6 +97,7 @@ max_wait = "1m"
 ban_signs = ["too many"]
 cool_off = "2s"
 adapt = true
+corroborate = 1
 [web]
 listen = ["inet:127.0.0.1:0"]
 metrics = true
@@ -200,8 +201,8 @@ metrics = true
 	if !strings.Contains(rep.Defer, "suspended until") {
 		t.Fatalf("a new sender during the cool-off: %+v, want a deferral", rep)
 	}
-	if ks := d.Status().ThrottleKeys; len(ks) != 1 || ks[0].Key != "relay *" || !ks[0].SuspendedUntil.After(time.Now()) || ks[0].Limit != 1 || ks[0].Configured != 4 || ks[0].Bans != 1 {
-		t.Errorf("the status's throttle keys: %+v, want relay * suspended, learned limit 1 of 4, 1 ban", ks)
+	if ks := d.Status().ThrottleKeys; len(ks) != 1 || ks[0].Key != "relay *" || !ks[0].SuspendedUntil.After(time.Now()) || ks[0].Limit != 2 || ks[0].Configured != 4 || ks[0].Bans != 1 {
+		t.Errorf("the status's throttle keys: %+v, want relay * suspended, learned limit 2 of 4, 1 ban", ks)
 	}
 	families, err := d.registry.Gather()
 	if err != nil {
@@ -215,7 +216,7 @@ metrics = true
 			}
 		}
 	}
-	if got["sluice_throttle_key_limit relay *"] != 1 || got["sluice_throttle_key_bans relay *"] != 1 || got["sluice_throttle_key_suspended_seconds relay *"] <= 0 {
+	if got["sluice_throttle_key_limit relay *"] != 2 || got["sluice_throttle_key_bans relay *"] != 1 || got["sluice_throttle_key_suspended_seconds relay *"] <= 0 {
 		t.Errorf("the throttle key metrics: %v", got)
 	}
 	marks, err := limiter.NewMemoryMarks(filepath.Join(dir, "throttle.marks"), nil)
@@ -223,8 +224,8 @@ metrics = true
 		t.Fatal(err)
 	}
 	m, ok, _ := marks.Get(context.Background(), "relay *", "limit")
-	if !ok || m.Value != 1 {
-		t.Fatalf("the learned limit in the marks file: %+v %v, want 1 (half of the 2 delivered in the period)", m, ok)
+	if !ok || m.Value != 2 {
+		t.Fatalf("the learned limit in the marks file: %+v %v, want 2 (half of the configured 4)", m, ok)
 	}
 	s, ok, _ := marks.Get(context.Background(), "relay *", "suspend")
 	if !ok {
@@ -234,18 +235,23 @@ metrics = true
 	a, ra := acquire("after.example")
 	defer a.Close()
 	b, rb := acquire("after2.example")
-	defer b.Close()
-	if ra.Defer != "" || rb.Defer != "" {
-		t.Fatalf("after the cool-off: %+v %+v, want slots", ra, rb)
+	b.Close()
+	c3, rc := acquire("after3.example")
+	defer c3.Close()
+	if ra.Defer != "" || rb.Defer != "" || rc.Defer != "" {
+		t.Fatalf("after the cool-off: %+v %+v %+v, want slots", ra, rb, rc)
 	}
-	if gap := rb.At.Sub(ra.At); gap < 1250*time.Millisecond {
-		t.Errorf("after the cool-off two slots %s apart, want a period with margin (the learned limit is 1)", gap)
+	if gap := rc.At.Sub(ra.At); gap < 1250*time.Millisecond {
+		t.Errorf("after the cool-off the third slot %s after the first, want a period with margin (the learned limit is 2)", gap)
 	}
 }
 
 // TestThrottleBanSharedThroughRedis: two daemons on one Redis share a
-// key's suspension: a ban reported to the first defers a sender sleeping
-// until its slot on the second (which polls the marks while senders
+// key's suspension and the signs that corroborate a ban: one send's ban
+// reported to the first suspends nothing (its own failure is made
+// temporary); a second send's, reported to the other daemon, corroborates
+// it, and the key is suspended on both: a sender sleeping until its slot
+// on the second is told to defer (it polls the marks while senders
 // wait), and a new sender there defers at once.
 func TestThrottleBanSharedThroughRedis(t *testing.T) {
 	srv := startRedis(t)
@@ -256,7 +262,7 @@ listen = ["unix:throttle"]
 [[throttle.policy]]
 name = "relay"
 match = ["*"]
-limit = "2/1s"
+limit = "3/1s"
 shared = true
 max_wait = "1m"
 ban_signs = ["too many"]
@@ -268,8 +274,9 @@ adapt = true
 		redisStoreConfig(t, fmt.Sprintf("addrs = [%q]\nkey_prefix = \"ban:\"\n", srv.Addr()), door),
 	}
 	var socks []string
+	var ds []*Daemon
 	for _, p := range paths {
-		startDaemon(t, p)
+		ds = append(ds, startDaemon(t, p))
 		socks = append(socks, filepath.Join(filepath.Dir(p), "throttle"))
 	}
 	acquire := func(sock, key string) (*throttle.Client, throttle.Reply) {
@@ -290,16 +297,27 @@ adapt = true
 	}
 	a1.Close()
 	ban, _ := acquire(socks[0], "b.example")
-	sleeper, rep := acquire(socks[1], "c.example") // the third slot, a period on
+	ban2, _ := acquire(socks[1], "b2.example")
+	sleeper, rep := acquire(socks[1], "c.example") // the fourth slot, a period on
 	if rep.Defer != "" || !rep.At.After(time.Now()) {
 		t.Fatalf("the second daemon's sender: %+v, want a slot to come", rep)
 	}
 	revoked, stop := sleeper.Watch()
 	defer stop()
-	if v, err := ban.Report([]throttle.ResultLine{{Kind: 'D', Text: "Connected to 127.0.0.1 but sender was rejected. Remote host said: 554 too many"}}, 5*time.Second); err != nil || v != "T" {
-		t.Fatalf("the ban: %q %v", v, err)
+	banned := []throttle.ResultLine{{Kind: 'D', Text: "Connected to 127.0.0.1 but sender was rejected. Remote host said: 554 too many"}}
+	if v, err := ban.Report(banned, 5*time.Second); err != nil || v != "T" {
+		t.Fatalf("the first ban: %q %v", v, err)
 	}
 	ban.Close()
+	for i, d := range ds {
+		if ks := d.Status().ThrottleKeys; len(ks) != 0 {
+			t.Fatalf("daemon %d after one send's ban: throttle keys %+v, want none (not corroborated)", i+1, ks)
+		}
+	}
+	if v, err := ban2.Report(banned, 5*time.Second); err != nil || v != "T" {
+		t.Fatalf("the second ban: %q %v", v, err)
+	}
+	ban2.Close()
 	start := time.Now()
 	select {
 	case why := <-revoked:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"sluice/internal/config"
 	"sluice/internal/limiter"
+	"sluice/internal/rules"
 	"sluice/internal/status"
 	"sluice/internal/throttle"
 )
@@ -21,6 +23,9 @@ const (
 	markSuspend = "suspend" // value: the ban streak; expires when the cool-off ends
 	markBans    = "bans"    // value: the ban streak; expires max_cool_off after the suspension
 	markLimit   = "limit"   // value: the learned limit
+	// markSign and a number (sign1, sign2...): one send's sign of a ban,
+	// waiting for others to corroborate it; expires after the window.
+	markSign = "sign"
 )
 
 // learnedTTL is how long a learned limit is kept after its last change.
@@ -68,6 +73,7 @@ type banPolicy struct {
 	signs  throttle.Signs
 	limit  int64         // the configured limit's N
 	period time.Duration // the configured period plus the margin
+	shown  string        // the configured period as the configuration writes it
 }
 
 // banKey is one key's local state.
@@ -157,7 +163,7 @@ func (g *banGuard) policy(cfg *config.Config, name string) *banPolicy {
 		specs, _ := cfg.ThrottlePolicies()
 		for _, s := range specs {
 			if s.Ban.On() {
-				g.pols[s.Name] = &banPolicy{BanSpec: s.Ban, name: s.Name, signs: throttle.NewSigns(s.Ban.Signs), limit: s.Limit.N, period: s.Limit.Period + s.Margin}
+				g.pols[s.Name] = &banPolicy{BanSpec: s.Ban, name: s.Name, signs: throttle.NewSigns(s.Ban.Signs), limit: s.Limit.N, period: s.Limit.Period + s.Margin, shown: rules.FormatPeriod(s.Limit.Period)}
 			}
 		}
 	}
@@ -422,8 +428,10 @@ func (g *banGuard) refreshLearnedLocked(ctx context.Context, id string, k *banKe
 	}
 }
 
-// judge reads a send's result for id: counts it, starts a ban, adapts the
-// limit, and returns the verdict flags for the sender.
+// judge reads a trusted send's result for id: counts it, starts a ban,
+// adapts the limit, and returns the verdict flags for the sender. A sign
+// of a ban suspends the key or lowers its limit only once corroborated
+// (corroborated); the sender's own failure is made temporary at once.
 func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []throttle.ResultLine) string {
 	j := throttle.Judge(lines, bp.signs)
 	k := g.key(id)
@@ -449,19 +457,90 @@ func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []
 	if j.Ban || j.Slow {
 		k.trouble = now
 	}
+	suspended := now.Before(k.until)
 	switch {
+	case suspended:
+		// A send under way when the ban began: it says nothing new.
 	case j.Ban || bp.After > 0 && k.failures >= bp.After:
 		why := fmt.Sprintf("%d failed sends in a row", k.failures)
 		if j.Ban {
 			why = fmt.Sprintf("the relay's answer matched the ban sign %q", j.Sign)
 		}
-		k.failures = 0
-		g.banLocked(ctx, id, bp, k, now, why)
-	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.period)) && !now.Before(k.until):
-		g.lowerLocked(ctx, id, bp, k, now, fmt.Sprintf("throttling answer matching %q", j.Sign))
+		// ban_after failures in a row are distinct sends already.
+		if (!j.Ban && bp.After >= bp.Corroborate) || g.corroborated(ctx, id, bp, now, why) {
+			k.failures = 0
+			g.banLocked(ctx, id, bp, k, now, why)
+		}
+	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.period)):
+		why := fmt.Sprintf("throttling answer matching %q", j.Sign)
+		if g.corroborated(ctx, id, bp, now, why) {
+			g.lowerLocked(ctx, id, bp, k, now, why)
+		}
 	}
 	return throttle.Verdict(lines, bp.signs, now.Before(k.until))
 }
+
+// untrusted returns the verdict for a report from a peer not trusted to
+// steer the key: its own lines as judge would rewrite them, with nothing
+// counted, suspended or learned.
+func (g *banGuard) untrusted(id string, bp *banPolicy, lines []throttle.ResultLine) string {
+	k := g.key(id)
+	k.mu.Lock()
+	suspended := g.now().Before(k.until)
+	k.mu.Unlock()
+	return throttle.Verdict(lines, bp.signs, suspended)
+}
+
+// corroborated records a sign of a ban from one send for id and says
+// whether bp.Corroborate distinct sends (on any daemon sharing the
+// marks) have shown one within bp.CorroborateWindow; when they have, the
+// record starts afresh. Each send takes a numbered sign mark that is
+// free (Add: two daemons never take the same one), so the count is exact
+// across daemons. A marks store that fails counts this send alone.
+func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, now time.Time, why string) bool {
+	n := bp.Corroborate
+	if n <= 1 {
+		return true
+	}
+	mark := limiter.Mark{Value: 1, Since: now, Expires: now.Add(bp.CorroborateWindow)}
+	took, held := -1, 0
+	for i := 1; i <= n; i++ {
+		name := signMark(i)
+		if took < 0 {
+			added, err := g.marks.Add(ctx, id, name, mark)
+			if err != nil {
+				g.log.Warn("throttle: recording a sign of a ban failed; it counts for nothing", "key", id, "err", err)
+				return false
+			}
+			if added {
+				took, held = i, held+1
+				continue
+			}
+		}
+		if _, ok, err := g.marks.Get(ctx, id, name); err == nil && ok {
+			held++
+		}
+	}
+	if held < n {
+		g.log.Info("throttle: a sign of a ban, not yet corroborated", "key", id, "signs", held, "needed", n, "within", bp.CorroborateWindow.String(), "why", why)
+		return false
+	}
+	g.clearSigns(ctx, id, n)
+	return true
+}
+
+// clearSigns deletes id's first n sign marks.
+func (g *banGuard) clearSigns(ctx context.Context, id string, n int) {
+	for i := 1; i <= n; i++ {
+		if err := g.marks.Delete(ctx, id, signMark(i)); err != nil {
+			g.log.Warn("throttle: clearing the signs of a ban failed", "key", id, "err", err)
+			return
+		}
+	}
+}
+
+// signMark names the i-th sign of a ban a key holds.
+func signMark(i int) string { return markSign + strconv.Itoa(i) }
 
 func (k *banKey) trimDelivered(now time.Time, bp *banPolicy) {
 	i := 0
@@ -514,19 +593,14 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 	}
 }
 
-// lowerLocked halves the rate id had: the lower of its limit and the
-// sends the relay took in the last period (the limit when it took none).
+// lowerLocked halves id's limit in force (the learned one, or the
+// configured): one event never lowers it by more.
 func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
 	cur := bp.limit
 	if k.learned > 0 && k.learned < cur {
 		cur = k.learned
 	}
-	k.trimDelivered(now, bp)
-	base := cur
-	if n := int64(len(k.delivered)); n > 0 {
-		base = min(cur, n)
-	}
-	next := max(base/2, 1)
+	next := max(cur/2, 1)
 	if err := g.marks.Put(ctx, id, markLimit, limiter.Mark{Value: next, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
 		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)
 	}
@@ -534,14 +608,15 @@ func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k 
 	g.log.Warn("throttle: limit lowered", "key", id, "limit", next, "was", cur, "per", bp.period.String(), "why", why)
 }
 
-// raiseLocked adds one to a learned limit after adapt_window of clean
-// sends; at the configured limit the mark goes.
+// raiseLocked doubles a learned limit after adapt_window of clean sends;
+// at the configured limit the mark goes. From a learned limit L the
+// configured N is back within ceil(log2(N/L)) windows of clean sending.
 func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
 	// A window of clean sends: none during a suspension.
 	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow || now.Sub(k.until) < bp.AdaptWindow {
 		return
 	}
-	next := k.learned + 1
+	next := k.learned * 2
 	var err error
 	if next >= bp.limit {
 		next = 0
@@ -561,6 +636,33 @@ func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k 
 	g.log.Info("throttle: limit raised", "key", id, "limit", shown, "configured", bp.limit)
 }
 
+// reset forgets id's learned limit, ban streak and signs of a ban (an
+// administrator's word: the relay's limit is the configured one again),
+// on every daemon sharing the marks. A suspension stays: resume ends it.
+func (g *banGuard) reset(ctx context.Context, id string) (learned, bans int64, err error) {
+	g.adminMu.Lock()
+	defer g.adminMu.Unlock()
+	if m, ok, err := g.marks.Get(ctx, id, markLimit); err == nil && ok {
+		learned = m.Value
+	}
+	if m, ok, err := g.marks.Get(ctx, id, markBans); err == nil && ok {
+		bans = m.Value
+	}
+	for _, name := range []string{markLimit, markBans} {
+		if err := g.marks.Delete(ctx, id, name); err != nil {
+			return 0, 0, fmt.Errorf("reset %s: %w", id, err)
+		}
+	}
+	g.clearSigns(ctx, id, config.MaxCorroborate)
+	k := g.key(id)
+	k.mu.Lock()
+	k.learned, k.learnedAt, k.learnedChk = 0, time.Time{}, time.Time{}
+	k.failures, k.delivered, k.trouble = 0, nil, time.Time{}
+	k.mu.Unlock()
+	g.log.Warn("throttle: learned limit and ban streak reset", "key", id, "learned_limit", learned, "bans", bans)
+	return learned, bans, nil
+}
+
 // states lists the keys with a mark: suspended, in a ban streak, or at a
 // learned limit, with their policy's configured limit.
 func (g *banGuard) states(ctx context.Context, cfg *config.Config) ([]status.ThrottleKey, error) {
@@ -571,11 +673,14 @@ func (g *banGuard) states(ctx context.Context, cfg *config.Config) ([]status.Thr
 	now := g.now()
 	var out []status.ThrottleKey
 	for _, m := range list {
+		if strings.HasPrefix(m.Name, markSign) {
+			continue // not yet a decision
+		}
 		if len(out) == 0 || out[len(out)-1].Key != m.Key {
 			out = append(out, status.ThrottleKey{Key: m.Key})
 			name, _, _ := strings.Cut(m.Key, " ")
 			if bp := g.policy(cfg, name); bp != nil {
-				out[len(out)-1].Configured, out[len(out)-1].Period = bp.limit, bp.period.String()
+				out[len(out)-1].Configured, out[len(out)-1].Period = bp.limit, bp.shown
 			}
 		}
 		k := &out[len(out)-1]

@@ -95,59 +95,194 @@ func TestBanAfterFailures(t *testing.T) {
 	}
 }
 
-// adapt: a ban halves what the relay took in the last period; a
-// throttling answer lowers at most once a period; a clean adapt_window
-// after the suspension raises by one; at the configured limit the learned
-// one is forgotten.
+// adapt: a ban halves the limit in force (never more: one event at most
+// halves it); a ban right after a cool-off, with nothing delivered, says
+// nothing of the rate; a throttling answer lowers at most once a period;
+// each clean adapt_window after the suspension doubles it back; at the
+// configured limit the learned one is forgotten.
 func TestBanAdapt(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
 	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: 10 * time.Second, MaxCoolOff: time.Hour, AdaptWindow: 5 * time.Second},
 		signs: throttle.NewSigns([]string{"too many"}), limit: 20, period: time.Second}
 	ctx := context.Background()
-	for range 8 {
+	for range 2 {
 		now = now.Add(50 * time.Millisecond)
 		g.judge(ctx, "p *", bp, resDelivered)
 	}
 	g.judge(ctx, "p *", bp, resBanned)
-	if n := g.limit(ctx, "p *", bp); n != 4 {
-		t.Fatalf("after a ban with 8 delivered in the period: limit %d, want 4", n)
+	if n := g.limit(ctx, "p *", bp); n != 10 {
+		t.Fatalf("after a ban with 2 delivered in the period: limit %d, want 10 (half of 20: one event lowers by half at most)", n)
 	}
 	now = now.Add(10 * time.Second) // the cool-off ends
 	g.judge(ctx, "p *", bp, resBanned)
-	if n := g.limit(ctx, "p *", bp); n != 4 {
-		t.Errorf("a ban right after the cool-off, nothing delivered: limit %d, want 4 (unchanged)", n)
+	if n := g.limit(ctx, "p *", bp); n != 10 {
+		t.Errorf("a ban right after the cool-off, nothing delivered: limit %d, want 10 (unchanged)", n)
 	}
 	now = now.Add(20 * time.Second) // the second cool-off (20 s) ends
 	g.judge(ctx, "p *", bp, resSlow)
 	g.judge(ctx, "p *", bp, resSlow)
-	if n := g.limit(ctx, "p *", bp); n != 2 {
-		t.Errorf("after two throttling answers in one period: limit %d, want 2 (halved once)", n)
+	if n := g.limit(ctx, "p *", bp); n != 5 {
+		t.Errorf("after two throttling answers in one period: limit %d, want 5 (halved once)", n)
 	}
-	// Clean sends: nothing before adapt_window has passed, then one up
-	// per window.
+	// Clean sends: nothing before adapt_window has passed, then doubled
+	// per window, and at the configured limit the learned one goes.
 	for i := range 12 {
 		now = now.Add(time.Second)
 		g.judge(ctx, "p *", bp, resDelivered)
-		want := int64(2)
+		want := int64(5)
 		switch {
 		case i >= 9:
-			want = 4
+			want = 20
 		case i >= 4:
-			want = 3
+			want = 10
 		}
 		if n := g.limit(ctx, "p *", bp); n != want {
 			t.Errorf("clean second %d: limit %d, want %d", i+1, n, want)
 		}
 	}
-	// Raised to the configured limit, the learned one goes.
-	k := g.key("p *")
-	k.mu.Lock()
-	k.learned = bp.limit - 1
-	k.mu.Unlock()
-	now = now.Add(bp.AdaptWindow)
+	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok {
+		t.Error("at the configured limit the learned one stays in the marks")
+	}
+}
+
+// The way back is bounded: from a learned limit of 1, a configured 100
+// is back after ceil(log2(100)) = 7 windows of clean sending, as
+// docs/throttle.md says.
+func TestBanAdaptRecoveryBound(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := banGuardAt(t, &now)
+	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Second, MaxCoolOff: time.Hour, AdaptWindow: time.Minute},
+		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	ctx := context.Background()
+	if err := g.marks.Put(ctx, "p *", markLimit, limiter.Mark{Value: 1, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
+		t.Fatal(err)
+	}
+	windows := 0
+	for g.limit(ctx, "p *", bp) < bp.limit {
+		if windows > 10 {
+			t.Fatalf("after %d clean windows the limit is %d, want 100 within 7", windows, g.limit(ctx, "p *", bp))
+		}
+		now = now.Add(bp.AdaptWindow)
+		g.judge(ctx, "p *", bp, resDelivered)
+		windows++
+	}
+	if windows != 7 {
+		t.Errorf("back to the configured 100 after %d windows, want 7", windows)
+	}
+}
+
+// One send's sign of a ban decides nothing for the key: it is reported
+// as temporary, but the key is suspended (and its limit halved) only when
+// a second, distinct send shows one within the window; a sign older than
+// the window does not count; signs from sends under way during a
+// suspension are not counted toward the next.
+func TestBanCorroboration(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := banGuardAt(t, &now)
+	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second},
+		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	ctx := context.Background()
+	suspended := func() bool { u, _ := g.admit(ctx, "p *"); return !u.IsZero() }
 	g.judge(ctx, "p *", bp, resDelivered)
-	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok || g.limit(ctx, "p *", bp) != bp.limit {
-		t.Errorf("at the configured limit the learned one stays: %d", g.limit(ctx, "p *", bp))
+	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() || g.limit(ctx, "p *", bp) != 100 {
+		t.Fatalf("one send's ban: verdict %q, suspended %v, limit %d; want T, not suspended, 100", v, suspended(), g.limit(ctx, "p *", bp))
+	}
+	now = now.Add(11 * time.Second) // past the window: the first sign is gone
+	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() {
+		t.Fatalf("a second sign past the window: verdict %q, suspended %v; want T, not suspended", v, suspended())
+	}
+	now = now.Add(5 * time.Second)
+	g.judge(ctx, "p *", bp, resDelivered) // the relay took one in the period
+	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || !suspended() {
+		t.Fatalf("a second sign within the window: verdict %q, suspended %v; want T, suspended", v, suspended())
+	}
+	if n := g.limit(ctx, "p *", bp); n != 50 {
+		t.Errorf("after the corroborated ban: limit %d, want 50", n)
+	}
+	g.judge(ctx, "p *", bp, resBanned) // a send under way during the ban
+	now = now.Add(time.Minute)         // the cool-off ends
+	if suspended() {
+		t.Fatal("still suspended after the cool-off")
+	}
+	if g.judge(ctx, "p *", bp, resBanned); suspended() {
+		t.Error("a sign during the suspension counted toward the next ban")
+	}
+	// Throttling answers lower the limit only when corroborated too.
+	now = now.Add(time.Hour)
+	g.judge(ctx, "p *", bp, resSlow)
+	if n := g.limit(ctx, "p *", bp); n != 50 {
+		t.Errorf("one throttling answer: limit %d, want 50 (not corroborated)", n)
+	}
+	now = now.Add(time.Second)
+	g.judge(ctx, "p *", bp, resSlow)
+	if n := g.limit(ctx, "p *", bp); n != 25 {
+		t.Errorf("two throttling answers: limit %d, want 25", n)
+	}
+	// ban_after at least corroborate: its failures in a row are distinct
+	// sends already.
+	bp.After, bp.Adapt = 2, false
+	now = now.Add(time.Hour)
+	g.judge(ctx, "p *", bp, resRefused)
+	if g.judge(ctx, "p *", bp, resRefused); !suspended() {
+		t.Error("ban_after = 2 failures in a row did not suspend the key")
+	}
+}
+
+// A report from a peer not trusted to steer the key gets its own verdict
+// (its ban's failure made temporary) and changes nothing: no count, no
+// sign, no suspension, no learned limit.
+func TestBanUntrustedChangesNothing(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := banGuardAt(t, &now)
+	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1},
+		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	ctx := context.Background()
+	for range 5 {
+		if v := g.untrusted("p *", bp, resBanned); v != "T" {
+			t.Fatalf("an untrusted ban report: verdict %q, want T", v)
+		}
+		g.untrusted("p *", bp, resSlow)
+	}
+	if u, _ := g.admit(ctx, "p *"); !u.IsZero() {
+		t.Error("untrusted reports suspended the key")
+	}
+	if list, _ := g.marks.List(ctx); len(list) != 0 {
+		t.Errorf("untrusted reports left marks: %+v", list)
+	}
+}
+
+// reset forgets the learned limit and the ban streak (the next ban's
+// cool-off is the first again); a suspension stays.
+func TestBanReset(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := banGuardAt(t, &now)
+	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1},
+		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	ctx := context.Background()
+	g.judge(ctx, "p *", bp, resDelivered)
+	g.judge(ctx, "p *", bp, resBanned)
+	now = now.Add(time.Minute)
+	g.judge(ctx, "p *", bp, resDelivered)
+	g.judge(ctx, "p *", bp, resBanned) // the second ban: 2 minutes
+	if n := g.limit(ctx, "p *", bp); n != 25 {
+		t.Fatalf("after two bans: limit %d, want 25", n)
+	}
+	learned, bans, err := g.reset(ctx, "p *")
+	if err != nil || learned != 25 || bans != 2 {
+		t.Fatalf("reset: %d %d %v, want 25 2", learned, bans, err)
+	}
+	if n := g.limit(ctx, "p *", bp); n != 100 {
+		t.Errorf("after reset: limit %d, want 100", n)
+	}
+	if u, _ := g.admit(ctx, "p *"); u.IsZero() {
+		t.Error("reset ended the suspension (resume does that)")
+	}
+	if _, err := g.resume(ctx, "p *"); err != nil {
+		t.Fatal(err)
+	}
+	g.judge(ctx, "p *", bp, resBanned)
+	if u, _ := g.admit(ctx, "p *"); u.Sub(now) != time.Minute {
+		t.Errorf("the ban after a reset: suspended for %s, want the first cool-off (1m)", u.Sub(now))
 	}
 }

@@ -392,6 +392,13 @@ type Throttle struct {
 	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
 	// on another host has no uid here. Empty: every user let in.
 	AllowUsers []string `toml:"allow_users"`
+	// ReportUsers and ReportGroups are the local users and groups whose
+	// send results (REPORT) may suspend a key or change its learned limit,
+	// besides root and the user sluice runs as. ReportGroups absent: the
+	// throttle socket's group (socket.group), the wrapper's. A report from
+	// anyone else, or from a TCP peer off loopback, changes nothing.
+	ReportUsers  []string `toml:"report_users"`
+	ReportGroups []string `toml:"report_groups"`
 	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration         `toml:"request_timeout"`
 	Policies       []ThrottlePolicy `toml:"policy"`
@@ -433,13 +440,22 @@ type ThrottlePolicy struct {
 	// MaxCoolOff caps the growing cool-off (default 1h).
 	MaxCoolOff Duration `toml:"max_cool_off"`
 	// Adapt learns the relay's limit: a ban or a throttling answer (a
-	// temporary failure matching a ban sign) halves the rate the key last
-	// had, and each AdaptWindow of clean sends raises it by one, never above
+	// temporary failure matching a ban sign) halves the limit the key had,
+	// and each AdaptWindow of clean sends doubles it back, never above
 	// limit.
 	Adapt bool `toml:"adapt"`
 	// AdaptWindow is how long sends must go clean before the learned limit
-	// rises by one (default ten periods of limit).
+	// doubles (default ten periods of limit).
 	AdaptWindow Duration `toml:"adapt_window"`
+	// Corroborate is how many distinct sends must show a sign of a ban
+	// (a ban sign, ban_after failures, a throttling answer) within
+	// CorroborateWindow before the key is suspended or its learned limit
+	// lowered (default 2; 1: one send decides). A send's own failure is
+	// reported as temporary without it.
+	Corroborate int `toml:"corroborate"`
+	// CorroborateWindow is how close together those sends must be
+	// (default the longer of cool_off and two periods of limit).
+	CorroborateWindow Duration `toml:"corroborate_window"`
 }
 
 // Socket sets owner, group and mode of unix sockets sluice creates.

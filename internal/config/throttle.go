@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os/user"
 	"strings"
 	"time"
 
@@ -29,12 +30,14 @@ type ThrottlePolicySpec struct {
 // BanSpec is what a policy does when the relay bans anyway (ban_signs,
 // ban_after, cool_off, max_cool_off, adapt, adapt_window).
 type BanSpec struct {
-	Signs       []string
-	After       int
-	CoolOff     time.Duration
-	MaxCoolOff  time.Duration
-	Adapt       bool
-	AdaptWindow time.Duration
+	Signs             []string
+	After             int
+	CoolOff           time.Duration
+	MaxCoolOff        time.Duration
+	Adapt             bool
+	AdaptWindow       time.Duration
+	Corroborate       int
+	CorroborateWindow time.Duration
 }
 
 // On says whether the policy reads send results at all.
@@ -44,7 +47,12 @@ func (b BanSpec) On() bool { return len(b.Signs) > 0 || b.After > 0 || b.Adapt }
 const (
 	DefaultCoolOff    = 5 * time.Minute
 	DefaultMaxCoolOff = time.Hour
-	maxBanSign        = 200
+	// DefaultCorroborate is how many distinct sends must show a sign of
+	// a ban before it suspends a key or lowers its limit.
+	DefaultCorroborate = 2
+	// MaxCorroborate bounds corroborate (each is a mark per key).
+	MaxCorroborate = 16
+	maxBanSign     = 200
 )
 
 // ThrottlePolicies parses and checks the [[throttle.policy]] tables.
@@ -108,7 +116,8 @@ func (c *Config) ThrottlePolicies() ([]ThrottlePolicySpec, []error) {
 }
 
 func (c *Config) banSpec(p ThrottlePolicy, period time.Duration, add func(field, format string, args ...any)) BanSpec {
-	b := BanSpec{Signs: p.BanSigns, After: p.BanAfter, CoolOff: p.CoolOff.D(), MaxCoolOff: p.MaxCoolOff.D(), Adapt: p.Adapt, AdaptWindow: p.AdaptWindow.D()}
+	b := BanSpec{Signs: p.BanSigns, After: p.BanAfter, CoolOff: p.CoolOff.D(), MaxCoolOff: p.MaxCoolOff.D(), Adapt: p.Adapt, AdaptWindow: p.AdaptWindow.D(),
+		Corroborate: p.Corroborate, CorroborateWindow: p.CorroborateWindow.D()}
 	for j, sign := range p.BanSigns {
 		field := fmt.Sprintf("ban_signs[%d]", j+1)
 		switch {
@@ -146,6 +155,18 @@ func (c *Config) banSpec(p ThrottlePolicy, period time.Duration, add func(field,
 	case p.Adapt && b.AdaptWindow < period:
 		add("adapt_window", "%s is shorter than the limit's period with its margin (%s): a window of clean sends needs a whole period", b.AdaptWindow, period)
 	}
+	switch {
+	case b.Corroborate == 0:
+		b.Corroborate = DefaultCorroborate
+	case b.Corroborate < 0 || b.Corroborate > MaxCorroborate:
+		add("corroborate", "must be between 1 and %d (1: one send's result decides for every sender of the key)", MaxCorroborate)
+	}
+	if b.CorroborateWindow == 0 {
+		b.CorroborateWindow = max(b.CoolOff, 2*period)
+	}
+	if b.CorroborateWindow < 0 {
+		add("corroborate_window", "must be positive")
+	}
 	return b
 }
 
@@ -171,8 +192,30 @@ func (c *Config) validateThrottle() []error {
 		add("throttle.max_conns", "must be at least 1")
 	}
 	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.AllowUsers)...)
+	for i, name := range t.ReportUsers {
+		if _, err := user.Lookup(name); err != nil {
+			add(fmt.Sprintf("throttle.report_users[%d]", i+1), "%q is not a user of this system", name)
+		}
+	}
+	for i, name := range t.ReportGroups {
+		if _, err := user.LookupGroup(name); err != nil {
+			add(fmt.Sprintf("throttle.report_groups[%d]", i+1), "%q is not a group of this system", name)
+		}
+	}
 	if t.RequestTimeout.D() <= 0 {
 		add("throttle.request_timeout", "must be positive")
 	}
 	return errs
+}
+
+// Reporters are the users and groups whose send results may change a
+// key's ban state or learned limit, besides root and sluice's own user:
+// report_users, and report_groups or, when it is absent, the throttle
+// socket's group (the wrapper's).
+func (t Throttle) Reporters() (users, groups []string) {
+	groups = t.ReportGroups
+	if groups == nil && t.Socket.Group != "" {
+		groups = []string{t.Socket.Group}
+	}
+	return t.ReportUsers, groups
 }

@@ -15,41 +15,50 @@ import (
 // this daemon, the sends booked in the window and when the next free
 // slot is.
 type ThrottleKeyState struct {
-	Key     string `json:"key"`
-	Policy  string `json:"policy"`
-	Bucket  string `json:"bucket"`
-	Limit   string `json:"limit"`
-	Sending int64  `json:"sending"` // concurrency slots held (every daemon, with Redis)
-	Waiting int    `json:"waiting"` // senders in line for one, on this daemon
-	Booked  int64  `json:"booked"`  // send slots booked in the window
+	Key    string `json:"key"`
+	Policy string `json:"policy"`
+	Bucket string `json:"bucket"`
+	Limit  string `json:"limit"` // in force: a learned limit (WithThrottleCap) if lower
+	// Configured is the policy's limit.
+	Configured string `json:"configured"`
+	Sending    int64  `json:"sending"` // concurrency slots held (every daemon, with Redis)
+	Waiting    int    `json:"waiting"` // senders in line for one, on this daemon
+	Booked     int64  `json:"booked"`  // send slots booked in the window
 	// NextSlot is when a sender asking now would be given its slot.
 	NextSlot time.Time `json:"next_slot"`
 }
 
-// ThrottleState returns the state of key's budget; ok is false when no
-// policy matches key.
-func (g *Governor) ThrottleState(ctx context.Context, key string) (ThrottleKeyState, bool, error) {
-	p := g.throttlePolicy(key)
+// ThrottleBudget returns the state of the named policy's budget bucket
+// (a key, or "*" for a shared policy), under the cap ctx carries
+// (WithThrottleCap) as ThrottleAcquire books; ok is false when no policy
+// has that name.
+func (g *Governor) ThrottleBudget(ctx context.Context, policy, bucket string) (ThrottleKeyState, bool, error) {
+	var p *ThrottlePolicy
+	for i := range g.throttle.Policies {
+		if g.throttle.Policies[i].Name == policy {
+			p = &g.throttle.Policies[i]
+		}
+	}
 	if p == nil {
-		return ThrottleKeyState{Key: key}, false, nil
+		return ThrottleKeyState{Key: bucket}, false, nil
 	}
-	bucket := key
-	if p.Shared {
-		bucket = "*"
-	}
-	st := ThrottleKeyState{Key: key, Policy: p.Name, Bucket: bucket, Limit: p.Limit.String()}
+	st := ThrottleKeyState{Key: bucket, Policy: p.Name, Bucket: bucket, Limit: p.Limit.String(), Configured: p.Limit.String()}
 	ckey := "throttle\x00c\x00" + p.Name + "\x00" + bucket
 	st.Waiting = g.waiters.Waiting(ckey)
 	held, err := g.lim.Held(ctx, ckey)
 	if err != nil {
-		return st, true, fmt.Errorf("throttle %s: %w", key, err)
+		return st, true, fmt.Errorf("throttle %s %s: %w", policy, bucket, err)
 	}
 	st.Sending = held
 	lim := p.Limit
+	if n, _ := ctx.Value(throttleCapKey{}).(int64); n > 0 && n < lim.N {
+		lim.N = n
+		st.Limit = lim.String()
+	}
 	lim.Period += p.Margin
 	out := make([]limiter.Decision, 1)
 	if err := g.lim.Peek(ctx, 1, []limiter.Check{{Key: "throttle\x00r\x00" + p.Name + "\x00" + bucket, Limit: lim}}, out); err != nil {
-		return st, true, fmt.Errorf("throttle %s: %w", key, err)
+		return st, true, fmt.Errorf("throttle %s %s: %w", policy, bucket, err)
 	}
 	st.Booked, st.NextSlot = out[0].Count, g.lim.Now()
 	if !out[0].Allowed && out[0].RetryAfter != limiter.Never {

@@ -148,5 +148,5 @@ type ThrottleKey struct {
 	Bans           int64     `json:"bans,omitempty"`             // bans in a row (the cool-off doubles with each)
 	Limit          int64     `json:"limit,omitempty"`            // the learned limit (0: the configured one)
 	Configured     int64     `json:"configured_limit,omitempty"` // the configured limit
-	Period         string    `json:"period,omitempty"`           // the limit's window, with its margin
+	Period         string    `json:"period,omitempty"`           // the limit's window, as configured
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sluice/internal/netserve"
+	"sluice/internal/peercred"
 )
 
 // Grant is permission to send at At. Done ends it: used says the sender
@@ -29,9 +30,9 @@ type Grant struct {
 	// with RevokeReason's text.
 	Revoked      <-chan struct{}
 	RevokeReason func() string
-	// Judge, if not nil, reads the sender's result (a REPORT) and returns
-	// the verdict flags, one per line.
-	Judge func(ctx context.Context, lines []ResultLine) string
+	// Judge, if not nil, reads the sender's result (a REPORT) from the
+	// reporter and returns the verdict flags, one per line.
+	Judge func(ctx context.Context, lines []ResultLine, from Reporter) string
 }
 
 // DeferError tells a sender not to send now, and why.
@@ -62,6 +63,9 @@ type Options struct {
 	// LogDefer, if set, logs a deferral instead of the server (which logs
 	// each at info level), so a flood of them can be bounded.
 	LogDefer func(ctx context.Context, key, reason string)
+	// TrustReport, if set, says whose reports may change a key's state
+	// (Reporter.Trusted); nil trusts every peer.
+	TrustReport func(peercred.Cred) bool
 }
 
 // Server serves the throttle protocol: Serve, Shutdown and Close as in
@@ -235,7 +239,7 @@ func (s *Server) report(ctx context.Context, c *netserve.Conn, r *bufio.Reader, 
 	}
 	verdict := strings.Repeat(string(rune(VerdictKeep)), n)
 	if g.Judge != nil {
-		if v := g.Judge(ctx, lines); len(v) == n {
+		if v := g.Judge(ctx, lines, reporter(c.Conn, s.o.TrustReport)); len(v) == n {
 			verdict = v
 		}
 	}
