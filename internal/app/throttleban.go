@@ -28,6 +28,10 @@ const (
 	markSign = "sign"
 )
 
+// raiseSteps is how many clean adapt_windows bring any learned limit
+// back to the configured one: each raises it by that share of it.
+const raiseSteps = 8
+
 // learnedTTL is how long a learned limit is kept after its last change.
 const learnedTTL = 30 * 24 * time.Hour
 
@@ -608,15 +612,16 @@ func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k 
 	g.log.Warn("throttle: limit lowered", "key", id, "limit", next, "was", cur, "per", bp.period.String(), "why", why)
 }
 
-// raiseLocked doubles a learned limit after adapt_window of clean sends;
-// at the configured limit the mark goes. From a learned limit L the
-// configured N is back within ceil(log2(N/L)) windows of clean sending.
+// raiseLocked raises a learned limit by an eighth of the configured one
+// (at least one) after each adapt_window of clean sends; at the
+// configured limit the mark goes. From any learned limit the configured
+// one is back within raiseSteps windows of clean sending.
 func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
 	// A window of clean sends: none during a suspension.
 	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow || now.Sub(k.until) < bp.AdaptWindow {
 		return
 	}
-	next := k.learned * 2
+	next := k.learned + max(1, (bp.limit+raiseSteps-1)/raiseSteps)
 	var err error
 	if next >= bp.limit {
 		next = 0

@@ -98,8 +98,9 @@ func TestBanAfterFailures(t *testing.T) {
 // adapt: a ban halves the limit in force (never more: one event at most
 // halves it); a ban right after a cool-off, with nothing delivered, says
 // nothing of the rate; a throttling answer lowers at most once a period;
-// each clean adapt_window after the suspension doubles it back; at the
-// configured limit the learned one is forgotten.
+// each clean adapt_window after the suspension raises it by an eighth of
+// the configured limit; at the configured limit the learned one is
+// forgotten.
 func TestBanAdapt(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
@@ -125,29 +126,36 @@ func TestBanAdapt(t *testing.T) {
 	if n := g.limit(ctx, "p *", bp); n != 5 {
 		t.Errorf("after two throttling answers in one period: limit %d, want 5 (halved once)", n)
 	}
-	// Clean sends: nothing before adapt_window has passed, then doubled
-	// per window, and at the configured limit the learned one goes.
+	// Clean sends: nothing before adapt_window has passed, then up by
+	// 3 (an eighth of 20, rounded up) per window.
 	for i := range 12 {
 		now = now.Add(time.Second)
 		g.judge(ctx, "p *", bp, resDelivered)
 		want := int64(5)
 		switch {
 		case i >= 9:
-			want = 20
+			want = 11
 		case i >= 4:
-			want = 10
+			want = 8
 		}
 		if n := g.limit(ctx, "p *", bp); n != want {
 			t.Errorf("clean second %d: limit %d, want %d", i+1, n, want)
 		}
 	}
-	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok {
-		t.Error("at the configured limit the learned one stays in the marks")
+	// Raised to the configured limit, the learned one goes.
+	k := g.key("p *")
+	k.mu.Lock()
+	k.learned = bp.limit - 1
+	k.mu.Unlock()
+	now = now.Add(bp.AdaptWindow)
+	g.judge(ctx, "p *", bp, resDelivered)
+	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok || g.limit(ctx, "p *", bp) != bp.limit {
+		t.Errorf("at the configured limit the learned one stays: %d", g.limit(ctx, "p *", bp))
 	}
 }
 
 // The way back is bounded: from a learned limit of 1, a configured 100
-// is back after ceil(log2(100)) = 7 windows of clean sending, as
+// is back after 8 windows of clean sending (raiseSteps), as
 // docs/throttle.md says.
 func TestBanAdaptRecoveryBound(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
@@ -161,14 +169,14 @@ func TestBanAdaptRecoveryBound(t *testing.T) {
 	windows := 0
 	for g.limit(ctx, "p *", bp) < bp.limit {
 		if windows > 10 {
-			t.Fatalf("after %d clean windows the limit is %d, want 100 within 7", windows, g.limit(ctx, "p *", bp))
+			t.Fatalf("after %d clean windows the limit is %d, want 100 within 8", windows, g.limit(ctx, "p *", bp))
 		}
 		now = now.Add(bp.AdaptWindow)
 		g.judge(ctx, "p *", bp, resDelivered)
 		windows++
 	}
-	if windows != 7 {
-		t.Errorf("back to the configured 100 after %d windows, want 7", windows)
+	if windows != raiseSteps {
+		t.Errorf("back to the configured 100 after %d windows, want %d", windows, raiseSteps)
 	}
 }
 

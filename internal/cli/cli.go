@@ -38,7 +38,7 @@ func commands() []command {
 		{"serve", "run the daemon (embedded defaults without -c)", serve},
 		{"check", "validate a configuration file and print it as understood", check},
 		{"status", "show a running daemon's state (from its [web] listener)", statusCmd},
-		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper); show, suspend, resume keys", throttleCmd},
+		{"throttle", "wait for a send slot, then run a command (qmail-remote wrapper); show, suspend, resume, reset keys", throttleCmd},
 		{"key", "show, list or reset a running daemon's counts (control socket)", keyCmd},
 		{"explain", "what a running daemon would answer a policy request, and why", explainCmd},
 		{"exempt", "let a key through a rule, or raise its limit, for a while", exemptCmd},

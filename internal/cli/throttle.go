@@ -27,7 +27,7 @@ const exTempFail = 75
 // through, and returns its exit status. The slot's concurrency lease ends
 // when COMMAND ends.
 func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && (args[0] == "show" || args[0] == "suspend" || args[0] == "resume") {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "suspend" || args[0] == "resume" || args[0] == "reset") {
 		return throttleAdmin(ctx, args[0], args[1:], stdout, stderr)
 	}
 	fs := newFlags("throttle", stderr)
@@ -266,7 +266,7 @@ func runCommand(argv []string, stdout, errout io.Writer, stderr io.Writer) int {
 	}
 }
 
-// throttleAdmin runs "sluice throttle show|suspend|resume": the words
+// throttleAdmin runs "sluice throttle show|suspend|resume|reset": the words
 // are taken before the wrapper's flags, so no wrapper call is one.
 func throttleAdmin(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	f := newCtlFlags("throttle "+sub, stderr)
@@ -275,7 +275,9 @@ func throttleAdmin(ctx context.Context, sub string, args []string, stdout, stder
 		"usage: sluice throttle show [KEY]",
 		"       sluice throttle suspend -for DURATION KEY",
 		"       sluice throttle resume KEY",
+		"       sluice throttle reset KEY",
 		"\nA suspended key's senders defer (qmail report Z) until it resumes, on every daemon sharing Redis.",
+		"reset forgets the key's learned limit and ban streak: it sends at its configured limit again.",
 	)
 	if code, ok := parseFlags(f.fs, args, stdout, stderr); !ok {
 		return code
