@@ -45,6 +45,26 @@ func TestControlAllow(t *testing.T) {
 	}
 }
 
+// TestPeerTrustUsers: named users are trusted by uid, a peer with no
+// local uid (a TCP peer off loopback) never, and an unknown name trusts
+// no one and is warned about.
+func TestPeerTrustUsers(t *testing.T) {
+	var warned []string
+	trust := peerTrust("throttle reports", []string{"nobody", "no-such-user-sluice"}, nil, func(msg string, _ ...any) { warned = append(warned, msg) })
+	if !trust(control.Peer{UID: 65534, GID: 1}) {
+		t.Error("a named user refused")
+	}
+	if trust(control.Peer{UID: 54321, GID: 54321}) {
+		t.Error("an unnamed user trusted")
+	}
+	if trust(control.Peer{UID: -1, GID: -1}) {
+		t.Error("a peer with no local uid trusted")
+	}
+	if len(warned) != 1 || !strings.HasPrefix(warned[0], "throttle reports: ") {
+		t.Errorf("warnings %q, want one for the unknown user", warned)
+	}
+}
+
 const controlRule = `
 [[policy.rule]]
 name = "out"

@@ -392,12 +392,16 @@ type Throttle struct {
 	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
 	// on another host has no uid here. Empty: every user let in.
 	AllowUsers []string `toml:"allow_users"`
-	// ReportUsers and ReportGroups are the local users and groups whose
-	// send results (REPORT) may suspend a key or change its learned limit,
-	// besides root and the user sluice runs as. ReportGroups absent: the
-	// throttle socket's group (socket.group), the wrapper's. A report from
-	// anyone else, or from a TCP peer off loopback, changes nothing.
-	ReportUsers  []string `toml:"report_users"`
+	// ReportUsers are the local users whose send results (a REPORT) may
+	// suspend a key or change its learned limit, besides root, the user
+	// sluice runs as and report_groups. A report from anyone else, or from
+	// a TCP peer off loopback, changes nothing for the key's other senders
+	// (docs/throttle.md).
+	ReportUsers []string `toml:"report_users"`
+	// ReportGroups are the groups whose members' send results may steer a
+	// key, as report_users (by the group the peer connected with, or its
+	// account's groups). Absent: the throttle socket's group
+	// (socket.group), the wrapper's; empty: none.
 	ReportGroups []string `toml:"report_groups"`
 	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration         `toml:"request_timeout"`
