@@ -30,16 +30,19 @@ kind = "redis"
 [store.redis]
 addrs = ["127.0.0.1:6379"]
 password_file = "redis.pass"
+tls = true
+tls_ca_file = "ca.pem"
 `,
 	"conf.d/50-local.toml": "[milter]\nworkers = 3\n",
 	"xla.classes":          "*    15    16\n",
 	"senders.limits":       "monitor@example.org exempt\n",
 	"redis.pass":           "s3cret\n",
+	"ca.pem":               "-----BEGIN CERTIFICATE-----\n",
 }
 
 // TestFileOwners: sluice loaded by root refuses each file that steers it
 // (the main file, an include file, the include directory, the class
-// file, a rule's table, the Redis password file) when another user owns
+// file, a rule's table, the Redis password and CA files) when another user owns
 // it or group or others may write it, naming the path, its owner and its
 // mode; root's 0644 files pass, and so does a password file of the
 // daemon's own user (it alone reads it, after the root start).
@@ -73,6 +76,8 @@ func TestFileOwners(t *testing.T) {
 		{"password file another user's", "redis.pass", chown(nuid), "", owned},
 		{"password file another user's, with a user", "redis.pass", chown(nuid), "sluice", owned + ": a file sluice reads as sluice must belong to root or sluice"},
 		{"password file group-writable", "redis.pass", chmod(0o660), "sluice", "redis.pass: owned by root (uid 0), mode 0660"},
+		{"CA file another user's", "ca.pem", chown(nuid), "", owned},
+		{"CA file writable by all, with a user", "ca.pem", chmod(0o646), "sluice", "ca.pem: owned by root (uid 0), mode 0646"},
 		{"password file the daemon's, with that user", "redis.pass", chown(suid), "sluice", ""},
 		{"password file the daemon's, without a user", "redis.pass", chown(suid), "", "owned by sluice (uid " + sluice.Uid + ")"},
 	} {
