@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"sluice/internal/config"
 	"sluice/internal/privdrop"
@@ -36,13 +37,15 @@ func account(cfg *config.Config) (*privdrop.Account, error) {
 // prepareDirs creates the state directory (0750) and the socket directory
 // (0755: each socket carries its own owner, group and mode) and, when
 // sluice will switch to acct, gives both to it so that it can write state
-// and remove its sockets after the switch.
+// and remove its sockets after the switch: a directory made now, or
+// sluice's own default one (config.DefaultStateDir, DefaultRuntimeDir),
+// never another that existed before (see mkdir).
 func prepareDirs(cfg *config.Config, acct *privdrop.Account) error {
-	if err := mkdir(cfg.StateDir, config.StateDirMode, acct); err != nil {
+	if err := mkdir(cfg.StateDir, config.StateDirMode, acct, config.DefaultStateDir()); err != nil {
 		return fmt.Errorf("state directory %s: %w (choose another with -state-dir or state_dir; for a user other than root the default is $XDG_STATE_HOME/sluice)", cfg.StateDir, err)
 	}
 	if dir := cfg.SocketDir(); dir != cfg.StateDir {
-		if err := mkdir(dir, config.RuntimeDirMode, acct); err != nil {
+		if err := mkdir(dir, config.RuntimeDirMode, acct, config.DefaultRuntimeDir()); err != nil {
 			return fmt.Errorf("runtime directory %s: %w (choose another with runtime_dir; for a user other than root the default is $XDG_RUNTIME_DIR/sluice)", dir, err)
 		}
 	}
@@ -52,19 +55,50 @@ func prepareDirs(cfg *config.Config, acct *privdrop.Account) error {
 // mkdir makes dir with mode if it is missing (a directory that exists
 // keeps its mode: systemd's StateDirectory= or an administrator chose it)
 // and, as root, hands it to acct: through its descriptor, reached
-// without following a link another user could plant (safefs).
-func mkdir(dir string, mode fs.FileMode, acct *privdrop.Account) error {
-	d, _, err := safefs.MkdirAll(dir, mode)
+// without following a link another user could plant (safefs). Only a
+// directory made now, or sluice's own default directory def, is handed
+// over: any other that existed is the administrator's (/srv, /var/spool,
+// a user's home: a state_dir naming one must not make root give it
+// away), used as it is, and refused when acct cannot write in it.
+func mkdir(dir string, mode fs.FileMode, acct *privdrop.Account, def string) error {
+	d, created, err := safefs.MkdirAll(dir, mode)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if acct != nil && os.Geteuid() == 0 {
-		if err := d.Chown(acct.UID, acct.GID); err != nil {
-			return fmt.Errorf("give it to %s: %w", acct.Name, err)
-		}
+	if acct == nil || os.Geteuid() != 0 {
+		return nil
+	}
+	isDefault := filepath.Clean(dir) == filepath.Clean(def) || d.Path() == filepath.Clean(def)
+	if !created && !isDefault {
+		return usable(d, acct)
+	}
+	if err := d.Chown(acct.UID, acct.GID); err != nil {
+		return fmt.Errorf("give it to %s: %w", acct.Name, err)
 	}
 	return nil
+}
+
+// usable refuses the existing directory d unless acct can make and remove
+// entries in it (write and search permission, by the kernel's rule for
+// owner, group and others).
+func usable(d *safefs.Dir, acct *privdrop.Account) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(d.Fd(), &st); err != nil {
+		return fmt.Errorf("%s: %w", d.Path(), err)
+	}
+	bits := st.Mode & 0o7 // others'
+	switch {
+	case int(st.Uid) == acct.UID:
+		bits = st.Mode >> 6 & 0o7
+	case int(st.Gid) == acct.GID || slices.Contains(acct.Groups, int(st.Gid)):
+		bits = st.Mode >> 3 & 0o7
+	}
+	if bits&0o3 == 0o3 {
+		return nil
+	}
+	return fmt.Errorf("it exists (owner uid %d, group gid %d, mode %04o) and user %s cannot write in it; sluice gives only a directory it makes, or its own default one, to its user: give %s to %s yourself (chown %s %s), or name a directory that does not exist yet",
+		st.Uid, st.Gid, st.Mode&0o7777, acct.Name, d.Path(), acct.Name, acct.Name, d.Path())
 }
 
 // warnRoot warns when a daemon started as root has no user to switch to.

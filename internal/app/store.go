@@ -48,14 +48,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 		Logger:           log,
 	}
 	if r.PasswordFile != "" {
-		b, err := safefs.ReadFile(cfg.Relative(r.PasswordFile), maxSecretFile)
+		b, err := safefs.ReadTrusted(cfg.Relative(r.PasswordFile), maxSecretFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("redis password file: %w", err)
 		}
 		o.Password = strings.TrimSpace(string(b))
 	}
 	if r.SentinelPasswordFile != "" {
-		b, err := safefs.ReadFile(cfg.Relative(r.SentinelPasswordFile), maxSecretFile)
+		b, err := safefs.ReadTrusted(cfg.Relative(r.SentinelPasswordFile), maxSecretFile)
 		if err != nil {
 			return nil, false, fmt.Errorf("redis sentinel password file: %w", err)
 		}
@@ -64,7 +64,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if r.TLS {
 		tc := &tls.Config{ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
 		if r.TLSCAFile != "" {
-			pem, err := safefs.ReadFile(cfg.Relative(r.TLSCAFile), maxSecretFile)
+			pem, err := safefs.ReadTrusted(cfg.Relative(r.TLSCAFile), maxSecretFile)
 			if err != nil {
 				return nil, false, fmt.Errorf("redis CA file: %w", err)
 			}

@@ -38,7 +38,7 @@ type fileListen struct {
 // file that does not exist is skipped.
 func readSocketUnits(files []string) (ls []fileListen, skipped []string, errs []error) {
 	for _, f := range files {
-		b, err := safefs.ReadFile(f, sdlisten.MaxUnitFile)
+		b, err := safefs.ReadTrusted(f, sdlisten.MaxUnitFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			skipped = append(skipped, f)
 			continue
@@ -69,7 +69,7 @@ func CheckSocketDirs(cfg *config.Config, socketUnits []string, serviceUnit strin
 		return slices.ContainsFunc(ls, func(l fileListen) bool { return l.Names("unix", path) })
 	}}
 	if serviceUnit != "" {
-		b, err := safefs.ReadFile(serviceUnit, sdlisten.MaxUnitFile)
+		b, err := safefs.ReadTrusted(serviceUnit, sdlisten.MaxUnitFile)
 		if err != nil {
 			return append(errs, fmt.Errorf("service unit %s: %w", serviceUnit, err))
 		}

@@ -237,7 +237,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, errs := config.Load(*path)
 	if len(errs) == 0 {
-		errs = cfg.CheckAccess()
+		errs = append(cfg.CheckAccess(), cfg.CheckFileOwners()...)
 	}
 	var skipped []string
 	if len(errs) == 0 {
@@ -477,7 +477,7 @@ func serveConfig(path, stateDir string, stderr io.Writer) *config.Config {
 		cfg.StateDir = stateDir
 	}
 	if len(errs) == 0 {
-		errs = cfg.CheckAccess()
+		errs = append(cfg.CheckAccess(), cfg.CheckFileOwners()...)
 	}
 	if len(errs) == 0 {
 		return cfg

@@ -11,14 +11,26 @@ import (
 	"time"
 )
 
-// Config is the whole configuration file.
+// Config is the whole configuration file. Run as root (sluice serve
+// before it becomes user, or sluice check), sluice reads this file, the
+// files of include_dir, classes_file and the rules' tables only if each
+// belongs to root and is not writable by group or others, and so is
+// every directory on its path (a sticky one such as /tmp may be
+// writable); the Redis password and CA files may also belong to user.
+// Otherwise it refuses to start, and check exits 1, naming the path, its
+// owner and its mode.
 type Config struct {
 	// StateDir holds what sluice keeps between runs. It is created (mode
-	// 0750, owned by user) if missing. The -state-dir flag overrides it.
+	// 0750, owned by user) if missing. A directory that exists is used
+	// as it is, and given to user only when it is the default one
+	// (/var/lib/sluice, or systemd's StateDirectory=): a root start
+	// refuses one user cannot write in. The -state-dir flag overrides it.
 	StateDir string `toml:"state_dir"`
 	// RuntimeDir holds sluice's unix sockets when their paths are
 	// relative. It is created (mode 0755: each socket has its own owner,
-	// group and mode) if missing. Unset, it is /run/sluice for root and
+	// group and mode) if missing; one that exists is treated as state_dir
+	// is (given to user only if it is /run/sluice or systemd's
+	// RuntimeDirectory=). Unset, it is /run/sluice for root and
 	// $XDG_RUNTIME_DIR/sluice for other users; but when state_dir is set
 	// and runtime_dir is not, the sockets stay in state_dir.
 	RuntimeDir string `toml:"runtime_dir"`
@@ -131,7 +143,9 @@ type Redis struct {
 	// config file stays free of secrets).
 	Password string `toml:"password"`
 	// PasswordFile names a file holding the password (first line); relative to
-	// the config file.
+	// the config file. Started as root, sluice refuses it unless it belongs
+	// to root or user and is writable by neither group nor others
+	// (root:sluice 0640 suits).
 	PasswordFile string `toml:"password_file"`
 	// DB is the database number (0-15; Cluster has only 0).
 	DB int `toml:"db"`

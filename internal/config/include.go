@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -28,19 +27,20 @@ var namedArrays = []string{"class", "policy.rule", "throttle.policy"}
 
 // readIncludes reads the *.toml files of dir (relative to the main file's
 // directory), in name order, through safefs: a symbolic link, FIFO or
-// device planted there is refused.
+// device planted there is refused, and as root so is the directory or a
+// file another user owns or could write (safefs.OpenDirTrusted).
 func readIncludes(main, dir string) ([]Source, error) {
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(filepath.Dir(main), dir)
 	}
-	d, err := safefs.OpenDir(dir)
+	d, err := safefs.OpenDirTrusted(dir)
 	if err != nil {
-		return nil, fmt.Errorf("include_dir %s: %w", dir, err)
+		return nil, err // it names the directory, or the one on its path
 	}
 	defer d.Close()
 	names, err := d.Names(MaxIncludes)
 	if err != nil {
-		return nil, fmt.Errorf("include_dir: %w", err)
+		return nil, err
 	}
 	slices.Sort(names)
 	var out []Source
@@ -50,7 +50,7 @@ func readIncludes(main, dir string) ([]Source, error) {
 		}
 		b, err := d.ReadFile(n, MaxFileSize)
 		if err != nil {
-			return nil, fmt.Errorf("include_dir: %s: %w", filepath.Join(dir, n), err)
+			return nil, err // it names the file
 		}
 		out = append(out, Source{Name: filepath.Join(dir, n), Data: b})
 	}

@@ -77,7 +77,7 @@ func TestIncludeMalformed(t *testing.T) {
 	}{
 		{"not a string", map[string]string{"sluice.toml": "include_dir = 3\n"}, nil, "sluice.toml:1: include_dir: expected a directory path"},
 		{"empty", map[string]string{"sluice.toml": "\n\ninclude_dir = \"\"\n"}, nil, "sluice.toml:3: include_dir: expected a directory path"},
-		{"missing", map[string]string{"sluice.toml": "include_dir = \"nowhere\"\n"}, nil, "sluice.toml:1: include_dir: include_dir "},
+		{"missing", map[string]string{"sluice.toml": "include_dir = \"nowhere\"\n"}, nil, "sluice.toml:1: include_dir: nowhere: no such file or directory"},
 		{"syntax", map[string]string{"sluice.toml": "include_dir = \"d\"\n", "d/a.toml": "[milter]\nworkers = = 3\n"}, nil, "d/a.toml:2: syntax error"},
 		{"unknown key", map[string]string{"sluice.toml": "include_dir = \"d\"\n", "d/a.toml": "\n[milter]\nwrokers = 3\n"}, nil, "d/a.toml:3: milter.wrokers: unknown key"},
 		{"symlink", map[string]string{"sluice.toml": "include_dir = \"d\"\n", "d/x": ""}, func(dir string) error {

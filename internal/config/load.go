@@ -48,8 +48,10 @@ func (e *Error) Error() string {
 // defaults. It returns every error found.
 func Load(path string) (*Config, []error) {
 	// A FIFO, device or symbolic link another user planted is refused,
-	// not waited on or followed (sluice may be root here).
-	data, err := safefs.ReadFile(path, MaxFileSize)
+	// not waited on or followed; as root, so is a file another user owns
+	// or could write, or one in a directory they could (sluice may be
+	// root here: docs/security.md, "Files root reads").
+	data, err := safefs.ReadTrusted(path, MaxFileSize)
 	if errors.Is(err, safefs.ErrTooLarge) {
 		return nil, []error{&Error{File: path, Msg: fmt.Sprintf("file larger than %d bytes", MaxFileSize)}}
 	}

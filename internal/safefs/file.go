@@ -73,6 +73,12 @@ func (d *Dir) OpenRegular(name string, max int64) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
+	if d.g.on {
+		if err := judge(d.Join(name), &fst, d.g.also, false); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
@@ -113,7 +119,7 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 // ReadFile reads the regular file at path as Dir.ReadFile does, reached
 // as Open reaches it.
 func ReadFile(path string, max int64) ([]byte, error) {
-	dir, name, err := openFinal(path)
+	dir, name, err := openFinal(path, guard{})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +133,7 @@ func ReadFile(path string, max int64) ([]byte, error) {
 // only where OpenDir would follow it (an administrator's link from
 // /etc/sluice to the real file, not one another user could plant).
 func Open(path string, max int64) (*os.File, error) {
-	dir, name, err := openFinal(path)
+	dir, name, err := openFinal(path, guard{})
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +146,7 @@ func Open(path string, max int64) (*os.File, error) {
 // made: for the files sluice writes itself (its state), which are never
 // links, whatever a compromised daemon user leaves in their place.
 func OpenState(path string, max int64) (*os.File, error) {
-	dir, name, err := splitOpen(path)
+	dir, name, err := splitOpen(path, guard{})
 	if err != nil {
 		return nil, err
 	}
@@ -150,10 +156,10 @@ func OpenState(path string, max int64) (*os.File, error) {
 
 // openFinal opens the directory of path and returns it with the name of
 // the file in it, after following trusted symbolic links in the last
-// component.
-func openFinal(path string) (*Dir, string, error) {
+// component; every directory on the way is judged by g.
+func openFinal(path string, g guard) (*Dir, string, error) {
 	for range maxLinks {
-		dir, name, err := splitOpen(path)
+		dir, name, err := splitOpen(path, g)
 		if err != nil {
 			return nil, "", err
 		}
@@ -172,14 +178,14 @@ func openFinal(path string) (*Dir, string, error) {
 }
 
 // splitOpen opens the directory of path and returns it with the last
-// component's name.
-func splitOpen(path string) (*Dir, string, error) {
+// component's name; the directories on the way are judged by g.
+func splitOpen(path string, g guard) (*Dir, string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	dirPath, name := splitPath(abs)
-	dir, err := OpenDir(dirPath)
+	dir, err := walk(dirPath, false, 0, g)
 	if err != nil {
 		return nil, "", err
 	}

@@ -51,7 +51,8 @@ var ErrTooLarge = errors.New("file too large")
 type Dir struct {
 	f       *os.File
 	path    string
-	created bool // made by MkdirAll
+	created bool  // made by MkdirAll
+	g       guard // what a file opened in it is judged by (OpenDirTrusted)
 }
 
 // Path is the path the directory was opened by (cleaned, absolute).
@@ -65,7 +66,7 @@ func (d *Dir) Close() error { return d.f.Close() }
 
 // OpenDir opens the existing directory at path.
 func OpenDir(path string) (*Dir, error) {
-	return walk(path, false, 0)
+	return walk(path, false, 0, guard{})
 }
 
 // MkdirAll opens the directory at path, creating what is missing: the
@@ -73,7 +74,7 @@ func OpenDir(path string) (*Dir, error) {
 // (not filtered by the umask). created says whether the last one was
 // made now; one that existed keeps its mode.
 func MkdirAll(path string, mode fs.FileMode) (d *Dir, created bool, err error) {
-	d, err = walk(path, true, mode)
+	d, err = walk(path, true, mode, guard{})
 	if err != nil {
 		return nil, false, err
 	}
@@ -98,13 +99,16 @@ func trusted(dir *unix.Stat_t, linkUID uint32) bool {
 // walk opens path component by component. With create, missing
 // directories are made (see MkdirAll). A symbolic link is followed only
 // when trusted says so; the walk then starts again on the link's target.
-func walk(path string, create bool, mode fs.FileMode) (*Dir, error) {
+// Each directory it passes through, "/" included, is judged by g (none
+// unless g.on): the very inode the walk goes on from, through its
+// descriptor.
+func walk(path string, create bool, mode fs.FileMode, g guard) (*Dir, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for range maxLinks {
-		d, next, err := walkOnce(filepath.Clean(abs), create, mode)
+		d, next, err := walkOnce(filepath.Clean(abs), create, mode, g)
 		if err != nil || next == "" {
 			return d, err
 		}
@@ -115,10 +119,14 @@ func walk(path string, create bool, mode fs.FileMode) (*Dir, error) {
 
 // walkOnce walks abs; it returns the directory, or the path to walk
 // instead when a trusted symbolic link stands in the way.
-func walkOnce(abs string, create bool, mode fs.FileMode) (*Dir, string, error) {
+func walkOnce(abs string, create bool, mode fs.FileMode, g guard) (*Dir, string, error) {
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("open /: %w", err)
+	}
+	if err := g.judgeFd(fd, "/", true); err != nil {
+		unix.Close(fd)
+		return nil, "", err
 	}
 	comps := strings.Split(strings.TrimPrefix(abs, "/"), "/")
 	if abs == "/" {
@@ -146,6 +154,10 @@ func walkOnce(abs string, create bool, mode fs.FileMode) (*Dir, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", filepath.Join(done, c), err)
 		}
+		if err := g.judgeFd(nfd, filepath.Join(done, c), true); err != nil {
+			unix.Close(nfd)
+			return nil, "", err
+		}
 		fd, done, created = nfd, filepath.Join(done, c), made
 	}
 	// The last directory is reopened for reading (Readdir, Fsync); an
@@ -155,7 +167,7 @@ func walkOnce(abs string, create bool, mode fs.FileMode) (*Dir, string, error) {
 		unix.Close(fd)
 		fd = rfd
 	}
-	return &Dir{f: os.NewFile(uintptr(fd), abs), path: abs, created: created}, "", nil
+	return &Dir{f: os.NewFile(uintptr(fd), abs), path: abs, created: created, g: g}, "", nil
 }
 
 // openComponent opens the directory name under dirfd without following

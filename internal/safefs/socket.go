@@ -37,7 +37,7 @@ var umaskMu sync.Mutex
 // that descriptor: a name swapped for a link or another file between the
 // bind and the change is refused, never changed.
 func ListenUnix(path string, owner Owner, mode fs.FileMode) (*net.UnixListener, error) {
-	dir, name, err := splitOpen(path)
+	dir, name, err := splitOpen(path, guard{})
 	if err != nil {
 		return nil, err
 	}
