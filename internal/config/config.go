@@ -123,7 +123,9 @@ type Store struct {
 // Redis configures the shared store.
 type Redis struct {
 	// Addrs are host:port of the server, of cluster nodes, or of the
-	// Sentinels (with master_set).
+	// Sentinels (with master_set); or "unix:PATH", the absolute path of one
+	// server's unix socket (its unixsocketperm and group decide who else
+	// may connect).
 	Addrs []string `toml:"addrs"`
 	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
 	Username string `toml:"username"`
