@@ -127,13 +127,16 @@ type Redis struct {
 	// server's unix socket (its unixsocketperm and group decide who else
 	// may connect).
 	Addrs []string `toml:"addrs"`
-	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
+	// Username is the Redis ACL user sluice authenticates as (AUTH
+	// username password; Redis 6 and later); empty for the default user.
+	// docs/redis.md gives the ACL that limits it to key_prefix.
 	Username string `toml:"username"`
 	// Password, or PasswordFile naming a file that holds it (better: the
 	// config file stays free of secrets).
 	Password string `toml:"password"`
 	// PasswordFile names a file holding the password (first line); relative to
-	// the config file.
+	// the config file. Only root and sluice's user should read it (root:sluice
+	// 0640): sluice check and serve warn otherwise.
 	PasswordFile string `toml:"password_file"`
 	// DB is the database number (0-15; Cluster has only 0).
 	DB int `toml:"db"`
