@@ -140,9 +140,10 @@ func TestACLOtherUsers(t *testing.T) {
 		other.B().Eval().Script("return redis.call('HSET', KEYS[1], 'v', '1')").Numkeys(1).Key(suspend).Build(),
 		other.B().Flushall().Build(),
 	} {
+		what := strings.Join(cmd.Commands(), " ") // before Do, which recycles cmd
 		err := other.Do(ctx, cmd).Error()
 		if re, ok := serverError(err); !ok || !strings.HasPrefix(re.Error(), "NOPERM") {
-			t.Errorf("another ACL user ran %v: %v, want NOPERM", cmd.Commands(), err)
+			t.Errorf("another ACL user ran %s: %v, want NOPERM", what, err)
 		}
 	}
 	raw := redisCLI(t, srv.Addr(), nil, "HSET", suspend, "v", "1", "s", "0", "e", "0")
@@ -161,9 +162,10 @@ func TestACLOtherUsers(t *testing.T) {
 		own.B().Flushall().Build(),
 		own.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build(),
 	} {
+		what := strings.Join(cmd.Commands(), " ") // before Do, which recycles cmd
 		err := own.Do(ctx, cmd).Error()
 		if re, ok := serverError(err); !ok || !strings.HasPrefix(re.Error(), "NOPERM") {
-			t.Errorf("sluice's user ran %v: %v, want NOPERM", cmd.Commands(), err)
+			t.Errorf("sluice's user ran %s: %v, want NOPERM", what, err)
 		}
 	}
 }
