@@ -323,3 +323,25 @@ func TestACLSentinel(t *testing.T) {
 		t.Fatalf("hit through the Sentinel's master as the ACL user: %v %+v", err, out[0])
 	}
 }
+
+// TestACLCluster: on a Cluster whose every node has sluice's user with
+// the documented rule, the store decides on keys of every master and
+// counts its keys (ROLE on each node, SCAN on the masters).
+func TestACLCluster(t *testing.T) {
+	c := startCluster(t, 3, 0)
+	for _, addr := range c.Addrs() {
+		if _, err := redistest.Do(addr, append([]string{"ACL", "SETUSER", "sluice", "reset", ">pw"}, aclRule("cl:")...)...); err != nil {
+			t.Fatalf("ACL SETUSER on %s: %v", addr, err)
+		}
+	}
+	s := openStore(t, Options{Addrs: c.Addrs(), Cluster: true, Username: "sluice", Password: "pw", KeyPrefix: "cl:", Deadline: 2 * time.Second})
+	out := make([]limiter.Decision, 1)
+	for i := range 30 { // 30 keys: every master's slots, almost surely
+		if err := s.Hit(ctx, time.Now(), 1, limiter.Leaky, []limiter.Check{exactCheck(fmt.Sprint("k", i), 2, time.Minute)}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("hit %d: %v %+v", i, err, out[0])
+		}
+	}
+	if err := s.recount(ctx); err != nil || s.Len() != 30 {
+		t.Fatalf("Len %d (%v), want 30", s.Len(), err)
+	}
+}
