@@ -24,7 +24,7 @@ step() { printf '\n== %s\n' "$*"; }
 # Debian packages the integration tests drive, as "package:file". Net::DNS
 # is used by mimedefang.pl (Mail::MIMEDefang::Net) though Debian's
 # mimedefang 3.3 does not depend on it: without it every worker dies at once.
-packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server
+packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server redis-tools:/usr/bin/redis-cli
 	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
 	chromium:/usr/bin/chromium systemd:/usr/bin/systemd-socket-activate systemd:/usr/bin/systemd-analyze
 	libnet-dns-perl:/usr/share/perl5/Net/DNS.pm man-db:/usr/bin/man iproute2:/usr/sbin/ip adduser:/usr/sbin/adduser)

@@ -23,15 +23,14 @@ func rootPhase(cfg *config.Config) bool {
 }
 
 // configWarnings are what check and serve warn of in a configuration that
-// loads: a world-readable secret, a session two doors would count twice,
-// and [anvil.smtpd] limits that differ from Postfix's main.cf in
-// postfixDir (a directory or its main.cf; "" for anvil.postfix_config_dir;
-// not compared when both are empty or anvil is off).
+// loads: who else can steer sluice through its store (a readable
+// password, a Redis without one; config.StoreWarnings), a session two
+// doors would count twice, and [anvil.smtpd] limits that differ from
+// Postfix's main.cf in postfixDir (a directory or its main.cf; "" for
+// anvil.postfix_config_dir; not compared when both are empty or anvil is
+// off).
 func configWarnings(ctx context.Context, path string, cfg *config.Config, postfixDir string) []string {
-	var out []string
-	if w := config.SecretWarning(path, cfg); w != "" {
-		out = append(out, w)
-	}
+	out := config.StoreWarnings(path, cfg)
 	if _, w := cfg.CapDoors(); w != "" {
 		out = append(out, w)
 	}

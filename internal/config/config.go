@@ -135,17 +135,22 @@ type Store struct {
 // Redis configures the shared store.
 type Redis struct {
 	// Addrs are host:port of the server, of cluster nodes, or of the
-	// Sentinels (with master_set).
+	// Sentinels (with master_set); or "unix:PATH", the absolute path of one
+	// server's unix socket (its unixsocketperm and group decide who else
+	// may connect).
 	Addrs []string `toml:"addrs"`
-	// Username for Redis ACLs (Redis 6 and later); empty for the default user.
+	// Username is the Redis ACL user sluice authenticates as (AUTH
+	// username password; Redis 6 and later); empty for the default user.
+	// docs/redis.md gives the ACL that limits it to key_prefix.
 	Username string `toml:"username"`
 	// Password, or PasswordFile naming a file that holds it (better: the
 	// config file stays free of secrets).
 	Password string `toml:"password"`
 	// PasswordFile names a file holding the password (first line); relative to
 	// the config file. Started as root, sluice refuses it unless it belongs
-	// to root or user and is writable by neither group nor others
-	// (root:sluice 0640 suits).
+	// to root or user and is writable by neither group nor others; only root
+	// and sluice's user should read it (root:sluice 0640): sluice check and
+	// serve warn otherwise.
 	PasswordFile string `toml:"password_file"`
 	// DB is the database number (0-15; Cluster has only 0).
 	DB int `toml:"db"`

@@ -248,7 +248,7 @@ func TestNearest(t *testing.T) {
 // FuzzParse: Parse never panics, and whatever it accepts go-toml's strict
 // decoder accepts and decodes the same way.
 func FuzzParse(f *testing.F) {
-	for _, p := range []string{"testdata/good/full.toml", "testdata/bad/values.toml", "testdata/bad/unknown-keys.toml", "testdata/bad/types.toml", "testdata/bad/first-hour.toml"} {
+	for _, p := range []string{"testdata/good/full.toml", "testdata/bad/values.toml", "testdata/bad/unknown-keys.toml", "testdata/bad/types.toml", "testdata/bad/first-hour.toml", "testdata/bad/redis-unix.toml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -338,8 +338,15 @@ func (c *Config) validateStore() []error {
 		add("store.redis.addrs", "name at least one Redis server (host:port)")
 	}
 	for i, a := range r.Addrs {
+		key := fmt.Sprintf("store.redis.addrs[%d]", i+1)
+		if path, ok := RedisUnixPath(a); ok {
+			if msg := r.unixAddrProblem(path); msg != "" {
+				add(key, "%q: %s", a, msg)
+			}
+			continue
+		}
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			add(fmt.Sprintf("store.redis.addrs[%d]", i+1), "%q is not host:port", a)
+			add(key, "%q is not host:port or unix:PATH", a)
 		}
 	}
 	if r.Password != "" && r.PasswordFile != "" {

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"crypto/sha1"
+	"crypto/tls"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -123,6 +124,7 @@ func dial(o Options) (conn, error) {
 		// but whose reply was lost would count twice.
 		DisableRetry: true,
 		Dialer:       net.Dialer{Timeout: o.DialTimeout},
+		DialCtxFn:    dialAddr,
 	}
 	if o.Cluster {
 		// Besides following MOVED replies and closed connections, reread
@@ -150,6 +152,19 @@ func dial(o Options) (conn, error) {
 		return nil, err
 	}
 	return rconn{c}, nil
+}
+
+// dialAddr connects to addr: "unix:PATH" is a unix socket, anything
+// else host:port over TCP, with TLS when tc is set.
+func dialAddr(ctx context.Context, addr string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return d.DialContext(ctx, "unix", path)
+	}
+	if tc != nil {
+		td := tls.Dialer{NetDialer: d, Config: tc}
+		return td.DialContext(ctx, "tcp", addr)
+	}
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // topologyRefresh is how often the client rereads a Cluster's slot map or
@@ -271,6 +286,28 @@ func serverError(err error) (*rueidis.RedisError, bool) {
 		return re, true
 	}
 	return nil, false
+}
+
+// accessDenied says what to fix when err is Redis refusing sluice's
+// credentials or its ACL user's rights, or "" for any other error.
+func accessDenied(o Options, err error) string {
+	re, ok := serverError(err)
+	if !ok {
+		return ""
+	}
+	who := "the default user"
+	if o.Username != "" {
+		who = fmt.Sprintf("user %q", o.Username)
+	}
+	switch code, _, _ := strings.Cut(re.Error(), " "); code {
+	case "WRONGPASS":
+		return fmt.Sprintf("Redis refused to authenticate sluice as %s: check username and password (or password_file), and that the ACL user is on", who)
+	case "NOAUTH":
+		return "Redis requires authentication: set username and password (or password_file)"
+	case "NOPERM":
+		return fmt.Sprintf("the ACL of %s does not allow a command or key sluice needs: give it ~%s and +@all -@dangerous +role (docs/redis.md)", who, globPattern(o.KeyPrefix))
+	}
+	return ""
 }
 
 // isOOM reports whether Redis refused a write for lack of memory.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"sluice/internal/limiter"
 	"sluice/internal/store/storetest"
 )
@@ -35,8 +37,11 @@ const capHeadroom = 256 << 10
 // fit.
 func cappedStore(t *testing.T, evict bool) (limiter.Store, int) {
 	srv := privateServer(t)
-	s := newTestStore(t, srv, Options{UseCallerTime: true})
-	adm := admin(t, srv)
+	return capStore(t, evict, newTestStore(t, srv, Options{UseCallerTime: true}), admin(t, srv))
+}
+
+// capStore caps the memory of the server adm administers, for s.
+func capStore(t *testing.T, evict bool, s *Store, adm rueidis.Client) (limiter.Store, int) {
 	info, err := adm.Do(ctx, adm.B().Info().Section("memory").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)

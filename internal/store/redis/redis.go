@@ -125,7 +125,7 @@ import (
 // Options configure a Store.
 type Options struct {
 	// Addrs are the Redis addresses, host:port (default 127.0.0.1:6379); in
-	// Cluster mode, seed nodes.
+	// Cluster mode, seed nodes. "unix:PATH" is one server's unix socket.
 	Addrs []string
 	// Username and Password authenticate (AUTH); empty: none.
 	Username string
@@ -262,6 +262,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	c, err := dial(o)
 	if err != nil {
+		if msg := accessDenied(o, err); msg != "" {
+			return nil, fmt.Errorf("redis store: connecting to %v: %s: %w", o.Addrs, msg, err)
+		}
 		return nil, fmt.Errorf("redis store: connecting to %v: %w", o.Addrs, err)
 	}
 	return newStore(ctx, o, c)
@@ -295,6 +298,9 @@ func newStore(ctx context.Context, o Options, c conn) (*Store, error) {
 	}
 	if err != nil {
 		c.close()
+		if msg := accessDenied(o, err); msg != "" {
+			return nil, fmt.Errorf("redis store: probing %v: %s: %w", o.Addrs, msg, err)
+		}
 		if _, ok := serverError(err); ok {
 			return nil, fmt.Errorf("redis store: probing %v (Redis 7.0 or later is needed): %w", o.Addrs, err)
 		}
