@@ -24,10 +24,14 @@ import (
 // starts the daemon as the packaged unit has it (ExecStartPre=, then
 // ExecStart= as User=sluice with no capability, given the sockets of
 // the packaged socket units by systemd-socket-activate, as systemd
-// would), runs `sluice status` and `man sluice`, and purges the
-// package. The host's dpkg database, users and files are never
-// touched; the overlay costs nothing to make, where a debootstrap'd
-// root costs minutes.
+// would), runs `sluice status` and `man sluice`, removes the package
+// while the daemon runs (the prerm stops it; /run/sluice goes) and
+// purges it (the user goes, and no file owned by its uid is left in
+// /etc, /run, /tmp or /var). A sluice package installed on the host is
+// purged in the overlay first, so the test runs the same with or without
+// one. The host's dpkg database, users and files are never touched; the
+// overlay costs nothing to make, where a debootstrap'd root costs
+// minutes.
 func TestDebianPackage(t *testing.T) {
 	peer.Root(t, "dpkg -i into an overlay of / needs root (mount, chroot)")
 	for _, b := range [][2]string{{"dpkg", "dpkg-deb"}, {"util-linux", "unshare"}, {"util-linux", "setpriv"},
@@ -75,7 +79,9 @@ func TestDebianPackage(t *testing.T) {
 		"SLUICE(8)",
 		"System Administration",
 		"SLUICE.TOML(5)",
+		"Removing sluice (0~test)",
 		"Purging configuration files for sluice (0~test)",
+		"\nno file of uid ",
 		`msg="sluice started"`,
 		"from_systemd=true",
 	} {

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,4 +100,90 @@ func TestMuxInetBindsLoopback(t *testing.T) {
 	if b6, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp6", p.pid())); err == nil && strings.Contains(string(b6), fmt.Sprintf(":%04X 00000000000000000000000000000000:0000 0A", port)) {
 		t.Errorf("also listening on IPv6 port %d", port)
 	}
+}
+
+// TestMuxDropEmptiesBoundingSet: started as root with -U, daemonized as
+// deployed (-p in a directory of root's), the multiplexor and its worker
+// run as the -U user on every thread with no capability and an empty
+// bounding set, so no program they run can gain one; and so does the
+// multiplexor an upgrade in place (SIGUSR2) starts. no_new_privs is
+// deliberately not set (privdrop.ExecAllowSetID): MIMEDefang's
+// notifications reach Postfix through the set-group-ID postdrop.
+func TestMuxDropEmptiesBoundingSet(t *testing.T) {
+	peer.Root(t, "the drop of -U is only made as root")
+	bin, _ := muxBinaries(t)
+	r := newMuxUpgradeRig(t, bin)
+	_, u := asUser(t)
+	worker, _ := shellWorker(t, r.base)
+	cmd := exec.Command(r.live, append([]string{"mux", "-f", worker, "-m", "1", "-x", "1"}, r.args(t)...)...)
+	cmd.Env = append(os.Environ(), muxSyslogEnv+"="+filepath.Join(r.base, "no-syslog"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sluice mux: %v\n%s", err, out)
+	}
+	first := r.pid(t)
+	t.Cleanup(func() { _ = syscall.Kill(first, syscall.SIGKILL) })
+	check := func(stage string, pid int) {
+		t.Helper()
+		waitUntil(t, "the multiplexor serves "+stage, func() bool { return muxAnswers(r.sock) == "ok relayok\n" }, func() string { return "" })
+		assertDropped(t, stage+": the multiplexor", pid, u.Uid)
+		kids := childPids(t, pid)
+		if len(kids) == 0 {
+			t.Fatalf("%s: the multiplexor (pid %d) has no worker", stage, pid)
+		}
+		for _, k := range kids {
+			assertDropped(t, stage+": its worker", k, u.Uid)
+		}
+	}
+	check("after the start", first)
+
+	_ = syscall.Kill(first, syscall.SIGUSR2)
+	waitUntil(t, "the upgraded multiplexor", func() bool { return !alive(first) && r.pid(t) != first }, func() string { return "" })
+	next := r.pid(t)
+	t.Cleanup(func() { _ = syscall.Kill(next, syscall.SIGKILL) })
+	check("after the upgrade", next)
+	_ = syscall.Kill(next, syscall.SIGTERM)
+	waitGone(t, "the upgraded multiplexor", next)
+}
+
+// assertDropped checks every thread of pid: uid (real, effective, saved,
+// file system) uid, no capability permitted or effective, an empty
+// bounding set, and no_new_privs off (set-group-ID postdrop must work).
+func assertDropped(t *testing.T, what string, pid int, uid string) {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("%s: threads of %d: %v", what, pid, err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // a thread that ended
+		}
+		st := string(b)
+		for _, want := range []string{
+			fmt.Sprintf("\nUid:\t%s\t%s\t%s\t%s\n", uid, uid, uid, uid),
+			"\nCapPrm:\t0000000000000000\n", "\nCapEff:\t0000000000000000\n",
+			"\nCapBnd:\t0000000000000000\n", "\nNoNewPrivs:\t0\n",
+		} {
+			if !strings.Contains(st, want) {
+				t.Errorf("%s, %s: no %q in\n%s", what, task, strings.TrimSpace(want), st)
+			}
+		}
+	}
+}
+
+// childPids is the pids of pid's children (every thread's).
+func childPids(t *testing.T, pid int) []int {
+	t.Helper()
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var kids []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(s); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids
 }

@@ -55,6 +55,11 @@ var Differences = []Difference{
 			"link owned by root or the `-U` user ([The pid and lock files](#the-pid-and-lock-files)); the reference " +
 			"follows a link there. A refused lock file gives `Could not open lock file <path>: <why>` where the reference " +
 			"says `Cannot lock lockfile: Is another copy running?` for any lock file it cannot open."},
+	{ID: "drop-bounding-set",
+		Summary: "started as root, `-U` also empties the capability bounding set of the multiplexor and its workers (the reference keeps it whole)",
+		Detail: "Started as root, the switch to `-U` is an exec of sluice itself (the pid file, opened as root, passed " +
+			"across) after the capability bounding set is emptied: every thread of the multiplexor, of an upgrade's and " +
+			"of every worker has `CapBnd` 0 ([security.md](security.md#sluice-mux)); the reference's keeps the full set."},
 	{ID: "stats-disk",
 		Summary: "a hung disk drops stats lines rather than blocking the pool",
 		Detail: "Stats file lines go through a 4096-byte buffer as the reference's stdio does; a write error is logged once " +

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -67,21 +69,78 @@ func (d *daemon) daemonize(exe string) int {
 	return 1
 }
 
-// dropPrivileges is initgroups, setgid, setuid to name (skipped when the
-// process already runs as that user and group). It returns an error text
-// in the reference's words.
-func dropPrivileges(name string) string {
+// droppedEnv marks the process that root's -U drop executed (dropByExec):
+// it runs as the -U user already, and its value is the descriptor of the
+// pid file root opened, or "-" without -p.
+const droppedEnv = "SLUICE_MUX_DROPPED"
+
+// dropPrivileges switches to the -U user name (nothing to do when the
+// process already runs as that user and group). Root does it by
+// executing this program again (dropByExec), so that every thread of the
+// multiplexor, and every worker, starts with an empty capability bounding
+// set; another user, or a process that root's drop or the multiplexor
+// itself started, is switched in place (initgroups, setgid, setuid), which
+// fails as the reference's does. It returns an error text in the
+// reference's words; on success by exec it does not return.
+func (d *daemon) dropPrivileges(name string, started bool) string {
 	a, err := privdrop.Lookup(name)
 	if err != nil {
 		return fmt.Sprintf("Unknown user '%s'", name)
 	}
+	if a.Current() {
+		return ""
+	}
 	var se *privdrop.StepError
-	if err := a.Drop(); errors.As(err, &se) {
+	if os.Geteuid() == 0 && a.UID != 0 && !started {
+		err = d.dropByExec(a)
+	} else {
+		err = a.Drop()
+	}
+	if errors.As(err, &se) {
 		return fmt.Sprintf("%s: %s", se.Step, errnoText(se.Err))
 	} else if err != nil {
 		return err.Error()
 	}
 	return ""
+}
+
+// dropByExec executes this program again, with the same arguments, as a
+// (privdrop.ExecAllowSetID: the bounding set emptied on the one thread
+// that executes, so the new image's every thread is born without it; no
+// no_new_privs, for the workers' set-group-ID postdrop), passing the pid
+// file root opened (droppedEnv). It returns only on failure, and the
+// caller must then exit.
+func (d *daemon) dropByExec(a privdrop.Account) error {
+	exe, err := privdrop.OpenSelf()
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, droppedEnv+"=") })
+	var keep []*os.File
+	if d.pid != nil {
+		keep = append(keep, d.pid)
+		env = append(env, droppedEnv+"="+strconv.Itoa(int(d.pid.Fd())))
+	} else {
+		env = append(env, droppedEnv+"=-")
+	}
+	return privdrop.ExecAllowSetID(a, exe, os.Args, env, keep)
+}
+
+// takeDropped reports whether root's -U drop executed this process
+// (droppedEnv), and takes the pid file it passed. The variable is unset:
+// the workers inherit the environment.
+func (d *daemon) takeDropped() bool {
+	v, ok := os.LookupEnv(droppedEnv)
+	if !ok {
+		return false
+	}
+	os.Unsetenv(droppedEnv)
+	if fd, err := strconv.Atoi(v); err == nil && fd > 2 && d.o.PidFile != "" {
+		syscall.CloseOnExec(fd)
+		d.pid = os.NewFile(uintptr(fd), d.o.PidFile)
+	}
+	return true
 }
 
 // errnoText is strerror's text: the errno message with a capital.

@@ -43,15 +43,16 @@ func Run(ctx context.Context, o Options, stderr io.Writer) int {
 		return 1
 	}
 	child := os.Getenv(childEnv) != ""
+	dropped := d.takeDropped()
 	if child {
 		d.inherit()
-	} else if d.up == nil && o.PidFile != "" && !d.openPidFile() {
+	} else if d.up == nil && !dropped && o.PidFile != "" && !d.openPidFile() {
 		// Opened before the privilege drop, as the reference does, but
 		// never through a symbolic link (openOwnFile).
 		return 1
 	}
 	exe, exeErr := os.Executable()
-	if msg := d.becomeUser(); msg != "" {
+	if msg := d.becomeUser(child || dropped || d.up != nil); msg != "" {
 		fmt.Fprintln(stderr, msg)
 		d.cleanup()
 		return 1
@@ -96,10 +97,11 @@ func (d *daemon) inherit() {
 }
 
 // becomeUser drops to -U and refuses to go on as root; it returns the
-// error line to print, or "".
-func (d *daemon) becomeUser() string {
+// error line to print, or "". started says the process was started by a
+// multiplexor (detached, dropped or upgraded), which ran as the user.
+func (d *daemon) becomeUser(started bool) string {
 	if d.o.User != "" {
-		if msg := dropPrivileges(d.o.User); msg != "" {
+		if msg := d.dropPrivileges(d.o.User, started); msg != "" {
 			return d.o.Prog + ": " + msg
 		}
 	}

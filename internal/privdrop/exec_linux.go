@@ -30,6 +30,21 @@ import (
 // thread. Exec returns only on failure; the calling thread may then have
 // given up what the others still hold, so the caller must exit.
 func Exec(a Account, exe *os.File, argv, env []string, keep []*os.File) error {
+	return execAs(a, exe, argv, env, keep, true)
+}
+
+// ExecAllowSetID is Exec without no_new_privs: the new program has no
+// capability and can gain none (the bounding set is empty), but a
+// set-group-ID program it runs still gains its group. The multiplexor's
+// workers need that: MIMEDefang's notifications go through sendmail,
+// which under Postfix hands the message to the set-group-ID postdrop (with
+// no_new_privs, postdrop may not write the maildrop directory).
+func ExecAllowSetID(a Account, exe *os.File, argv, env []string, keep []*os.File) error {
+	return execAs(a, exe, argv, env, keep, false)
+}
+
+// execAs is Exec, with no_new_privs set or not.
+func execAs(a Account, exe *os.File, argv, env []string, keep []*os.File, noNewPrivs bool) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
@@ -71,8 +86,10 @@ func Exec(a Account, exe *os.File, argv, env []string, keep []*os.File) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(a.UID), uintptr(a.UID), uintptr(a.UID)); e != 0 {
 		return &StepError{Step: "setresuid(" + strconv.Itoa(a.UID) + ")", Err: e}
 	}
-	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
-		return &StepError{Step: "prctl(PR_SET_NO_NEW_PRIVS)", Err: e}
+	if noNewPrivs {
+		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
+			return &StepError{Step: "prctl(PR_SET_NO_NEW_PRIVS)", Err: e}
+		}
 	}
 	_, _, e := unix.RawSyscall6(unix.SYS_EXECVEAT, exe.Fd(), uintptr(unsafe.Pointer(empty)),
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)

@@ -1,9 +1,13 @@
 #!/bin/sh
 # Run by TestDebianPackage inside `unshare --mount --net --pid --fork`:
 # a throwaway root (an overlay of / whose writes go to $1/upper) with
-# every trace of sluice removed, where the package $2 is installed with
-# dpkg -i, started as its unit would start it, asked with `sluice
-# status` and `man`, then purged. Each step prints a line "== step".
+# every trace of sluice removed (a sluice package the host has is purged
+# there first: the host's dpkg database, users and files are untouched),
+# where the package $2 is installed with dpkg -i, started as its unit
+# would start it, asked with `sluice status` and `man`, removed while it
+# runs (the prerm stops it; no /run/sluice is left), then purged (no
+# file of the removed user's uid is left). Each step prints a line
+# "== step".
 set -eu
 top=$1 deb=$2
 m=$top/merged
@@ -17,11 +21,14 @@ cp "$deb" "$m/tmp/sluice.deb"
 exec chroot "$m" /bin/sh -eu -c '
 ip link set lo up
 echo "== clean"
+if dpkg -s sluice >/dev/null 2>&1; then
+	echo "== the host has a sluice package: purged in this root only"
+	dpkg --purge sluice
+fi
 rm -f /usr/local/bin/sluice /usr/local/sbin/sluice
 rm -rf /etc/sluice /var/lib/sluice
 if getent passwd sluice >/dev/null; then userdel sluice; fi
 if getent group sluice >/dev/null; then groupdel sluice; fi
-if dpkg -s sluice >/dev/null 2>&1; then echo "a sluice package is installed already" >&2; exit 1; fi
 if command -v sluice; then echo "sluice is on the PATH before the install" >&2; exit 1; fi
 echo "== dpkg -i"
 dpkg -i /tmp/sluice.deb
@@ -67,14 +74,24 @@ echo "== man sluice"
 MANPAGER=cat MANWIDTH=80 man sluice | head -n 8
 echo "== man sluice.toml"
 MANPAGER=cat MANWIDTH=80 man 5 sluice.toml | head -n 8
-echo "== purge"
-kill -TERM $daemon
+echo "== remove"
+uid=$(id -u sluice)
+ls /run/sluice
+dpkg --remove sluice
+# The prerm stopped the running daemon (systemd-socket-activate became it).
+if readlink /proc/$daemon/exe >/dev/null 2>&1; then echo "the daemon outlived the remove" >&2; exit 1; fi
 wait $daemon || true
+if [ -e /run/sluice ]; then echo "/run/sluice outlived the remove" >&2; exit 1; fi
+echo "== purge"
+install -d -o sluice -g sluice -m 0755 /run/sluice # as a later start by hand would leave it
 dpkg --purge sluice
 if getent passwd sluice >/dev/null; then echo "the user sluice outlived the purge" >&2; exit 1; fi
-for f in /usr/bin/sluice /etc/sluice /var/lib/sluice /lib/systemd/system/sluice.service; do
+for f in /usr/bin/sluice /etc/sluice /var/lib/sluice /run/sluice /lib/systemd/system/sluice.service; do
 	if [ -e $f ]; then echo "$f outlived the purge" >&2; exit 1; fi
 done
+left=$(find /etc /run /tmp /var -xdev -uid $uid)
+if [ -n "$left" ]; then printf "owned by the purged uid %s:\n%s\n" $uid "$left" >&2; exit 1; fi
+echo "no file of uid $uid left"
 echo "== log"
 cat /tmp/sluice.log
 echo "== done"

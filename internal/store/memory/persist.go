@@ -311,25 +311,65 @@ func SnapshotLimit(maxKeys int) int64 {
 // are checked on the first bytes, before the rest is read: a file that
 // is not a snapshot costs a 16-byte read.
 func ReadSnapshotFile(r io.Reader, limit int64) (*Snapshot, error) {
-	data, err := readChecked(r, limit, headerLen, func(head []byte) error {
-		if len(head) < len(snapMagic) {
-			return nil
-		}
-		if string(head[:len(snapMagic)]) != snapMagic {
-			return fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
-		}
-		if len(head) < len(snapMagic)+2 {
-			return nil
-		}
-		if v := binary.BigEndian.Uint16(head[len(snapMagic):]); v != snapVersion {
-			return fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
-		}
-		return nil
-	})
+	data, err := readChecked(r, limit, headerLen, checkHead)
 	if err != nil {
 		return nil, err
 	}
 	return decodeSnapshot(data, true)
+}
+
+// readSnapshotData reads the snapshot file f, of size bytes by its
+// fstat (which safefs.OpenState held to the limit): its magic and
+// version on its first bytes, then its end record on its last
+// (checkCount), and only then the whole file, into one buffer of exactly
+// its size. A file that is not a snapshot, or whose size does not fit
+// the keys it counts, costs two short reads; a file that grew since the
+// fstat is refused.
+func readSnapshotData(f *os.File, size int64) ([]byte, error) {
+	head := make([]byte, min(size, int64(headerLen)))
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return nil, err
+	}
+	if err := checkHead(head); err != nil {
+		return nil, err
+	}
+	if size >= int64(headerLen+2+trailerLen) {
+		tail := make([]byte, min(size-int64(headerLen), maxTailLen))
+		if _, err := f.ReadAt(tail, size-int64(len(tail))); err != nil {
+			return nil, err
+		}
+		if _, err := checkCount(size, tail); err != nil {
+			return nil, err
+		}
+	}
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, err
+	}
+	var more [1]byte
+	if n, _ := f.ReadAt(more[:], size); n != 0 {
+		return nil, fmt.Errorf("%w: the file grew while it was read", ErrSnapshot)
+	}
+	return data, nil
+}
+
+// checkHead judges a snapshot's magic and version on its first bytes
+// (fewer when the file is shorter: what it cannot judge it passes, and
+// the decoder reports the truncation).
+func checkHead(head []byte) error {
+	if len(head) < len(snapMagic) {
+		return nil
+	}
+	if string(head[:len(snapMagic)]) != snapMagic {
+		return fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
+	}
+	if len(head) < len(snapMagic)+2 {
+		return nil
+	}
+	if v := binary.BigEndian.Uint16(head[len(snapMagic):]); v != snapVersion {
+		return fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
+	}
+	return nil
 }
 
 // readChecked reads r whole (at most limit bytes) once check accepted
@@ -555,13 +595,17 @@ func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
 		return nil, fmt.Errorf("store snapshot: %w", err)
 	}
 	defer f.Close()
-	snap, err := ReadSnapshotFile(f, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
-	}
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("store snapshot: %w", err)
+	}
+	data, err := readSnapshotData(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
+	}
+	snap, err := decodeSnapshot(data, true)
+	if err != nil {
+		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
 	}
 	// A log never passes the base's size or minCompact (a write that
 	// would make it a new base instead).

@@ -185,6 +185,72 @@ func (sw *snapWriter) finish(seq uint64) error {
 // entries: a snapshot is used whole or not at all.
 func DecodeSnapshot(data []byte) (*Snapshot, error) { return decodeSnapshot(data, false) }
 
+// The bounds of one record (appendEntry), which a snapshot's size must
+// keep within for the number of keys its end record counts: a smooth
+// key with an empty name takes minRecordLen bytes, an exact key of
+// maxKeyLen bytes holding maxEvents events in 10-byte varints
+// maxRecordLen; the end record and the trailer take at most maxTailLen.
+const (
+	minRecordLen = 5
+	maxRecordLen = 1 + binary.MaxVarintLen64 + maxKeyLen + 1 + 2*binary.MaxVarintLen64 +
+		binary.MaxVarintLen64 + maxEvents*binary.MaxVarintLen64 + binary.MaxVarintLen64
+	maxTailLen = 1 + 2*binary.MaxVarintLen64 + trailerLen
+)
+
+// endRecord parses, backwards, the end record that tail (a snapshot's
+// last bytes, at most maxTailLen) closes with before its trailer: it
+// returns the record count and how many bytes the end record and the
+// trailer take, or ok false when tail does not end that way. Backwards
+// is unambiguous: in a uvarint only the last byte has its high bit clear,
+// and the tag before the count is 0.
+func endRecord(tail []byte) (n uint64, tailLen int, ok bool) {
+	b := tail[:max(len(tail)-trailerLen, 0)]
+	i := len(b)
+	for range 2 { // the sequence number, then the count
+		last := i - 1
+		if last < 0 || b[last]&0x80 != 0 {
+			return 0, 0, false
+		}
+		i = last
+		for i > 0 && b[i-1]&0x80 != 0 {
+			i--
+		}
+		if last+1-i > binary.MaxVarintLen64 {
+			return 0, 0, false
+		}
+	}
+	if i == 0 || b[i-1] != tagEnd {
+		return 0, 0, false
+	}
+	n, k := binary.Uvarint(b[i:])
+	if _, k2 := binary.Uvarint(b[i+max(k, 0):]); k <= 0 || k2 != len(b)-i-k {
+		return 0, 0, false // a uvarint that overflows
+	}
+	return n, len(tail) - (i - 1), true
+}
+
+// checkCount refuses a snapshot of size bytes (at least a header and a
+// trailer) unless tail, its last bytes, closes with an end record whose
+// count of keys fits the records' bytes: at least minRecordLen and at
+// most maxRecordLen each. It returns the count. A file cut short, a
+// corrupt one, or one that says it holds fewer (or more) keys than its
+// size allows is thus refused before its records are read, however
+// large it is.
+func checkCount(size int64, tail []byte) (uint64, error) {
+	n, tailLen, ok := endRecord(tail)
+	if !ok {
+		return 0, fmt.Errorf("%w: no end record before the checksum (truncated or corrupt)", ErrSnapshot)
+	}
+	records := uint64(max(size-int64(headerLen)-int64(tailLen), 0))
+	if n > records/minRecordLen {
+		return 0, fmt.Errorf("%w: the end record counts %d keys, more than %d bytes of records can hold", ErrSnapshot, n, records)
+	}
+	if (records+maxRecordLen-1)/maxRecordLen > n {
+		return 0, fmt.Errorf("%w: %d bytes of records, more than the %d keys the end record counts can take", ErrSnapshot, records, n)
+	}
+	return n, nil
+}
+
 // minEntryLen is about the smallest a common entry is (a smooth key of a
 // few bytes): the decoder sizes its tables by it, so that a large
 // snapshot is not copied over and over as they grow.
@@ -204,6 +270,10 @@ func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 	if v := binary.BigEndian.Uint16(data[8:]); v != snapVersion {
 		return nil, fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
 	}
+	count, err := checkCount(int64(len(data)), data[max(len(data)-maxTailLen, 0):])
+	if err != nil {
+		return nil, err
+	}
 	body := data[:len(data)-trailerLen]
 	got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(data[len(body):])
 	if got != want {
@@ -220,7 +290,7 @@ func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
 		ref:   baseRef{taken: taken, crc: got},
 	}
 	d := snapDecoder{b: body[headerLen:], alias: alias}
-	guess := min(len(d.b)/minEntryLen, 1<<24)
+	guess := int(min(count, uint64(len(d.b)/minEntryLen), 1<<24))
 	var seen *keySet // with alias, Restore finds a key held twice
 	if !alias {
 		seen = newKeySet(guess)
