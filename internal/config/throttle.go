@@ -170,7 +170,7 @@ func (c *Config) validateThrottle() []error {
 	if t.MaxConns < 1 {
 		add("throttle.max_conns", "must be at least 1")
 	}
-	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.AllowUsers)...)
+	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.MaxConnsUnlisted, t.AllowUsers)...)
 	if t.RequestTimeout.D() <= 0 {
 		add("throttle.request_timeout", "must be positive")
 	}
