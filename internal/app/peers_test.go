@@ -7,14 +7,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"sluice/internal/anvil/anviltest"
+	"sluice/internal/control"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 	"sluice/internal/peercred/peercredtest"
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle"
 )
 
@@ -134,4 +138,33 @@ func askMilter(t *testing.T, addr string) io.Closer {
 		t.Fatalf("the MTA's CONNECT: %v %v, want continue", r, err)
 	}
 	return m
+}
+
+// TestControlUnlistedShare: a member of the control socket's admin group
+// (nobody, whose group nogroup is admin_group here) opens as many
+// connections as the socket holds; half of them are closed, and root's
+// command, queued behind them, is answered. Before the unlisted share
+// nobody held every place and root's connection was closed unanswered.
+func TestControlUnlistedShare(t *testing.T) {
+	const places = 4 // control.max_conns: nobody may hold 2
+	peer.Group(t, "nogroup")
+	run, err := os.MkdirTemp("", "sluice-control-") // a directory nobody may enter
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+	if err := os.Chmod(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("state_dir = %q\nruntime_dir = %q\n[anvil]\nenabled = false\n[policy]\nenabled = false\n[throttle]\nenabled = false\n[milter]\nenabled = false\n[web]\nlisten = []\n[control]\nadmin_group = \"nogroup\"\nmax_conns = %d\n", dir, run, places)
+	var logs logbuf.Buffer
+	startDaemonLog(t, writeConfig(t, dir, cfg), slog.New(slog.NewTextHandler(&logs, nil)))
+	sock := filepath.Join(run, "control")
+	h := peercredtest.Hold(t, "nobody", "unix", sock, places)
+	if r := ask(t, sock, control.Request{Command: "exempt.list"}); !r.OK {
+		t.Fatalf("root's command behind nobody's %d connections: %+v", places, r)
+	}
+	h.WaitClosed(t, places/2)
+	logs.WaitFor(t, "control: too many connections from peers other than root", `peer="uid `+strconv.Itoa(h.UID)+`"`, "max_conns_unlisted=2")
 }
