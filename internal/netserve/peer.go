@@ -24,7 +24,8 @@ type PeerLimits struct {
 	// MaxConnsPerPeer caps one peer's concurrent connections (0: no cap);
 	// more are refused as MaxConns refuses them (closed, or handed to
 	// Options.Refuse), while other peers still get in. A loopback peer
-	// whose uid cannot be learnt is not counted per peer.
+	// whose uid cannot be learnt is not counted per peer (it is unlisted,
+	// for MaxConnsUnlisted).
 	MaxConnsPerPeer int
 	// AllowUIDs, when not nil, are the only users served: a connection
 	// whose peer's uid is not in it, or cannot be learnt (a TCP peer off
