@@ -30,11 +30,14 @@ func controlSocket(k config.Control) ([]string, config.Socket) {
 
 func (d *Daemon) newControl(k config.Control) func(net.Listener) error {
 	d.control = control.NewServer(control.Options{
-		Handler:    controlHandler{d},
-		Logger:     d.log,
-		ConnLimits: netserve.ConnLimits{MaxConns: k.MaxConns, IdleTimeout: k.IdleTimeout.D(), RequestTimeout: k.RequestTimeout.D()},
-		MaxLine:    k.MaxLine,
-		Allow:      controlAllow(k.AdminGroup, d.log.Warn),
+		Handler: controlHandler{d},
+		Logger:  d.log,
+		// The admin group's members (unlisted) hold at most half of the
+		// places: root and sluice's user keep the rest.
+		ConnLimits: netserve.ConnLimits{MaxConns: k.MaxConns, PeerLimits: netserve.PeerLimits{MaxConnsUnlisted: config.DefaultUnlisted(k.MaxConns)},
+			IdleTimeout: k.IdleTimeout.D(), RequestTimeout: k.RequestTimeout.D()},
+		MaxLine: k.MaxLine,
+		Allow:   controlAllow(k.AdminGroup, d.log.Warn),
 	})
 	return d.control.Serve
 }

@@ -60,6 +60,8 @@ func TestDoorDefaultsAgree(t *testing.T) {
 		{"throttle.max_conns", c.Throttle.MaxConns, netserve.DefaultMaxConns},
 		{"throttle.request_timeout", c.Throttle.RequestTimeout.D(), time.Duration(netserve.DefaultRequestTimeout)},
 		{"web.max_streams", c.Web.MaxStreams, web.DefaultMaxStreams},
+		{"web.max_conns", c.Web.MaxConns, web.DefaultMaxConns},
+		{"web.max_conns_per_peer", c.Web.MaxConnsPerPeer, web.DefaultMaxConnsPerPeer},
 	}
 	for _, c := range checks {
 		if c.cfg != c.want {

@@ -140,6 +140,10 @@ func (d *Daemon) newWeb(w config.Web) func(net.Listener) error {
 	if w.MaxStreams == 0 {
 		o.MaxStreams = -1 // none: pages poll
 	}
+	o.MaxConnsPerPeer = w.MaxConnsPerPeer
+	if w.MaxConnsPerPeer == 0 {
+		o.MaxConnsPerPeer = -1 // no per-peer cap
+	}
 	if d.registry != nil {
 		o.Gatherer = d.registry
 	}

@@ -7,26 +7,33 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"sluice/internal/anvil/anviltest"
+	"sluice/internal/control"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 	"sluice/internal/peercred/peercredtest"
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle"
 )
 
-// TestLoopbackIsNotAuthentication is issue 25's probe against every door
-// on an inet loopback listener: another local user (nobody, in a child
-// process) opens more idle connections than the door holds, and the MTA
-// (this process, as root) must still connect and get an answer. The
-// default per-peer cap, half of the door's, keeps the other half for it.
-// Before the per-peer cap, nobody's connections filled the door and the
-// MTA's was closed unanswered (EOF).
+// TestLoopbackIsNotAuthentication is issue 25's and issue 40's probe
+// against every door on an inet loopback listener, with its default
+// per-peer rules: two other local users (nobody, then sluice, each in a
+// child process) each open as many idle connections as the door holds,
+// and the MTA (this process, as root) must still connect and get an
+// answer. The per-peer cap (half of the door) stops nobody at 2; the
+// unlisted peers' share (half of the door) stops sluice at 0, and keeps
+// the other half for root. Before the per-peer cap nobody's connections
+// filled the door; before the unlisted share nobody's and sluice's did;
+// either way the MTA's was closed unanswered (EOF).
 func TestLoopbackIsNotAuthentication(t *testing.T) {
-	const door = 4 // max_conns (max_sessions): nobody may hold 2
+	const door = 4 // max_conns (max_sessions): nobody may hold 2, sluice none
 	doors := []struct {
 		name, capKey string
 		extra        string
@@ -57,15 +64,18 @@ func TestLoopbackIsNotAuthentication(t *testing.T) {
 			addr := d.Addrs()[0].String()
 
 			h := peercredtest.Hold(t, "nobody", "tcp", addr, door)
-			// nobody's connections are queued ahead of ours, and the door
-			// takes them in order.
+			h2 := peercredtest.Hold(t, "sluice", "tcp", addr, door)
+			// nobody's connections, then sluice's, are queued ahead of
+			// ours, and the door takes them in order.
 			mta := dr.ask(t, addr)
 			defer mta.Close()
 			h.WaitClosed(t, door/2)
+			h2.WaitClosed(t, door)
 			if n := dr.conns(d); n != door/2+1 {
 				t.Errorf("%d connections open, want nobody's %d and ours", n, door/2)
 			}
 			logs.WaitFor(t, dr.name+": too many connections from one peer", `peer="uid `+strconv.Itoa(h.UID)+`"`)
+			logs.WaitFor(t, dr.name+": too many connections from peers other than root", `peer="uid `+strconv.Itoa(h2.UID)+`"`, "max_conns_unlisted=2")
 		})
 	}
 }
@@ -128,4 +138,33 @@ func askMilter(t *testing.T, addr string) io.Closer {
 		t.Fatalf("the MTA's CONNECT: %v %v, want continue", r, err)
 	}
 	return m
+}
+
+// TestControlUnlistedShare: a member of the control socket's admin group
+// (nobody, whose group nogroup is admin_group here) opens as many
+// connections as the socket holds; half of them are closed, and root's
+// command, queued behind them, is answered. Before the unlisted share
+// nobody held every place and root's connection was closed unanswered.
+func TestControlUnlistedShare(t *testing.T) {
+	const places = 4 // control.max_conns: nobody may hold 2
+	peer.Group(t, "nogroup")
+	run, err := os.MkdirTemp("", "sluice-control-") // a directory nobody may enter
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+	if err := os.Chmod(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("state_dir = %q\nruntime_dir = %q\n[anvil]\nenabled = false\n[policy]\nenabled = false\n[throttle]\nenabled = false\n[milter]\nenabled = false\n[web]\nlisten = []\n[control]\nadmin_group = \"nogroup\"\nmax_conns = %d\n", dir, run, places)
+	var logs logbuf.Buffer
+	startDaemonLog(t, writeConfig(t, dir, cfg), slog.New(slog.NewTextHandler(&logs, nil)))
+	sock := filepath.Join(run, "control")
+	h := peercredtest.Hold(t, "nobody", "unix", sock, places)
+	if r := ask(t, sock, control.Request{Command: "exempt.list"}); !r.OK {
+		t.Fatalf("root's command behind nobody's %d connections: %+v", places, r)
+	}
+	h.WaitClosed(t, places/2)
+	logs.WaitFor(t, "control: too many connections from peers other than root", `peer="uid `+strconv.Itoa(h.UID)+`"`, "max_conns_unlisted=2")
 }

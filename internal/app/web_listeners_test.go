@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"sluice/internal/config"
+	"sluice/internal/peercred/peercredtest"
+	"sluice/internal/testutil/logbuf"
 	"sluice/internal/web"
 )
 
@@ -222,4 +225,39 @@ func TestWebConnCap(t *testing.T) {
 			t.Errorf("held connection %d: GET /metrics %s", i+1, resp.Status)
 		}
 	}
+}
+
+// TestWebPeerCap: one local user (nobody, in a child process) opens as
+// many connections to the web's loopback port as the listener holds;
+// the default per-peer cap (web.max_conns_per_peer, 16) closes those
+// beyond it, and Prometheus's scrape (this process, root), queued behind
+// them, is answered. Before the per-peer cap nobody held every place
+// and the scrape was closed unanswered.
+func TestWebPeerCap(t *testing.T) {
+	const maxConns = 2 * web.DefaultMaxConnsPerPeer
+	dir := t.TempDir()
+	var logs logbuf.Buffer
+	d := startDaemonLog(t, writeConfig(t, dir, webListenersConfig(dir, fmt.Sprintf("max_conns = %d\nmax_streams = 4\n", maxConns))), slog.New(slog.NewTextHandler(&logs, nil)))
+	tcp, _ := webListeners(t, d)
+	h := peercredtest.Hold(t, "nobody", "tcp", tcp, maxConns)
+	// nobody's connections are queued ahead of the scrape's, and the
+	// listener takes them in order.
+	c, err := net.Dial("tcp", tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute)) // against a hang only
+	fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: sluice\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the scrape behind nobody's %d connections: %v", maxConns, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "sluice_") {
+		t.Fatalf("the scrape: %s\n%.200s", resp.Status, body)
+	}
+	h.WaitClosed(t, maxConns-web.DefaultMaxConnsPerPeer)
+	logs.WaitFor(t, "web: too many connections from one peer", `peer="uid `+strconv.Itoa(h.UID)+`"`, "max_conns_per_peer=16")
 }

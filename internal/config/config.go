@@ -254,6 +254,17 @@ type Anvil struct {
 	// Absent: half of max_conns, rounded up, so that no one user or host can
 	// take the whole door from the MTA; 0: no per-peer cap.
 	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of max_conns, however many local accounts connect
+	// (under their max_conns_per_peer, two of them could otherwise fill
+	// the door). Absent: half of max_conns, rounded down; 0: no such
+	// cap. The MTA's user (postfix) is listed only by allow_users, which
+	// then refuses every unlisted peer anyway. A door serving other hosts
+	// gives them this share: raise it (up to max_conns) if they need more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
 	// AllowUsers names the only local users whose connections are served
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their
@@ -298,6 +309,17 @@ type Policy struct {
 	// Absent: half of max_conns, rounded up, so that no one user or host can
 	// take the whole door from the MTA; 0: no per-peer cap.
 	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of max_conns, however many local accounts connect
+	// (under their max_conns_per_peer, two of them could otherwise fill
+	// the door). Absent: half of max_conns, rounded down; 0: no such
+	// cap. The MTA's user (postfix) is listed only by allow_users, which
+	// then refuses every unlisted peer anyway. A door serving other hosts
+	// gives them this share: raise it (up to max_conns) if they need more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
 	// AllowUsers names the only local users whose connections are served
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their
@@ -405,6 +427,17 @@ type Throttle struct {
 	// Absent: half of max_conns, rounded up, so that no one user or host can
 	// take the whole door from the MTA; 0: no per-peer cap.
 	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of max_conns, however many local accounts connect
+	// (under their max_conns_per_peer, two of them could otherwise fill
+	// the door). Absent: half of max_conns, rounded down; 0: no such
+	// cap. The MTA's user (postfix) is listed only by allow_users, which
+	// then refuses every unlisted peer anyway. A door serving other hosts
+	// gives them this share: raise it (up to max_conns) if they need more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
 	// AllowUsers names the only local users whose connections are served
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their

@@ -28,6 +28,17 @@ type Milter struct {
 	// Absent: half of max_sessions, rounded up, so that no one user or host can
 	// take the whole door from the MTA; 0: no per-peer cap.
 	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of max_sessions, however many local accounts connect
+	// (under their max_conns_per_peer, two of them could otherwise fill
+	// the door). Absent: half of max_sessions, rounded down; 0: no such
+	// cap. The MTA's user (postfix) is listed only by allow_users, which
+	// then refuses every unlisted peer anyway. A door serving other hosts
+	// gives them this share: raise it (up to max_sessions) if they need more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
 	// AllowUsers names the only local users whose connections are served
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their
@@ -102,7 +113,7 @@ func (c *Config) validateMilter() []error {
 	if m.MaxSessions < 1 {
 		add("max_sessions", "must be at least 1")
 	}
-	errs = append(errs, c.validatePeers("milter", m.Listen, "max_sessions", m.MaxSessions, m.MaxConnsPerPeer, m.AllowUsers)...)
+	errs = append(errs, c.validatePeers("milter", m.Listen, "max_sessions", m.MaxSessions, m.MaxConnsPerPeer, m.MaxConnsUnlisted, m.AllowUsers)...)
 	if m.Workers < 1 || m.Workers > 4096 {
 		add("workers", "must be between 1 and 4096")
 	}

@@ -10,38 +10,41 @@ import (
 )
 
 // The per-peer settings every mail door has (max_conns_per_peer,
-// allow_users): loopback is not authentication, since any local account
-// can connect to a loopback port, so a door can refuse users other than
-// the MTA's and keep one peer from taking all its connections.
+// allow_users, max_conns_unlisted): loopback is not authentication, since
+// any local account can connect to a loopback port, so a door can refuse
+// users other than the MTA's, keep one peer from taking all its
+// connections, and keep several from taking root's and the listed users'.
 
 // PeerRules are a door's per-peer settings resolved for its server:
-// MaxConnsPerPeer with its default applied, AllowUIDs the uids of
-// allow_users (nil when it is empty: every user).
+// MaxConnsPerPeer and MaxConnsUnlisted with their defaults applied,
+// AllowUIDs the uids of allow_users (nil when it is empty: every user).
+// Its fields are netserve.PeerLimits's, in the same order.
 type PeerRules struct {
-	MaxConnsPerPeer int
-	AllowUIDs       []int
+	MaxConnsPerPeer  int
+	AllowUIDs        []int
+	MaxConnsUnlisted int
 }
 
 // PeerRules resolves the anvil door's per-peer settings (see peerRules).
 func (a Anvil) PeerRules() (PeerRules, error) {
-	return peerRules(a.MaxConns, a.MaxConnsPerPeer, a.AllowUsers)
+	return peerRules(a.MaxConns, a.MaxConnsPerPeer, a.MaxConnsUnlisted, a.AllowUsers)
 }
 
 // PeerRules resolves the policy door's per-peer settings (see peerRules).
 func (p Policy) PeerRules() (PeerRules, error) {
-	return peerRules(p.MaxConns, p.MaxConnsPerPeer, p.AllowUsers)
+	return peerRules(p.MaxConns, p.MaxConnsPerPeer, p.MaxConnsUnlisted, p.AllowUsers)
 }
 
 // PeerRules resolves the throttle door's per-peer settings (see
 // peerRules).
 func (t Throttle) PeerRules() (PeerRules, error) {
-	return peerRules(t.MaxConns, t.MaxConnsPerPeer, t.AllowUsers)
+	return peerRules(t.MaxConns, t.MaxConnsPerPeer, t.MaxConnsUnlisted, t.AllowUsers)
 }
 
 // PeerRules resolves the milter's per-peer settings, its cap a share of
 // max_sessions (see peerRules).
 func (m Milter) PeerRules() (PeerRules, error) {
-	return peerRules(m.MaxSessions, m.MaxConnsPerPeer, m.AllowUsers)
+	return peerRules(m.MaxSessions, m.MaxConnsPerPeer, m.MaxConnsUnlisted, m.AllowUsers)
 }
 
 // DefaultPerPeer is max_conns_per_peer when absent: half of the door's
@@ -52,13 +55,22 @@ func (m Milter) PeerRules() (PeerRules, error) {
 // door (one per smtpd or cleanup process; default_process_limit is 100).
 func DefaultPerPeer(maxConns int) int { return (maxConns + 1) / 2 }
 
+// DefaultUnlisted is max_conns_unlisted when absent: half of the door's
+// cap, rounded down. However many local accounts open connections (each
+// under its own per-peer cap), root, sluice's user and the users of
+// allow_users keep the other half.
+func DefaultUnlisted(maxConns int) int { return maxConns / 2 }
+
 // peerRules resolves a door's settings. Names were checked by Validate; a
 // user removed since then is left out of AllowUIDs, which stays non-nil
 // (the list fails closed), and is reported in the error.
-func peerRules(maxConns int, perPeer *int, users []string) (PeerRules, error) {
-	r := PeerRules{MaxConnsPerPeer: DefaultPerPeer(maxConns)}
+func peerRules(maxConns int, perPeer, unlisted *int, users []string) (PeerRules, error) {
+	r := PeerRules{MaxConnsPerPeer: DefaultPerPeer(maxConns), MaxConnsUnlisted: DefaultUnlisted(maxConns)}
 	if perPeer != nil {
 		r.MaxConnsPerPeer = *perPeer
+	}
+	if unlisted != nil {
+		r.MaxConnsUnlisted = *unlisted
 	}
 	if len(users) == 0 {
 		return r, nil
@@ -88,13 +100,17 @@ func lookupUID(name string) (int, error) {
 	return uid, nil
 }
 
-// validatePeers checks a door's max_conns_per_peer and allow_users; door
-// is its table ("milter"), capKey and maxConns its connection cap.
-func (c *Config) validatePeers(door string, listen []string, capKey string, maxConns int, perPeer *int, users []string) []error {
+// validatePeers checks a door's max_conns_per_peer, max_conns_unlisted
+// and allow_users; door is its table ("milter"), capKey and maxConns its
+// connection cap.
+func (c *Config) validatePeers(door string, listen []string, capKey string, maxConns int, perPeer, unlisted *int, users []string) []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(door+"."+path, format, args...)) }
 	if perPeer != nil && (*perPeer < 0 || maxConns >= 1 && *perPeer > maxConns) {
 		add("max_conns_per_peer", "must be between 0 (no per-peer cap) and %s (%d)", capKey, maxConns)
+	}
+	if unlisted != nil && (*unlisted < 0 || maxConns >= 1 && *unlisted > maxConns) {
+		add("max_conns_unlisted", "must be between 0 (no cap) and %s (%d)", capKey, maxConns)
 	}
 	for i, name := range users {
 		if _, err := user.Lookup(name); err != nil {

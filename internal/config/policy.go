@@ -298,7 +298,7 @@ func (c *Config) validatePolicy() []error {
 	if p.MaxConns < 1 {
 		add("policy.max_conns", "must be at least 1")
 	}
-	errs = append(errs, c.validatePeers("policy", p.Listen, "max_conns", p.MaxConns, p.MaxConnsPerPeer, p.AllowUsers)...)
+	errs = append(errs, c.validatePeers("policy", p.Listen, "max_conns", p.MaxConns, p.MaxConnsPerPeer, p.MaxConnsUnlisted, p.AllowUsers)...)
 	if p.IdleTimeout.D() < 0 || p.RequestTimeout.D() <= 0 {
 		add("policy", "idle_timeout must not be negative and request_timeout must be positive")
 	}

@@ -191,7 +191,7 @@ func (c *Config) validateThrottle() []error {
 	if t.MaxConns < 1 {
 		add("throttle.max_conns", "must be at least 1")
 	}
-	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.AllowUsers)...)
+	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.MaxConnsUnlisted, t.AllowUsers)...)
 	for i, name := range t.ReportUsers {
 		if _, err := user.Lookup(name); err != nil {
 			add(fmt.Sprintf("throttle.report_users[%d]", i+1), "%q is not a user of this system", name)

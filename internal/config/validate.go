@@ -241,7 +241,7 @@ func (c *Config) validateAnvil() []error {
 	if a.MaxConns < 1 {
 		add("anvil.max_conns", "must be at least 1")
 	}
-	errs = append(errs, c.validatePeers("anvil", a.Listen, "max_conns", a.MaxConns, a.MaxConnsPerPeer, a.AllowUsers)...)
+	errs = append(errs, c.validatePeers("anvil", a.Listen, "max_conns", a.MaxConns, a.MaxConnsPerPeer, a.MaxConnsUnlisted, a.AllowUsers)...)
 	if a.IdleTimeout.D() < 0 || a.RequestTimeout.D() <= 0 {
 		add("anvil", "idle_timeout must not be negative and request_timeout must be positive")
 	}

@@ -31,6 +31,14 @@ type Web struct {
 	// leaves the unix socket's places alone. It is far below the mail doors' caps: the clients
 	// are a few scrapers, `sluice status` and at most max_streams pages.
 	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps one peer's open connections on each listener: a
+	// local user (its uid) on a unix socket or a loopback address, where
+	// every local account can connect, else a host (its IP address).
+	// Beyond it that peer's new connections are closed while others still
+	// get in, so that one local account cannot hold the inet listener's
+	// places and keep Prometheus out of /metrics. A scraper holds one
+	// connection, a browser at most six to one host. 0: no per-peer cap.
+	MaxConnsPerPeer int `toml:"max_conns_per_peer"`
 	// MaxStreams caps live-update streams (open status pages); beyond it
 	// pages poll instead. Each holds a connection: it must be below
 	// max_conns.
@@ -42,7 +50,7 @@ type Web struct {
 }
 
 func defaultWeb() Web {
-	return Web{Listen: []string{"unix:web"}, Socket: Socket{Mode: "0660"}, Metrics: true, MaxConns: 256, MaxStreams: 16}
+	return Web{Listen: []string{"unix:web"}, Socket: Socket{Mode: "0660"}, Metrics: true, MaxConns: 256, MaxConnsPerPeer: 16, MaxStreams: 16}
 }
 
 func (c *Config) validateWeb() []error {
@@ -59,6 +67,9 @@ func (c *Config) validateWeb() []error {
 	}
 	if w.MaxConns < 1 {
 		add("max_conns", "must be at least 1")
+	}
+	if w.MaxConnsPerPeer < 0 {
+		add("max_conns_per_peer", "must be at least 0 (no per-peer cap)")
 	}
 	if w.MaxStreams < 0 || w.MaxStreams > 1024 {
 		add("max_streams", "must be between 0 and 1024")

@@ -2,7 +2,7 @@
 // servers (anvil, policy, throttle, milter, the mux's socket map and
 // notification socket): accept with back-off, a cap on concurrent
 // connections, per-peer rules (a cap per peer, an allow list of local
-// users), idle and per-request read deadlines, a panic in one
+// users, a share for the peers outside it), idle and per-request read deadlines, a panic in one
 // connection's handler costing that connection only, and a two-stage
 // Shutdown in the shape of net/http's.
 package netserve
@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,11 +49,12 @@ type Options struct {
 	// Logger gets the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	ConnLimits
-	// Refuse, when set, is given each connection refused for MaxConns or
-	// MaxConnsPerPeer (not one refused by AllowUIDs: that is closed), in
-	// its own goroutine (Wait waits for it; a panic is logged), to write a
-	// reply before the connection is closed. It must not block without a
-	// deadline; the connection is closed when it returns, or by Close.
+	// Refuse, when set, is given each connection refused for MaxConns,
+	// MaxConnsPerPeer or MaxConnsUnlisted (not one refused by AllowUIDs:
+	// that is closed), in its own goroutine (Wait waits for it; a panic is
+	// logged), to write a reply before the connection is closed. It must
+	// not block without a deadline; the connection is closed when it
+	// returns, or by Close.
 	Refuse func(net.Conn)
 }
 
@@ -66,8 +66,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
 	refusing  map[net.Conn]struct{} // being refused by Options.Refuse
-	perPeer   map[peerKey]int       // open connections per peer, under MaxConnsPerPeer
-	tally     map[peerKey]int64     // refusals per peer, for the log
+	gate      *Gate                 // PeerLimits
 	closing   atomic.Bool
 	wg        sync.WaitGroup
 	nconns    atomic.Int64
@@ -96,10 +95,9 @@ func New(o Options, handle func(*Conn)) *Server {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	o.AllowUIDs = slices.Clone(o.AllowUIDs) // nil stays nil: everyone
 	return &Server{
 		o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{},
-		refusing: map[net.Conn]struct{}{}, perPeer: map[peerKey]int{}, tally: map[peerKey]int64{},
+		refusing: map[net.Conn]struct{}{}, gate: NewGate(o.Name, o.Logger, o.PeerLimits),
 		handoff: make(chan *Conn), quit: make(chan struct{}),
 	}
 }
@@ -147,22 +145,21 @@ func (s *Server) Serve(l net.Listener) error {
 			s.refuse(c)
 			continue
 		}
-		key, ok := s.identify(c)
-		if !ok {
+		place, err := s.gate.Admit(c)
+		if errors.Is(err, ErrNotAllowed) {
+			continue // closed
+		}
+		if err != nil {
+			s.refuse(c)
 			continue
 		}
-		cn := &Conn{Conn: c, rio: rawio.New(c), s: s, peer: key}
+		cn := &Conn{Conn: c, rio: rawio.New(c), s: s, place: place}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
+			cn.place.Release()
 			c.Close()
 			return ErrServerClosed
-		}
-		if !s.admitPeer(cn) {
-			s.mu.Unlock()
-			s.logPeerFull(key)
-			s.refuse(c)
-			continue
 		}
 		s.conns[cn] = struct{}{}
 		s.wg.Add(1)
@@ -177,7 +174,8 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// refuse closes c, refused for MaxConns or MaxConnsPerPeer, after
+// refuse closes c, refused for MaxConns, MaxConnsPerPeer or
+// MaxConnsUnlisted, after
 // Options.Refuse if set.
 func (s *Server) refuse(c net.Conn) {
 	if s.o.Refuse == nil {
@@ -246,12 +244,11 @@ func (s *Server) Close() error {
 // thread at every request.
 type Conn struct {
 	net.Conn
-	rio     *rawio.Conn // nil: reads and writes through net.Conn
-	s       *Server
-	busy    atomic.Bool // inside a request
-	held    atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
-	peer    peerKey     // who the peer is, when a PeerLimits rule needs it
-	counted bool        // counted in s.perPeer
+	rio   *rawio.Conn // nil: reads and writes through net.Conn
+	s     *Server
+	busy  atomic.Bool // inside a request
+	held  atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
+	place Place       // its place under PeerLimits
 }
 
 // Write writes b whole to the connection.
@@ -300,8 +297,8 @@ func (c *Conn) run() {
 		c.Conn.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
-		s.releasePeer(c)
 		s.mu.Unlock()
+		c.place.Release()
 		s.nconns.Add(-1)
 		s.wg.Done()
 	}()

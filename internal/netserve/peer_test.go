@@ -159,6 +159,40 @@ func TestMaxConnsPerPeerOtherUser(t *testing.T) {
 	}
 }
 
+// TestMaxConnsUnlisted is two local accounts against a door without an
+// allow list: nobody and sluice (in child processes) each open as many
+// connections as the door holds. Each is under its per-peer cap (half of
+// the door), so before MaxConnsUnlisted the two together took every
+// place and root was refused; with it they hold the unlisted share
+// between them (nobody all of it, sluice none: it came second), and root
+// (this process, listed) still gets the rest.
+func TestMaxConnsUnlisted(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			const door = 8
+			var logs logbuf.Buffer
+			s := peerServer(&logs, Options{ConnLimits: ConnLimits{MaxConns: door, PeerLimits: PeerLimits{MaxConnsPerPeer: door / 2, MaxConnsUnlisted: door / 2}}})
+			addr := serveOn(t, s, network)
+			nobody := peercredtest.Hold(t, "nobody", network, addr, door)
+			nobody.WaitClosed(t, door/2)
+			waitConns(t, s, door/2)
+			sluice := peercredtest.Hold(t, "sluice", network, addr, door)
+			sluice.WaitClosed(t, door)
+			logs.WaitFor(t, "door: too many connections from peers other than root, this process's user and allow_users", `peer="uid `+strconv.Itoa(sluice.UID)+`"`, "max_conns_unlisted=4", "refused_total=1")
+			for i := range door / 2 {
+				dialClient(t, network, addr).served(t, "root's connection "+strconv.Itoa(i+1))
+			}
+			dialClient(t, network, addr).refused(t, "the door is full")
+			// nobody leaves: its share is sluice's to take.
+			nobody.Release()
+			waitConns(t, s, door/2)
+			again := peercredtest.Hold(t, "sluice", network, addr, door)
+			again.WaitClosed(t, door/2)
+			waitConns(t, s, door)
+		})
+	}
+}
+
 // TestAllowUIDs: a connection from a user not in AllowUIDs is closed at
 // once and logged with its uid; an allowed user is served; an empty
 // (not nil) list lets no one in.
@@ -185,7 +219,7 @@ func TestAllowUIDs(t *testing.T) {
 }
 
 // TestPeerByAddress: a TCP peer off loopback is counted by its address,
-// and has no uid for an allow list.
+// and has no uid for an allow list: it is unlisted.
 func TestPeerByAddress(t *testing.T) {
 	ip := peercredtest.HostAddr()
 	if !ip.IsValid() {
@@ -212,6 +246,17 @@ func TestPeerByAddress(t *testing.T) {
 		dialClient(t, "tcp", addr).refused(t, "second from "+ip.String())
 		logs.WaitFor(t, "too many connections from one peer", "peer="+ip.String())
 	}
+	// A host has no uid: it is an unlisted peer.
+	var logs logbuf.Buffer
+	s := peerServer(&logs, Options{ConnLimits: ConnLimits{PeerLimits: PeerLimits{MaxConnsUnlisted: 1}}})
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveListener(t, s, l)
+	dialClient(t, "tcp", addr).served(t, "first from "+ip.String())
+	dialClient(t, "tcp", addr).refused(t, "second from "+ip.String()+", the unlisted share full")
+	logs.WaitFor(t, "too many connections from peers other than root", "peer="+ip.String(), "max_conns_unlisted=1")
 }
 
 // TestPeerRefuseHook: a connection over the per-peer cap goes to

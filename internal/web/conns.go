@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+
+	"sluice/internal/netserve"
 )
 
 // DefaultMaxConns is MaxConns (per listener) when it is 0: config's
@@ -14,6 +16,13 @@ import (
 // the cap is far below the mail doors' 4096: a flood on this door must
 // not take the descriptors the mail doors share with it.
 const DefaultMaxConns = 256
+
+// DefaultMaxConnsPerPeer is MaxConnsPerPeer when it is 0: config's
+// default for web.max_conns_per_peer. A scraper holds one connection, a
+// browser at most six to one host; sixteen leave room for a few pages
+// and `sluice status`, and keep one local account, which can connect to
+// a loopback port, from holding every place of a TCP listener.
+const DefaultMaxConnsPerPeer = 16
 
 // Which paths a listener serves is decided once per listener, in Serve:
 // a unix socket (its owner, group and mode say who may connect) serves
@@ -64,16 +73,28 @@ func (s *Server) notOnTCP(w http.ResponseWriter, _ *http.Request) {
 // listener has its own MaxConns, so that a flood on a TCP listener (any
 // local account can connect to it) cannot take the places of the unix
 // socket, whose mode decides who connects: the descriptors the web
-// server holds stay below MaxConns times its listeners.
+// server holds stay below MaxConns times its listeners. Within them, the
+// listener's netserve.Gate caps each peer (MaxConnsPerPeer), who is
+// learnt as the mail doors learn theirs.
 type limitListener struct {
 	net.Listener
 	s    *Server
-	full bool         // the listener serves the status page
-	n    atomic.Int64 // its open connections
+	full bool           // the listener serves the status page
+	gate *netserve.Gate // MaxConnsPerPeer
+	n    atomic.Int64   // its open connections
 }
 
-// Accept returns the next connection under the cap, closing those
-// beyond it.
+// limit wraps l in its caps.
+func (s *Server) limit(l net.Listener) *limitListener {
+	var pl netserve.PeerLimits
+	if s.o.MaxConnsPerPeer > 0 {
+		pl.MaxConnsPerPeer = s.o.MaxConnsPerPeer
+	}
+	return &limitListener{Listener: l, s: s, full: s.servesStatus(l), gate: netserve.NewGate("web", s.log, pl)}
+}
+
+// Accept returns the next connection under the caps, closing those
+// beyond them.
 func (l *limitListener) Accept() (net.Conn, error) {
 	s := l.s
 	for {
@@ -81,14 +102,21 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.take() {
-			s.conns.Add(1)
-			return &limitConn{Conn: c, l: l, full: l.full}, nil
+		if !l.take() {
+			if n := s.refused.Add(1); n&(n-1) == 0 {
+				s.log.Warn("web: too many connections; closing new ones", "listener", l.Addr().String(), "max_conns", s.o.MaxConns, "refused_total", n)
+			}
+			c.Close()
+			continue
 		}
-		if n := s.refused.Add(1); n&(n-1) == 0 {
-			s.log.Warn("web: too many connections; closing new ones", "listener", l.Addr().String(), "max_conns", s.o.MaxConns, "refused_total", n)
+		place, err := l.gate.Admit(c) // it logs a refusal
+		if err != nil {
+			l.n.Add(-1)
+			c.Close()
+			continue
 		}
-		c.Close()
+		s.conns.Add(1)
+		return &limitConn{Conn: c, l: l, full: l.full, place: place}, nil
 	}
 }
 
@@ -111,13 +139,15 @@ type limitConn struct {
 	net.Conn
 	l      *limitListener
 	full   bool
+	place  netserve.Place // its peer's place
 	closed atomic.Bool
 }
 
-// Close closes the connection and, the first time, gives its place back.
+// Close closes the connection and, the first time, gives its places back.
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
+		c.place.Release()
 		c.l.n.Add(-1)
 		c.l.s.conns.Add(-1)
 	}

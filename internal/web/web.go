@@ -110,6 +110,14 @@ type Options struct {
 	// soon as they are accepted, with a log line at 1, 2, 4, 8...
 	// refusals.
 	MaxConns int
+	// MaxConnsPerPeer caps one peer's open connections on each listener
+	// (default DefaultMaxConnsPerPeer, as config's web.max_conns_per_peer;
+	// negative: no cap): a local user (its uid) on a unix socket or on
+	// loopback TCP, else a host (its address), as netserve.PeerLimits
+	// tells them apart. More are closed as soon as they are accepted,
+	// with a log line at each peer's 1st, 2nd, 4th... refusal, and other
+	// peers still get in.
+	MaxConnsPerPeer int
 }
 
 // Server is the web front end. Create it with New, run it with Serve and
@@ -187,6 +195,9 @@ func New(o Options) *Server {
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.MaxConnsPerPeer == 0 {
+		o.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
 	s := &Server{o: o, log: o.Logger, hist: newRing(o.History)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cur.Store(&frame{next: make(chan struct{})})
@@ -212,7 +223,8 @@ func New(o Options) *Server {
 // Shutdown or Close, then returns ErrServerClosed. A unix socket listener
 // serves every route; any other listener /metrics only, unless
 // Options.StatusOnTCP. Serve may be called for several listeners; each
-// has Options.MaxConns places of its own.
+// has Options.MaxConns places of its own, and Options.MaxConnsPerPeer for
+// each peer.
 func (s *Server) Serve(l net.Listener) error {
 	s.life.Lock()
 	if s.closed {
@@ -229,7 +241,7 @@ func (s *Server) Serve(l net.Listener) error {
 		}()
 	}
 	s.life.Unlock()
-	return s.srv.Serve(&limitListener{Listener: l, s: s, full: s.servesStatus(l)})
+	return s.srv.Serve(s.limit(l))
 }
 
 // Shutdown stops sampling, ends every event stream, stops accepting and
