@@ -265,9 +265,11 @@ func TestQmailThrottleSocketOnlyQmailr(t *testing.T) {
 	o := h.deliver(qmaild, "attack@example.net")
 	if !strings.HasPrefix(o, `"Z`) || !strings.Contains(o, "connect: permission denied: user qmaild") || !strings.HasSuffix(o, `\x00" <nil>`) {
 		t.Errorf("the wrapper as qmaild (group nofiles): %s, want a deferral (Z report) for connect: permission denied", o)
+	} else {
+		t.Logf("the wrapper as qmaild: %s", o)
 	}
-	if sends := relaySends(t, h.sends); len(sends) != 1 {
-		t.Errorf("the relay saw %d sends, want qmailr's alone", len(sends))
+	if b, err := os.ReadFile(h.sends); err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), " rcpt@example.net\n") {
+		t.Errorf("the relay's sends: %v %q, want qmailr's alone", err, b)
 	}
 }
 
