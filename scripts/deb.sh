@@ -14,7 +14,7 @@
 #   /usr/share/doc/sluice/            README.md, docs/, examples/: sluice-milter.socket and
 #                                     sluice-throttle.socket among them, which docs/operations.md
 #                                     installs in /etc/systemd/system only with the milter on, or
-#                                     on a qmail host (its group nofiles), as the service's
+#                                     on a qmail host (its group qmail), as the service's
 #                                     ExecStartPre= still expects them
 # and packaging/debian's postinst (makes the system user sluice with
 # adduser), prerm and postrm. SLUICE_BINARY=PATH packages that binary

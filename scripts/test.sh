@@ -70,14 +70,41 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The deployment tests run each door as it is deployed: sluice as its own
-# system user, qmail-remote's wrapper as qmailr in group nofiles (qmail's
-# users), Postfix as postfix, MIMEDefang as defang. Make the ones no
-# package made, as an administrator following the docs would.
+# system user, qmail-remote's wrapper as qmailr with group qmail and
+# qmail-smtpd's user qmaild with group nofiles (qmail's users), Postfix as
+# postfix, MIMEDefang as defang. Make the ones no package made, as an
+# administrator following the docs would; qmail's exactly as its
+# INSTALL.ids has them, correcting what an earlier run made otherwise.
 if [ "$(id -u)" = 0 ]; then
 	getent group sluice >/dev/null || addgroup --system --quiet sluice
 	getent passwd sluice >/dev/null || adduser --system --quiet --ingroup sluice --no-create-home --home /var/lib/sluice sluice
+	# qmail_user USER GROUP HOME: a system user with that primary group
+	# and home (never created), and in neither of qmail's groups besides.
+	qmail_user() {
+		if ! getent passwd "$1" >/dev/null; then
+			adduser --system --quiet --ingroup "$2" --no-create-home --home "$3" "$1"
+			return
+		fi
+		if [ "$(id -gn "$1")" != "$2" ]; then
+			echo "note: user $1 had primary group $(id -gn "$1"), qmail's INSTALL.ids gives it $2: usermod -g $2 $1" >&2
+			usermod -g "$2" "$1"
+		fi
+		if [ "$(getent passwd "$1" | cut -d: -f6)" != "$3" ]; then
+			echo "note: user $1 had home $(getent passwd "$1" | cut -d: -f6), qmail's INSTALL.ids gives it $3: usermod -d $3 $1" >&2
+			usermod -d "$3" "$1"
+		fi
+		for g in nofiles qmail; do
+			if [ "$g" != "$2" ] && [[ " $(id -Gn "$1") " == *" $g "* ]]; then
+				echo "note: user $1 was also in group $g, where qmail's INSTALL.ids does not put it: gpasswd -d $1 $g" >&2
+				gpasswd -d "$1" "$g" >/dev/null
+			fi
+		done
+	}
 	getent group nofiles >/dev/null || addgroup --system --quiet nofiles
-	getent passwd qmailr >/dev/null || adduser --system --quiet --ingroup nofiles --no-create-home --home /var/qmail qmailr
+	getent group qmail >/dev/null || addgroup --system --quiet qmail
+	qmail_user alias nofiles /var/qmail/alias
+	for u in qmaild qmaill qmailp; do qmail_user "$u" nofiles /var/qmail; done
+	for u in qmailq qmailr qmails; do qmail_user "$u" qmail /var/qmail; done
 fi
 
 # The Sendmail tests fetch Debian's sendmail packages privately (apt-get

@@ -112,28 +112,53 @@ func assertNoPrivilegeBack(t *testing.T, pid int) {
 	}
 }
 
-// TestQmailRecipeAsDeployed runs docs/throttle.md's qmail recipe as it is
-// deployed: the daemon's configuration block and the wrapper's install
-// script, read from the page; sluice started by root, switching to its
-// own user; 40 deliveries at once by qmail-remote wrappers running as
-// qmailr (group nofiles). Only the directories and the limit change (5 per
-// 2 s, to be quick). Every message must reach the relay (a recording
-// stand-in for qmail-remote-real), and the relay's own clock must never
-// see more than 5 sends in any 2 seconds.
-func TestQmailRecipeAsDeployed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("40 throttled deliveries take 16 s")
-	}
-	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
+// qmailCredential runs a command as qmail runs its programs: as the user
+// name with group's gid and that group alone (qmail-start gives
+// qmail-rspawn, hence qmail-remote, uid qmailr and gid qmail, with a
+// setgroups of that one group in qmail 1.03 and netqmail; tcpserver -u
+// qmaild -g nofiles does the same for qmail-smtpd). qmail compiles its ids
+// in, so the group is qmail's choice, not the user's primary group in
+// passwd.
+func qmailCredential(t *testing.T, name, group string) *syscall.SysProcAttr {
+	t.Helper()
+	u, g := peer.User(t, name), peer.Group(t, group)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(g.Gid)
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{uint32(gid)}}}
+}
+
+// asQmailr is qmail-remote's credential, as qmail-rspawn runs it: uid
+// qmailr, group qmail alone.
+func asQmailr(t *testing.T) *syscall.SysProcAttr {
+	t.Helper()
+	return qmailCredential(t, "qmailr", "qmail")
+}
+
+// qmailHost is docs/throttle.md's qmail recipe as deployed in a directory
+// of the test's own: the daemon's block read from the page, sluice
+// started by root and switched to its own user, and the wrapper's install
+// script, with a qmail-remote-real that records each send by the relay's
+// clock.
+type qmailHost struct {
+	bin    string   // sluice
+	sock   string   // the throttle socket
+	remote string   // qmail-remote: the wrapper
+	sends  string   // the relay's send log, a line per send
+	daemon *relProc // sluice serve
+}
+
+// deployQmailRecipe deploys the recipe, changing only its paths and the
+// replacements in change (old, new, ...) to the daemon's block.
+func deployQmailRecipe(t *testing.T, change ...string) *qmailHost {
+	t.Helper()
 	peer.Root(t, "the daemon is started by root and switches to the user sluice")
 	peer.User(t, "sluice")
-	qmailr := credential(t, "qmailr")
 	bin, _ := muxBinaries(t)
 	base := deployDir(t)
 	run := filepath.Join(base, "run")
-	sock := filepath.Join(run, "throttle")
+	h := &qmailHost{bin: bin, sock: filepath.Join(run, "throttle")}
 	cfgText := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-config"),
-		"/run/sluice/throttle", sock, `"30/60s"`, `"5/2s"`)
+		append([]string{"/run/sluice/throttle", h.sock}, change...)...)
 	cfgText = fmt.Sprintf("state_dir = %q\nruntime_dir = %q\n", filepath.Join(base, "state"), run) + cfgText
 	cfg := filepath.Join(base, "sluice.toml")
 	if err := os.WriteFile(cfg, []byte(cfgText), 0o644); err != nil {
@@ -142,12 +167,11 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 	if out, err := exec.Command(bin, "check", "-q", "-c", cfg).CombinedOutput(); err != nil {
 		t.Fatalf("sluice check on the recipe: %v\n%s", err, out)
 	}
-	daemon := relStart(t, bin, []string{"serve", "-c", cfg}, sock)
-	assertUnprivileged(t, daemon.pid(), "sluice")
-	assertSocket(t, sock, "sluice", "nofiles", 0o660)
+	h.daemon = relStart(t, bin, []string{"serve", "-c", cfg}, h.sock)
+	assertUnprivileged(t, h.daemon.pid(), "sluice")
 
 	// qmail's bin directory with a qmail-remote that records each send by
-	// the relay's clock, as qmailr can write it.
+	// the relay's clock, as any user can write it.
 	qbin := filepath.Join(base, "qmail", "bin")
 	logDir := filepath.Join(base, "relay")
 	for _, d := range []string{qbin, logDir} {
@@ -158,26 +182,51 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 	if err := os.Chmod(logDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	relay, sends := fakeQmailRemote(t, logDir)
-	if err := os.Rename(relay, filepath.Join(qbin, "qmail-remote")); err != nil {
+	var relay string
+	relay, h.sends = fakeQmailRemote(t, logDir)
+	h.remote = filepath.Join(qbin, "qmail-remote")
+	if err := os.Rename(relay, h.remote); err != nil {
 		t.Fatal(err)
 	}
 	install := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-wrapper"),
-		"/var/qmail/bin", qbin, "/usr/local/bin/sluice", bin, "/run/sluice/throttle", sock)
+		"/var/qmail/bin", qbin, "/usr/local/bin/sluice", bin, "/run/sluice/throttle", h.sock)
 	if out, err := exec.Command("sh", "-ec", install).CombinedOutput(); err != nil {
 		t.Fatalf("the wrapper's install script: %v\n%s\n%s", err, out, install)
 	}
+	return h
+}
+
+// deliver runs the wrapper as qmail-rspawn would (qmail-remote host
+// sender recipient) with credential cred, and returns its report and
+// error in one string.
+func (h *qmailHost) deliver(cred *syscall.SysProcAttr, rcpt string) string {
+	cmd := exec.Command(h.remote, "relay.example", "sender@example.org", rcpt)
+	cmd.SysProcAttr = cred
+	out, err := cmd.CombinedOutput()
+	return fmt.Sprintf("%q %v", out, err)
+}
+
+// TestQmailRecipeAsDeployed runs docs/throttle.md's qmail recipe as it is
+// deployed (deployQmailRecipe): 40 deliveries at once by qmail-remote
+// wrappers running as qmail-rspawn runs them (uid qmailr, group qmail).
+// Only the directories and the limit change (5 per 2 s, to be quick).
+// Every message must reach the relay (a recording stand-in for
+// qmail-remote-real), and the relay's own clock must never see more than
+// 5 sends in any 2 seconds.
+func TestQmailRecipeAsDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("40 throttled deliveries take 16 s")
+	}
+	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
+	qmailr := asQmailr(t)
+	h := deployQmailRecipe(t, `"30/60s"`, `"5/2s"`)
+	assertSocket(t, h.sock, "sluice", "qmail", 0o660)
 
 	const n, limit, window = 40, 5, 2 * time.Second
 	outs := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			cmd := exec.Command(filepath.Join(qbin, "qmail-remote"), "relay.example", "sender@example.org", fmt.Sprintf("rcpt%d@example.net", i))
-			cmd.SysProcAttr = qmailr
-			out, err := cmd.CombinedOutput()
-			outs[i] = fmt.Sprintf("%q %v", out, err)
-		})
+		wg.Go(func() { outs[i] = h.deliver(qmailr, fmt.Sprintf("rcpt%d@example.net", i)) })
 	}
 	wg.Wait()
 	for i, o := range outs {
@@ -185,15 +234,42 @@ func TestQmailRecipeAsDeployed(t *testing.T) {
 			t.Errorf("wrapper %d as qmailr: %s", i, o)
 		}
 	}
-	times := relaySends(t, sends)
+	times := relaySends(t, h.sends)
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	if len(times) != n {
-		t.Fatalf("the relay saw %d sends, want %d; daemon log:\n%s", len(times), n, daemon.stderr.String())
+		t.Fatalf("the relay saw %d sends, want %d; daemon log:\n%s", len(times), n, h.daemon.stderr.String())
 	}
 	if most := maxInWindow(times, window); most > limit {
 		t.Errorf("the relay saw %d sends in one 2 s window, limit %d; sends at %v", most, limit, times)
 	} else {
 		t.Logf("%d sends over %v; at most %d in any %v at the relay (limit %d)", n, times[n-1].Sub(times[0]).Round(time.Millisecond), most, window, limit)
+	}
+}
+
+// TestQmailThrottleSocketOnlyQmailr attacks the throttle socket of
+// docs/throttle.md's qmail recipe, deployed verbatim (only its paths
+// change): qmail-remote's wrapper as qmail-rspawn runs it (uid qmailr,
+// group qmail alone) gets its slot and delivers; the same wrapper as
+// qmail-smtpd's user (uid qmaild, group nofiles alone, as tcpserver runs
+// it: the Internet-facing one, whose group also holds alias, qmaill and
+// qmailp) is refused by the kernel at connect (EACCES), defers with a
+// report that says so, and nothing reaches the relay.
+func TestQmailThrottleSocketOnlyQmailr(t *testing.T) {
+	qmailr, qmaild := asQmailr(t), qmailCredential(t, "qmaild", "nofiles")
+	h := deployQmailRecipe(t)
+	assertSocket(t, h.sock, "sluice", "qmail", 0o660)
+
+	if o := h.deliver(qmailr, "rcpt@example.net"); !strings.Contains(o, `Kok\x00" <nil>`) {
+		t.Errorf("the wrapper as qmailr (group qmail): %s\ndaemon log:\n%s", o, h.daemon.stderr.String())
+	}
+	o := h.deliver(qmaild, "attack@example.net")
+	if !strings.HasPrefix(o, `"Z`) || !strings.Contains(o, "connect: permission denied: user qmaild") || !strings.HasSuffix(o, `\x00" <nil>`) {
+		t.Errorf("the wrapper as qmaild (group nofiles): %s, want a deferral (Z report) for connect: permission denied", o)
+	} else {
+		t.Logf("the wrapper as qmaild: %s", o)
+	}
+	if b, err := os.ReadFile(h.sends); err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), " rcpt@example.net\n") {
+		t.Errorf("the relay's sends: %v %q, want qmailr's alone", err, b)
 	}
 }
 

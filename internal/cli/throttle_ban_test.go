@@ -13,7 +13,6 @@ import (
 
 	"sluice/internal/status"
 	"sluice/internal/testutil/logbuf"
-	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle/bantest"
 )
 
@@ -48,9 +47,9 @@ func runBanScenario(t *testing.T, bin, standin, policy string) banRun {
 	dir := deployDir(t)
 	var cred *syscall.SysProcAttr
 	if os.Geteuid() == 0 {
-		// As deployed: qmail-rspawn runs the wrapper as qmailr (group
-		// nofiles), which may use the socket through its group.
-		cred = credential(t, "qmailr")
+		// As deployed: qmail-rspawn runs the wrapper as qmailr with
+		// group qmail alone, which may use the socket through that group.
+		cred = asQmailr(t)
 		policy = "[throttle.socket]\ngroup = \"qmail\"\nmode = \"0660\"\n" + policy
 	}
 	var logw logbuf.Buffer
@@ -105,7 +104,7 @@ func TestThrottleBanScenario(t *testing.T) {
 	}
 	t.Parallel() // mostly waiting for slots: it overlaps other waiting tests
 	if os.Geteuid() == 0 {
-		peer.User(t, "qmailr")
+		asQmailr(t)
 	}
 	bin, standin := buildBanBinaries(t)
 

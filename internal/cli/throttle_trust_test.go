@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,20 +31,6 @@ func qmailRemoteSays(t *testing.T, dir, name, report string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// asQmailr runs a command as netqmail's qmail-rspawn runs qmail-remote:
-// uid qmailr, gid qmail and that group alone.
-func asQmailr(t *testing.T) *syscall.SysProcAttr {
-	t.Helper()
-	u := peer.User(t, "qmailr")
-	g, err := user.LookupGroup("qmail")
-	if err != nil {
-		t.Fatalf("group qmail (qmail's INSTALL.ids; scripts/test.sh makes it): %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(g.Gid)
-	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{uint32(gid)}}}
 }
 
 // TestThrottleForgedReports: a local user outside the wrapper's group who

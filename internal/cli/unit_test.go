@@ -55,8 +55,10 @@ func (u unitFile) one(t *testing.T, key string) string {
 // as the milter's socket unit asks: first ExecStartPre= (sluice check
 // with every socket unit), then ExecStart=. Then each socket's peer, as
 // its own user, gets in: postfix on the anvil, policy and milter
-// sockets, qmailr (group nofiles) with sluice throttle on the throttle
-// socket, sluice status on the web socket; and another user does not.
+// sockets, qmailr (group qmail alone, as qmail-rspawn runs it) with
+// sluice throttle on the throttle socket, sluice status on the web
+// socket; and another user does not (nobody, and on the throttle socket
+// qmaild, qmail-smtpd's user in group nofiles).
 // With the milter off again, the check and the start refuse alike the
 // socket the milter's unit still passes; with it on and its socket unit
 // not installed, alike the socket sluice cannot make.
@@ -72,7 +74,7 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 		t.Errorf("sluice.service gives capabilities: CapabilityBoundingSet=%s AmbientCapabilities=%s NoNewPrivileges=%s",
 			svc.one(t, "CapabilityBoundingSet"), svc.one(t, "AmbientCapabilities"), svc.one(t, "NoNewPrivileges"))
 	}
-	postfix, qmailr, nobody := credential(t, "postfix"), credential(t, "qmailr"), credential(t, "nobody")
+	postfix, qmailr, nobody := credential(t, "postfix"), asQmailr(t), credential(t, "nobody")
 	bin, _ := muxBinaries(t)
 	base := deployDir(t)
 	moved := movedDeploymentAt(t, bin, base, "", runUser, runGroup)
@@ -108,10 +110,14 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "sent" {
 		t.Errorf("sluice throttle as qmailr: %v %q\n%s", err, out, p.stderr.String())
 	}
-	cmd = exec.Command(bin, "throttle", "-s", throttleSock, "-k", "relay.example", "--", "/bin/echo", "sent")
-	cmd.SysProcAttr = nobody
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied: user nobody") {
-		t.Errorf("sluice throttle as nobody: %v %q, want a permission error that names the user", err, out)
+	// qmaild is qmail-smtpd's user, group nofiles alone (tcpserver -g):
+	// the Internet-facing one, which must not reach it.
+	for who, cred := range map[string]*syscall.SysProcAttr{"nobody": nobody, "qmaild": qmailCredential(t, "qmaild", "nofiles")} {
+		cmd = exec.Command(bin, "throttle", "-s", throttleSock, "-k", "relay.example", "--", "/bin/echo", "sent")
+		cmd.SysProcAttr = cred
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied: user "+who) {
+			t.Errorf("sluice throttle as %s: %v %q, want a permission error that names the user", who, err, out)
+		}
 	}
 	cmd = exec.Command(bin, "status", "-c", cfgPath)
 	cmd.SysProcAttr = credential(t, runUser)
