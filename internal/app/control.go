@@ -49,7 +49,7 @@ func controlAllow(group string, warn func(string, ...any)) func(control.Peer) bo
 	if group != "" {
 		groups = []string{group}
 	}
-	return peerTrust("control", nil, groups, warn)
+	return peerTrust("control", nil, groups, warn).trusts
 }
 
 // controlHandler carries out the control socket's commands on the

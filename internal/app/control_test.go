@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"sluice/internal/config"
 	"sluice/internal/control"
+	"sluice/internal/testutil/peer"
 	"sluice/internal/throttle"
 )
 
@@ -50,7 +52,7 @@ func TestControlAllow(t *testing.T) {
 // no one and is warned about.
 func TestPeerTrustUsers(t *testing.T) {
 	var warned []string
-	trust := peerTrust("throttle reports", []string{"nobody", "no-such-user-sluice"}, nil, func(msg string, _ ...any) { warned = append(warned, msg) })
+	trust := peerTrust("throttle reports", []string{"nobody", "no-such-user-sluice"}, nil, func(msg string, _ ...any) { warned = append(warned, msg) }).trusts
 	if !trust(control.Peer{UID: 65534, GID: 1}) {
 		t.Error("a named user refused")
 	}
@@ -62,6 +64,46 @@ func TestPeerTrustUsers(t *testing.T) {
 	}
 	if len(warned) != 1 || !strings.HasPrefix(warned[0], "throttle reports: ") {
 		t.Errorf("warnings %q, want one for the unknown user", warned)
+	}
+}
+
+// TestTrustSocketGroup: the group of a unix listener's socket file (as
+// systemd's SocketGroup= leaves it) is trusted once added; a TCP
+// listener adds none.
+func TestTrustSocketGroup(t *testing.T) {
+	peer.Root(t, "giving the socket file another group")
+	ng := peer.Group(t, "nogroup")
+	gid, _ := strconv.Atoi(ng.Gid)
+	path := filepath.Join(t.TempDir(), "throttle")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chown(path, -1, gid); err != nil {
+		t.Fatal(err)
+	}
+	trust := peerTrust("throttle reports", nil, nil, t.Logf)
+	member := control.Peer{UID: 54321, GID: gid}
+	if trust.trusts(member) {
+		t.Fatal("a member of the socket's group trusted before the socket was added")
+	}
+	if got := trust.addSocketGroup(l); got != ng.Gid {
+		t.Fatalf("added group %q, want %s", got, ng.Gid)
+	}
+	if !trust.trusts(member) {
+		t.Error("a member of the socket's group (its gid at connect) not trusted")
+	}
+	if trust.trusts(control.Peer{UID: 54321, GID: 54321}) {
+		t.Error("a peer outside the socket's group trusted")
+	}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	if got := trust.addSocketGroup(tl); got != "" {
+		t.Errorf("a TCP listener added group %q", got)
 	}
 }
 

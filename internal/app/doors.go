@@ -95,6 +95,7 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 		d.throttleBan = d.openBanGuard()
 	}
 	reportUsers, reportGroups := t.Reporters()
+	trust := peerTrust("throttle reports", reportUsers, reportGroups, d.log.Warn)
 	d.throttle = throttle.NewServer(throttle.Options{
 		Handler:        throttleHandler{d},
 		Logger:         d.log,
@@ -102,9 +103,18 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 		PeerLimits:     d.peerLimits("throttle", t.PeerRules),
 		RequestTimeout: t.RequestTimeout.D(),
 		LogDefer:       d.logThrottleDefer,
-		TrustReport:    peerTrust("throttle reports", reportUsers, reportGroups, d.log.Warn),
+		TrustReport:    trust.trusts,
 	})
-	return d.throttle.Serve
+	return func(l net.Listener) error {
+		// The wrapper's group is the socket's, whoever made it (sluice
+		// from [throttle.socket], or systemd from SocketGroup=).
+		if t.ReportGroups == nil {
+			if gid := trust.addSocketGroup(l); gid != "" {
+				d.log.Debug("throttle: reports trusted from the socket's group", "socket", l.Addr().String(), "gid", gid)
+			}
+		}
+		return d.throttle.Serve(l)
+	}
 }
 
 func (d *Daemon) newMilter(cfg *config.Config) func(net.Listener) error {

@@ -452,8 +452,9 @@ type Throttle struct {
 	ReportUsers []string `toml:"report_users"`
 	// ReportGroups are the groups whose members' send results may steer a
 	// key, as report_users (by the group the peer connected with, or its
-	// account's groups). Absent: the throttle socket's group
-	// (socket.group), the wrapper's; empty: none.
+	// account's groups). Absent: the throttle socket's group, the
+	// wrapper's (socket.group, and the group of each unix socket the door
+	// serves, systemd's SocketGroup= too); empty: none.
 	ReportGroups []string `toml:"report_groups"`
 	// RequestTimeout bounds reading one request once it has started.
 	RequestTimeout Duration         `toml:"request_timeout"`

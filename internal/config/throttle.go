@@ -211,7 +211,8 @@ func (c *Config) validateThrottle() []error {
 // Reporters are the users and groups whose send results may change a
 // key's ban state or learned limit, besides root and sluice's own user:
 // report_users, and report_groups or, when it is absent, the throttle
-// socket's group (the wrapper's).
+// socket's group as configured (the daemon adds the group each unix
+// socket it serves has, systemd's SocketGroup= too).
 func (t Throttle) Reporters() (users, groups []string) {
 	groups = t.ReportGroups
 	if groups == nil && t.Socket.Group != "" {
