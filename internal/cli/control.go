@@ -301,7 +301,7 @@ func checkExplain(cfg *config.Config, operands []string, asJSON bool, stdout, st
 	}
 	if asJSON {
 		b, _ := json.MarshalIndent(ex, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
+		fmt.Fprintf(stdout, "%s\n", safeJSON(b))
 		return 0
 	}
 	fmt.Fprint(stdout, text)
