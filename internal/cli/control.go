@@ -138,7 +138,7 @@ func safeJSON(b []byte) []byte {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		switch {
-		case r == '\n' || (r != utf8.RuneError && status.Printable(r)):
+		case r == '\n' || status.Printable(r):
 			out = append(out, b[i:i+n]...)
 		case r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)
