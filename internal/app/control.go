@@ -18,6 +18,7 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/netserve"
 	"sluice/internal/policy"
+	"sluice/internal/status"
 	"sluice/internal/store/memory"
 )
 
@@ -182,9 +183,13 @@ func (h controlHandler) keyReset(ctx context.Context, g *governor.Governor, a ar
 	if err != nil {
 		return control.Reply{}, err
 	}
-	what := fmt.Sprintf("rule %s: reset %d key(s) matching %q", a["rule"], len(keys), a["key"])
+	what := fmt.Sprintf("rule %s: reset %d key(s) matching %q", status.Safe(a["rule"]), len(keys), a["key"])
 	if len(keys) > 0 {
-		what += ": " + strings.Join(keys[:min(len(keys), 10)], "; ")
+		shown := make([]string, 0, 10)
+		for _, k := range keys[:min(len(keys), 10)] {
+			shown = append(shown, status.Safe(k))
+		}
+		what += ": " + strings.Join(shown, "; ")
 	}
 	return control.Reply{Result: map[string]any{"rule": a["rule"], "reset": keys}, Text: what + "\n", Changed: what}, nil
 }
@@ -230,9 +235,9 @@ func (h controlHandler) exemptDel(ctx context.Context, g *governor.Governor, a a
 	if err != nil {
 		return control.Reply{}, err
 	}
-	what := fmt.Sprintf("rule %s, key %s: exemption removed", a["rule"], a["key"])
+	what := fmt.Sprintf("rule %s, key %s: exemption removed", status.Safe(a["rule"]), status.Safe(a["key"]))
 	if !had {
-		what = fmt.Sprintf("rule %s, key %s: no exemption was in force", a["rule"], a["key"])
+		what = fmt.Sprintf("rule %s, key %s: no exemption was in force", status.Safe(a["rule"]), status.Safe(a["key"]))
 	}
 	return control.Reply{Result: map[string]bool{"removed": had}, Text: what + "\n", Changed: what}, nil
 }
@@ -311,7 +316,8 @@ func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor,
 	if err != nil {
 		return control.Reply{}, err
 	}
-	what := fmt.Sprintf("throttle %s: limit back to %s", id, lim)
+	shown := status.Safe(id) // the texts' form
+	what := fmt.Sprintf("throttle %s: limit back to %s", shown, lim)
 	switch {
 	case learned > 0 && bans > 0:
 		what += fmt.Sprintf(" (was %d), ban streak %d forgotten", learned, bans)
@@ -320,7 +326,7 @@ func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor,
 	case bans > 0:
 		what += fmt.Sprintf(", ban streak %d forgotten", bans)
 	default:
-		what = "throttle " + id + ": had no learned limit or ban streak"
+		what = "throttle " + shown + ": had no learned limit or ban streak"
 	}
 	return control.Reply{Result: map[string]any{"key": id, "learned": learned, "bans": bans, "limit": lim.String()}, Text: what + "\n", Changed: what}, nil
 }
@@ -335,14 +341,15 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 		return control.Reply{}, fmt.Errorf("no throttle policy matches %q", a["key"])
 	}
 	id := name + " " + bucket
+	shown := status.Safe(id) // the texts' form
 	if !suspend {
 		was, err := ban.resume(ctx, id)
 		if err != nil {
 			return control.Reply{}, err
 		}
-		what := "throttle " + id + ": resumed"
+		what := "throttle " + shown + ": resumed"
 		if !was {
-			what = "throttle " + id + ": was not suspended"
+			what = "throttle " + shown + ": was not suspended"
 		}
 		return control.Reply{Result: map[string]any{"key": id, "was_suspended": was}, Text: what + "\n", Changed: what}, nil
 	}
@@ -356,7 +363,7 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 	if err := ban.suspend(ctx, id, until); err != nil {
 		return control.Reply{}, err
 	}
-	what := "throttle " + id + ": suspended until " + until.UTC().Format(time.RFC3339)
+	what := "throttle " + shown + ": suspended until " + until.UTC().Format(time.RFC3339)
 	return control.Reply{Result: map[string]any{"key": id, "until": until}, Text: what + "\n", Changed: what}, nil
 }
 

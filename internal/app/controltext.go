@@ -6,10 +6,16 @@ import (
 	"time"
 
 	"sluice/internal/governor"
+	"sluice/internal/status"
 )
 
 // The control commands' answers as people read them (-json gives the
-// results themselves).
+// results themselves). Every string in them goes through status.Safe,
+// as `sluice status` prints: keys are senders, recipients and HELO names
+// that remote SMTP clients chose, and ban reasons are a relay's words; a
+// control character in one must not reach the administrator's terminal
+// nor begin a line of its own. (sluice prints the text through Safe
+// again, line by line.)
 
 func stepsText(steps []governor.RuleStep, none string) string {
 	if len(steps) == 0 {
@@ -23,24 +29,24 @@ func stepsText(steps []governor.RuleStep, none string) string {
 }
 
 func stepText(b *strings.Builder, s governor.RuleStep) {
-	fmt.Fprintf(b, "%s", s.Rule)
+	b.WriteString(status.Safe(s.Rule))
 	if s.Key != "" {
-		fmt.Fprintf(b, " [%s]", s.Key)
+		fmt.Fprintf(b, " [%s]", status.Safe(s.Key))
 	}
 	if s.Outcome != "" {
-		fmt.Fprintf(b, ": %s", s.Outcome)
+		fmt.Fprintf(b, ": %s", status.Safe(s.Outcome))
 	}
 	if s.N > 0 {
 		fmt.Fprintf(b, " (this request adds %d)", s.N)
 	}
 	b.WriteByte('\n')
 	for _, l := range s.Limits {
-		fmt.Fprintf(b, "    %-18s count %d, remaining %d", l.Limit, l.Count, l.Remaining)
+		fmt.Fprintf(b, "    %-18s count %d, remaining %d", status.Safe(l.Limit), l.Count, l.Remaining)
 		if l.Over {
-			fmt.Fprintf(b, ", OVER: admitted again in %s", l.RetryAfter)
+			fmt.Fprintf(b, ", OVER: admitted again in %s", status.Safe(l.RetryAfter))
 		}
 		if l.Reset != "" {
-			fmt.Fprintf(b, ", empty in %s", l.Reset)
+			fmt.Fprintf(b, ", empty in %s", status.Safe(l.Reset))
 		}
 		b.WriteByte('\n')
 	}
@@ -51,7 +57,7 @@ func stepText(b *strings.Builder, s governor.RuleStep) {
 
 func explainText(ex governor.Explanation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "answer: %s\n", ex.Answer)
+	fmt.Fprintf(&b, "answer: %s\n", status.Safe(ex.Answer))
 	for i, s := range ex.Rules {
 		fmt.Fprintf(&b, "%d. ", i+1)
 		stepText(&b, s)
@@ -60,7 +66,7 @@ func explainText(ex governor.Explanation) string {
 }
 
 func exemptionText(x governor.Exemption) string {
-	s := fmt.Sprintf("rule %s, key %s: ", x.Rule, x.Key)
+	s := fmt.Sprintf("rule %s, key %s: ", status.Safe(x.Rule), status.Safe(x.Key))
 	if x.Through {
 		s += "let through uncounted"
 	} else {
@@ -94,9 +100,9 @@ func throttleText(states []throttleKeyView) string {
 			limit += ", learned; configured " + s.Configured
 		}
 		fmt.Fprintf(&b, "%s %s [%s]: %d sending, %d waiting, %d booked, next slot %s",
-			s.Policy, s.Bucket, limit, s.Sending, s.Waiting, s.Booked, s.NextSlot.UTC().Format(time.RFC3339))
+			status.Safe(s.Policy), status.Safe(s.Bucket), status.Safe(limit), s.Sending, s.Waiting, s.Booked, s.NextSlot.UTC().Format(time.RFC3339))
 		if !s.SuspendedUntil.IsZero() {
-			fmt.Fprintf(&b, ", SUSPENDED until %s (%s)", s.SuspendedUntil.UTC().Format(time.RFC3339), s.Reason)
+			fmt.Fprintf(&b, ", SUSPENDED until %s (%s)", s.SuspendedUntil.UTC().Format(time.RFC3339), status.Safe(s.Reason))
 		}
 		b.WriteByte('\n')
 	}

@@ -10,12 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"sluice/internal/app"
 	"sluice/internal/config"
 	"sluice/internal/control"
 	"sluice/internal/policy"
 	"sluice/internal/postfixattr"
+	"sluice/internal/status"
 )
 
 // The administrator's commands (key, explain, exempt, throttle
@@ -82,25 +85,70 @@ func (f ctlFlags) do(ctx context.Context, req control.Request, stdout, stderr io
 		return 1
 	}
 	if !resp.OK {
-		fmt.Fprintf(stderr, "%s: %s\n", f.fs.Name(), resp.Error)
+		fmt.Fprintf(stderr, "%s: %s\n", f.fs.Name(), status.Safe(resp.Error))
 		return 1
 	}
 	if *f.asJSON {
 		printJSON(stdout, resp.Result)
 		return 0
 	}
-	fmt.Fprint(stdout, resp.Text)
+	printText(stdout, resp.Text)
 	return 0
 }
 
-func printJSON(w io.Writer, raw json.RawMessage) {
-	var v any
-	if json.Unmarshal(raw, &v) == nil {
-		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
-			raw = b
+// printText prints a control answer's text line by line through
+// status.Safe. The daemon already puts every string in through Safe (so
+// a key's own newline does not begin a line); this keeps a control
+// character that reached the text anyway from the terminal.
+func printText(w io.Writer, text string) {
+	var b strings.Builder
+	for line := range strings.SplitAfterSeq(text, "\n") {
+		body, nl := strings.CutSuffix(line, "\n")
+		b.WriteString(status.Safe(body))
+		if nl {
+			b.WriteByte('\n')
 		}
 	}
-	fmt.Fprintf(w, "%s\n", raw)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// printJSON prints a control answer's result indented, through safeJSON;
+// no result is null, and one that is not JSON a JSON string.
+func printJSON(w io.Writer, raw json.RawMessage) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil && len(raw) > 0 {
+		v = string(raw)
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		b = []byte(`null`)
+	}
+	fmt.Fprintf(w, "%s\n", safeJSON(b))
+}
+
+// safeJSON returns the JSON text b (as encoding/json writes it: ASCII
+// but for the contents of strings, no control character in a string)
+// with what a terminal could act on escaped inside its strings: every
+// rune status.Printable rejects but the layout's newlines (DEL, C1
+// controls, bidi overrides ...) as \uXXXX, and each byte of invalid
+// UTF-8 as \ufffd, as encoding/json itself decodes it. The JSON means
+// what it meant.
+func safeJSON(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == '\n' || status.Printable(r):
+			out = append(out, b[i:i+n]...)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default: // RuneError: invalid UTF-8, or a U+FFFD as it came
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += n
+	}
+	return out
 }
 
 // requestAttrs reads a policy request's attributes: "name=value"
@@ -253,7 +301,7 @@ func checkExplain(cfg *config.Config, operands []string, asJSON bool, stdout, st
 	}
 	if asJSON {
 		b, _ := json.MarshalIndent(ex, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
+		fmt.Fprintf(stdout, "%s\n", safeJSON(b))
 		return 0
 	}
 	fmt.Fprint(stdout, text)

@@ -5,6 +5,7 @@ package cli
 // named with -u) and prints the same facts the page shows, compactly.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"sluice/internal/config"
 	"sluice/internal/sockaccess"
@@ -103,7 +102,16 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	if *asJSON {
-		_, _ = stdout.Write(body)
+		// As it came, but laid out by json.Compact and with what a
+		// terminal could act on escaped inside its strings (safeJSON):
+		// the keys and replies in it come from peers.
+		var c bytes.Buffer
+		if err := json.Compact(&c, body); err != nil {
+			fmt.Fprintf(stderr, "sluice status: %s did not answer with a status: %v\n", from, err)
+			return 1
+		}
+		c.WriteByte('\n')
+		_, _ = stdout.Write(safeJSON(c.Bytes()))
 		return 0
 	}
 	writeStatus(stdout, &st)
@@ -197,7 +205,7 @@ func writeStatus(w io.Writer, st *status.Status) {
 
 	head := "sluice"
 	if st.Version != "" {
-		head += " " + safe(st.Version)
+		head += " " + status.Safe(st.Version)
 	}
 	if !st.Started.IsZero() {
 		head += " · up " + ago(st.Started)
@@ -223,7 +231,7 @@ func writeStatus(w io.Writer, st *status.Status) {
 		if !s.Healthy {
 			health = "FAILING"
 		}
-		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", safe(s.Backend), keys, health)
+		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, health)
 	}
 	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", status.Count(int64(st.Totals.Decisions)), status.Count(int64(st.Totals.Refusals)))
 	for i, d := range st.Doors {
@@ -231,26 +239,26 @@ func writeStatus(w io.Writer, st *status.Status) {
 		if i == 0 {
 			label = "doors"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", label, safe(d.Name), safe(strings.Join(d.Listen, ", ")), plural(d.Conns, "conn"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", label, status.Safe(d.Name), status.Safe(strings.Join(d.Listen, ", ")), plural(d.Conns, "conn"))
 	}
 	if p := st.Pool; p != nil {
 		writePool(tw, p, now)
 	}
 	tw.Flush()
 	if st.PoolError != "" {
-		fmt.Fprintf(w, "pool     %s\n", safe(st.PoolError))
+		fmt.Fprintf(w, "pool     %s\n", status.Safe(st.PoolError))
 	}
 
 	var classes, talkers, refusals []string
 	for _, c := range st.Classes {
-		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s", safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c)))
+		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s", status.Safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c)))
 	}
 	for _, t := range st.Talkers {
-		talkers = append(talkers, fmt.Sprintf("%s\t%s\t%s\t%s", safe(t.Key), safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate)))
+		talkers = append(talkers, fmt.Sprintf("%s\t%s\t%s\t%s", status.Safe(t.Key), status.Safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate)))
 	}
 	for _, d := range st.Refusals {
-		refusals = append(refusals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), safe(d.Door), safe(d.Rule), safe(d.Key),
-			perPeriod(d.Count, d.Limit, d.Period), safe(d.Algorithm), safe(d.Verdict), safe(d.Reply)))
+		refusals = append(refusals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), status.Safe(d.Door), status.Safe(d.Rule), status.Safe(d.Key),
+			perPeriod(d.Count, d.Limit, d.Period), status.Safe(d.Algorithm), status.Safe(d.Verdict), status.Safe(d.Reply)))
 	}
 	writeTable(w, "classes: none", "classes (sessions / cap; - = no cap)", "class\tincoming/refuse\ttotal/queue", classes, 0)
 	writeTable(w, "top talkers: nobody is talking", "top talkers (busiest against their limits)", "key\trule\tcount/limit\trate", talkers, statusTalkers)
@@ -276,7 +284,7 @@ func throttleKeyRows(st *status.Status, now time.Time) []string {
 		if k.Limit > 0 {
 			limit = fmt.Sprintf("%d/%s learned, %d configured", k.Limit, k.Period, k.Configured)
 		}
-		rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%s", safe(k.Key), state, k.Bans, limit))
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%s", status.Safe(k.Key), state, k.Bans, limit))
 	}
 	return rows
 }
@@ -313,7 +321,7 @@ func writePool(tw io.Writer, p *status.Pool, now time.Time) {
 	for i, s := range p.Slots {
 		n[s.State]++
 		if i < statusSlots {
-			letters.WriteString(safe(s.State))
+			letters.WriteString(status.Safe(s.State))
 		}
 	}
 	if len(p.Slots) > statusSlots {
@@ -330,18 +338,18 @@ func writePool(tw io.Writer, p *status.Pool, now time.Time) {
 		if s.State != status.SlotBusy && s.State != status.SlotKilled {
 			continue
 		}
-		f := []string{fmt.Sprintf("slot %d", i), safe(s.State)}
+		f := []string{fmt.Sprintf("slot %d", i), status.Safe(s.State)}
 		if s.PID > 0 {
 			f = append(f, "pid "+strconv.Itoa(s.PID))
 		}
 		if s.Cmd != "" {
-			f = append(f, safe(s.Cmd))
+			f = append(f, status.Safe(s.Cmd))
 		}
 		if !s.Since.IsZero() {
 			f = append(f, status.Duration(now.Sub(s.Since)))
 		}
 		if s.Tag != "" {
-			f = append(f, safe(s.Tag))
+			f = append(f, status.Safe(s.Tag))
 		}
 		fmt.Fprintf(tw, "\t  %s\n", strings.Join(f, "  "))
 	}
@@ -368,7 +376,7 @@ func perPeriod(n, limit int64, period string) string {
 		s += "/" + status.Count(limit)
 	}
 	if period != "" {
-		s += " per " + safe(period)
+		s += " per " + status.Safe(period)
 	}
 	return s
 }
@@ -391,26 +399,4 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return status.Count(int64(n)) + " " + word + "s"
-}
-
-// safe makes text from the daemon (keys and replies come from peers) fit
-// for a terminal and a table: control characters, tabs and invalid
-// UTF-8 become '?'.
-func safe(s string) string {
-	ok := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return '?'
-		}
-		return r
-	}, s)
 }

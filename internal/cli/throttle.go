@@ -17,6 +17,7 @@ import (
 
 	"sluice/internal/config"
 	"sluice/internal/sockaccess"
+	"sluice/internal/status"
 	"sluice/internal/throttle"
 )
 
@@ -68,6 +69,7 @@ func throttleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	deferred := func(reason string) int {
+		reason = status.Safe(reason) // the server's words, maybe a relay's
 		if *qmail {
 			// qmail-remote's report for a temporary failure of the whole
 			// message: "Z", the text, a newline and a NUL. qmail-send requeues it.

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Count writes n with thousands separators, as the status page's script
@@ -48,4 +50,35 @@ func Duration(d time.Duration) string {
 		return strconv.FormatInt(s/3600, 10) + "h" + two(s/60%60) + "m"
 	}
 	return strconv.FormatInt(s/86400, 10) + "d" + strconv.FormatInt(s%86400/3600, 10) + "h"
+}
+
+// Safe makes text a peer could have chosen (keys, senders, replies, tags)
+// fit for a terminal, a table and a line of its own: every rune Printable
+// rejects becomes '?' (C0 and C1 controls with ESC, CR, LF and tab, DEL,
+// bidi overrides and other format characters, and each byte of invalid
+// UTF-8). Every command that prints such text prints it through Safe.
+func Safe(s string) string {
+	ok := true
+	for _, r := range s {
+		if !Printable(r) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if !Printable(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// Printable reports whether Safe keeps r: a graphic character or the
+// space (unicode.IsPrint), and not utf8.RuneError (which is also what
+// ranging over invalid UTF-8 yields).
+func Printable(r rune) bool {
+	return r != utf8.RuneError && unicode.IsPrint(r)
 }

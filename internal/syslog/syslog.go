@@ -9,15 +9,20 @@
 package syslog
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"sluice/internal/dropq"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
+
+	"sluice/internal/dropq"
 )
 
 // DefaultPath is the local syslog socket.
@@ -100,7 +105,10 @@ func Open(o Options) *Client {
 func (s *Client) Fallback() bool { return s.fallback }
 
 // Log sends msg at severity sev (0 emerg ... 7 debug); it never blocks.
+// A msg with a control character (or invalid UTF-8) is sent quoted and
+// escaped as strconv.Quote writes it.
 func (s *Client) Log(sev int, msg string) {
+	msg = quoteUnsafe(msg)
 	now := time.Now()
 	var line string
 	if s.fallback {
@@ -149,38 +157,53 @@ func (s *Client) Close() error {
 	return nil
 }
 
-// Handler is a slog.Handler that logs through s: the message, then each
-// attribute as " key=value"; Debug, Info, Warn and Error map to the
-// severities debug, info, warning and err. Records below level are
-// dropped.
+// Handler is a slog.Handler that logs through s: the message, then the
+// attributes as slog's TextHandler writes them (" key=value", a value
+// with a space, '=', a quote or a control character quoted and escaped
+// as strconv.Quote does), so that a value a peer chose (a sender, a HELO
+// name) stays one value and brings no control character to syslog; a
+// message with a control character is quoted the same way. Debug, Info,
+// Warn and Error map to the severities debug, info, warning and err.
+// Records below level are dropped.
 func (s *Client) Handler(level slog.Leveler) slog.Handler {
-	return &syslogHandler{s: s, level: level}
+	f := &formatter{}
+	return &syslogHandler{s: s, level: level, f: f, text: slog.NewTextHandler(f, nil)}
 }
 
 type syslogHandler struct {
-	s      *Client
-	level  slog.Leveler
-	attrs  []slog.Attr
-	groups string
+	s     *Client
+	level slog.Leveler
+	f     *formatter
+	text  slog.Handler // writes to f, with the attributes and groups given
 }
+
+// formatter is the buffer the TextHandlers of one Handler (and those
+// WithAttrs and WithGroup made from it) write a record to.
+type formatter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (f *formatter) Write(p []byte) (int, error) { return f.buf.Write(p) }
 
 func (h *syslogHandler) Enabled(_ context.Context, l slog.Level) bool {
 	return l >= h.level.Level()
 }
 
-func (h *syslogHandler) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	add := func(a slog.Attr) bool {
-		if !a.Equal(slog.Attr{}) {
-			fmt.Fprintf(&b, " %s%s=%v", h.groups, a.Key, a.Value.Resolve())
-		}
-		return true
+func (h *syslogHandler) Handle(ctx context.Context, r slog.Record) error {
+	// The record without its time, message and source: TextHandler writes
+	// level=LEVEL msg="" and then the attributes alone.
+	msg := r.Message
+	r.Time, r.Message, r.PC = time.Time{}, "", 0
+	prefix := "level=" + r.Level.String() + ` msg=""`
+	h.f.mu.Lock()
+	h.f.buf.Reset()
+	err := h.text.Handle(ctx, r)
+	attrs := strings.TrimSuffix(strings.TrimPrefix(h.f.buf.String(), prefix), "\n")
+	h.f.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	for _, a := range h.attrs {
-		add(a)
-	}
-	r.Attrs(add)
 	sev := 6
 	switch {
 	case r.Level >= slog.LevelError:
@@ -190,18 +213,31 @@ func (h *syslogHandler) Handle(_ context.Context, r slog.Record) error {
 	case r.Level < slog.LevelInfo:
 		sev = 7
 	}
-	h.s.Log(sev, b.String())
+	h.s.Log(sev, quoteUnsafe(msg)+attrs)
 	return nil
 }
 
 func (h *syslogHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	c := *h
-	c.attrs = append(c.attrs[:len(c.attrs):len(c.attrs)], as...)
+	c.text = h.text.WithAttrs(as)
 	return &c
 }
 
 func (h *syslogHandler) WithGroup(name string) slog.Handler {
 	c := *h
-	c.groups += name + "."
+	c.text = h.text.WithGroup(name)
 	return &c
+}
+
+// quoteUnsafe is s, or s quoted as strconv.Quote (and so TextHandler)
+// quotes it when it has a control character, a rune that is not
+// printable or invalid UTF-8: nothing below 0x20, no DEL, no C1 control
+// reaches syslog, and a line stays one line.
+func quoteUnsafe(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,4 +60,93 @@ func TestSyslog(t *testing.T) {
 		!strings.HasSuffix(lines[1], " mdtest[42]: one") || !strings.HasSuffix(lines[2], " mdtest[42]: two") {
 		t.Errorf("fallback output:\n%s", fb.String())
 	}
+}
+
+// A value a peer chose (a MAIL FROM, a HELO name) is one quoted, escaped
+// value, as slog's TextHandler writes it: a forged sender brings no
+// level=ERROR field, and no byte below 0x20, no DEL and no C1 control
+// reaches the syslog socket, in the attributes, the groups or the
+// message. Log's own callers (the mux) get the same quoting.
+func TestSyslogQuotesPeerValues(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := Open(Options{Path: path, Tag: "sluice", Facility: Facilities["mail"], PID: 42})
+	log := slog.New(s.Handler(slog.LevelInfo))
+	const forged = `"x level=ERROR msg=forged"@x.example`
+	const hostile = "a b\r\nc\x1b]0;pwned\x07\x1b[31m\x7f\u009b\x9b\xff\u202ez"
+	log.Info("policy: over limit", "sender", forged, "n", 3)
+	log.With("door", "policy").WithGroup("req").Warn("policy: decision", "helo", hostile, "plain", "mx.example")
+	log.Error("bad\x1b[2Jmessage\n", "err", "boom")
+	s.Log(6, "Worker 0 stderr: \x1b]0;pwned\x07")
+	s.Log(6, "Worker 0 stderr: plain text, kept")
+	s.Close()
+	want := []string{
+		`policy: over limit sender="\"x level=ERROR msg=forged\"@x.example" n=3`,
+		`policy: decision door=policy req.helo="a b\r\nc\x1b]0;pwned\a\x1b[31m\x7f\u009b\x9b\xff\u202ez" req.plain=mx.example`,
+		`"bad\x1b[2Jmessage\n" err=boom`,
+		`"Worker 0 stderr: \x1b]0;pwned\a"`,
+		`Worker 0 stderr: plain text, kept`,
+	}
+	buf := make([]byte, 4096)
+	for i, w := range want {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := buf[:n]
+		for _, b := range line {
+			if b < 0x20 || b == 0x7f || b >= 0x80 {
+				t.Errorf("datagram %d has byte %#02x: %q", i, b, line)
+				break
+			}
+		}
+		_, msg, _ := strings.Cut(string(line), " sluice[42]: ")
+		if msg != w {
+			t.Errorf("datagram %d:\n got %s\nwant %s", i, msg, w)
+		}
+	}
+	// The forged sender as a logfmt reader sees the first line: two
+	// fields, the sender whole.
+	fields := logfmt(t, strings.TrimPrefix(want[0], "policy: over limit "))
+	if len(fields) != 2 || fields["sender"] != forged || fields["n"] != "3" {
+		t.Errorf("fields %q", fields)
+	}
+}
+
+// logfmt reads "key=value ..." where a value is bare or quoted as
+// strconv.Quote writes it.
+func logfmt(t *testing.T, s string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for s != "" {
+		k, rest, ok := strings.Cut(s, "=")
+		if !ok || k == "" || strings.ContainsAny(k, ` "`) {
+			t.Fatalf("not logfmt at %q", s)
+		}
+		v := rest
+		if strings.HasPrefix(rest, `"`) {
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				t.Fatalf("bad quoted value at %q: %v", rest, err)
+			}
+			if v, err = strconv.Unquote(q); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(rest, " ")
+			rest = " " + rest
+		}
+		if _, dup := m[k]; dup {
+			t.Fatalf("field %s twice", k)
+		}
+		m[k] = v
+		s = strings.TrimPrefix(rest, " ")
+	}
+	return m
 }
