@@ -79,7 +79,7 @@ func TestRefusalFloodLogVolume(t *testing.T) {
 	t.Logf("%d requests (%d refused, %d failed) in %v: during the flood %d log lines, %d bytes (%.0f bytes/s): %d first lines, %d suppression notices; with the shutdown %d lines, %d bytes (%d summaries)",
 		sent.Load(), refused.Load(), failed.Load(), took.Round(time.Millisecond),
 		count(during, "\n"), len(during), float64(len(during))/took.Seconds(), count(during, "over the limit"), count(during, "lines suppressed"),
-		count(after, "\n"), len(after), count(after, "more refused for"))
+		count(after, "\n"), len(after), count(after, "more refused in"))
 	if failed.Load() > 0 || refused.Load() != total-keys {
 		t.Fatalf("%d failed, %d refused; want 0 and %d", failed.Load(), refused.Load(), total-keys)
 	}

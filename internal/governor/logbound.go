@@ -11,7 +11,9 @@ import (
 // RefusalLog bounds the log lines of refusals under a flood. For each door,
 // rule and key, the first refusal of a window is logged at INFO (with its
 // count); later ones in that window are only counted, and one summary line,
-// "N more refused for KEY in the last T", follows when the window ends (or
+// "N more refused in the last T" with the key an attribute (never inside
+// the message, where a peer's text could pose as a field), follows when
+// the window ends (or
 // every SummaryEvery, for long windows). At debug level each refusal is
 // logged as well. The exact per-request counts stay in the metrics.
 //
@@ -98,7 +100,7 @@ func (r *RefusalLog) Refused(ctx context.Context, door, rule, key string, window
 func (r *RefusalLog) summary(k refusalKey, run *refusalRun, now time.Time) {
 	if run.more > 0 {
 		since := now.Sub(run.summarized).Round(time.Second)
-		r.log.Info(fmt.Sprintf("%s: %d more refused for %s in the last %s", k.door, run.more, k.key, since),
+		r.log.Info(fmt.Sprintf("%s: %d more refused in the last %s", k.door, run.more, since),
 			"rule", k.rule, "key", k.key, "refused", run.more, "in_last", since.String())
 	}
 	run.more, run.summarized = 0, now

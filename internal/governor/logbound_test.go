@@ -39,7 +39,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 			f.clk.Advance(time.Minute)
 			rl.Flush()
 			info = buf.Lines("level=INFO")
-			if len(info) != 2 || !strings.Contains(info[1], "policy: 9999 more refused for sender=spam@example.net in the last 1m") {
+			if len(info) != 2 || !strings.Contains(info[1], "policy: 9999 more refused in the last 1m") || !strings.Contains(info[1], `key="sender=spam@example.net"`) {
 				t.Fatalf("after the window: %d INFO lines, want a summary of 9999 more:\n%s", len(info), strings.Join(info, "\n"))
 			}
 			if n := len(buf.Lines("level=DEBUG")); level == slog.LevelDebug && n < 10_000 {
@@ -74,7 +74,7 @@ func TestRefusalLogLongWindowAndCap(t *testing.T) {
 		rl.Flush()
 	}
 	info := buf.Lines("level=INFO")
-	if len(info) != 1+5 || !strings.Contains(info[1], "policy: 59 more refused for k in the last 1m0s") {
+	if len(info) != 1+5 || !strings.Contains(info[1], "policy: 59 more refused in the last 1m0s") || !strings.Contains(info[1], "key=k") {
 		t.Fatalf("%d lines, want the first and 5 summaries, one a minute:\n%s", len(info), strings.Join(info, "\n"))
 	}
 	for _, k := range []string{"a", "b", "c", "d"} {
