@@ -89,6 +89,7 @@ type banKey struct {
 	reason     string
 	failures   int         // consecutive failed sends
 	delivered  []time.Time // deliveries within the last period, oldest first
+	signs      []time.Time // signs of a ban while the marks failed, oldest first
 	trouble    time.Time   // the last failure, throttling answer or ban
 	learned    int64       // 0: the configured limit
 	learnedAt  time.Time   // when the learned limit was set
@@ -471,13 +472,13 @@ func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []
 			why = fmt.Sprintf("the relay's answer matched the ban sign %q", j.Sign)
 		}
 		// ban_after failures in a row are distinct sends already.
-		if (!j.Ban && bp.After >= bp.Corroborate) || g.corroborated(ctx, id, bp, now, why) {
+		if (!j.Ban && bp.After >= bp.Corroborate) || g.corroborated(ctx, id, bp, k, now, why) {
 			k.failures = 0
 			g.banLocked(ctx, id, bp, k, now, why)
 		}
 	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.period)):
 		why := fmt.Sprintf("throttling answer matching %q", j.Sign)
-		if g.corroborated(ctx, id, bp, now, why) {
+		if g.corroborated(ctx, id, bp, k, now, why) {
 			g.lowerLocked(ctx, id, bp, k, now, why)
 		}
 	}
@@ -500,8 +501,9 @@ func (g *banGuard) untrusted(id string, bp *banPolicy, lines []throttle.ResultLi
 // marks) have shown one within bp.CorroborateWindow; when they have, the
 // record starts afresh. Each send takes a numbered sign mark that is
 // free (Add: two daemons never take the same one), so the count is exact
-// across daemons. A marks store that fails counts this send alone.
-func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, now time.Time, why string) bool {
+// across daemons. While the marks cannot be written (Redis down), this
+// daemon's own signs are counted instead. k's lock is held.
+func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) bool {
 	n := bp.Corroborate
 	if n <= 1 {
 		return true
@@ -513,8 +515,8 @@ func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, n
 		if took < 0 {
 			added, err := g.marks.Add(ctx, id, name, mark)
 			if err != nil {
-				g.log.Warn("throttle: recording a sign of a ban failed; it counts for nothing", "key", id, "err", err)
-				return false
+				g.log.Warn("throttle: recording a sign of a ban failed; counting this daemon's signs alone", "key", id, "err", err)
+				return k.localSign(now, bp)
 			}
 			if added {
 				took, held = i, held+1
@@ -530,6 +532,21 @@ func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, n
 		return false
 	}
 	g.clearSigns(ctx, id, n)
+	return true
+}
+
+// localSign counts a sign of a ban in k alone (the marks failing) and
+// says whether bp.Corroborate of them fell within the window.
+func (k *banKey) localSign(now time.Time, bp *banPolicy) bool {
+	i := 0
+	for i < len(k.signs) && now.Sub(k.signs[i]) >= bp.CorroborateWindow {
+		i++
+	}
+	k.signs = append(k.signs[i:], now)
+	if len(k.signs) < bp.Corroborate {
+		return false
+	}
+	k.signs = nil
 	return true
 }
 

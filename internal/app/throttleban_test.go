@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -292,5 +293,46 @@ func TestBanReset(t *testing.T) {
 	g.judge(ctx, "p *", bp, resBanned)
 	if u, _ := g.admit(ctx, "p *"); u.Sub(now) != time.Minute {
 		t.Errorf("the ban after a reset: suspended for %s, want the first cool-off (1m)", u.Sub(now))
+	}
+}
+
+// downMarks are marks whose every call fails (Redis down).
+type downMarks struct{ limiter.Marks }
+
+func (downMarks) Get(context.Context, string, string) (limiter.Mark, bool, error) {
+	return limiter.Mark{}, false, errors.New("down")
+}
+func (downMarks) Put(context.Context, string, string, limiter.Mark) error { return errors.New("down") }
+func (downMarks) Add(context.Context, string, string, limiter.Mark) (bool, error) {
+	return false, errors.New("down")
+}
+func (downMarks) Delete(context.Context, string, string) error { return errors.New("down") }
+
+// With the marks down, this daemon's own signs corroborate a ban (its
+// suspension is then this daemon's alone): one sign decides nothing, two
+// within the window suspend, a sign past the window starts again.
+func TestBanCorroborationMarksDown(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := banGuardAt(t, &now)
+	g.marks = downMarks{g.marks}
+	bp := &banPolicy{BanSpec: config.BanSpec{CoolOff: time.Minute, MaxCoolOff: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second},
+		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	ctx := context.Background()
+	suspended := func() bool {
+		k := g.key("p *")
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return now.Before(k.until)
+	}
+	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() {
+		t.Fatalf("one sign, marks down: verdict %q, suspended %v", v, suspended())
+	}
+	now = now.Add(11 * time.Second)
+	if g.judge(ctx, "p *", bp, resBanned); suspended() {
+		t.Fatal("a second sign past the window suspended the key")
+	}
+	now = now.Add(time.Second)
+	if g.judge(ctx, "p *", bp, resBanned); !suspended() {
+		t.Fatal("two signs within the window, marks down: not suspended on this daemon")
 	}
 }
