@@ -9,7 +9,9 @@
 #   none    today's wrapper: a budget far above the relay's, no ban handling
 #   known   protection with the relay's limit known: limit = X/Y
 # (every run with margin = "1s", as docs/throttle.md's qmail recipe).
-#   adapt   the limit unknown: ten times the relay's rate, adapt = true
+#   adapt   the limit unknown: four times the relay's rate, adapt = true
+#           (each ban halves it at most: a limit k times the relay's costs
+#           about log2(k) bans to learn)
 # Each prints what reached qmail (delivered, bounced, deferred), what the
 # relay saw (bans, refused MAILs, duplicates, the most sends in any Y) and
 # the time to empty the queue.
@@ -22,9 +24,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/lib.sh
 
 if [[ ${QUICK:-} == 1 ]]; then
-	X=60 Y=2s T=3s UNIT=700ms ADAPT_LIMIT=400/1s COOL=4s
+	X=60 Y=2s T=3s UNIT=700ms ADAPT_LIMIT=120/1s COOL=4s
 else
-	X=100 Y=10s T=30s UNIT=2s ADAPT_LIMIT=1000/5s COOL=60s
+	X=100 Y=10s T=30s UNIT=2s ADAPT_LIMIT=400/10s COOL=60s
 fi
 MESSAGES=${MESSAGES:-500}
 tmp=$(mktemp -d /tmp/sluice-bench-ban.XXXXXX)

@@ -93,9 +93,10 @@ func buildBanBinaries(t *testing.T) (string, string) {
 	return bins[0], bins[1]
 }
 
-// TestThrottleBanScenario: with adapt and a limit far above the relay's
-// (which sluice is not told), no permanent failure reaches qmail, every
-// message is delivered once, the relay bans at most twice; the
+// TestThrottleBanScenario: with adapt and a limit about three times the
+// relay's (which sluice is not told; each ban halves it at most), no
+// permanent failure reaches qmail, every message is delivered once, the
+// relay bans at most twice; the
 // unknown user's message still bounces. Without protection the same run
 // bounces most of the list.
 func TestThrottleBanScenario(t *testing.T) {
@@ -112,7 +113,7 @@ func TestThrottleBanScenario(t *testing.T) {
 [[throttle.policy]]
 name = "relay"
 match = ["*"]
-limit = "400/1s"
+limit = "120/1s"
 shared = true
 ban_signs = ["too many"]
 ban_after = 5

@@ -10,6 +10,112 @@ import (
 	"sluice/internal/rules"
 )
 
+// Throttle configures the outbound throttle service.
+type Throttle struct {
+	// Enabled serves the throttle protocol (sluice throttle, the qmail-remote
+	// wrapper).
+	Enabled bool `toml:"enabled"`
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
+	// MaxConns caps open client connections.
+	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of max_conns, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of max_conns, however many local accounts connect
+	// (under their max_conns_per_peer, two of them could otherwise fill
+	// the door). Absent: half of max_conns, rounded down; 0: no such
+	// cap. The MTA's user (postfix) is listed only by allow_users, which
+	// then refuses every unlisted peer anyway. A door serving other hosts
+	// gives them this share: raise it (up to max_conns) if they need more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
+	// ReportUsers are the local users whose send results (a REPORT) may
+	// suspend a key or change its learned limit, besides root, the user
+	// sluice runs as and report_groups. A report from anyone else, or from
+	// a TCP peer off loopback, changes nothing for the key's other senders
+	// (docs/throttle.md).
+	ReportUsers []string `toml:"report_users"`
+	// ReportGroups are the groups whose members' send results may steer a
+	// key, as report_users (by the group the peer connected with, or its
+	// account's groups). Absent: the throttle socket's group, the
+	// wrapper's (socket.group, and the group of each unix socket the door
+	// serves, systemd's SocketGroup= too); empty: none.
+	ReportGroups []string `toml:"report_groups"`
+	// RequestTimeout bounds reading one request once it has started.
+	RequestTimeout Duration         `toml:"request_timeout"`
+	Policies       []ThrottlePolicy `toml:"policy"`
+}
+
+// ThrottlePolicy is one [[throttle.policy]].
+type ThrottlePolicy struct {
+	// Name names the policy in logs and replies; it must be unique.
+	Name string `toml:"name"`
+	// Match lists host masks the key is matched against.
+	Match []string `toml:"match"`
+	// Limit is "N/PERIOD": at most N sends in any window of PERIOD.
+	Limit string `toml:"limit"`
+	// Concurrency caps sends in flight at once for a key (0: no cap).
+	Concurrency int64 `toml:"concurrency"`
+	// MaxWait is the longest a sender is told to wait; beyond it the send is
+	// deferred (absent or 0: one hour).
+	MaxWait Duration `toml:"max_wait"`
+	// Margin is added to the period to absorb clock and network skew with the
+	// relay (default 250ms).
+	Margin *Duration `toml:"margin"`
+	// Shared makes every key the policy matches share one budget (one
+	// limit and one concurrency cap for all of them, as for a smarthost
+	// every destination goes through); false gives each key its own.
+	Shared bool `toml:"shared"`
+	// BanSigns are texts in the relay's answers that mean it has cut the
+	// sender off (matched ignoring case, e.g. "too many", "rate limit"), or
+	// reply codes matched as words ("554", "5.7.1"). A send's permanent
+	// failure that matches one suspends the key and is reported to qmail as
+	// temporary (docs/throttle.md).
+	BanSigns []string `toml:"ban_signs"`
+	// BanAfter counts that many consecutive failed sends (the relay took
+	// nothing, for no recipient's own reason) as a ban even without a sign
+	// (0: off).
+	BanAfter int `toml:"ban_after"`
+	// CoolOff is how long a ban suspends the key (default 5m); it doubles
+	// for each ban that follows within MaxCoolOff of the last one's end.
+	CoolOff Duration `toml:"cool_off"`
+	// MaxCoolOff caps the growing cool-off (default 1h).
+	MaxCoolOff Duration `toml:"max_cool_off"`
+	// Adapt learns the relay's limit: a ban or a throttling answer (a
+	// temporary failure matching a ban sign) halves the limit the key had,
+	// and each AdaptWindow of clean sends doubles it back, never above
+	// limit.
+	Adapt bool `toml:"adapt"`
+	// AdaptWindow is how long sends must go clean before the learned limit
+	// doubles (default ten periods of limit).
+	AdaptWindow Duration `toml:"adapt_window"`
+	// Corroborate is how many distinct sends must show a sign of a ban
+	// (a ban sign, ban_after failures, a throttling answer) within
+	// CorroborateWindow before the key is suspended or its learned limit
+	// lowered (default 2; 1: one send decides). A send's own failure is
+	// reported as temporary without it.
+	Corroborate int `toml:"corroborate"`
+	// CorroborateWindow is how close together those sends must be
+	// (default the longer of cool_off and two periods of limit).
+	CorroborateWindow Duration `toml:"corroborate_window"`
+}
+
 // DefaultMargin is added to a throttle period when none is configured.
 const DefaultMargin = 250 * time.Millisecond
 
