@@ -301,17 +301,26 @@ type throttleKeyView struct {
 	Reason         string    `json:"reason,omitempty"`
 }
 
+// throttleTarget is the budget a command's key names ("POLICY BUCKET")
+// with its policy's configured limit, and the ban guard that keeps its
+// marks.
+func (h controlHandler) throttleTarget(g *governor.Governor, a args) (*banGuard, string, limiter.Limit, error) {
+	if err := a.need("key"); err != nil {
+		return nil, "", limiter.Limit{}, err
+	}
+	name, bucket, lim, ok := g.ThrottleTarget(a["key"])
+	if !ok || h.d.throttleBan == nil {
+		return nil, "", limiter.Limit{}, fmt.Errorf("no throttle policy matches %q", a["key"])
+	}
+	return h.d.throttleBan, name + " " + bucket, lim, nil
+}
+
 // throttleReset forgets a key's learned limit and ban streak.
 func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor, a args) (control.Reply, error) {
-	if err := a.need("key"); err != nil {
+	ban, id, lim, err := h.throttleTarget(g, a)
+	if err != nil {
 		return control.Reply{}, err
 	}
-	ban := h.d.throttleBan
-	name, bucket, lim, ok := g.ThrottleTarget(a["key"])
-	if !ok || ban == nil {
-		return control.Reply{}, fmt.Errorf("no throttle policy matches %q", a["key"])
-	}
-	id := name + " " + bucket
 	learned, bans, err := ban.reset(ctx, id)
 	if err != nil {
 		return control.Reply{}, err
@@ -332,15 +341,10 @@ func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor,
 }
 
 func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governor, a args, suspend bool) (control.Reply, error) {
-	if err := a.need("key"); err != nil {
+	ban, id, _, err := h.throttleTarget(g, a)
+	if err != nil {
 		return control.Reply{}, err
 	}
-	ban := h.d.throttleBan
-	name, bucket, _, ok := g.ThrottleTarget(a["key"])
-	if !ok || ban == nil {
-		return control.Reply{}, fmt.Errorf("no throttle policy matches %q", a["key"])
-	}
-	id := name + " " + bucket
 	shown := status.Safe(id) // the texts' form
 	if !suspend {
 		was, err := ban.resume(ctx, id)
