@@ -58,9 +58,8 @@ func StoreWarnings(path string, c *Config) []string {
 // others, or by a group that is not sluice's own. sluice's group is the
 // group of the user it runs as (user, or the user running this); when
 // that is root without user (`sluice check` run by root for a daemon
-// systemd starts as sluice), a user private group (a group whose name is
-// a user's whose primary group it is: adduser --system --group) passes,
-// as in the recipe root:sluice 0640.
+// systemd starts as sluice), the group of the system user sluice (the
+// package's, as in the recipe root:sluice 0640) passes.
 func (c *Config) passwordFileWarning(key, file string) string {
 	fi, err := os.Stat(file)
 	if err != nil {
@@ -74,7 +73,7 @@ func (c *Config) passwordFileWarning(key, file string) string {
 	gid := int(st.Gid)
 	if mode&0o004 == 0 {
 		uid, daemonGID := c.runAs()
-		if gid == daemonGID || (uid == 0 && c.User == "" && privateGroup(gid)) {
+		if gid == daemonGID || (uid == 0 && c.User == "" && sluiceGroup(gid)) {
 			return ""
 		}
 	}
@@ -85,13 +84,9 @@ func (c *Config) passwordFileWarning(key, file string) string {
 	return fmt.Sprintf("store.redis.%s: %s may read %s (owner %s, group %s, mode %04o), and with the password steer sluice through Redis: chmod 0640 it with sluice's group (root:sluice), or 0600 for sluice's user", key, who, file, userName(int(st.Uid)), groupName(gid), mode)
 }
 
-// privateGroup reports whether gid is a user private group: a user of
-// the group's name has it as primary group.
-func privateGroup(gid int) bool {
-	g, err := user.LookupGroupId(strconv.Itoa(gid))
-	if err != nil {
-		return false
-	}
-	u, err := user.Lookup(g.Name)
-	return err == nil && u.Gid == g.Gid
+// sluiceGroup reports whether gid is the primary group of the system
+// user sluice (the user the package makes and its unit runs as).
+func sluiceGroup(gid int) bool {
+	u, err := user.Lookup("sluice")
+	return err == nil && u.Gid == strconv.Itoa(gid)
 }

@@ -120,12 +120,16 @@ func TestPasswordFileWarning(t *testing.T) {
 	}
 	chgrp(nogroup.Gid)
 	check("0640, a shared group", store, 0o640, "store.redis.password_file: group nogroup may read "+pass+" (owner root, group nogroup, mode 0640)")
-	// root:bin 0640 for a daemon systemd starts as bin (no user here,
-	// checked by root): a user private group passes.
+	// root:bin 0640, checked by root with no user: another user's
+	// private group is warned of; only the system user sluice's passes
+	// (the package's unit runs as sluice).
 	chgrp(bin.Gid)
-	check("0640, a private group", store, 0o640, "")
+	check("0640, another user's private group", store, 0o640, "group bin may read")
+	sl := peer.User(t, "sluice")
+	chgrp(sl.Gid)
+	check("0640, sluice's group", store, 0o640, "")
 	// With user = "nobody", only nobody's group (nogroup) passes.
-	check("0640, not the daemon's group", "user = \"nobody\"\n"+store, 0o640, "group bin may read")
+	check("0640, not the daemon's group", "user = \"nobody\"\n"+store, 0o640, "group sluice may read")
 	chgrp(nogroup.Gid)
 	check("0640, the daemon's group", "user = \"nobody\"\n"+store, 0o640, "")
 }
