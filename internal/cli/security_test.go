@@ -162,7 +162,7 @@ func assertDropped(t *testing.T, what string, pid int, uid string) {
 		st := string(b)
 		for _, want := range []string{
 			fmt.Sprintf("\nUid:\t%s\t%s\t%s\t%s\n", uid, uid, uid, uid),
-			"\nCapPrm:\t0000000000000000\n", "\nCapEff:\t0000000000000000\n",
+			"\nCapPrm:\t0000000000000000\n", "\nCapEff:\t0000000000000000\n", "\nCapInh:\t0000000000000000\n", "\nCapAmb:\t0000000000000000\n",
 			"\nCapBnd:\t0000000000000000\n", "\nNoNewPrivs:\t0\n",
 		} {
 			if !strings.Contains(st, want) {

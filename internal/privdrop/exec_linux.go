@@ -86,6 +86,17 @@ func execAs(a Account, exe *os.File, argv, env []string, keep []*os.File, noNewP
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(a.UID), uintptr(a.UID), uintptr(a.UID)); e != 0 {
 		return &StepError{Step: "setresuid(" + strconv.Itoa(a.UID) + ")", Err: e}
 	}
+	// The user switch cleared the permitted, effective and ambient sets;
+	// the inheritable set is cleared here, and the ambient set again, so
+	// that no file-capability program run later inherits anything.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if _, _, e := unix.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0); e != 0 {
+		return &StepError{Step: "capset(none)", Err: e}
+	}
+	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
+		return &StepError{Step: "prctl(PR_CAP_AMBIENT_CLEAR_ALL)", Err: e}
+	}
 	if noNewPrivs {
 		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
 			return &StepError{Step: "prctl(PR_SET_NO_NEW_PRIVS)", Err: e}
