@@ -173,6 +173,11 @@ func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k 
 func (g *banGuard) reset(ctx context.Context, id string) (learned, bans int64, err error) {
 	g.adminMu.Lock()
 	defer g.adminMu.Unlock()
+	// Under the key's lock, as judge changes the marks: a result judged
+	// meanwhile cannot write a lowered limit after the reset.
+	k := g.key(id)
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if m, ok, err := g.marks.Get(ctx, id, markLimit); err == nil && ok {
 		learned = m.Value
 	}
@@ -185,11 +190,8 @@ func (g *banGuard) reset(ctx context.Context, id string) (learned, bans int64, e
 		}
 	}
 	g.clearSigns(ctx, id, config.MaxCorroborate)
-	k := g.key(id)
-	k.mu.Lock()
 	k.learned, k.learnedAt, k.learnedChk = 0, time.Time{}, time.Time{}
-	k.failures, k.delivered, k.trouble = 0, nil, time.Time{}
-	k.mu.Unlock()
+	k.failures, k.delivered, k.trouble, k.signs = 0, nil, time.Time{}, nil
 	g.log.Warn("throttle: learned limit and ban streak reset", "key", id, "learned_limit", learned, "bans", bans)
 	return learned, bans, nil
 }

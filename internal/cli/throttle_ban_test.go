@@ -93,7 +93,7 @@ func buildBanBinaries(t *testing.T) (string, string) {
 	return bins[0], bins[1]
 }
 
-// TestThrottleBanScenario: with adapt and a limit about three times the
+// TestThrottleBanScenario: with adapt and a limit about four times the
 // relay's (which sluice is not told; each ban halves it at most), no
 // permanent failure reaches qmail, every message is delivered once, the
 // relay bans at most twice; the

@@ -24,7 +24,8 @@ func rootPhase(cfg *config.Config) bool {
 
 // configWarnings are what check and serve warn of in a configuration that
 // loads: who else can steer sluice through its store (a readable
-// password, a Redis without one; config.StoreWarnings), a session two
+// password, a Redis without one; config.StoreWarnings), throttle reports
+// nobody but root and sluice may send (config.ReportWarning), a session two
 // doors would count twice, and [anvil.smtpd] limits that differ from
 // Postfix's main.cf in postfixDir (a directory or its main.cf; "" for
 // anvil.postfix_config_dir; not compared when both are empty or anvil is
@@ -32,6 +33,9 @@ func rootPhase(cfg *config.Config) bool {
 func configWarnings(ctx context.Context, path string, cfg *config.Config, postfixDir string) []string {
 	out := config.StoreWarnings(path, cfg)
 	if _, w := cfg.CapDoors(); w != "" {
+		out = append(out, w)
+	}
+	if w := cfg.ReportWarning(); w != "" {
 		out = append(out, w)
 	}
 	if postfixDir == "" {

@@ -100,11 +100,11 @@ type ThrottlePolicy struct {
 	MaxCoolOff Duration `toml:"max_cool_off"`
 	// Adapt learns the relay's limit: a ban or a throttling answer (a
 	// temporary failure matching a ban sign) halves the limit the key had,
-	// and each AdaptWindow of clean sends doubles it back, never above
-	// limit.
+	// at most, and each AdaptWindow of clean sends raises it by an eighth
+	// of limit (at least one), never above it: back within eight windows.
 	Adapt bool `toml:"adapt"`
 	// AdaptWindow is how long sends must go clean before the learned limit
-	// doubles (default ten periods of limit).
+	// rises (default ten periods of limit).
 	AdaptWindow Duration `toml:"adapt_window"`
 	// Corroborate is how many distinct sends must show a sign of a ban
 	// (a ban sign, ban_after failures, a throttling answer) within
@@ -326,4 +326,28 @@ func (t Throttle) Reporters() (users, groups []string) {
 		groups = []string{t.Socket.Group}
 	}
 	return t.ReportUsers, groups
+}
+
+// ReportWarning warns when a throttle policy reads send results (ban
+// signs, ban_after, adapt) but no report_users or report_groups is
+// configured and the socket has no group of its own configured: the
+// wrapper's reports are then trusted only if it runs as root or sluice,
+// or systemd's socket unit (SocketGroup=) gives the socket its group;
+// otherwise they change nothing and the ban protection is off in effect.
+// "" when there is nothing to say.
+func (c *Config) ReportWarning() string {
+	t := c.Throttle
+	if !t.Enabled {
+		return ""
+	}
+	if users, groups := t.Reporters(); len(users) > 0 || len(groups) > 0 || t.ReportGroups != nil {
+		return ""
+	}
+	specs, _ := c.ThrottlePolicies()
+	for _, s := range specs {
+		if s.Ban.On() {
+			return fmt.Sprintf("throttle.policy %q reads send results, but only root, sluice's user and the group of the socket file (sluice's own, unless systemd's SocketGroup= sets another) may report them: a wrapper running as another user (qmailr) changes nothing; set [throttle.socket] group or throttle.report_groups to the wrapper's group (qmail), or throttle.report_users", s.Name)
+		}
+	}
+	return ""
 }
