@@ -58,9 +58,7 @@ func TestLoopbackIsNotAuthentication(t *testing.T) {
 					cfg += fmt.Sprintf("[%s]\nenabled = false\n", other.name)
 				}
 			}
-			// Per peer half the door (the default is a quarter): two users
-			// under their caps fill the unlisted share.
-			cfg += fmt.Sprintf("[%s]\nlisten = [\"inet:127.0.0.1:0\"]\n%s = %d\nmax_conns_per_peer = %d\n%s", dr.name, dr.capKey, door, door/2, dr.extra)
+			cfg += fmt.Sprintf("[%s]\nlisten = [\"inet:127.0.0.1:0\"]\n%s = %d\n%s", dr.name, dr.capKey, door, dr.extra)
 			var logs logbuf.Buffer
 			d := startDaemonLog(t, writeConfig(t, dir, cfg), slog.New(slog.NewTextHandler(&logs, nil)))
 			addr := d.Addrs()[0].String()

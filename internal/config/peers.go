@@ -47,15 +47,13 @@ func (m Milter) PeerRules() (PeerRules, error) {
 	return peerRules(m.MaxSessions, m.MaxConnsPerPeer, m.MaxConnsUnlisted, m.AllowUsers)
 }
 
-// DefaultPerPeer is max_conns_per_peer when absent: a quarter of the
-// door's cap, rounded up. One peer (a local user, or a host) can then
-// take at most half of the unlisted peers' share (DefaultUnlisted),
-// whatever it opens: an MTA user that allow_users does not list, one
-// unlisted peer among them, keeps the other half of that share against
-// any one of them. A quarter of the default 4096 is still far above the
-// connections a Postfix host opens to one door (one per smtpd or cleanup
-// process; default_process_limit is 100).
-func DefaultPerPeer(maxConns int) int { return (maxConns + 3) / 4 }
+// DefaultPerPeer is max_conns_per_peer when absent: half of the door's
+// cap, rounded up. One peer (a local user, or a host) can then never take
+// the whole door, whatever it opens: the other half stays for the rest,
+// and the MTA's own user is one peer among them. Half of the default
+// 4096 is still far above the connections a Postfix host opens to one
+// door (one per smtpd or cleanup process; default_process_limit is 100).
+func DefaultPerPeer(maxConns int) int { return (maxConns + 1) / 2 }
 
 // DefaultUnlisted is max_conns_unlisted when absent: half of the door's
 // cap, rounded down. However many local accounts open connections (each

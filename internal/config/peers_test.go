@@ -29,11 +29,11 @@ func TestPeerRules(t *testing.T) {
 	}
 	nobodyUID, _ := strconv.Atoi(nobody.Uid)
 	check("anvil", c.Anvil.PeerRules, 100, 2048, []int{0})
-	check("policy", c.Policy.PeerRules, 1024, 2048, []int{0, nobodyUID})
+	check("policy", c.Policy.PeerRules, 2048, 2048, []int{0, nobodyUID})
 	check("throttle", c.Throttle.PeerRules, 0, 0, nil)
 	check("milter", c.Milter.PeerRules, 64, 64, nil)
 	c.Milter.MaxConnsPerPeer, c.Milter.MaxConnsUnlisted, c.Milter.MaxSessions = nil, nil, 7
-	check("milter, max_sessions 7", c.Milter.PeerRules, 2, 3, nil)
+	check("milter, max_sessions 7", c.Milter.PeerRules, 4, 3, nil)
 
 	// A user gone since validation is left out, and the list stays
 	// closed: not nil, so not "everyone".

@@ -25,9 +25,8 @@ type Throttle struct {
 	// (its uid) on a unix socket or a loopback address, where every local
 	// account can connect, else a host (its IP address). Beyond it that
 	// peer's new connections are closed while other peers still get in.
-	// Absent: a quarter of max_conns, rounded up, so that no one user or
-	// host can take the door, or the unlisted peers' share, from the MTA;
-	// 0: no per-peer cap.
+	// Absent: half of max_conns, rounded up, so that no one user or host can
+	// take the whole door from the MTA; 0: no per-peer cap.
 	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
 	// MaxConnsUnlisted caps the connections that the peers other than
 	// root, sluice's user and allow_users hold together: every other local
