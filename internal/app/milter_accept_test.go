@@ -25,7 +25,7 @@ import (
 // milter accepts at CONNECT, long before the SMTP session ends. These
 // tests pin that behaviour down against the real MTAs: should a later
 // version keep the connection open, they fail, and ACCEPT becomes usable
-// (docs/milter.md, "Performance").
+// (docs/milter.md, "Why sluice answers CONTINUE at CONNECT").
 
 // acceptMilter answers ACCEPT at CONNECT and reports each Close.
 type acceptMilter struct{ closed chan struct{} }

@@ -23,8 +23,8 @@ func (s *Server) start(cn *Conn) {
 // starts on a small stack that grows, copied each time, while it runs a
 // handler's first request: on a quiet server, whose CPU caches are cold
 // at each new session, that copying cost the milter's CONNECT as much as
-// the class count it answers (docs/milter.md, "Performance", its
-// paragraph "One message at a time"). A goroutine that served a
+// the class count it answers (docs/milter.md, "What the per-session path
+// is shaped by"). A goroutine that served a
 // connection keeps its stack (until a garbage collection shrinks it while
 // it waits). s.wg counts each runner, so Wait returns once they are gone:
 // only after Close, Shutdown or Drain, since until then a runner that
