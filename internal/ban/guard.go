@@ -1,3 +1,14 @@
+// Package ban is the throttle's ban guard: what a relay's ban does to a
+// throttle key. The throttle door judges each send's result (ban signs,
+// failures, deliveries) and hands the judgement here; the guard counts
+// it per key, corroborates a sign of a ban across distinct sends with
+// numbered marks, suspends a banned key for a cool-off that grows with
+// each ban, learns a lower limit (halved at most once per event, raised
+// back in bounded steps by clean sending), and takes an administrator's
+// suspend, resume and reset. Suspensions, ban streaks and learned limits
+// are marks (limiter.Marks), shared by every daemon on one Redis. Time is
+// the guard's clock.Clock; the policies are its Settings, never the
+// configuration itself.
 package ban
 
 import (

@@ -63,6 +63,7 @@ type Deferral struct {
 	text   string
 }
 
+// Error is what the deferred sender hears.
 func (d *Deferral) Error() string { return d.text }
 
 // deferral is every sender the guard defers: by a ban (deferBanned) or
