@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"sluice/internal/anvil"
+	"sluice/internal/ban"
+	"sluice/internal/clock"
 	"sluice/internal/config"
 	"sluice/internal/control"
 	"sluice/internal/governor"
@@ -66,7 +68,7 @@ type Daemon struct {
 
 	// throttleBan reads the throttle's send results (ban signs,
 	// suspension, learned limits).
-	throttleBan *banGuard
+	throttleBan *ban.Guard
 	// marks are the per-key marks (suspensions, learned limits,
 	// exemptions); exempt the exemptions read from them. Both outlive
 	// reloads.
@@ -88,7 +90,7 @@ type Daemon struct {
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
 	// throttleTally counts grants and deferrals for the summary at info.
-	throttleTally *throttleTally
+	throttleTally *governor.ThrottleTally
 
 	stop         context.Context   // ends a start cut short by a signal (WithStop)
 	src          sources           // sockets passed by the root phase or systemd, claimed while binding
@@ -166,7 +168,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.waiters.Retry = time.Second
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
-	d.throttleTally = newThrottleTally(time.Now())
+	d.throttleTally = governor.NewThrottleTally(clock.Real{})
 	d.carried = governor.NewAnvilCarried()
 	d.marks = d.openMarks()
 	d.exempt = governor.NewExemptions(d.marks)
@@ -303,15 +305,15 @@ func (d *Daemon) Start() {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.throttleTally.run(ctx, d.log)
+		d.throttleTally.Run(ctx, d.log)
 	}()
-	if ban := d.throttleBan; ban != nil && ban.marks.Shared() {
+	if ban := d.throttleBan; ban != nil && ban.Shared() {
 		// Suspensions and resumes other daemons make reach the
 		// snapshot policies without ban settings read within a second.
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			ban.runSuspended(ctx, time.Second, func(err error) { d.log.Warn("throttle: reading the suspensions failed", "err", err) })
+			ban.RunSuspended(ctx, time.Second, func(err error) { d.log.Warn("throttle: reading the suspensions failed", "err", err) })
 		}()
 	}
 	d.failed = make(chan error, len(d.listeners))
@@ -369,6 +371,9 @@ func (d *Daemon) reload() error {
 	d.logRuleChanges(old, cfg)
 	d.gov.Store(gov)
 	d.cfg.Store(cfg)
+	if d.throttleBan != nil {
+		d.throttleBan.Configure(banSettings(cfg))
+	}
 	d.obs.relimit(gov)
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))

@@ -66,7 +66,7 @@ func (d *Daemon) Status() status.Status {
 	d.metrics.Classes(mc)
 	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
 	if d.throttleBan != nil {
-		st.ThrottleKeys, _ = d.throttleBan.states(ctx, cfg)
+		st.ThrottleKeys, _ = d.throttleBan.States(ctx)
 	}
 	if sock := cfg.Web.MuxSocket; sock != "" {
 		if p, err := poolstatus.Poll(ctx, sock, muxPollTimeout); err == nil {
