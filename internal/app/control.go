@@ -106,7 +106,7 @@ type args map[string]string
 func (a args) need(names ...string) error {
 	for _, n := range names {
 		if a[n] == "" {
-			return fmt.Errorf("missing %s", n)
+			return fmt.Errorf("missing %s (the -%s flag)", n, n)
 		}
 	}
 	return nil

@@ -380,6 +380,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path := fs.String("c", "", "configuration `file` (default: the embedded defaults)")
 	stateDir := fs.String("state-dir", "", "state `directory` (overrides state_dir)")
 	grace := fs.Duration("grace", 10*time.Second, "how long shutdown waits for clients before closing them")
+	pidfile := fs.String("pidfile", "", "write the daemon's pid to this `file` once it serves, and remove it on exit (for an init script without systemd: sluice(8)); an upgrade (SIGUSR2) writes the new pid")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -419,10 +420,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	s := &serveState{cfg: cfg, path: *path, stateDir: *stateDir, grace: *grace, log: log, level: level, sd: notifySystemd(log), sigs: sigs}
+	s := &serveState{cfg: cfg, path: *path, stateDir: *stateDir, pidfile: *pidfile, grace: *grace, log: log, level: level, sd: notifySystemd(log), sigs: sigs}
 	for {
 		code, next := s.run(ctx, d, up)
 		if next == nil {
+			if s.pidfile != "" && !s.upgraded {
+				if err := removePidFile(s.pidfile); err != nil {
+					log.Warn("cannot remove the pid file", "err", err)
+				}
+			}
 			return code
 		}
 		d, up = next, nil // an upgrade failed after this process stopped: serve again
@@ -434,6 +440,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type serveState struct {
 	cfg            *config.Config
 	path, stateDir string
+	pidfile        string // -pidfile, or ""
+	upgraded       bool   // a new process serves: the pid file is its
 	grace          time.Duration
 	log            *slog.Logger
 	level          *slog.LevelVar
@@ -456,6 +464,16 @@ func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) 
 	src := "embedded defaults"
 	if s.path != "" {
 		src = s.path
+	}
+	if s.pidfile != "" {
+		if err := writePidFile(s.pidfile); err != nil {
+			s.log.Error("cannot write the pid file; stopping", "err", err)
+			if up != nil {
+				up.Close()
+			}
+			shutdown(d, s.log, 0, s.sigs)
+			return 1, nil
+		}
 	}
 	s.log.Info("sluice started", "version", versionString(), "config", src, "state_dir", s.cfg.StateDir, "socket_dir", s.cfg.SocketDir(), "pid", os.Getpid())
 	if up != nil {
@@ -546,6 +564,7 @@ func (s *serveState) serveUntilStop(ctx context.Context, d *app.Daemon, reload f
 				case lost:
 					return 1, nil
 				case done || next != nil:
+					s.upgraded = done
 					return 0, next
 				}
 				continue
