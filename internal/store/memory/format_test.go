@@ -58,7 +58,9 @@ func TestRestoreMalformedBase(t *testing.T) {
 		binary.BigEndian.PutUint16(b[len(snapMagic):], v)
 		return b
 	}
-	base := func(recs ...[]byte) string { return string(fileOf(append(recs, markRec(markBase, uint64(len(recs))))...)) }
+	base := func(recs ...[]byte) string {
+		return string(fileOf(append(recs, markRec(markBase, uint64(len(recs))))...))
+	}
 	cases := []struct {
 		name, data, want string
 	}{
