@@ -61,7 +61,7 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 // an unclean stop when the guard is on.
 func (s *snapshotter) restored(st memory.SnapStats, now time.Time, guard bool) {
 	s.log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
-		"age", now.Sub(st.Taken).Round(time.Millisecond).String(), "clean_stop", st.Clean, "converted_from_version_1", st.Converted)
+		"age", now.Sub(st.Taken).Round(time.Millisecond).String(), "clean_stop", st.Clean)
 	if st.Cut > 0 {
 		s.log.Warn("store snapshot: the bytes after the last whole record are dropped (a write cut short)", "file", s.path, "bytes", st.Cut)
 	}

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"bytes"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -18,10 +17,9 @@ func (s *Store) encodeBytes(t testing.TB, now time.Time, clean bool) []byte {
 	return b.Bytes()
 }
 
-// restoreBytes restores a file's bytes into the store, as Restore does
-// (no other file of version 1 next to it).
+// restoreBytes restores a file's bytes into the store, as Restore does.
 func (s *Store) restoreBytes(data []byte, now time.Time) (SnapStats, error) {
-	st, _, err := s.restoreFile(bytes.NewReader(data), int64(len(data)), filepath.Join("/nonexistent", "store.snapshot"), 1<<30, now)
+	st, _, err := s.restoreFrom(bytes.NewReader(data), int64(len(data)), now)
 	return st, err
 }
 

@@ -16,9 +16,7 @@ import (
 // testMaxKeys is the store cap the tests size snapshot reads by.
 const testMaxKeys = 100000
 
-// TestReadSnapshotRefusesHostileFiles: a store file (or a change log or
-// booking journal of the format before, next to a base of it) that is a
-// symbolic link, a FIFO, a directory, a device or a file larger than what
+// TestReadSnapshotRefusesHostileFiles: a store file that is a symbolic link, a FIFO, a directory, a device or a file larger than what
 // the store could hold is refused with one error, at once: nothing is
 // followed, waited on or read whole. A huge file with the wrong magic
 // costs a 14-byte read, not its size.
@@ -54,25 +52,7 @@ func TestReadSnapshotRefusesHostileFiles(t *testing.T) {
 			r := New(Options{})
 			defer r.Close()
 			if _, err := r.Restore(p, limit, t0); !errors.Is(err, c.want) {
-				t.Errorf("store file: %v, want %v", err, c.want)
-			}
-			// The same at the names of the format before's change log
-			// and journal, next to a base of that format.
-			if c.want == ErrSnapshot {
-				return
-			}
-			for _, side := range []string{".changes", ".bookings"} {
-				dir := t.TempDir()
-				base := filepath.Join(dir, "store.snapshot")
-				if err := os.WriteFile(base, v1Base(t0, true, 0), 0o600); err != nil {
-					t.Fatal(err)
-				}
-				if err := c.make(base + side); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := r.Restore(base, limit, t0); !errors.Is(err, c.want) {
-					t.Errorf("%s of version 1: %v, want %v", side, err, c.want)
-				}
+				t.Errorf("%v, want %v", err, c.want)
 			}
 		})
 	}
@@ -88,7 +68,7 @@ func TestReadSnapshotChecksMagicFirst(t *testing.T) {
 	r := New(Options{})
 	defer r.Close()
 	data := []byte("NOTSLUICE-and-then-some-more-bytes")
-	_, _, err := r.restoreFile(&failAfter{data: data, n: headerLen}, int64(len(data)), "/nonexistent/s", 1<<30, t0)
+	_, _, err := r.restoreFrom(&failAfter{data: data, n: headerLen}, int64(len(data)), t0)
 	if !errors.Is(err, ErrSnapshot) {
 		t.Errorf("%v, want bad magic", err)
 	}
@@ -126,8 +106,7 @@ func sparse(path string, size int64) error {
 // 1 GiB (sparse) under the default store's cap (10,000,000 keys: a
 // 20 GiB limit) holding zeros, a huge or lying length field, a record
 // larger than the reader's window with a bad checksum, a real file with
-// 1 GiB of junk after it, and a base of the format before of 1 GiB are
-// each refused (or their junk dropped) after allocating less than 1 MiB:
+// 1 GiB of junk after it, and one of format version 1 are each refused (or their junk dropped) after allocating less than 1 MiB:
 // the file is never read whole.
 func TestRestoreBoundedByRecords(t *testing.T) {
 	const big = 1 << 30
@@ -148,7 +127,7 @@ func TestRestoreBoundedByRecords(t *testing.T) {
 		{"a length past maxBody", cat(appendHeader(nil, 0), length(maxBody+1)), big, "record length"},
 		{"a record of 20 MiB, checksum bad", cat(appendHeader(nil, 0), length(20<<20), []byte{recKey}), big, "checksum mismatch"},
 		{"a real file, 1 GiB of zeros after it", real, int64(len(real)) + big, ""},
-		{"a base of version 1, 1 GiB", v1Base(t0, true, 0)[:v1HeaderLen], big, "checksum mismatch"},
+		{"a file of format version 1", []byte("SLUICEMS\x00\x01\x00\x00"), big, "format version 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

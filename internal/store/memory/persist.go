@@ -391,8 +391,9 @@ func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, er
 			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
 		}
 	}
-	if p.path != path {
-		removeLegacy(path)
+	if p.path != path { // the files of format version 1 go
+		os.Remove(path + ".changes")
+		os.Remove(path + ".bookings")
 	}
 	p.path, p.baseLen, p.clean, p.full, p.src = path, size, clean, false, nil
 	st.Bytes, st.Full = size, true

@@ -435,3 +435,31 @@ func TestLargeChangeStreams(t *testing.T) {
 		t.Fatal("the restored store decides otherwise")
 	}
 }
+
+// TestRestoreRefusesVersion1: the files of format version 1 (an older
+// sluice's) are refused with ErrOldFormat, the store starts empty, and
+// its first write replaces the base and removes the change log and the
+// booking journal.
+func TestRestoreRefusesVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	for _, p := range []string{path, path + ".changes", path + ".bookings"} {
+		os.WriteFile(p, []byte("SLUICEMS\x00\x01\x00\x00and the rest"), 0o600)
+	}
+	s := New(Options{})
+	defer s.Close()
+	if _, err := s.Restore(path, SnapshotLimit(testMaxKeys), t0); !errors.Is(err, ErrOldFormat) || !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
+		t.Fatalf("%v, Len %d; want ErrOldFormat", err, s.Len())
+	}
+	fill(t, s, t0)
+	if st, err := s.WriteSnapshot(path, t0, false); err != nil || !st.Full {
+		t.Fatalf("first write: %+v %v", st, err)
+	}
+	for _, side := range []string{".changes", ".bookings"} {
+		if _, err := os.Lstat(path + side); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s kept: %v", side, err)
+		}
+	}
+	if r, _ := restored(t, path, t0); r.Len() != 4 {
+		t.Fatalf("restored %d keys", r.Len())
+	}
+}

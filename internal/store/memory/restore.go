@@ -37,9 +37,6 @@ type SnapStats struct {
 	// Cut is the bytes after the last whole record (a write cut short,
 	// or a corrupt record): not used, and cut off by the next write.
 	Cut int64
-	// Converted says the files of the format before were read (the
-	// next write replaces them).
-	Converted bool
 }
 
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
@@ -70,15 +67,13 @@ func (s *Store) Restore(path string, limit int64, now time.Time) (SnapStats, err
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
 	}
-	st, base, err := s.restoreFile(f, fi.Size(), path, limit, now)
+	st, base, err := s.restoreFrom(f, fi.Size(), now)
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot %s: %w", path, err)
 	}
 	p := &s.persist
 	p.mu.Lock()
-	if !st.Converted { // else the first write is a new base
-		p.path, p.clean, p.src, p.valid, p.baseLen = path, st.Clean, fi, fi.Size()-st.Cut, base
-	}
+	p.path, p.clean, p.src, p.valid, p.baseLen = path, st.Clean, fi, fi.Size()-st.Cut, base
 	p.mu.Unlock()
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -90,17 +85,11 @@ func (s *Store) Restore(path string, limit int64, now time.Time) (SnapStats, err
 	return st, nil
 }
 
-var errVersion1 = errors.New("format version 1")
-
-// restoreFile reads the file of size bytes from r: of this format, or of
-// version 1 (with the other files of that version next to path).
-func (s *Store) restoreFile(r io.ReaderAt, size int64, path string, limit int64, now time.Time) (SnapStats, int64, error) {
-	st, base, err := s.restoreFrom(r, size, now)
-	if errors.Is(err, errVersion1) {
-		st, err = s.restoreLegacy(r, size, path, limit, now)
-	}
-	return st, base, err
-}
+// ErrOldFormat is wrapped by the error for a store file of format
+// version 1 (the three files of sluice before it: the base, its change
+// log and the booking journal), which is not read: the store starts
+// empty, and its first write replaces them with one file.
+var ErrOldFormat = fmt.Errorf("%w: format version 1 (an older sluice's), not read", ErrSnapshot)
 
 // checkHead judges a file's magic and version on its first bytes.
 func checkHead(head []byte) error {
@@ -114,7 +103,7 @@ func checkHead(head []byte) error {
 	case snapVersion:
 		return nil
 	case 1:
-		return errVersion1
+		return ErrOldFormat
 	default:
 		return fmt.Errorf("%w: format version %d; this sluice reads version %d (and 1)", ErrSnapshot, v, snapVersion)
 	}
