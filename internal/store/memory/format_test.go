@@ -67,7 +67,7 @@ func TestRestoreMalformedBase(t *testing.T) {
 		{"empty", "", "bad magic"},
 		{"foreign", "# sluice config\nstate_dir = \"/x\"\n", "bad magic"},
 		{"gzip", "\x1f\x8b\x08\x00\x00\x00\x00\x00", "bad magic"},
-		{"magic only", snapMagic, "truncated"},
+		{"magic only", snapMagic, "bad magic, or 8 bytes"},
 		{"header only", string(fileOf()), "no mark closes it"},
 		{"version 3", string(withVersion(3)), "version 3"},
 		{"version 0", string(withVersion(0)), "version 0"},

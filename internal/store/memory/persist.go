@@ -19,34 +19,25 @@ import (
 // persistState is the store file the store writes (one write at a time:
 // mu) and the log appended to it (log).
 type persistState struct {
-	mu   sync.Mutex
-	path string // the file the store wrote or restored ("": none)
-	// src is the file a restore read, valid bytes of it: the first write
-	// appends to it (after cutting what follows valid) instead of writing
-	// a new base.
-	src   os.FileInfo
-	valid int64
-	// baseLen is the end of the base in the file the log appends to.
-	baseLen int64
-	// clean says the file ends with a clean mark.
-	clean bool
-	// full says the next write must be a new base: a write failed, and
-	// the changes it took are not on disk.
-	full bool
-	buf  []byte
-	log  appender
+	mu      sync.Mutex
+	path    string      // the file the store wrote or restored ("": none)
+	src     os.FileInfo // the file restored: the first write appends to its
+	valid   int64       // first valid bytes, not a new base
+	baseLen int64       // the end of the base
+	clean   bool        // the file ends with a clean mark
+	full    bool        // the next write is a new base: one failed
+	buf     []byte
+	log     appender
 }
 
 // appender appends records to the store file: a write's changes, and
 // each booking as it is made (from Reserve, under its key's lock).
 type appender struct {
-	mu  sync.Mutex
-	on  atomic.Bool // bookings are recorded (f or carrying)
-	f   *os.File    // nil: no file yet, or it was closed
-	off int64       // the end of the file
-	// carrying, while a new base is written, keeps the bookings made
-	// since its copy began in carry, to append them to it.
-	carrying bool
+	mu       sync.Mutex
+	on       atomic.Bool // bookings are recorded (f or carrying)
+	f        *os.File    // nil: no file yet, or it was closed
+	off      int64       // the end of the file
+	carrying bool        // a new base is written: bookings go to carry too
 	carry    []byte
 	buf      []byte
 	failing  bool // the last booking append failed (logged once)
@@ -114,6 +105,14 @@ func (a *appender) book(k booking) {
 	}
 }
 
+// carryOn starts (or stops) keeping the bookings for a new base.
+func (a *appender) carryOn(on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.carrying, a.carry = on, a.carry[:0]
+	a.on.Store(on || a.f != nil)
+}
+
 // setFile makes f, of size bytes, the file appended to.
 func (a *appender) setFile(f *os.File, size int64) {
 	a.mu.Lock()
@@ -149,76 +148,53 @@ func (sh *shard) live(i int, nowNs int64) bool {
 	return r.kind == kindRate && r.exp > nowNs && (r.algo != limiter.Exact || r.nev > 0)
 }
 
-// copyShard encodes the live rate keys of one shard onto buf as key
-// records, under its lock, and marks them clean; it returns buf and the
-// number of keys.
-func (s *Store) copyShard(sh *shard, nowNs int64, buf []byte) ([]byte, int) {
+// encode appends the shard's rate keys to buf, under its lock, and marks
+// them clean: with all every live one as a key record (a base), else the
+// changed ones, a key holding something as a key record, one that does
+// not (or was removed since it changed) as a del record. It returns buf
+// and the number of records.
+func (sh *shard) encode(buf []byte, nowNs int64, all bool) ([]byte, int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.trackGone = true
-	clear(sh.gone) // the base holds what is left
-	sh.gone = sh.gone[:0]
 	n := 0
-	for i := range sh.n {
-		sh.recs.s[i].dirty = false
-		if !sh.live(i, nowNs) {
-			continue
+	if !all {
+		for _, k := range sh.gone {
+			buf = appendDel(buf, []byte(k)) // before the keys held: a key made again wins
+			n++
 		}
-		e := sh.snapEntry(i)
-		buf = appendKey(buf, &e)
-		n++
-	}
-	sh.ndirty = 0
-	return buf, n
-}
-
-// encodeDirty appends the shard's changed keys to buf, under its lock,
-// and marks them clean: a key holding something as a key record, one
-// that does not (or was removed since it changed) as a del record. It
-// returns buf and the number of records.
-func (sh *shard) encodeDirty(buf []byte, nowNs int64) ([]byte, int) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.trackGone = true
-	n := len(sh.gone)
-	for _, k := range sh.gone {
-		buf = appendDel(buf, []byte(k)) // before the keys held: a key made again wins
 	}
 	clear(sh.gone)
 	sh.gone = sh.gone[:0]
-	if sh.ndirty == 0 {
+	if sh.ndirty == 0 && !all {
 		return buf, n
 	}
 	for i := range sh.n {
 		r := &sh.recs.s[i]
-		if !r.dirty {
+		if !r.dirty && !all {
 			continue
 		}
 		r.dirty = false
-		if r.kind != kindRate {
-			continue
-		}
-		if sh.live(i, nowNs) {
+		switch {
+		case sh.live(i, nowNs):
 			e := sh.snapEntry(i)
 			buf = appendKey(buf, &e)
-		} else {
+			n++
+		case !all && r.kind == kindRate:
 			buf = appendDel(buf, sh.key(i))
+			n++
 		}
-		n++
 	}
 	sh.ndirty = 0
 	return buf, n
 }
 
-// WriteSnapshot saves the store's counts at path. The first write of a
-// store (unless it restored path, whose log it then goes on with), and
-// one after the log has grown past the base, writes a new base:
-// atomically, to a temporary file in the same directory, synced,
-// renamed over path, the directory synced; the bookings made while it
-// was written are appended to it before the rename, and from then on
-// every booking is appended to it as it is made. Every other write
-// appends the keys changed since the write before and a mark, synced:
-// nothing at all when nothing changed (unless the clean mark changes).
+// WriteSnapshot saves the store's counts at path. The first write (unless
+// the store restored path), and one after the log has grown past the
+// base, writes a new base: to a temporary file, synced, the bookings made
+// meanwhile appended, renamed over path; from then on every booking is
+// appended as it is made. Every other write appends the keys changed
+// since the last and a mark, synced (nothing when nothing changed).
 func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats, error) {
 	p := &s.persist
 	p.mu.Lock()
@@ -245,9 +221,8 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 	return st, nil
 }
 
-// reopen opens the file a restore read, to append to it: the same file
-// (not one put at its name since), reached without following a link,
-// cut back to its last whole record.
+// reopen opens the file a restore read to append to it: the same file,
+// reached without following a link, cut back to its last whole record.
 func (s *Store) reopen() error {
 	p := &s.persist
 	f, err := os.OpenFile(p.path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
@@ -269,10 +244,9 @@ func (s *Store) reopen() error {
 	return nil
 }
 
-// writeChanges appends the keys changed since the last write and a mark,
-// passed to the file in chunks as the shards are encoded (the write holds
-// a chunk in memory, not the whole change), or, once the log would pass
-// the base's size (and minCompact), writes a new base instead.
+// writeChanges appends the keys changed since the last write, in chunks
+// as the shards are encoded, and a mark; or, once the log would pass the
+// base's size (and minCompact), writes a new base instead.
 func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats, error) {
 	p := &s.persist
 	// Read before copying: every booking numbered up to here is in a
@@ -287,7 +261,7 @@ func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats,
 	for i := range s.shards {
 		t := time.Now()
 		var k int
-		b, k = s.shards[i].encodeDirty(b, now.UnixNano())
+		b, k = s.shards[i].encode(b, now.UnixNano(), false)
 		n += k
 		st.MaxHold = max(st.MaxHold, time.Since(t))
 		if p.log.end()+int64(len(b)) > limit {
@@ -337,17 +311,11 @@ func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, er
 	}
 	tmp := f.Name()
 	a := &p.log
-	a.mu.Lock()
-	a.carrying, a.carry = true, a.carry[:0]
-	a.on.Store(true)
-	a.mu.Unlock()
+	a.carryOn(true)
 	ok := false
 	defer func() {
 		if !ok {
-			a.mu.Lock()
-			a.carrying = false
-			a.on.Store(a.f != nil)
-			a.mu.Unlock()
+			a.carryOn(false)
 			f.Close()
 			os.Remove(tmp)
 		}
@@ -369,20 +337,16 @@ func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, er
 	if _, err = f.WriteAt(a.carry, size); err == nil {
 		err = os.Rename(tmp, path)
 	}
-	if err == nil {
-		ok = true
-		old := a.f
-		a.f, a.off, a.carrying = f, size+int64(len(a.carry)), false
-		if cap(a.carry) > segChunk {
-			a.carry = nil
-		}
-		a.mu.Unlock()
-		if old != nil {
-			old.Close()
-		}
-	} else {
-		a.mu.Unlock()
+	old := a.f
+	if ok = err == nil; ok {
+		a.f, a.off, a.carrying, a.carry = f, size+int64(len(a.carry)), false, a.carry[:0]
+	}
+	a.mu.Unlock()
+	if !ok {
 		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
+	}
+	if old != nil {
+		old.Close()
 	}
 	if d, err := os.Open(dir); err == nil {
 		err = d.Sync()
@@ -400,9 +364,8 @@ func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, er
 	return st, nil
 }
 
-// encodeBase writes the base to w: the store's rate keys, taking the
-// shards' locks one at a time and only to copy (decisions on other
-// shards go on meanwhile, and none waits for the disk), and the base's
+// encodeBase writes the base to w: the rate keys, each shard's lock taken
+// in turn and only to copy (none waits for the disk), and the base's
 // mark. It returns the base's size.
 func (s *Store) encodeBase(w io.Writer, now time.Time, clean bool) (SnapStats, int64, error) {
 	from := s.bseq.Load() // before copying, as in writeChanges
@@ -414,7 +377,7 @@ func (s *Store) encodeBase(w io.Writer, now time.Time, clean bool) (SnapStats, i
 	for i := range s.shards {
 		t := time.Now()
 		var n int
-		b, n = s.copyShard(&s.shards[i], now.UnixNano(), b[:0])
+		b, n = s.shards[i].encode(b[:0], now.UnixNano(), true)
 		st.MaxHold = max(st.MaxHold, time.Since(t))
 		bw.Write(b)
 		size += int64(len(b))
@@ -443,9 +406,8 @@ func (s *Store) closeFile() {
 	p.full = true
 }
 
-// bytesPerKey is the file bytes a store may need per key it holds (a key
-// is about 100 bytes in the file, an exact log a few bytes per event):
-// SnapshotLimit allows ten times the common case.
+// bytesPerKey is the file bytes a key may need (ten times the common
+// case: about 100 bytes, an exact log a few bytes per event).
 const bytesPerKey = 1 << 10
 
 // SnapshotLimit is the largest store file read back for a store capped

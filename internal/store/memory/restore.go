@@ -13,46 +13,35 @@ import (
 
 // SnapStats describe one write of the store file, or one restore.
 type SnapStats struct {
-	Keys  int           // rate keys written (changed keys, for a change), or restored
-	Bytes int64         // bytes written: the new base, or the change appended
-	Took  time.Duration // copy, encode and write (or read and decode)
-	// Full says a new base was written (the first write, or the log had
-	// grown past the base), not a change appended.
-	Full bool
-	// MaxHold is the longest one shard's lock was held for its copy: the
-	// longest a decision on that shard waited for the write.
-	MaxHold time.Duration
+	Keys    int           // rate keys written (changed keys, for a change), or restored
+	Bytes   int64         // bytes written: the new base, or the change appended
+	Took    time.Duration // copy, encode and write (or read and decode)
+	Full    bool          // a new base was written, not a change appended
+	MaxHold time.Duration // the longest a shard's lock was held for its copy
 	// Dropped counts keys of a restored file that expired while the
 	// daemon was down, or did not fit under the key cap.
 	Dropped int
-
-	// Taken is when the copy of the last write restored began: what
-	// happened after it and is not a booking is not in the file.
+	// Taken is when the copy of the last write restored began, Clean
+	// whether it was made at a graceful stop.
 	Taken time.Time
-	// Clean says the last write restored was made at a graceful stop.
 	Clean bool
 	// Bookings counts the throttle slots booked after the last write
-	// that the restore added.
+	// that the restore added; Cut the bytes after the last whole record
+	// (a write cut short, or a corrupt record), cut off by the next write.
 	Bookings int
-	// Cut is the bytes after the last whole record (a write cut short,
-	// or a corrupt record): not used, and cut off by the next write.
-	Cut int64
+	Cut      int64
 }
 
 // ErrNotEmpty is returned by Restore on a store that already holds keys.
 var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
 
 // Restore reads the store file at path, at most limit bytes
-// (SnapshotLimit), into the empty store, before it serves. The file must
-// be a regular file, reached without following a symbolic link (safefs):
-// anything else is refused before it is read. A missing file returns an
-// error wrapping os.ErrNotExist. The base is used whole or not at all: a
-// fault in it (or a key held twice) leaves the store empty and returns an
-// error wrapping ErrSnapshot. The log's records are then applied in order
-// up to the first that is cut short or corrupt (Cut), and last the
-// bookings no write holds. Keys that expired by now (while the daemon was
-// down) are dropped, so every window continues exactly where it was, as
-// are keys beyond the cap. The store's next write goes on with the file.
+// (SnapshotLimit), into the empty store, before it serves: a regular file
+// reached without following a link (safefs), or an error (wrapping
+// os.ErrNotExist for none). The base is used whole or not at all (an
+// error wrapping ErrSnapshot, the store left empty); then the log's
+// records up to the first cut short or corrupt (Cut); last the bookings
+// no write holds. Keys expired by now, or beyond the cap, are dropped.
 func (s *Store) Restore(path string, limit int64, now time.Time) (SnapStats, error) {
 	start := time.Now()
 	if s.Len() != 0 {
@@ -75,29 +64,19 @@ func (s *Store) Restore(path string, limit int64, now time.Time) (SnapStats, err
 	p.mu.Lock()
 	p.path, p.clean, p.src, p.valid, p.baseLen = path, st.Clean, fi, fi.Size()-st.Cut, base
 	p.mu.Unlock()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.trackGone = true
-		sh.mu.Unlock()
-	}
 	st.Took = time.Since(start)
 	return st, nil
 }
 
-// ErrOldFormat is wrapped by the error for a store file of format
-// version 1 (the three files of sluice before it: the base, its change
-// log and the booking journal), which is not read: the store starts
-// empty, and its first write replaces them with one file.
+// ErrOldFormat is wrapped by the error for a file of format version 1
+// (an older sluice's base, next to its change log and booking journal):
+// not read; the first write replaces the three with one file.
 var ErrOldFormat = fmt.Errorf("%w: format version 1 (an older sluice's), not read", ErrSnapshot)
 
 // checkHead judges a file's magic and version on its first bytes.
 func checkHead(head []byte) error {
-	if len(head) < len(snapMagic) || string(head[:len(snapMagic)]) != snapMagic {
-		return fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
-	}
-	if len(head) < headerLen {
-		return fmt.Errorf("%w: truncated (%d bytes)", ErrSnapshot, len(head))
+	if len(head) < headerLen || string(head[:len(snapMagic)]) != snapMagic {
+		return fmt.Errorf("%w: not a sluice store snapshot (bad magic, or %d bytes)", ErrSnapshot, len(head))
 	}
 	switch v := binary.BigEndian.Uint16(head[len(snapMagic):]); v {
 	case snapVersion:
@@ -109,9 +88,8 @@ func checkHead(head []byte) error {
 	}
 }
 
-// minRecord is about the smallest a common key record is: the restore
-// sizes the store's tables by the base's key count, at most the file's
-// size over it.
+// minRecord is about the smallest a key record is: the tables are sized
+// for the base's key count, at most the file's size over it.
 const minRecord = 24
 
 // replay is what the log's records say as they are read.
@@ -200,10 +178,7 @@ func (s *Store) restoreBase(rr *recordReader, d *snapDecoder, rp *replay, nowNs 
 		default:
 			return fmt.Errorf("%w: a record of type %d in the base", ErrSnapshot, typ)
 		}
-		e, err := d.entry()
-		if err == nil {
-			err = d.end("key")
-		}
+		e, err := d.keyRecord()
 		if err != nil {
 			return err
 		}
@@ -242,10 +217,7 @@ func (s *Store) replayRecord(rp *replay, typ byte, d *snapDecoder, nowNs int64) 
 	rp.st.Clean = false
 	switch typ {
 	case recKey:
-		e, err := d.entry()
-		if err == nil {
-			err = d.end("key")
-		}
+		e, err := d.keyRecord()
 		if err != nil {
 			return err, nil
 		}
@@ -306,7 +278,6 @@ func (s *Store) replayBookings(rp *replay, nowNs int64) error {
 			rp.st.Bookings++
 		}
 	}
-	rp.pending = nil
 	rp.st.Keys = s.Len()
 	s.observe(nowNs)
 	return nil
@@ -413,6 +384,7 @@ func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.trackGone = true // a key in the file that goes is written as gone
 	i := sh.find(se.Key, h)
 	switch {
 	case i >= 0 && !replace:

@@ -45,7 +45,7 @@ import (
 //	      time (varint Unix ns, lowest bit set), events (uvarint), expiry
 //	      (varint Unix ns)
 //	mark  flags (1 byte: 1 clean, written at a graceful stop; 2 base),
-//	      taken (int64 Unix ns: when the copy began), the highest booking
+//	      taken (varint Unix ns: when the copy began), the highest booking
 //	      sequence number given out (uvarint), the highest one whose
 //	      booking the records before the mark hold (uvarint: read before
 //	      the copy began), the key and del records of the write (uvarint)
@@ -61,17 +61,15 @@ const (
 	recMark     = 4
 	markClean   = 1
 	markBase    = 2
-	// maxKeyLen bounds a key read back; keys are built from a few
-	// attributes of a request and are far shorter.
+	// The bounds of what is read back: a key (built from a few attributes
+	// of a request, far shorter); an exact log (MaxExactN booked slots on
+	// top of at most 4N, capped at MaxExactN, hits); a record's body (an
+	// exact key of maxKeyLen bytes and maxEvents events in 10-byte
+	// varints); frameLen is what a record takes besides its body.
 	maxKeyLen = 1 << 20
-	// maxEvents bounds one exact log read back: MaxExactN booked slots on
-	// top of at most 4N (capped at MaxExactN) hits.
 	maxEvents = 2 * limiter.MaxExactN
-	// maxBody bounds a record's body: an exact key of maxKeyLen bytes
-	// holding maxEvents events in 10-byte varints.
-	maxBody = 1 + 5*binary.MaxVarintLen64 + maxKeyLen + 1 + maxEvents*binary.MaxVarintLen64
-	// frameLen is what a record takes besides its body.
-	frameLen = 8
+	maxBody   = 1 + 5*binary.MaxVarintLen64 + maxKeyLen + 1 + maxEvents*binary.MaxVarintLen64
+	frameLen  = 8
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -105,10 +103,9 @@ type booking struct {
 
 // mark is one mark record: the end of a write.
 type mark struct {
-	flags     byte
-	taken     int64
-	seq, from uint64
-	count     uint64
+	flags            byte
+	taken            int64
+	seq, from, count uint64
 }
 
 // appendHeader encodes a file's header (keys: the base's key count).
@@ -151,7 +148,7 @@ func appendBook(b []byte, k booking) []byte {
 // appendMark encodes a mark record.
 func appendMark(b []byte, m mark) []byte {
 	b, start := openRecord(b, recMark)
-	b = binary.BigEndian.AppendUint64(append(b, m.flags), uint64(m.taken))
+	b = binary.AppendVarint(append(b, m.flags), m.taken)
 	b = binary.AppendUvarint(binary.AppendUvarint(b, m.seq), m.from)
 	return closeRecord(binary.AppendUvarint(b, m.count), start)
 }
@@ -193,26 +190,26 @@ func appendBooking(b []byte, k booking) []byte {
 }
 
 // recordReader reads records from a file of size bytes through a window
-// of its bytes: a record's body is read into memory only once its
-// length fits what is left of the file and, for one larger than the
-// window, once its checksum holds, so a hostile file costs a window.
+// of its bytes: a record is read only once its length fits what is left
+// of the file (so a hostile file costs a window, or one record of at most
+// maxBody bytes).
 type recordReader struct {
 	r         io.ReaderAt
 	size, off int64  // the file's size; the next record's offset
-	win       []byte // file bytes from woff
+	win, buf  []byte // file bytes from woff; the window's memory
 	woff      int64
-	buf       []byte
 }
 
 const window = 256 << 10
 
-// bytesAt returns n (<= window) bytes at off, refilling the window.
+// bytesAt returns n bytes at off, refilling the window (grown for a
+// record larger than it).
 func (rr *recordReader) bytesAt(off int64, n int) ([]byte, error) {
 	if off < rr.woff || off+int64(n) > rr.woff+int64(len(rr.win)) {
-		if rr.buf == nil {
-			rr.buf = make([]byte, window)
+		if len(rr.buf) < max(n, window) {
+			rr.buf = make([]byte, max(n, window))
 		}
-		k, err := rr.r.ReadAt(rr.buf[:min(int64(window), rr.size-off)], off)
+		k, err := rr.r.ReadAt(rr.buf[:min(int64(len(rr.buf)), rr.size-off)], off)
 		if k < n {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -242,12 +239,7 @@ func (rr *recordReader) next() (byte, []byte, error) {
 	if n < 1 || n > maxBody || n > left-frameLen {
 		return 0, nil, fmt.Errorf("record length %d at offset %d (%d bytes left)", n, rr.off, left)
 	}
-	var rec []byte
-	if n+frameLen <= window {
-		rec, err = rr.bytesAt(rr.off, int(n+frameLen))
-	} else {
-		rec, err = rr.large(n)
-	}
+	rec, err := rr.bytesAt(rr.off, int(n+frameLen))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -257,31 +249,6 @@ func (rr *recordReader) next() (byte, []byte, error) {
 	}
 	rr.off += n + frameLen
 	return body[0], body[1:], nil
-}
-
-// large reads a record of n body bytes larger than the window: its
-// checksum checked window by window first, then the whole.
-func (rr *recordReader) large(n int64) ([]byte, error) {
-	crc := uint32(0)
-	for off := rr.off + 4; off < rr.off+4+n; off += window {
-		b, err := rr.bytesAt(off, int(min(window, rr.off+4+n-off)))
-		if err != nil {
-			return nil, err
-		}
-		crc = crc32.Update(crc, crcTable, b)
-	}
-	t, err := rr.bytesAt(rr.off+4+n, 4)
-	if err != nil {
-		return nil, err
-	}
-	if crc != binary.BigEndian.Uint32(t) {
-		return nil, fmt.Errorf("record at offset %d: checksum mismatch", rr.off)
-	}
-	rec := make([]byte, n+frameLen)
-	if _, err := rr.r.ReadAt(rec, rr.off); err != nil {
-		return nil, err
-	}
-	return rec, nil
 }
 
 // snapDecoder decodes payloads.
@@ -386,6 +353,15 @@ func (d *snapDecoder) end(what string) error {
 	return nil
 }
 
+// keyRecord reads a key record's payload, and nothing after it.
+func (d *snapDecoder) keyRecord() (SnapEntry, error) {
+	e, err := d.entry()
+	if err == nil {
+		err = d.end("key")
+	}
+	return e, err
+}
+
 // entry reads a key's payload.
 func (d *snapDecoder) entry() (SnapEntry, error) {
 	var e SnapEntry
@@ -476,14 +452,7 @@ func (d *snapDecoder) booking() (booking, error) {
 // mark reads a mark's payload.
 func (d *snapDecoder) mark() (mark, error) {
 	var m mark
-	m.flags = d.byte()
-	if d.err == nil && len(d.b) < 8 {
-		d.err = errShort
-	}
-	if d.err == nil {
-		m.taken = int64(binary.BigEndian.Uint64(d.b))
-		d.b = d.b[8:]
-	}
+	m.flags, m.taken = d.byte(), d.varint()
 	m.seq, m.from, m.count = d.uvarint(), d.uvarint(), d.uvarint()
 	if err := d.end("mark"); err != nil {
 		return m, err
