@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"sluice/internal/handover"
+	"sluice/internal/sdlisten"
 )
 
 // HandOverListeners returns a duplicate of every listening socket, in
-// binding order, each named by its door, for a process that takes them
-// over (an upgrade: the new process is given them as systemd gives its
-// sockets), and makes the daemon leave the unix sockets' paths in place
-// when it closes its own copies: they are the new process's now.
+// binding order, each named by its door (with sdlisten.SystemdSuffix when
+// systemd passed it: its path and settings are the socket unit's), for a
+// process that takes them over (an upgrade: the new process is given
+// them as systemd gives its sockets), and makes the daemon leave the unix
+// sockets' paths in place when it closes its own copies: they are the
+// new process's now.
 func (d *Daemon) HandOverListeners() ([]*os.File, []string, error) {
 	var files []*os.File
 	var names []string
@@ -21,15 +26,19 @@ func (d *Daemon) HandOverListeners() ([]*os.File, []string, error) {
 		}
 		fl, ok := l.(interface{ File() (*os.File, error) })
 		if !ok {
-			closeFiles(files)
+			handover.CloseFiles(files)
 			return nil, nil, fmt.Errorf("%s listener %s: no descriptor to hand over", bl.door, bl.spec)
 		}
 		f, err := fl.File()
 		if err != nil {
-			closeFiles(files)
+			handover.CloseFiles(files)
 			return nil, nil, fmt.Errorf("%s listener %s: %w", bl.door, bl.spec, err)
 		}
-		files, names = append(files, f), append(names, bl.door)
+		name := bl.door
+		if bl.fromSystemd {
+			name += sdlisten.SystemdSuffix
+		}
+		files, names = append(files, f), append(names, name)
 	}
 	for _, bl := range d.listeners {
 		l := bl.l
@@ -43,8 +52,27 @@ func (d *Daemon) HandOverListeners() ([]*os.File, []string, error) {
 	return files, names, nil
 }
 
-func closeFiles(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
+// socketSetting is the configuration key of a socket setting of door
+// ("owner", "group", "mode"), as a log line names it.
+func socketSetting(door, setting string) string {
+	if door == "control" { // its group is the admin group; its owner and mode are sluice's
+		if setting == "group" {
+			return "control.admin_group"
+		}
+		return "control.socket (" + setting + ")"
 	}
+	return door + ".socket." + setting
+}
+
+// dropUnnamed closes the sockets an upgrade passed that sluice bound and
+// the configuration no longer names (a unix socket's path is removed),
+// and refuses those systemd passed that no listen address names.
+func (d *Daemon) dropUnnamed() error {
+	for _, s := range d.src.systemd.CloseOurs() {
+		d.log.Info("upgrade: closed a socket the configuration no longer names", "socket", s)
+	}
+	if left := d.src.systemd.Unclaimed(); len(left) > 0 {
+		return unclaimedError(left)
+	}
+	return nil
 }
