@@ -258,10 +258,7 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 		if err != nil {
 			return fmt.Errorf("%s: %w", door, err)
 		}
-		for _, u := range unapplied {
-			d.log.Warn("upgrade: a setting of a socket taken over applies only after a restart",
-				"setting", socketSetting(door, u.Setting), "listen", spec, "err", u.Err)
-		}
+		d.logUnapplied(door, spec, unapplied)
 		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, fromSystemd: fromSystemd})
 	}
 	return nil

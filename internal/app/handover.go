@@ -1,11 +1,16 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 
 	"sluice/internal/handover"
+	"sluice/internal/safefs"
 	"sluice/internal/sdlisten"
 )
 
@@ -52,9 +57,34 @@ func (d *Daemon) HandOverListeners() ([]*os.File, []string, error) {
 	return files, names, nil
 }
 
+// logUnapplied logs, one line each, the settings of the socket spec of
+// door that an upgrade passed and that this process could not apply: they
+// apply only after a restart (docs/operations.md, "Upgrade in place").
+func (d *Daemon) logUnapplied(door, spec string, unapplied []safefs.SocketChange) {
+	for _, u := range unapplied {
+		if u.Setting == "" {
+			level := slog.LevelWarn
+			if errors.Is(u.Err, fs.ErrPermission) {
+				level = slog.LevelInfo // expected where the socket's directory is another user's
+			}
+			d.log.Log(context.Background(), level, "upgrade: cannot check the owner, group and mode of a socket taken over; a change of them applies only after a restart",
+				"setting", socketSetting(door, "*"), "listen", spec, "err", u.Err)
+			continue
+		}
+		d.log.Warn("upgrade: a setting of a socket taken over applies only after a restart",
+			"setting", socketSetting(door, u.Setting), "listen", spec, "err", u.Err)
+	}
+}
+
 // socketSetting is the configuration key of a socket setting of door
-// ("owner", "group", "mode"), as a log line names it.
+// ("owner", "group", "mode"; "*" for all three), as a log line names it.
 func socketSetting(door, setting string) string {
+	if setting == "*" {
+		if door == "control" {
+			return "control.admin_group"
+		}
+		return door + ".socket"
+	}
 	if door == "control" { // its group is the admin group; its owner and mode are sluice's
 		if setting == "group" {
 			return "control.admin_group"

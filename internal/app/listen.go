@@ -45,11 +45,7 @@ func listen(cfg *config.Config, src sources, spec string, sock config.Socket, mo
 	}
 	if l, ours, ok := src.systemd.Claim(network, addr); ok {
 		if ours && network == "unix" {
-			unapplied, err = adopt(addr, sock, mode)
-			if err != nil {
-				l.Close()
-				return nil, false, nil, fmt.Errorf("listen %s: %w", spec, err)
-			}
+			unapplied = adopt(addr, sock, mode)
 		}
 		return l, !ours, unapplied, nil
 	}
@@ -59,13 +55,18 @@ func listen(cfg *config.Config, src sources, spec string, sock config.Socket, mo
 
 // adopt gives the unix socket at addr that an upgrade passed, bound by
 // sluice under the old configuration, the owner, group and mode sock
-// asks for now, as far as this process may change them.
-func adopt(addr string, sock config.Socket, mode uint32) ([]safefs.SocketChange, error) {
+// asks for now, as far as this process may change them; it returns those
+// it could not. A socket it cannot even look at (a directory its user
+// may not search, as Postfix's private/) is one change with no Setting.
+func adopt(addr string, sock config.Socket, mode uint32) []safefs.SocketChange {
 	owner, err := socketOwner(sock)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var failed []safefs.SocketChange
+		if failed, err = safefs.AdjustSocket(addr, owner, fs.FileMode(mode)); err == nil {
+			return failed
+		}
 	}
-	return safefs.AdjustSocket(addr, owner, fs.FileMode(mode))
+	return []safefs.SocketChange{{Err: err}}
 }
 
 // bindNew binds a new socket. A unix socket's directory is made if
