@@ -45,9 +45,9 @@ func TestUpgradeAppliesSocketSettings(t *testing.T) {
 			live := filepath.Join(base, "bin", "sluice")
 			mkdirOwned(t, filepath.Dir(live), "root", "root", 0o755)
 			installBinary(t, bin, live)
-			dir := filepath.Join(base, "state") // made by the root phase, given to the user
+			dir := filepath.Join(base, "run") // made (0755) by the root phase, given to the user
 			cfgPath := filepath.Join(base, "sluice.toml")
-			head := "state_dir = \"" + dir + "\"\n"
+			head := "state_dir = \"" + filepath.Join(base, "state") + "\"\nruntime_dir = \"" + dir + "\"\n"
 			if tc.user != "" {
 				head += "user = \"" + tc.user + "\"\n"
 			}
