@@ -27,7 +27,7 @@ func TestUpgradeAppliesSocketSettings(t *testing.T) {
 	peer.User(t, "sluice")
 	bin, _ := muxBinaries(t)
 	for _, tc := range []struct {
-		name, user string
+		name, user   string
 		groupApplies bool
 	}{
 		{"root", "", true},
