@@ -59,7 +59,7 @@ func (d *Daemon) HandOverListeners() ([]*os.File, []string, error) {
 
 // logUnapplied logs, one line each, the settings of the socket spec of
 // door that an upgrade passed and that this process could not apply: they
-// apply only after a restart (docs/operations.md, "Upgrade in place").
+// apply only after a restart (docs/operations.md, "Upgrade in place: SIGUSR2").
 func (d *Daemon) logUnapplied(door, spec string, unapplied []safefs.SocketChange) {
 	for _, u := range unapplied {
 		if u.Setting == "" {

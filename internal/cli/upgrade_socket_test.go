@@ -14,7 +14,7 @@ import (
 
 // TestUpgradeAppliesSocketSettings: an upgrade by SIGUSR2 applies what
 // the new configuration changes about the sockets (docs/operations.md,
-// "Upgrade in place"): the throttle socket's new mode and group, as far
+// "Upgrade in place: SIGUSR2"): the throttle socket's new mode and group, as far
 // as the daemon's user may set them, and a log line naming each setting
 // it may not; a policy listen address moved to another path is bound, and
 // the old path, no longer named, is closed and removed. Run as root
