@@ -256,10 +256,11 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 		}
 	}
 	for _, spec := range specs {
-		l, fromSystemd, err := listen(cfg, d.src, spec, sock, mode)
+		l, fromSystemd, unapplied, err := listen(cfg, d.src, spec, sock, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", door, err)
 		}
+		d.logUnapplied(door, spec, unapplied)
 		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, fromSystemd: fromSystemd})
 	}
 	return nil

@@ -384,13 +384,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	up, err := handover.Child()
+	up, err := handover.TakeChild("daemon")
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 1
 	}
 	if up != nil {
 		defer up.Close()
+		defer handover.CloseFiles(up.Files)
 	}
 	cfg := serveConfig(*path, *stateDir, stderr)
 	if cfg == nil {
@@ -411,10 +412,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	if up != nil {
-		takeOver(up, *grace, log)
+		// Ready: the old daemon stops (its state written) before this one
+		// reads the state and serves.
+		up.Take(log, *grace)
 	}
 	d, err := startUnlessStopped(sigs, log, func(stop context.Context) (*app.Daemon, error) {
-		return start(stop, cfg, *path, *stateDir, log, level)
+		return start(stop, cfg, *path, *stateDir, log, level, up)
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -452,7 +455,7 @@ type serveState struct {
 // run serves with d until it stops; a daemon to run next is returned
 // when an upgrade failed after d stopped. up, if set, is the conversation
 // with the daemon this one took over from.
-func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) (int, *app.Daemon) {
+func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Child) (int, *app.Daemon) {
 	d.SetVersion(versionString())
 	d.Start()
 	reload := reloader(d, s.sd, s.log)
@@ -477,7 +480,7 @@ func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) 
 	}
 	s.log.Info("sluice started", "version", versionString(), "config", src, "state_dir", s.cfg.StateDir, "socket_dir", s.cfg.SocketDir(), "pid", os.Getpid())
 	if up != nil {
-		tookOver(up, s.log)
+		up.Serving(s.log)
 	}
 	_ = s.sd.Ready("serving")
 	defer background(func(ctx context.Context) {
