@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"sluice/internal/rawio"
 )
 
 // -E, embedded Perl, without cgo. The reference compiles mimedefang.pl and
@@ -157,7 +159,7 @@ func (z *zygote) answer(d time.Duration) (string, error) {
 			z.lineBuf = z.lineBuf[i+1:]
 			return line, nil
 		}
-		n, e := rawRW(syscall.SYS_READ, z.ans, b[:])
+		n, e := rawio.ReadFD(z.ans, b[:])
 		switch {
 		case e == syscall.EAGAIN:
 			left := time.Until(deadline)
@@ -221,7 +223,7 @@ func (z *zygote) spawn(cfg *Config) (*process, error) {
 		}
 		fds[i] = fd
 	}
-	if _, e := rawRW(syscall.SYS_WRITE, z.ctl, []byte("fork "+dir+"\n")); e != 0 {
+	if _, e := rawio.WriteFD(z.ctl, []byte("fork "+dir+"\n")); e != 0 {
 		return fail(e)
 	}
 	line, err := z.answer(zygoteForkWait)
