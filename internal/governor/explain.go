@@ -59,6 +59,22 @@ func (ex *Explanation) note(s RuleStep) {
 	}
 }
 
+// noteStep notes a rule's step of a dry run; a store failure ends the
+// dry run (the error).
+func (ex *Explanation) noteStep(st *policyStep) error {
+	switch {
+	case st.skip != "":
+		ex.noteSkipped(st.r.Name, st.skip, st.skipAt)
+	case st.eff.Exempt:
+		ex.noteExempt(st.r.Name, st.key, st.eff)
+	case st.err != nil:
+		return fmt.Errorf("peek rule %s: %w", st.r.Name, st.err)
+	default:
+		ex.noteDecisions(st.r, st.key, st.n, st.eff, st.out, st.refused)
+	}
+	return nil
+}
+
 // noteSkipped notes a rule that does not count the request: why, and
 // what (joined only in a dry run).
 func (ex *Explanation) noteSkipped(rule, why, what string) {
