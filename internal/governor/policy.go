@@ -170,8 +170,7 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 // policyDecide is the one decision of a policy query. With ex set it is
 // a dry run (PolicyExplain): the limits are peeked, not hit, and each
 // rule's step is noted in ex, where a live query logs, observes, keeps
-// and takes back (policyEffects); both answer alike from the steps'
-// verdicts.
+// and takes back (policyEffects); both answer alike from the steps.
 func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *PolicyRequest, ex *Explanation) (string, error) {
 	dry := ex != nil
 	if !dry {
@@ -193,14 +192,15 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 		} else {
 			done = g.policyEffects(ctx, ps, req, &st, done)
 		}
-		switch st.verdict {
-		case policyFailed:
+		switch {
+		case st.failed:
 			return storeTrouble, nil
-		case policyWarn:
+		case st.refused < 0:
+		case st.r.DryRun:
 			if warn == "" {
 				warn = "WARN " + actionText(st.text)
 			}
-		case policyRefuse:
+		default:
 			return st.text, nil
 		}
 	}

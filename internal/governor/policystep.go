@@ -10,21 +10,11 @@ import (
 	"sluice/internal/rules"
 )
 
-// policyVerdict is what one rule makes of a policy query.
-type policyVerdict int
-
-const (
-	policyPass   policyVerdict = iota // not counted: no match, not counted here, or exempt
-	policyAdmit                       // counted, within its limits
-	policyWarn                        // over a limit of a dry_run rule: admitted with a warning
-	policyRefuse                      // over a limit: refused
-	policyFailed                      // the store failed and its fail mode refuses
-)
-
-// policyStep is one rule's part in a policy query.
+// policyStep is one rule's part in a policy query, which a live query and
+// a dry run answer alike (policyDecide).
 type policyStep struct {
 	r            *PolicyRule
-	skip, skipAt string // why the rule does not count the query, and at what ("" : it counts)
+	skip, skipAt string // why the rule does not count the query, and at what ("": it counts)
 	key          string
 	n            int64
 	eff          Effective
@@ -32,16 +22,16 @@ type policyStep struct {
 	mode         limiter.Mode
 	at           time.Time
 	out          []limiter.Decision
-	refused      int   // the refusing limit's index, or -1
-	err          error // the store's failure (out is then its fail mode's answer)
-	verdict      policyVerdict
-	text         string // the refusal's action (policyWarn, policyRefuse)
+	refused      int    // the refusing limit's index, or -1
+	text         string // the refusal's action
+	err          error  // the store's failure (out is then its fail mode's answer)
+	failed       bool   // the store failed and its fail mode refuses
 }
 
 // ruleStep takes rule r's step for the query: whether it counts it,
-// under which key and limits, the limiter's decisions (hit, or peeked
-// for a dry run), and its verdict. A counted rule is noted in ps as
-// counted once per SMTP session or transaction where it counts so.
+// under which key and limits, and the limiter's decisions (hit, or peeked
+// for a dry run). A rule counted once per SMTP session or transaction is
+// noted so in ps.
 func (g *Governor) ruleStep(ctx context.Context, ps *PolicySession, req *PolicyRequest, r *PolicyRule, peer hostmask.Peer, class *string, dry bool) policyStep {
 	st := policyStep{r: r, refused: -1}
 	if !g.policyMatches(r, req, peer, class) {
@@ -54,22 +44,22 @@ func (g *Governor) ruleStep(ctx context.Context, ps *PolicySession, req *PolicyR
 		return st
 	}
 	st.n, st.key = n, policyKey(r, req, g, peer, class)
-	st.eff = g.EffectiveLimits(r, st.key)
-	if st.eff.Exempt {
+	if st.eff = g.EffectiveLimits(r, st.key); st.eff.Exempt {
 		return st
 	}
-	st.checks = policyChecks(r, st.key, st.eff.Limits)
-	st.mode = r.Mode
+	st.checks, st.mode = policyChecks(r, st.key, st.eff.Limits), r.Mode
 	if r.DryRun {
 		st.mode = limiter.Strict // a dry run lets the mail pass, so it counts
 	}
 	st.at = g.lim.Now()
 	st.out, st.err = g.policyCount(ctx, n, st.mode, st.checks, dry)
-	if st.err != nil && !limiterAllows(st.out) {
-		st.verdict = policyFailed
+	if st.failed = st.err != nil && !limiterAllows(st.out); st.failed {
 		return st
 	}
 	st.refused = slices.IndexFunc(st.out, func(d limiter.Decision) bool { return !d.Allowed })
+	if st.refused >= 0 {
+		st.text = PolicyAction(r, st.key, st.out[st.refused], st.eff.Limits[st.refused])
+	}
 	if st.refused < 0 || r.DryRun {
 		// rules.Counted once: per SMTP session, or per transaction at RCPT.
 		switch {
@@ -78,17 +68,6 @@ func (g *Governor) ruleStep(ctx context.Context, ps *PolicySession, req *PolicyR
 		case r.Count == rules.CountMessages && req.ProtocolState == rules.StateRcpt:
 			ps.counted = append(ps.counted, r.Name)
 		}
-	}
-	switch {
-	case st.refused < 0:
-		st.verdict = policyAdmit
-	case r.DryRun:
-		st.verdict = policyWarn
-	default:
-		st.verdict = policyRefuse
-	}
-	if st.refused >= 0 {
-		st.text = PolicyAction(r, st.key, st.out[st.refused], st.eff.Limits[st.refused])
 	}
 	return st
 }
@@ -105,7 +84,7 @@ func (g *Governor) policyEffects(ctx context.Context, ps *PolicySession, req *Po
 	case st.eff.Exempt:
 		g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", st.eff.Source)
 		return done
-	case st.verdict == policyFailed:
+	case st.failed:
 		g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", st.err)
 		g.policyUndo(ctx, done)
 		return done
@@ -113,11 +92,12 @@ func (g *Governor) policyEffects(ctx context.Context, ps *PolicySession, req *Po
 	limits, out, refused := st.eff.Limits, st.out, st.refused
 	g.policyReport(ctx, r, req, key, st.n, limits, out, refused, st.at)
 	done = policyPending(ps, r, req, pendingHit{checks: st.checks, n: st.n, at: st.at}, st.mode, refused, done)
-	switch st.verdict {
-	case policyWarn:
+	switch {
+	case refused < 0:
+	case r.DryRun:
 		g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), limits[refused].Period,
 			"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", limits[refused].String(), "source", st.eff.Source)
-	case policyRefuse:
+	default:
 		g.refused(ctx, "policy", r.Name, keyText(key), limits[refused].Period,
 			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
 			"limit", limits[refused].String(), "source", st.eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
