@@ -97,8 +97,8 @@ func (c *Config) Validate() []error {
 // match), Refuse, Queue and Reserve are its [[class]] keys, Anvil its
 // [class.anvil] overrides.
 type ClassSpec struct {
-	Name   string
-	Masks  []hostmask.Mask
+	Name    string
+	Masks   []hostmask.Mask
 	Refuse  int64
 	Queue   int64
 	Reserve int64
