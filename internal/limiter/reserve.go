@@ -10,6 +10,9 @@ package limiter
 
 // Reserved returns the sum of the classes' reservations.
 func (cs *Classes) Reserved() int64 {
+	if cs == nil {
+		return 0
+	}
 	var n int64
 	for _, c := range cs.list {
 		n += c.Reserve
