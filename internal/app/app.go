@@ -176,7 +176,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		log.Error("exemptions cannot be read; none apply until they can", "err", err)
 	}
 	d.pairs = governor.NewSessionPairs()
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
+	gov, err := newGovernor(cfg, d.capacity(cfg, log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -361,7 +361,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
+	gov, err := newGovernor(cfg, d.capacity(cfg, d.log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}

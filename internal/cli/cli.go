@@ -253,7 +253,8 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
 		return 1
 	}
-	for _, w := range configWarnings(ctx, *path, cfg, *postconf) {
+	// serve logs the capacity's warnings itself, at each start and reload.
+	for _, w := range append(configWarnings(ctx, *path, cfg, *postconf), capacityWarnings(ctx, cfg)...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if fs.NArg() > 0 {
@@ -301,6 +302,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	}
 	doors, _ := cfg.CapDoors()
 	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)
+	printCapacity(w, cfg)
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)

@@ -66,6 +66,7 @@ type Config struct {
 	Limiter  Limiter  `toml:"limiter"`
 	Store    Store    `toml:"store"`
 	Classes  []Class  `toml:"class"`
+	MTA      MTA      `toml:"mta"`
 	Anvil    Anvil    `toml:"anvil"`
 	Policy   Policy   `toml:"policy"`
 	Throttle Throttle `toml:"throttle"`
@@ -204,8 +205,26 @@ type Class struct {
 	Refuse int64 `toml:"refuse"`
 	// Queue caps all sessions of the class, incoming and outgoing (0: no cap).
 	Queue int64 `toml:"queue"`
+	// Reserve keeps this many of the MTA's SMTP sessions ([mta]) for the
+	// class: a session of another class is refused when admitting it would
+	// leave fewer free sessions than the reservations not in use, so the
+	// class can always open Reserve sessions whatever the others hold
+	// (0: none). The reservations together must stay below the capacity.
+	// Only [[class]] carries it; a classes_file class has none.
+	Reserve int64 `toml:"reserve"`
 	// Anvil overrides smtpd's client limits for this class.
 	Anvil SMTPDLimits `toml:"anvil"`
+}
+
+// MTA describes the mail server sluice guards: how many SMTP sessions it
+// serves at once (its capacity), which the classes' reservations divide.
+type MTA struct {
+	// Sessions is the number of SMTP sessions the MTA serves at once
+	// (0: read it from the MTA). Postfix: the smtpd process limits of
+	// master.cf, read through postconf when anvil.postfix_config_dir is
+	// set. Set it when the MTA's own figure is not the one to divide, or
+	// to check a configuration without the MTA's files.
+	Sessions int64 `toml:"sessions"`
 }
 
 // SMTPDLimits are smtpd's anvil-enforced limits (main.cf names without

@@ -84,6 +84,7 @@ func (c *Config) Validate() []error {
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
+	errs = append(errs, c.validateMTA()...)
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.validateThrottle()...)
 	errs = append(errs, c.validateMilter()...)
@@ -93,14 +94,15 @@ func (c *Config) Validate() []error {
 }
 
 // ClassSpec is one class as configured, masks parsed: Name, Masks (from
-// match), Refuse and Queue are its [[class]] keys, Anvil its [class.anvil]
-// overrides.
+// match), Refuse, Queue and Reserve are its [[class]] keys, Anvil its
+// [class.anvil] overrides.
 type ClassSpec struct {
-	Name   string
-	Masks  []hostmask.Mask
-	Refuse int64
-	Queue  int64
-	Anvil  SMTPDLimits
+	Name    string
+	Masks   []hostmask.Mask
+	Refuse  int64
+	Queue   int64
+	Reserve int64
+	Anvil   SMTPDLimits
 	// Where is "file:line" of its definition.
 	Where string
 }
@@ -124,7 +126,7 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 		if len(cl.Match) == 0 {
 			errs = append(errs, c.errAt(path+".match", "a class needs at least one mask"))
 		}
-		spec := ClassSpec{Name: cl.Name, Refuse: cl.Refuse, Queue: cl.Queue, Anvil: cl.Anvil, Where: where}
+		spec := ClassSpec{Name: cl.Name, Refuse: cl.Refuse, Queue: cl.Queue, Reserve: cl.Reserve, Anvil: cl.Anvil, Where: where}
 		for j, s := range cl.Match {
 			m, err := hostmask.Parse(s)
 			if err != nil {
@@ -139,6 +141,7 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 		if cl.Queue < 0 {
 			errs = append(errs, c.errAt(path+".queue", "must not be negative"))
 		}
+		errs = append(errs, c.validateReserve(path, cl)...)
 		errs = append(errs, c.validateClassAnvil(path+".anvil", cl.Anvil)...)
 		out = append(out, spec)
 	}
