@@ -85,6 +85,9 @@ type Config struct {
 	tables *tableCache
 	// from maps the key paths set by an included file to that file.
 	from map[string]string
+	// added maps the entries of named arrays ("class[3]") that an
+	// included file added, rather than changed, to that file.
+	added map[string]string
 }
 
 // Log configures logging.
