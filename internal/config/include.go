@@ -64,7 +64,8 @@ func readIncludes(main, dir string) ([]Source, error) {
 // came from. include_dir in a later file is an error.
 func ParseSources(srcs []Source) (*Config, []error) {
 	var doc map[string]any
-	lines, from, added := map[string]int{}, map[string]string{}, map[string]string{}
+	lines, from := map[string]int{}, map[string]string{}
+	var added map[string]string // nil for one file, as go-toml would leave it
 	var errs []error
 	for i, s := range srcs {
 		d, err := parseDoc(s.Data, s.Name)
