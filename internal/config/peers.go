@@ -47,7 +47,10 @@ type Door struct {
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their
 	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
+	// on another host has no uid here. Empty: every user let in, and
+	// sluice check warns of an inet listener on loopback, where the MTA's
+	// user is then unlisted and one other local user at its
+	// max_conns_per_peer fills max_conns_unlisted.
 	AllowUsers []string `toml:"allow_users"`
 }
 
@@ -235,7 +238,7 @@ func (c *Config) DoorWarnings() []string {
 		case r.MaxConnsPerPeer < size:
 			fill = fmt.Sprintf("%d other local users, each at its max_conns_per_peer (%d), fill it", (size+r.MaxConnsPerPeer-1)/r.MaxConnsPerPeer, r.MaxConnsPerPeer)
 		}
-		out = append(out, fmt.Sprintf("%s listens on TCP over loopback (%s) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing %s with every other account: %s, and the MTA's new connections are closed; set %s.allow_users to the MTA's user and root ([\"postfix\", \"root\"]), or serve the door on a unix socket (docs/security.md, \"Loopback is not authentication\")",
+		out = append(out, fmt.Sprintf("%s listens on TCP over loopback (%s) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing %s with every other account: %s, and the MTA's new connections are closed; set %s.allow_users to the MTA's user and root ([\"postfix\", \"root\"]), or serve the door on a unix socket (docs/operations.md, \"Loopback is not authentication\")",
 			d.name, strings.Join(inet, ", "), share, fill, d.name))
 	}
 	return out
