@@ -126,6 +126,8 @@ func (c *Config) classAdvice(list []ordered, j, i int) string {
 	b, a := list[j], list[i]
 	catchAll := list[len(list)-1].name
 	switch {
+	case j == len(list)-1:
+		return fmt.Sprintf("the catch-all class stays last: narrow %q, which takes every peer before it", a.name)
 	case c.ClassesFile != "" && b.file == c.Relative(c.ClassesFile) && a.file == b.file:
 		return fmt.Sprintf("to have it tried first, move its line above %q's in %s", a.name, b.file)
 	case c.ClassesFile != "" && b.file == c.Relative(c.ClassesFile):

@@ -36,7 +36,7 @@ func TestOrderWarnings(t *testing.T) {
 			[]string{`class "mx" (DIR/sluice.toml:4) never matches: an earlier class matches every one of its peers first (mx.example.org inside "org"'s *.example.org at DIR/sluice.toml:1), and the first class that matches wins; to have it tried first, move it above "org", or narrow "org"`}},
 		{"a name is not an address", map[string]string{"sluice.toml": "[[class]]\nname = \"org\"\nmatch = [\"*.example.org\"]\n[[class]]\nname = \"ip\"\nmatch = [\"192.0.2.1\"]\n[[class]]\nname = \"all\"\nmatch = [\"*\"]\n"}, nil},
 		{"a catch-all in the middle", map[string]string{"sluice.toml": "[[class]]\nname = \"first\"\nmatch = [\"*\"]\nrefuse = 5\n[[class]]\nname = \"lan\"\nmatch = [\"10.0.0.0/8\"]\n[[class]]\nname = \"all\"\nmatch = [\"*\"]\n"},
-			[]string{`class "lan" (DIR/sluice.toml:5) never matches`, `class "all" (DIR/sluice.toml:8) never matches: an earlier class matches every one of its peers first (* inside "first"'s *`}},
+			[]string{`class "lan" (DIR/sluice.toml:5) never matches`, `class "all" (DIR/sluice.toml:8) never matches: an earlier class matches every one of its peers first (* inside "first"'s * at DIR/sluice.toml:1), and the first class that matches wins; the catch-all class stays last: narrow "first", which takes every peer before it`}},
 		{"two conf.d files", map[string]string{"sluice.toml": mainClasses,
 			"conf.d/10-corp.toml": "[[class]]\nname = \"corp\"\nmatch = [\"10.0.0.0/8\"]\n",
 			"conf.d/20-lab.toml":  "[[class]]\nname = \"lab\"\nmatch = [\"10.1.0.0/16\"]\n"},
