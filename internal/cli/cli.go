@@ -299,6 +299,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "\nclasses: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
+		printClassOrigins(w, cfg)
 	}
 	doors, _ := cfg.CapDoors()
 	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)

@@ -47,8 +47,11 @@ type Config struct {
 	// in name order (e.g. "/etc/sluice/conf.d"; relative to this file):
 	// tables merge key by key, a later value replaces an earlier one, and
 	// [[class]], [[policy.rule]] and [[throttle.policy]] merge by name (a
-	// new class goes before the catch-all "*" class). Only the main file
-	// may set it; relative paths in every file are relative to the main one.
+	// new class goes before the catch-all "*" class, so after the main
+	// file's: sluice check warns when an earlier class takes all or some
+	// of its peers, and says where each class came from). Only the main
+	// file may set it; relative paths in every file are relative to the
+	// main one.
 	IncludeDir string `toml:"include_dir"`
 	// Procs is how many threads run sluice's Go code at once (Go's
 	// GOMAXPROCS); 0 is Go's default, one per CPU the process may use. The
@@ -86,6 +89,9 @@ type Config struct {
 	tables *tableCache
 	// from maps the key paths set by an included file to that file.
 	from map[string]string
+	// added maps the entries of named arrays ("class[3]") that an
+	// included file added, rather than changed, to that file.
+	added map[string]string
 }
 
 // Log configures logging.
@@ -199,7 +205,10 @@ type Class struct {
 	// page.
 	Name string `toml:"name"`
 	// Match lists host masks: "host.example.org", "*.example.org", "*",
-	// "192.0.2.0/24", "2001:db8::/32".
+	// "192.0.2.0/24", "2001:db8::/32". The first class with a matching
+	// mask wins: sluice check warns of a mask an earlier class's mask
+	// covers (a network inside its network, a name under its domain),
+	// since it never matches.
 	Match []string `toml:"match"`
 	// Refuse caps incoming sessions of the class (0: no cap).
 	Refuse int64 `toml:"refuse"`
