@@ -43,7 +43,7 @@ func (f *roundFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 40*time.Second, "the measured flood")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "a known peer's message fails if not accepted within this (dial to the 250 after the dot)")
 	fs.DurationVar(&f.failPause, "fail-pause", 200*time.Millisecond, "a known peer's pause after a failure")
-	fs.DurationVar(&f.botRetry, "bot-retry", 200*time.Millisecond, "a bot's pause before it reconnects (jittered by up to half of it)")
+	fs.DurationVar(&f.botRetry, "bot-retry", time.Second, "a bot's pause before it reconnects (jittered by up to half of it)")
 	fs.DurationVar(&f.singleEvery, "single-every", 250*time.Millisecond, "a new single sender (its own /24 from 127.60.0.0 on) every this long during the flood, one message each (0: none)")
 	fs.DurationVar(&f.singleTimeout, "single-timeout", 30*time.Second, "a single sender's message fails if not accepted within this")
 }
@@ -85,31 +85,39 @@ func singleAddr(k int) net.IP {
 
 // phase is what the known peers did in one measured period.
 type phase struct {
-	ok, fail atomic.Int64
-	mu       sync.Mutex
-	lat      hist.Hist
+	ok   atomic.Int64 // messages accepted within the period (the goodput)
+	late atomic.Int64 // messages accepted after it (started within it)
+	fail atomic.Int64 // messages refused, or not accepted within the timeout
+	mu   sync.Mutex
+	lat  hist.Hist // every accepted message's latency, late ones included
 }
 
-// peers runs the known peers until ctx ends, counting into ph the
-// messages that end (accepted or failed) before ctx does.
-func (f *roundFlags) peers(ctx context.Context, ph *phase) {
+// peers runs the known peers until period ends: each sends one message
+// after another. A message still under way when period ends gets its
+// timeout to finish (ctx, the run's, cuts it short): it counts as late or
+// failed and its latency is recorded, so that a peer stuck behind the
+// flood shows in the p99 and the failures, not only in the goodput.
+func (f *roundFlags) peers(ctx, period context.Context, ph *phase) {
 	var wg sync.WaitGroup
 	for i := range f.known {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			src := knownAddr(i)
-			for ctx.Err() == nil {
+			for period.Err() == nil {
 				d, err := send(ctx, src, f.addr, f.timeout)
-				if ctx.Err() != nil {
-					return // cut short by the end of the period: not counted
-				}
-				if err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return
+				case err != nil:
 					ph.fail.Add(1)
-					sleep(ctx, f.failPause)
+					sleep(period, f.failPause)
 					continue
+				case period.Err() != nil:
+					ph.late.Add(1)
+				default:
+					ph.ok.Add(1)
 				}
-				ph.ok.Add(1)
 				ph.mu.Lock()
 				ph.lat.Record(d)
 				ph.mu.Unlock()
@@ -212,7 +220,7 @@ func sleep(ctx context.Context, d time.Duration) {
 func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	var base, flood phase
 	bctx, cancel := context.WithTimeout(ctx, f.base)
-	f.peers(bctx, &base)
+	f.peers(ctx, bctx, &base)
 	cancel()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -241,7 +249,7 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	var held []float64
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); f.peers(fctx, &flood) }()
+	go func() { defer wg.Done(); f.peers(ctx, fctx, &flood) }()
 	go func() { defer wg.Done(); f.singles(fctx, &singleOK, &singleN) }()
 	go func() {
 		defer wg.Done()
@@ -265,7 +273,7 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	res := result{
 		label: f.label, base: f.base, flood: f.duration,
 		baseOK: base.ok.Load(), baseFail: base.fail.Load(), baseP99: base.lat.Quantile(0.99),
-		floodOK: flood.ok.Load(), floodFail: flood.fail.Load(), floodP99: flood.lat.Quantile(0.99),
+		floodOK: flood.ok.Load(), floodLate: flood.late.Load(), floodFail: flood.fail.Load(), floodP99: flood.lat.Quantile(0.99),
 		singleOK: singleOK.Load(), singleN: singleN.Load(), held: held,
 		botConns: conns, botRefused: refused, botDropped: dropped, bots: f.bots,
 	}
