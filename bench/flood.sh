@@ -42,7 +42,8 @@
 # failures under the flood, the single senders' success rate, and the
 # bots' sessions held (median of 100 ms samples). A message under way at
 # the end of the flood counts in the p99 and the failures (it is late or
-# fails), not in the goodput.
+# fails), not in the goodput; a failed message counts in the p99 at its
+# timeout.
 #
 # The cost of a refusal (MODE=cost, or after the rows): a class is filled
 # with held sessions, then 8 clients from its networks reconnect as fast as
@@ -54,7 +55,11 @@
 #   milter      xla-static's instance, 30 held: the milter's CONNECT refuses
 #   postscreen  postscreen in front, a static cidr postscreen_access_list
 #               rejecting 127.20.0.0/16, postscreen_denylist_action = drop
-#               (the stand-in for a socketmap served by sluice)
+#   postscreen-map  the same, the access list a socketmap (floodload
+#               socketmap: sluice's socket map server, internal/socketmap,
+#               answering "OK reject" for 127.20.0.0/16; its CPU is in the
+#               sluice column): the stand-in for the class caps answered to
+#               postscreen by sluice, which has no such map yet
 # and the line "cheapest refusal: ...".
 #
 # Usage (as root: Postfix's master needs it):
@@ -102,6 +107,7 @@ tmp=$(mktemp -d /tmp/sluice-bench-flood.XXXXXX)
 chmod 0711 "$tmp"
 watch_pid=
 declare -A pf_pid=() port=() master=() sluice_pid=()
+map_pid=
 declare -a pf_names=()
 
 cleanup() {
@@ -109,7 +115,10 @@ cleanup() {
 	for n in "${!sluice_pid[@]}"; do
 		stop_pid "${sluice_pid[$n]}" 10
 	done
-	exec 7>&- # closes the liveness pipe: every floodload postfix stops its instance
+	exec 7>&- # closes the liveness pipe: every floodload postfix and socketmap stops
+	if [[ -n $map_pid ]]; then
+		stop_pid "$map_pid" 10
+	fi
 	for n in "${!pf_pid[@]}"; do
 		stop_pid "${pf_pid[$n]}" 40
 	done
@@ -233,6 +242,16 @@ if [[ $MODE != flood ]]; then
 	printf '127.20.0.0/16 reject\n' >"$tmp/screen.cidr"
 	start_postfix postscreen -postscreen -set "postscreen_access_list=cidr:$tmp/screen.cidr" \
 		-set postscreen_denylist_action=drop
+	start_postfix postscreen-map -postscreen -set "postscreen_access_list=socketmap:unix:$tmp/map.sock:flood" \
+		-set postscreen_denylist_action=drop
+	"$tmp/floodload" socketmap -socket "$tmp/map.sock" -reject 127.20.0.0/16 \
+		<"$tmp/alive.fifo" >"$tmp/map.out" 2>"$tmp/map.err" 7>&- &
+	map_pid=$!
+	echo "pid $map_pid" >>"$tmp/daemons"
+	if ! wait_for_line "$tmp/map.out" '^ready' 20 "$map_pid" >/dev/null; then
+		cat "$tmp/map.err" >&2
+		die "floodload socketmap did not start"
+	fi
 fi
 for name in "${pf_names[@]}"; do
 	wait_postfix "$name"
@@ -294,16 +313,17 @@ fi
 
 # --- the cost of a refusal -----------------------------------------------------
 if [[ $MODE != flood ]]; then
-	mechs=(accept anvil milter postscreen)
-	declare -A m_inst=([accept]=postfix-alone [anvil]=cost-anvil [milter]=xla-static [postscreen]=postscreen)
-	declare -A m_hold=([accept]=0 [anvil]=$CAP [milter]=$CAP [postscreen]=0)
-	declare -A m_sluice=([anvil]=cost-anvil [milter]=xla-static)
+	mechs=(accept anvil milter postscreen postscreen-map)
+	declare -A m_inst=([accept]=postfix-alone [anvil]=cost-anvil [milter]=xla-static [postscreen]=postscreen
+		[postscreen-map]=postscreen-map)
+	declare -A m_hold=([accept]=0 [anvil]=$CAP [milter]=$CAP [postscreen]=0 [postscreen-map]=0)
+	declare -A m_sluice=([anvil]=${sluice_pid[cost-anvil]} [milter]=${sluice_pid[xla-static]} [postscreen-map]=$map_pid)
 	declare -A total=() pfus=() slus=()
 	for ((round = 1; round <= ROUNDS; round++)); do
 		order=("${mechs[@]:$(((round - 1) % ${#mechs[@]}))}" "${mechs[@]:0:$(((round - 1) % ${#mechs[@]}))}")
 		for m in "${order[@]}"; do
 			inst=${m_inst[$m]} spid=0 expect=refused
-			[[ -z ${m_sluice[$m]:-} ]] || spid=${sluice_pid[${m_sluice[$m]}]}
+			[[ -z ${m_sluice[$m]:-} ]] || spid=${m_sluice[$m]}
 			[[ $m != accept ]] || expect=accepted
 			log "round $round: cost of a reconnect, $m"
 			if ! out=$("$tmp/floodload" cost -addr "127.0.0.1:${port[$inst]}" -label "$m" -sid "${master[$inst]}" \
@@ -319,11 +339,11 @@ if [[ $MODE != flood ]]; then
 	done
 	say ""
 	say "CPU microseconds per reconnect, medians over $ROUNDS round(s) (min-max):"
-	say "$(printf '%-11s %-24s %-24s %s' mechanism 'Postfix + sluice' Postfix sluice)"
+	say "$(printf '%-15s %-24s %-24s %s' mechanism 'Postfix + sluice' Postfix 'sluice (or the map)')"
 	best='' best_us=''
 	for m in "${mechs[@]}"; do
 		# shellcheck disable=SC2086 # word splitting of the value lists is intended
-		say "$(printf '%-11s %-24s %-24s %s' "$m" "$(spread ${total[$m]})" "$(spread ${pfus[$m]})" "$(spread ${slus[$m]})")"
+		say "$(printf '%-15s %-24s %-24s %s' "$m" "$(spread ${total[$m]})" "$(spread ${pfus[$m]})" "$(spread ${slus[$m]})")"
 		[[ $m != accept ]] || continue
 		# shellcheck disable=SC2086
 		med=$(median ${total[$m]})

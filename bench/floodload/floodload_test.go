@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -262,4 +263,73 @@ func TestFlags(t *testing.T) {
 	if err := fs.Parse([]string{"-addr", "127.0.0.1:25"}); err != nil || rf.check() != nil {
 		t.Errorf("the defaults are refused: %v %v", err, rf.check())
 	}
+}
+
+// TestSocketmap: the map answers "OK reject" inside the networks and
+// "NOTFOUND " outside, over sluice's socket map server; bad networks are
+// refused.
+func TestSocketmap(t *testing.T) {
+	for _, bad := range []string{"", "127.20.0.0", "127.20.0.0/33", "x/8", "127.20.0.0/16,"} {
+		if _, err := parseNets(bad); err == nil {
+			t.Errorf("parseNets(%q) accepted", bad)
+		}
+	}
+	nets, err := parseNets("127.20.0.0/16, 10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"127.20.3.4": "OK reject", "10.1.2.3": "OK reject", "127.21.0.1": "NOTFOUND ", "junk": "NOTFOUND ", "": "NOTFOUND ",
+	} {
+		if got := mapAnswer(nets, key); got != want {
+			t.Errorf("mapAnswer(%q) = %q, want %q", key, got, want)
+		}
+	}
+
+	path := t.TempDir() + "/map.sock"
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- runSocketmap(path, "127.20.0.0/16", r, &out) }()
+	wait.For(t, func() bool { return strings.Contains(out.String(), "ready") }, "the map server's ready line")
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for key, want := range map[string]string{"127.20.9.9": "9:OK reject,", "127.0.1.1": "9:NOTFOUND ,"} {
+		q := "flood " + key
+		fmt.Fprintf(c, "%d:%s,", len(q), q)
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != want {
+			t.Errorf("lookup %s: %q, %v; want %q", key, got, err, want)
+		}
+	}
+	w.Close() // the liveness pipe's end stops the server
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

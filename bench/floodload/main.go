@@ -1,7 +1,7 @@
 // Command floodload is the Go side of bench/flood.sh: a private Postfix
 // instance, a flood of idle bots against it while known peers and single
 // senders send mail, and the CPU cost of a refused reconnect. One binary,
-// three subcommands ("floodload SUBCOMMAND -h" lists each one's flags):
+// four subcommands ("floodload SUBCOMMAND -h" lists each one's flags):
 //
 // "floodload postfix -dir D -port P [-own-anvil=false] [-postscreen]
 // [-set name=value ...]" runs a private Postfix instance (built on
@@ -38,6 +38,13 @@
 //
 //	mech=L reconnects= refused= accepted= errors= per_s= postfix_us= sluice_us= total_us=
 //
+// "floodload socketmap -socket PATH -reject CIDR[,CIDR...]" serves a
+// socket map for postscreen_access_list on a unix socket, with sluice's
+// socket map server (internal/socketmap): "OK reject" for an address in
+// the networks, "NOTFOUND " for any other. It prints "ready" and serves
+// until SIGINT or SIGTERM, or until stdin reaches end of file when stdin
+// is a pipe: the stand-in for class caps answered by sluice to postscreen.
+//
 // Every client binds its own loopback address: Linux routes all of
 // 127.0.0.0/8 to lo.
 package main
@@ -64,11 +71,12 @@ func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: floodload postfix|round|cost [flags]   ("floodload SUBCOMMAND -h": its flags)
+const usage = `usage: floodload postfix|round|cost|socketmap [flags]   ("floodload SUBCOMMAND -h": its flags)
 
   postfix  a private Postfix instance (as root): -dir, -port, -own-anvil, -postscreen, -set
   round    one round of the flood: known peers alone, then with bots and single senders
   cost     the CPU of the MTA and sluice per refused (or accepted) reconnect
+  socketmap  a socket map for postscreen_access_list: -socket, -reject
 `
 
 func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
@@ -90,6 +98,17 @@ func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 		var f costFlags
 		return sub("cost", args[1:], stdout, stderr, f.register, f.check,
 			func(ctx context.Context) error { return runCost(ctx, f, stdout) })
+	case "socketmap":
+		var path, reject string
+		return sub("socketmap", args[1:], stdout, stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&path, "socket", "", "the unix socket to serve (required)")
+			fs.StringVar(&reject, "reject", "", "the networks answered \"OK reject\", comma-separated CIDRs (required)")
+		}, func() error {
+			if path == "" || reject == "" {
+				return errors.New("-socket and -reject are required")
+			}
+			return nil
+		}, func(context.Context) error { return runSocketmap(path, reject, stdin, stdout) })
 	}
 	fmt.Fprintf(stderr, "floodload: unknown subcommand %q\n%s", args[0], usage)
 	return 2

@@ -32,7 +32,7 @@ type result struct {
 // goodput is flood_mps/base_mps (0 without a base): the known peers'
 // messages accepted within each period; p99_ms, late (accepted after the
 // period's end) and fails (refused or timed out) count every message
-// started in the flood. single_rate is
+// started in the flood, p99_ms a failed one at the timeout. single_rate is
 // single_ok/singles (1 with none); held_* are over the flood's samples.
 func (r result) line() string {
 	bm := float64(r.baseOK) / r.base.Seconds()

@@ -89,14 +89,15 @@ type phase struct {
 	late atomic.Int64 // messages accepted after it (started within it)
 	fail atomic.Int64 // messages refused, or not accepted within the timeout
 	mu   sync.Mutex
-	lat  hist.Hist // every accepted message's latency, late ones included
+	lat  hist.Hist // every message's latency, late ones included, a failed one's at the timeout
 }
 
 // peers runs the known peers until period ends: each sends one message
 // after another. A message still under way when period ends gets its
 // timeout to finish (ctx, the run's, cuts it short): it counts as late or
-// failed and its latency is recorded, so that a peer stuck behind the
-// flood shows in the p99 and the failures, not only in the goodput.
+// failed and its latency is recorded (a failed message's as the timeout),
+// so that a peer stuck behind the flood shows in the p99 and the
+// failures, not only in the goodput.
 func (f *roundFlags) peers(ctx, period context.Context, ph *phase) {
 	var wg sync.WaitGroup
 	for i := range f.known {
@@ -110,7 +111,12 @@ func (f *roundFlags) peers(ctx, period context.Context, ph *phase) {
 				case ctx.Err() != nil:
 					return
 				case err != nil:
+					// Not delivered within its timeout: it counts in the
+					// latencies at the timeout (its lower bound).
 					ph.fail.Add(1)
+					ph.mu.Lock()
+					ph.lat.Record(f.timeout)
+					ph.mu.Unlock()
 					sleep(period, f.failPause)
 					continue
 				case period.Err() != nil:
