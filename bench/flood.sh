@@ -354,4 +354,5 @@ if [[ $MODE != flood ]]; then
 	say "(accept is the reference: a reconnect Postfix serves, EHLO answered)"
 	say "cheapest refusal: $best ($best_us us of CPU per refused reconnect, median)"
 fi
+say "load average $(cut -d' ' -f1-3 /proc/loadavg) after the run"
 [[ $RESULTS == - ]] || log "results written to $RESULTS"
