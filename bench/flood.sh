@@ -16,9 +16,10 @@
 #   single senders one every 250 ms during the flood, each from a /24 of its
 #                  own (127.60.0.0 on), one message, SINGLE_TIMEOUT to get it
 #                  accepted
-# A round is, per row: the known peers alone for BASE, the bots alone for
-# WARMUP, then all three for DURATION (the messages under way then get
-# their timeout, TIMEOUT for a known peer's, SINGLE_TIMEOUT for a single's).
+# A round is, per row: the known peers alone for 1 s (unmeasured) and BASE,
+# the bots alone for WARMUP, then all three for DURATION (the messages under
+# way then get their timeout, TIMEOUT for a known peer's, SINGLE_TIMEOUT
+# for a single's).
 #
 # Rows (one private Postfix instance each: default_process_limit = PROCS,
 # 50 smtpd processes; everything delivered to discard(8);

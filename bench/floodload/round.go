@@ -23,6 +23,7 @@ type roundFlags struct {
 	bots          int
 	botsPerNet    int
 	base          time.Duration
+	baseWarmup    time.Duration
 	warmup        time.Duration
 	duration      time.Duration
 	timeout       time.Duration
@@ -39,6 +40,7 @@ func (f *roundFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.bots, "bots", 200, "bots (each from its own address, -bots-per-net to a /24 from 127.20.0.0 on) that EHLO and hold the session idle, reconnecting when dropped")
 	fs.IntVar(&f.botsPerNet, "bots-per-net", 5, "bots per /24")
 	fs.DurationVar(&f.base, "base", 10*time.Second, "the known peers alone first, measured for this long (their goodput without the flood)")
+	fs.DurationVar(&f.baseWarmup, "base-warmup", time.Second, "the known peers alone, unmeasured, before -base (smtpd processes started)")
 	fs.DurationVar(&f.warmup, "warmup", 5*time.Second, "bots alone before the measured flood")
 	fs.DurationVar(&f.duration, "duration", 40*time.Second, "the measured flood")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "a known peer's message fails if not accepted within this (dial to the 250 after the dot)")
@@ -58,8 +60,8 @@ func (f *roundFlags) check() error {
 		return errors.New("-bots must be at least 0 and -bots-per-net at least 1")
 	case f.bots/f.botsPerNet >= 40*256:
 		return errors.New("-bots: too many networks")
-	case f.base <= 0 || f.duration <= 0 || f.warmup < 0:
-		return errors.New("-base and -duration must be positive, -warmup not negative")
+	case f.base <= 0 || f.duration <= 0 || f.warmup < 0 || f.baseWarmup < 0:
+		return errors.New("-base and -duration must be positive, -warmup and -base-warmup not negative")
 	case f.timeout <= 0 || f.singleTimeout <= 0 || f.singleEvery < 0 || f.botRetry < 0 || f.failPause < 0:
 		return errors.New("the timeouts must be positive, the pauses not negative")
 	}
@@ -220,11 +222,14 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // runRound runs one round against f.addr: the known peers alone for
-// f.base, then the bots alone for f.warmup, then bots, known peers and
+// f.baseWarmup (unmeasured) and f.base, then the bots alone for f.warmup, then bots, known peers and
 // single senders for f.duration (the singles then get their timeout to
 // finish), and prints one result line.
 func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
-	var base, flood phase
+	var warm, base, flood phase
+	wctx, cancel := context.WithTimeout(ctx, f.baseWarmup)
+	f.peers(ctx, wctx, &warm)
+	cancel()
 	bctx, cancel := context.WithTimeout(ctx, f.base)
 	f.peers(ctx, bctx, &base)
 	cancel()
