@@ -221,7 +221,7 @@ for name in reserve-milter reserve-anvil; do
 	# that listens in the state directory.
 	sed "s#unix:$tmp/pf-reserve-anvil/queue/private/anvil#unix:$tmp/check.sock#" "$tmp/$name.toml" >"$tmp/check.toml"
 	if ! msg=$("$tmp/sluice" check -c "$tmp/check.toml" 2>&1 </dev/null 7>&-); then
-		skip[$name]="skipped: this sluice rejects [mta] sessions / [[class]] reserve: $(printf '%s' "$msg" | grep -m1 -v '^$' || true)"
+		skip[$name]="skipped: sluice check rejects the reserve configuration ([mta] sessions, [[class]] reserve): $(printf '%s' "$msg" | grep -m1 -v '^$' || true)"
 	fi
 done
 rm -f "$tmp/check.toml"
