@@ -115,6 +115,10 @@ type boundListener struct {
 	fromSystemd bool // passed by systemd
 }
 
+// Config is the configuration the daemon runs: the one it started with,
+// or the last one a reload applied.
+func (d *Daemon) Config() *config.Config { return d.cfg.Load() }
+
 // New builds a daemon from cfg, which must have passed Validate, and binds
 // its listeners. path is the config file, reread by Reload ("" means the
 // embedded defaults). level is the log level to adjust on reload.

@@ -17,7 +17,8 @@ import (
 // when the new daemon serves (the caller exits); a failure before d
 // stopped leaves d serving (resumed nil, done false); a failure after it
 // (the new process died while starting) starts a daemon again in this
-// process on the same sockets (resumed), so that the listeners are served
+// process on the same sockets (resumed), with the configuration d was
+// running (the last reload's, not the start's), so that the listeners are served
 // whatever happens; should that fail too, lost is set and the caller
 // exits 1 for the service manager to start it again.
 func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon, lost bool) {
@@ -50,7 +51,7 @@ func upgrade(d *app.Daemon, s *serveState) (done bool, resumed *app.Daemon, lost
 		log.Error("cannot take the sockets back; exiting", "err", err)
 		return false, nil, true
 	}
-	nd, err := app.New(s.cfg, s.path, log, s.level, app.WithSockets(socks), app.WithStateDir(s.stateDir))
+	nd, err := app.New(d.Config(), s.path, log, s.level, app.WithSockets(socks), app.WithStateDir(s.stateDir))
 	if err != nil {
 		log.Error("cannot start again; exiting", "err", err)
 		return false, nil, true

@@ -232,7 +232,9 @@ func TestUpgradeTellsSystemd(t *testing.T) {
 // daemon stopped for it (its configuration, changed on disk meanwhile,
 // names a Redis no one serves: valid, but the start cannot connect) does
 // not leave the listeners unserved: the old process starts serving again
-// on the same sockets, with the configuration it was running.
+// on the same sockets, with the configuration it was running: the one a
+// reload applied before the upgrade, not the one it started with (a
+// later reload of that same configuration then reports no change).
 func TestUpgradeFailsLateResumes(t *testing.T) {
 	bin, _ := muxBinaries(t)
 	dir := t.TempDir()
@@ -243,6 +245,17 @@ func TestUpgradeFailsLateResumes(t *testing.T) {
 		func() string { return p.stderr.String() })
 	sock := filepath.Join(dir, "policy")
 	askPolicy(t, sock)
+	reloaded := writeServeConfig(t, dir, senderPolicy("unix:policy", "50/60s exact"), "anvil", "milter", "throttle")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the reload of the sender rule", func() bool {
+		return strings.Count(p.stderr.String(), "reload: policy.rule changed") == 1
+	}, func() string { return p.stderr.String() })
+	running, err := os.ReadFile(reloaded)
+	if err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t) // nothing listens there
 	appendFile(t, cfg, fmt.Sprintf("[store]\nkind = \"redis\"\n[store.redis]\naddrs = [\"127.0.0.1:%d\"]\ndial_timeout = \"1s\"\n", port))
 	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
@@ -257,5 +270,20 @@ func TestUpgradeFailsLateResumes(t *testing.T) {
 	askPolicy(t, sock) // the same socket, served again
 	if !strings.Contains(p.stderr.String(), fmt.Sprintf("pid=%d", p.pid())) {
 		t.Errorf("the second start is not the old process's:\n%s", p.stderr.String())
+	}
+	// The file back to what the daemon ran before the upgrade: a reload
+	// finds nothing changed in the sender rule.
+	if err := os.WriteFile(cfg, running, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := len(p.stderr.String())
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the reload after the resume", func() bool {
+		return strings.Contains(p.stderr.String()[before:], "reload")
+	}, func() string { return p.stderr.String() })
+	if strings.Contains(p.stderr.String()[before:], "reload: policy.rule changed") {
+		t.Errorf("the resumed daemon ran the configuration it started with, not the reloaded one:\n%s", p.stderr.String()[before:])
 	}
 }
