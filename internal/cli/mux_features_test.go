@@ -22,9 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sluice/internal/testutil/logbuf"
 	"sluice/internal/testutil/muxref"
 	"sluice/internal/testutil/peer"
+	"sluice/internal/testutil/wait"
 )
 
 // featDaemon is a multiplexor a test started in the foreground.
@@ -176,9 +179,50 @@ func featListen(t *testing.T, sock, subscribe string) *featListener {
 		}
 	}()
 	t.Cleanup(func() { l.close() })
-	// The subscription is read asynchronously: give it time.
-	time.Sleep(300 * time.Millisecond)
+	// The subscription is read asynchronously: wait until the multiplexor
+	// has read it (our socket's unsent bytes, SIOCOUTQ, are back to none).
+	// The reference handles what it read before its next event; sluice's
+	// listener subscribes right after its read returns, well before a
+	// request the test sends next could come back as a notification.
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, func() bool {
+		var n int
+		var ierr error
+		if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || ierr != nil {
+			t.Fatalf("SIOCOUTQ: %v %v", err, ierr)
+		}
+		return n == 0
+	}, "the multiplexor to read the subscription %q on %s", subscribe, sock)
 	return l
+}
+
+// await waits for a line at index from or later that match accepts, and
+// returns its index; what names it.
+func (l *featListener) await(t *testing.T, from int, match func(string) bool, what string) int {
+	t.Helper()
+	i := -1
+	wait.For(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for j := from; j < len(l.lines); j++ {
+			if match(l.lines[j]) {
+				i = j
+				return true
+			}
+		}
+		return false
+	}, "the notification %s", what)
+	return i
+}
+
+// mark is the number of lines received so far: the index of the next.
+func (l *featListener) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
 }
 
 func (l *featListener) close() []string {
@@ -233,8 +277,17 @@ func TestMuxNotifyStatsTagsVsReference(t *testing.T) {
 		q("sleep 200")
 		wg.Wait()
 		for _, tag := range []string{"hello%20world", longTag, "one%0Atwo"} {
+			// The worker's own tag (the end of its last line: the
+			// reference reads 63 bytes at a time) is notified once the
+			// multiplexor holds it; the worker answers 400 ms later.
+			last := strings.ReplaceAll(tag[strings.LastIndex(tag, "%0A")+1:], "%20", " ")
+			last = strings.ReplaceAll(last, "%21", "!")
+			from := l.mark()
 			wg.Go(func() { q("tag " + tag) })
-			time.Sleep(200 * time.Millisecond)
+			l.await(t, from, func(s string) bool {
+				f := strings.SplitN(s, " ", 3)
+				return len(f) == 3 && f[0] == "S" && f[2] != "" && !strings.HasPrefix(f[2], "tag ") && strings.HasSuffix(last, f[2])
+			}, d.name+": the worker's tag "+tag)
 			o.busy = append(o.busy, featNormalize(q("busyworkers")), featNormalize(q("workerinfo 1")))
 			wg.Wait()
 		}
@@ -243,9 +296,13 @@ func TestMuxNotifyStatsTagsVsReference(t *testing.T) {
 		o.busy = append(o.busy, q("reread"))
 		featWaitStatus(t, d, `^SS `)
 		featWaitStatus(t, d, `^IS `)
+		from := l.mark()
 		o.busy = append(o.busy, q("hang"))
 		featWaitStatus(t, d, `^IS `)
-		time.Sleep(300 * time.Millisecond)
+		// The stream ends with the busy timeout (B) and the new worker
+		// idle: the last notification.
+		bt := l.await(t, from, func(s string) bool { return s == "B" }, d.name+": B")
+		l.await(t, bt+1, func(s string) bool { return s == "S 0 StateChange Stopped -> Idle" }, d.name+": S 0 StateChange Stopped -> Idle after B")
 		o.notes = l.close()
 		b, err := os.ReadFile(d.spool + "/stats")
 		if err != nil {

@@ -26,8 +26,8 @@ func TestMuxIdleTimeoutKeepsMinVsReference(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, ms := range []string{"1400", "1200", "1000"} {
 			wg.Go(func() { muxQuery(t, d.main, "sleep "+ms+"\n") })
-			if i < 2 {
-				time.Sleep(200 * time.Millisecond)
+			if i < 2 { // busy before the next comes: each takes a worker of its own
+				featWaitStatus(t, d, `^[^B ]*`+strings.Repeat(`B[^B ]*`, i+1)+` `)
 			}
 		}
 		wg.Wait()

@@ -20,7 +20,7 @@ var Differences = []Difference{
 	{ID: "daemon-reexec",
 		Summary: "daemon mode re-executes itself detached instead of forking (Go cannot fork); the parent still exits 0 once the daemon serves, or 1 with `Error from child: <msg>`",
 		Detail: "Daemon mode cannot fork in Go: the process re-executes itself detached (a session leader, stdio on " +
-			"`/dev/null`); the parent exits 0 once the daemon serves, or 1 with `Error from child: <msg>`."},
+			"`/dev/null`, but for stderr without syslog: see below); the parent exits 0 once the daemon serves, or 1 with `Error from child: <msg>`."},
 	{ID: "rlimit-shim",
 		Summary: "`-R`/`-M` limits are set by an exec shim (sluice re-executes itself, calls setrlimit, execs the worker; never a shell)",
 		Detail: "`-R`/`-M` are applied by an exec shim (sluice re-executes itself as `/proc/self/exe`, calls setrlimit, " +
@@ -29,7 +29,9 @@ var Differences = []Difference{
 		Summary: "`-E` forks the workers from a separate perl process that compiled the filter once (no interpreter inside the multiplexor)",
 		Detail: "`-E` forks the workers from a separate `perl` process that compiled the `-f` program once, not from an " +
 			"interpreter inside the multiplexor ([How it works](#how-it-works)): a worker started for a request answers " +
-			"in 7.0 ms where the reference's takes 3.6 ms (134-139 ms without `-E`), with the same memory per worker. The compile (at the first activation and after each reread) does not stop the multiplexor, as the reference's in-process compile does: status and requests for idle workers are served meanwhile."},
+			"in 7.0 ms where the reference's takes 3.6 ms (134-139 ms without `-E`), with the same memory per worker. " +
+			"The compile (at the first activation and after each reread) does not stop the multiplexor, as the " +
+			"reference's in-process compile does: status and requests for idle workers are served meanwhile."},
 	{ID: "exec-failure",
 		Summary: "a worker program that cannot be executed fails the activation at once",
 		Detail: "Without `-R`/`-M`, a worker program that cannot be executed fails the activation: " +
@@ -44,10 +46,18 @@ var Differences = []Difference{
 			"a command (the reference leaves a request queued until `-Q` while all workers are recycled); when no worker " +
 			"can be started then (`-W`, a failed fork), the request stays queued."},
 	{ID: "syslog",
-		Summary: "errors the reference sends only to syslog are printed too; without `/dev/log` the log goes to stderr; a stuck syslog drops log lines rather than blocking the pool",
+		Summary: "errors the reference sends only to syslog are printed too; without `/dev/log` (or while it does not answer) the log goes to stderr, which a detached daemon then keeps; a stuck syslog drops log lines rather than blocking the pool",
 		Detail: "Errors the reference sends only to syslog (pid file, privilege drop) are printed too. " +
-			"Without `/dev/log`, the log goes to stderr after one notice; a message that cannot be queued (syslog stuck) " +
-			"is dropped rather than blocking the pool."},
+			"Without `/dev/log` (a container, a chroot), the log goes to stderr after one notice, and so does a message " +
+			"syslog does not take later (one notice per outage). A detached daemon that cannot reach syslog at start " +
+			"keeps its parent's stderr (a terminal, a file, the journal's socket) instead of `/dev/null`, unless that is " +
+			"a pipe, whose reader would wait for the daemon's end: then the parent says the daemon's log is discarded. " +
+			"A message that cannot be queued (syslog stuck) is dropped rather than blocking the pool."},
+	{ID: "socket-error-detail",
+		Summary: "a listening socket that cannot be created is named, with the system's reason",
+		Detail: "A listening socket that cannot be created is named with the system's reason: `Unable to create listening " +
+			"socket <path>: <reason>` (and `unprivileged listening socket` for `-a`) where the reference says " +
+			"`Unable to create listening socket.`"},
 	{ID: "pid-file-nofollow",
 		Summary: "the pid and lock files are never opened through a symbolic link: anything at `-p` or `-o` but a regular file " +
 			"with one link, owned by root or the `-U` user, is refused (the reference follows a link there, as root for `-p`)",

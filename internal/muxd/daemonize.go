@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"sluice/internal/privdrop"
+	"sluice/internal/syslog"
 )
 
 // childEnv marks the detached daemon started by daemonize: fd 3 is the
@@ -42,7 +43,7 @@ func (d *daemon) daemonize(exe string) int {
 		Env:         append(os.Environ(), childEnv+"=1"),
 		Stdin:       devnull,
 		Stdout:      devnull,
-		Stderr:      devnull,
+		Stderr:      d.daemonStderr(devnull),
 		ExtraFiles:  []*os.File{w},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
@@ -67,6 +68,27 @@ func (d *daemon) daemonize(exe string) int {
 	}
 	fmt.Fprintf(d.stderr, "Error from child: %s\n", text)
 	return 1
+}
+
+// daemonStderr is the detached daemon's stderr: /dev/null while the
+// syslog socket takes messages (the daemon logs there); without one (no
+// /dev/log, as in a container or a chroot) the daemon's log falls back to
+// stderr, so it keeps this process's, unless that is a pipe, whose reader
+// would wait for the daemon's end (a shell's $(...)): then the daemon's
+// log is discarded, and this says so and why.
+func (d *daemon) daemonStderr(devnull *os.File) *os.File {
+	err := syslog.Reachable(d.o.SyslogSocket)
+	if err == nil {
+		return devnull
+	}
+	f, ok := d.stderr.(*os.File)
+	if ok {
+		if st, serr := f.Stat(); serr == nil && st.Mode()&os.ModeNamedPipe == 0 {
+			return f
+		}
+	}
+	fmt.Fprintf(d.stderr, "%s: cannot reach syslog (%v), and stderr is not a file, a terminal or a socket: the daemon's log is discarded (give it a syslog socket, or stderr on a file, or run it with -D)\n", d.o.Prog, err)
+	return devnull
 }
 
 // droppedEnv marks the process that root's -U drop executed (dropByExec):

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/wait"
 )
 
 // unixPair returns both ends of a connected unix stream socket, and raw
@@ -72,15 +74,62 @@ func TestRawWriteFullBuffer(t *testing.T) {
 	}
 }
 
+// waitingConn is raw I/O on a whose reads say on waiting when they
+// found nothing to read and are about to wait in the netpoller.
+func waitingConn(t *testing.T, a *net.UnixConn) (*Conn, <-chan struct{}) {
+	t.Helper()
+	rc, err := a.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &waitingRaw{RawConn: rc, waiting: make(chan struct{}, 1)}
+	return newConn(w), w.waiting
+}
+
+type waitingRaw struct {
+	syscall.RawConn
+	waiting chan struct{}
+}
+
+func (w *waitingRaw) Read(f func(fd uintptr) bool) error {
+	return w.RawConn.Read(func(fd uintptr) bool {
+		done := f(fd)
+		if !done {
+			select {
+			case w.waiting <- struct{}{}:
+			default:
+			}
+		}
+		return done
+	})
+}
+
+// afterWait runs do once the read has gone to wait, or gives up when the
+// test ends (stop); the read's deadline fails the test when it never
+// waits.
+func afterWait(waiting <-chan struct{}, do func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-waiting:
+			do()
+		case <-quit:
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 // TestRawReadWaits: a read waits for data, returns what arrived, and
 // io.EOF once the peer has closed.
 func TestRawReadWaits(t *testing.T) {
-	_, b, rc := unixPair(t)
-	go func() {
-		time.Sleep(20 * time.Millisecond)
+	a, b, _ := unixPair(t)
+	rc, waiting := waitingConn(t, a)
+	must(t, a.SetReadDeadline(time.Now().Add(wait.Timeout)))
+	defer afterWait(waiting, func() {
 		b.Write([]byte("hello"))
 		b.Close()
-	}()
+	})()
 	p := make([]byte, 16)
 	n, err := rc.Read(p)
 	if err != nil || string(p[:n]) != "hello" {
@@ -100,12 +149,12 @@ func TestRawReadDeadlineAndClose(t *testing.T) {
 	if _, err := rc.Read(p); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("rawRead past the deadline: %v; want os.ErrDeadlineExceeded", err)
 	}
-	must(t, a.SetReadDeadline(time.Time{}))
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		a.Close()
-	}()
-	if _, err := rc.Read(p); !errors.Is(err, net.ErrClosed) {
+	// Closed while it waits: the read's deadline fails the test when it
+	// never waits.
+	wc, waiting := waitingConn(t, a)
+	must(t, a.SetReadDeadline(time.Now().Add(wait.Timeout)))
+	defer afterWait(waiting, func() { a.Close() })()
+	if _, err := wc.Read(p); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("rawRead on a closed connection: %v; want net.ErrClosed", err)
 	}
 	if _, err := rc.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {

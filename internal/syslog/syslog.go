@@ -56,7 +56,8 @@ type Options struct {
 	Tag      string
 	Facility int
 	// Fallback gets the messages, one line each, when Path cannot be
-	// reached at start (default os.Stderr).
+	// reached at start, and those that cannot be sent later (default
+	// os.Stderr).
 	Fallback io.Writer
 	// PID is shown after the tag, as LOG_PID does (default os.Getpid()).
 	PID int
@@ -67,12 +68,27 @@ type Options struct {
 // goroutine does the sending, so logging never blocks; a send that fails
 // is retried once on a fresh connection. When the socket cannot be
 // reached at start (no /dev/log, as in many containers), messages go to
-// Fallback and one notice says so.
+// Fallback and one notice says so; a message that cannot be sent later
+// (the daemon gone) goes there too, after one notice per outage.
 type Client struct {
 	o        Options
 	q        *dropq.Queue[string]
 	conn     net.Conn // writer goroutine only
 	fallback bool
+	down     bool // writer goroutine only: a send failed, and none has worked since
+}
+
+// Reachable reports why the syslog socket path cannot take a message, or
+// nil when it can ("" is DefaultPath).
+func Reachable(path string) error {
+	if path == "" {
+		path = DefaultPath
+	}
+	c, err := net.Dial("unixgram", path)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // Open connects to o.Path, or falls back as described on Client.
@@ -125,21 +141,39 @@ func (s *Client) run(lines <-chan string) {
 			_, _ = io.WriteString(s.o.Fallback, line)
 			continue
 		}
-		if s.send(line) != nil {
+		err := s.send(line)
+		if err != nil {
 			// The daemon may have restarted: once more on a new socket.
 			if s.conn != nil {
 				s.conn.Close()
 				s.conn = nil
 			}
-			if c, err := net.Dial("unixgram", s.o.Path); err == nil {
+			var c net.Conn
+			if c, err = net.Dial("unixgram", s.o.Path); err == nil {
 				s.conn = c
-				_ = s.send(line)
+				err = s.send(line)
 			}
 		}
+		s.sent(line, err)
 	}
 	if s.conn != nil {
 		s.conn.Close()
 	}
+}
+
+// sent takes the outcome of sending line: a line that could not be sent
+// goes to Fallback (without its "<PRI>"), after a notice when it is the
+// first since syslog last took one.
+func (s *Client) sent(line string, err error) {
+	if err == nil {
+		s.down = false
+		return
+	}
+	if !s.down {
+		s.down = true
+		fmt.Fprintf(s.o.Fallback, "%s: cannot send to syslog at %s (%v); logging to stderr until it answers\n", s.o.Tag, s.o.Path, err)
+	}
+	_, _ = io.WriteString(s.o.Fallback, line[strings.IndexByte(line, '>')+1:]+"\n")
 }
 
 func (s *Client) send(line string) error {

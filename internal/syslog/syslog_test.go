@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/wait"
 )
 
 // Syslog sends "<PRI>Mmm dd hh:mm:ss tag[pid]: message" datagrams; without
@@ -149,4 +153,55 @@ func logfmt(t *testing.T, s string) map[string]string {
 		s = strings.TrimPrefix(rest, " ")
 	}
 	return m
+}
+
+// A message the syslog daemon cannot take once it is gone goes to the
+// fallback writer after one notice per outage; once the daemon is back,
+// messages reach it again. Reachable says which it is.
+func TestSyslogOutageFallsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	listen := func() *net.UnixConn {
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	recv := func(c *net.UnixConn, want string) {
+		t.Helper()
+		buf := make([]byte, 4096)
+		_ = c.SetReadDeadline(time.Now().Add(wait.Timeout))
+		n, err := c.Read(buf)
+		if err != nil || !strings.HasSuffix(string(buf[:n]), "mdtest[42]: "+want) {
+			t.Fatalf("datagram %q, %v; want ... %q", buf[:n], err, want)
+		}
+	}
+	c := listen()
+	var fb logbuf.Buffer
+	s := Open(Options{Path: path, Tag: "mdtest", Fallback: &fb, PID: 42})
+	defer s.Close()
+	if s.Fallback() || Reachable(path) != nil {
+		t.Fatalf("%s unreachable: %v", path, Reachable(path))
+	}
+	s.Log(6, "one")
+	recv(c, "one")
+	c.Close() // the daemon is gone, and so is its socket
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if Reachable(path) == nil {
+		t.Fatal("a removed socket is reachable")
+	}
+	s.Log(6, "two")
+	s.Log(6, "three")
+	wait.For(t, func() bool { return strings.HasSuffix(fb.String(), " mdtest[42]: three\n") }, "the fallback to get %q", "three")
+	c = listen()
+	defer c.Close()
+	s.Log(6, "four")
+	recv(c, "four")
+	lines := fb.Lines("")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "mdtest: cannot send to syslog at "+path+" (") ||
+		!strings.HasSuffix(lines[1], " mdtest[42]: two") || strings.HasPrefix(lines[1], "<") || !strings.HasSuffix(lines[2], " mdtest[42]: three") {
+		t.Errorf("fallback output:\n%s", fb.String())
+	}
 }
