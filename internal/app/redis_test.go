@@ -3,10 +3,12 @@ package app
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/testutil/logbuf"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,10 +114,16 @@ func readPolicyAction(r *bufio.Reader) (string, error) {
 func TestTwoDaemonsShareLimits(t *testing.T) {
 	srv := startRedis(t)
 	cfg := func() string {
-		return strings.Replace(redisConfig(t, srv, "two:", "open", ""), `deadline = "100ms"`, `deadline = "30s"`, 1)
+		return redisStoreConfig(t, fmt.Sprintf("addrs = [%q]\nkey_prefix = \"two:\"\ndeadline = \"10s\"\nfail_mode = \"open\"\n", srv.Addr()), senderPolicyDoor)
 	}
-	a := startDaemon(t, cfg())
-	b := startDaemon(t, cfg())
+	logs := &logbuf.Buffer{}
+	a := startDaemonLog(t, cfg(), slog.New(slog.NewTextHandler(logs, nil)))
+	b := startDaemonLog(t, cfg(), slog.New(slog.NewTextHandler(logs, nil)))
+	defer func() {
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", logs.String())
+		}
+	}()
 	addrs := []string{a.Addrs()[0].String(), b.Addrs()[0].String()}
 	var mu sync.Mutex
 	verbs := map[string]int{}
