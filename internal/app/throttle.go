@@ -54,7 +54,7 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 		return h.acquireUnlessSuspended(ctx, g, ban, key, id)
 	}
 	if until, why := ban.admit(ctx, id); !until.IsZero() {
-		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, until, why)}
+		return throttle.Grant{}, h.deferSuspended(ctx, g, key, suspendedText(id, until, why))
 	}
 	suspended, stop := ban.watch(id)
 	wctx := ctx
@@ -74,7 +74,7 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 	if err != nil {
 		stop()
 		if ctx.Err() == nil && isClosed(suspended) {
-			return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
+			return throttle.Grant{}, h.deferSuspended(ctx, g, key, ban.revokeReason(id))
 		}
 		return gr, err
 	}
@@ -83,7 +83,7 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 		// at the ban went to it before the cancel above): it must not send.
 		gr.Done(false)
 		stop()
-		return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
+		return throttle.Grant{}, h.deferSuspended(ctx, g, key, ban.revokeReason(id))
 	}
 	done := gr.Done
 	gr.Done = func(used bool) { stop(); done(used) }
@@ -97,9 +97,9 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 				bp = p
 			}
 			if !from.Trusted {
-				h.d.refusals.Refused(ctx, "throttle", "report", id, time.Minute,
-					"throttle: a report from a peer not trusted to steer the key changed nothing", "key", id, "peer", from.Peer)
-				return ban.untrusted(id, bp, lines)
+				answer := ban.untrusted(id, bp, lines)
+				h.recordUntrusted(ctx, id, from.Peer, answer)
+				return answer
 			}
 			return ban.judge(ctx, id, bp, lines)
 		}
@@ -123,9 +123,9 @@ func (h throttleHandler) acquireUnlessSuspended(ctx context.Context, g *governor
 		if err == nil {
 			gr.Done(false)
 		}
-		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, x.until, x.reason)}
+		return throttle.Grant{}, h.deferSuspended(ctx, g, key, suspendedText(id, x.until, x.reason))
 	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
-		return throttle.Grant{}, &throttle.DeferError{Reason: id + " was suspended while waiting"}
+		return throttle.Grant{}, h.deferSuspended(ctx, g, key, id+" was suspended while waiting")
 	}
 	return gr, err
 }
@@ -214,8 +214,7 @@ func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
 	return rules, errs
 }
 
-// logThrottleDefer logs a deferred sender through the refusal log: one
-// line per key and minute, then a count.
-func (d *Daemon) logThrottleDefer(ctx context.Context, key, reason string) {
-	d.refusals.Refused(ctx, "throttle", "defer", key, governor.SummaryEvery, "throttle: deferred", "key", key, "reason", reason)
-}
+// logThrottleDefer is the throttle server's hook for a deferral's log
+// line: none, as every deferral is recorded (logged, counted) where it is
+// decided (governor.Record).
+func (d *Daemon) logThrottleDefer(context.Context, string, string) {}
