@@ -149,17 +149,17 @@ func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGra
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrDefer):
-		v.Refused, v.Deferred, v.Reason, v.Reply = true, true, ReasonMaxWait, err.Error()
+		why := strings.TrimPrefix(err.Error(), ErrDefer.Error()+": ")
+		v.Refused, v.Deferred, v.Reason, v.Reply = true, true, ReasonMaxWait, "DEFER "+why
 		if gr.classFull {
 			v.Reason = ReasonClass
 		}
-		v.Msg, v.Window = "throttle: deferred", SummaryEvery
-		v.Args = []any{"key", key, "reason", strings.TrimPrefix(err.Error(), ErrDefer.Error()+": ")}
+		v.Msg, v.Window, v.Args = "throttle: deferred", SummaryEvery, []any{"key", key, "reason", why}
 	case ctx.Err() != nil:
 		return gr, err // the sender went away, or a suspension the caller records took its place
 	default:
 		// The store cannot book: the sender is told to try later.
-		g.failMode(ctx, "throttle", key, true, "DEFER throttle unavailable", err)
+		g.failMode(ctx, "throttle", key, true, "DEFER throttle unavailable: "+err.Error(), err)
 		return gr, err
 	}
 	g.observe(ctx, v)

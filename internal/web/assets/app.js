@@ -95,6 +95,9 @@
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
     add("refused", num(t.refusals || 0));
+    const doors = t.doors || {};
+    const deferred = Object.values(doors).reduce((n, v) => n + (v.deferred || 0), 0);
+    if (deferred) add("of which deferred", num(deferred) + " (throttle)");
   }
 
   // ---- pool ----
@@ -349,7 +352,8 @@
       tr.appendChild(v);
       tr.appendChild(el("td", "reply", d.reply || ""));
       tr.title = "rule " + d.rule + ": key " + d.key + " reached " + d.count + " of " + d.limit +
-        (d.period ? " per " + d.period : "") + (d.algorithm ? " (" + d.algorithm + ")" : "") + " → " + vv;
+        (d.period ? " per " + d.period : "") + (d.algorithm ? " (" + d.algorithm + ")" : "") + " → " + vv +
+        (d.reason ? " [" + d.reason + "]" : "");
       tb.appendChild(tr);
     }
   }
