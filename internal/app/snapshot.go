@@ -23,6 +23,7 @@ type snapshotter struct {
 	failing  bool  // the last write failed (logged once per run of failures)
 	journal  bool  // the booking journal is open
 	limit    int64 // the largest snapshot or journal read back
+	health   *stateHealth
 }
 
 // newSnapshotter restores the snapshot into mem (which must be empty) and
@@ -30,13 +31,16 @@ type snapshotter struct {
 // write must not find a clean snapshot from the previous stop. A snapshot
 // that cannot be read is refused whole with one log line, and the daemon
 // starts empty. nil means snapshots are off (or the store is Redis).
-func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *snapshotter {
+//
+// A snapshot or journal that exists but is not restored marks health
+// degraded until the next periodic snapshot is written.
+func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger, health *stateHealth) *snapshotter {
 	mem, ok := store.(*memory.Store)
 	sc := cfg.Store.Snapshot
 	if !ok || cfg.Store.Kind != "memory" || !sc.Enabled {
 		return nil
 	}
-	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log, limit: memory.SnapshotLimit(cfg.Limiter.MaxKeys)}
+	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log, limit: memory.SnapshotLimit(cfg.Limiter.MaxKeys), health: health}
 	if n := memory.RemoveTemps(s.path); n > 0 {
 		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
 	}
@@ -47,6 +51,7 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
 	case err != nil:
 		log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+		health.lost(s.path, "the counts were not restored: "+err.Error())
 		if sc.RestartGuard {
 			// The counts existed but are lost: hold exact limits back.
 			s.guard(now, "the snapshot could not be read")
@@ -55,6 +60,7 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 		st, err := mem.Restore(snap, now)
 		if err != nil {
 			log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+			health.lost(s.path, "the counts were not restored: "+err.Error())
 			break
 		}
 		log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
@@ -97,6 +103,7 @@ func (s *snapshotter) replayJournal(now time.Time) {
 	}
 	if err != nil {
 		s.log.Error("booking journal: unreadable from here on", "file", s.journalPath(), "err", err, "bookings_used", len(bs))
+		s.health.lost(s.journalPath(), "throttle bookings were not restored: "+err.Error())
 	}
 	n, err := s.mem.ReplayBookings(bs, now)
 	if err != nil {
@@ -123,6 +130,9 @@ func (s *snapshotter) run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.write(now, false)
+			if !s.failing {
+				s.health.kept(s.path, s.journalPath())
+			}
 		}
 	}
 }

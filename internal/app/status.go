@@ -28,7 +28,7 @@ func (d *Daemon) Status() status.Status {
 		Now:     now,
 		Started: d.started,
 		Reload:  status.Reload{Generation: int(d.generation.Load())},
-		Store:   &status.Store{Backend: cfg.Store.Kind, Keys: int64(d.store.Len()), Healthy: d.lim.Healthy()},
+		Store:   &status.Store{Backend: cfg.Store.Kind, Keys: int64(d.store.Len()), Healthy: d.lim.Healthy(), Degraded: d.state.degraded()},
 		Totals:  d.obs.totals(),
 	}
 	if t := d.reloadedAt.Load(); t != nil {
@@ -64,6 +64,7 @@ func (d *Daemon) Status() status.Status {
 		mc = append(mc, metrics.ClassState{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue})
 	}
 	d.metrics.Classes(mc)
+	d.metrics.StateDegraded(st.Store.Degraded != "")
 	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
 	if d.throttleBan != nil {
 		st.ThrottleKeys, _ = d.throttleBan.states(ctx, cfg)

@@ -196,6 +196,7 @@ func (d *Daemon) openMarks() limiter.Marks {
 	m, err := limiter.NewMemoryMarks(path, nil)
 	if err != nil {
 		d.log.Error("the marks file cannot be read; suspensions, learned limits and exemptions start afresh and are not kept", "err", err)
+		d.state.lost(path, "suspensions, learned limits and exemptions were not restored and are not kept: "+err.Error())
 		m, _ = limiter.NewMemoryMarks("", nil)
 	}
 	return m

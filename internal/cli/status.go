@@ -231,7 +231,11 @@ func writeStatus(w io.Writer, st *status.Status) {
 		if !s.Healthy {
 			health = "FAILING"
 		}
-		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, health)
+		if s.Degraded != "" {
+			// The store answers, but not with the state the last run left.
+			health = strings.Replace(health, "healthy", "DEGRADED", 1) + " (" + s.Degraded + ")"
+		}
+		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, status.Safe(health))
 	}
 	var deferred uint64
 	for _, v := range st.Totals.Doors {

@@ -55,6 +55,9 @@ type Store struct {
 	Keys    int64  `json:"keys"`               // keys held now
 	MaxKeys int64  `json:"max_keys,omitempty"` // the key cap (0: none or unknown)
 	Healthy bool   `json:"healthy"`            // the last operation succeeded
+	// Degraded says why the state the last run left was not restored
+	// (a state file unreadable, another user's, refused); "" when it was.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // Door is one service of the daemon.

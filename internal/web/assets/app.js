@@ -91,6 +91,7 @@
     if (st.store) {
       let t = st.store.backend + ", " + num(st.store.keys) + (st.store.max_keys ? " / " + num(st.store.max_keys) : "") + " keys";
       add("store", t + (st.store.healthy ? "" : " — failing"), !st.store.healthy);
+      if (st.store.degraded) add("state", "degraded: " + st.store.degraded, true);
     }
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
