@@ -162,13 +162,16 @@ func (r *failoverRun) hit(i, sender int, out []limiter.Decision) (ok bool, err e
 	return err == nil && out[0].Allowed, err
 }
 
-// finish fills every sender the store has not refused yet until it does,
-// so that every sender's store admissions can be compared to the limit.
+// finish fills every sender the store admitted and has not refused yet
+// until it does, so that every sender's store admissions can be compared
+// to the limit.
 func (r *failoverRun) finish() {
 	r.mu.Lock()
 	var open []int
 	for s, rec := range r.senders {
-		if rec.refused == 0 {
+		// A sender the store never admitted cannot be admitted beyond
+		// its limit: only its failed decisions' counts could be lost.
+		if rec.refused == 0 && rec.admitted > 0 {
 			open = append(open, s)
 		}
 	}
