@@ -229,7 +229,8 @@ func (r *failoverRun) figures(killed time.Time) (f failoverFigures, recovered ti
 			if len(f.overSenders) < 5 {
 				f.overSenders = append(f.overSenders, fmt.Sprintf("s%d first asked %s after the kill: %+v", s, rec.first.Sub(killed).Round(time.Millisecond), *rec))
 			}
-		case rec.admitted < failoverLimit:
+		case rec.admitted < failoverLimit && (rec.admitted > 0 || rec.refused > 0):
+			// (a sender whose every decision failed is not filled: finish)
 			f.under += failoverLimit - rec.admitted
 		}
 		if rec.first.After(recovered) && (rec.admitted != failoverLimit || rec.failed != 0) {
