@@ -157,7 +157,7 @@ func clusterFailover(t *testing.T, wait int) {
 		t.Logf("the old master rejoined as a replica %s after the switch", rejoin(t, victim, heir.Addr()))
 	}
 	f := r.conclude(t, "cluster", freedCh, killed, switched, crashed)
-	t.Logf("cluster failover: %d failed decisions of senders on the other masters", f.failedElsewhere)
+	t.Logf("cluster failover: %d failed decisions of senders on the other masters (and %d whose replica did not acknowledge within wait_timeout)", f.failedElsewhere, f.unreplicatedElsewhere)
 	// cluster-require-full-coverage no: the other masters keep serving.
 	if f.failedElsewhere != 0 {
 		t.Errorf("%d decisions of senders on the surviving masters failed", f.failedElsewhere)

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -59,6 +60,9 @@ type senderRec struct {
 	admitted int       // admitted by the store
 	refused  int       // refused by the store
 	failed   int       // store errors (the fail mode decided)
+	// unreplicated are those of failed that no replica acknowledged in
+	// time (WaitReplicas): the master answered, its replica was slow.
+	unreplicated int
 }
 
 // failoverRun is one run of the harness.
@@ -149,6 +153,9 @@ func (r *failoverRun) hit(i, sender int, out []limiter.Decision) (ok bool, err e
 	switch {
 	case err != nil:
 		rec.failed++
+		if errors.Is(err, ErrNotReplicated) {
+			rec.unreplicated++
+		}
 		r.errs[i] = append(r.errs[i], time.Now())
 		if out[0].Allowed != r.lims[i].FailOpen() || out[1].Allowed != r.lims[i].FailOpen() {
 			r.wrongFM++
@@ -200,6 +207,10 @@ type failoverFigures struct {
 	// failedElsewhere are the failed decisions of senders whose keys were
 	// not on the dead master (Cluster; see failoverRun.onVictim).
 	failedElsewhere int
+	// unreplicatedElsewhere are their decisions whose replica did not
+	// acknowledge in time (WaitReplicas on a busy host): not failures of
+	// the surviving masters.
+	unreplicatedElsewhere int
 }
 
 // figures sums up the run; recovered is when the last limiter's last
@@ -220,7 +231,8 @@ func (r *failoverRun) figures(killed time.Time) (f failoverFigures, recovered ti
 	for s, rec := range r.senders {
 		f.senders++
 		if r.onVictim != nil && !r.onVictim(s) {
-			f.failedElsewhere += rec.failed
+			f.failedElsewhere += rec.failed - rec.unreplicated
+			f.unreplicatedElsewhere += rec.unreplicated
 		}
 		switch {
 		case rec.admitted > failoverLimit:
