@@ -336,7 +336,10 @@ func (r *failoverRun) conclude(t *testing.T, name string, freedCh <-chan time.Ti
 	f, recovered := r.figures(killed)
 	adm, fail := r.admitExactly(-1, 100, 8)
 	report(t, name, f, killed, recovered, switched, crashed, freed, adm, fail)
-	checkFailover(t, r, f, killed, recovered, crashed, freed, adm, fail)
+	// The failover ends when the switch is seen or the last decision
+	// failed, whichever is later: on a busy host the dead master's
+	// decisions may stall rather than fail until the switch.
+	checkFailover(t, r, f, killed, maxTime(recovered, killed.Add(switched)), crashed, freed, adm, fail)
 	r.checkLost(t, f)
 	return f
 }
