@@ -56,7 +56,7 @@ func splitHostPort(addr string) (string, string, error) {
 func BenchmarkHitWaitReplicas(b *testing.B) {
 	srv := replicatedServer(b)
 	keys := benchKeys(10000)
-	lim := limiter.Limit{Algorithm: limiter.Exact, N: 1 << 40, Period: time.Minute}
+	lim := limiter.Limit{Algorithm: limiter.Exact, N: 1_000_000, Period: time.Minute}
 	for _, wait := range []int{0, 1} {
 		b.Run(fmt.Sprintf("wait=%d", wait), func(b *testing.B) {
 			s := newTestStore(b, srv, Options{Deadline: time.Second, WaitReplicas: wait, WaitTimeout: 500 * time.Millisecond})
