@@ -49,6 +49,7 @@ type Daemon struct {
 	lim     *limiter.Limiter
 	waiters *limiter.Waiters // throttle queues, kept across reloads
 	snap    *snapshotter     // the memory store's file; nil when off
+	state   stateHealth      // whether the last run's state was restored
 	// refusals bounds refusal log lines; kept across reloads.
 	refusals *governor.RefusalLog
 	// carried holds the SMTP sessions the last stop handed over; kept
@@ -195,7 +196,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 	// After binding (a second daemon on the same state directory fails
 	// before it touches the file) and before serving, as the user sluice
 	// runs as: a root start reaches here after ExecUnprivileged.
-	d.snap = newSnapshotter(cfg, raw, log)
+	d.snap = newSnapshotter(cfg, raw, log, &d.state)
 	if cfg.Anvil.Enabled {
 		d.takeCarry(d.stop, time.Now())
 	}

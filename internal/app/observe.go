@@ -1,7 +1,9 @@
 package app
 
 import (
+	"context"
 	"slices"
+	"sluice/internal/ban"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"sluice/internal/limiter"
 	"sluice/internal/metrics"
 	"sluice/internal/status"
+	"sluice/internal/throttle"
 )
 
 // Bounds of what the observer keeps for the status page.
@@ -26,6 +29,9 @@ type observer struct {
 	m         *metrics.Metrics
 	decisions atomic.Uint64
 	refusals  atomic.Uint64
+	// byDoor counts verdicts by door and word (the metric's labels less
+	// the rule), for the status's totals.
+	byDoor [len(verdictDoors)][len(verdictWords)]atomic.Uint64
 
 	mu      sync.Mutex
 	talkers map[talkerKey]*talker
@@ -45,21 +51,23 @@ func newObserver(m *metrics.Metrics) *observer {
 	return &observer{m: m, talkers: map[talkerKey]*talker{}}
 }
 
-// Observe implements governor.Observer.
+// The doors and verdict words the status's totals count.
+var (
+	verdictDoors = [...]string{"anvil", "policy", "milter", "throttle"}
+	verdictWords = [...]string{"ok", "refused", "deferred", "dry_run"}
+)
+
+// Observe implements governor.Observer: every verdict is counted here
+// once, in the metrics and the status's totals alike.
 func (o *observer) Observe(v *governor.Verdict) {
-	verdict := "ok"
-	switch {
-	case v.Refused && v.DryRun:
-		verdict = "dry_run"
-	case v.Refused && v.Door == "throttle":
-		verdict = "deferred" // told not to send now: the mail waits in the queue
-	case v.Refused:
-		verdict = "refused"
-	}
-	o.m.Decision(v.Door, v.Rule, verdict)
+	word := v.Word()
+	o.m.Decision(v.Door, v.Rule, word)
 	o.decisions.Add(1)
 	if v.Refused && !v.DryRun {
 		o.refusals.Add(1)
+	}
+	if d, w := slices.Index(verdictDoors[:], v.Door), slices.Index(verdictWords[:], word); d >= 0 && w >= 0 {
+		o.byDoor[d][w].Add(1)
 	}
 	// Talkers are keys under a rate; session caps (Period 0) are shown
 	// with the classes.
@@ -83,7 +91,7 @@ func (o *observer) Observe(v *governor.Verdict) {
 	}
 	if v.Refused {
 		d := status.Refusal{At: v.At, Door: v.Door, Rule: v.Rule, Key: v.Key, Count: v.Count, Limit: v.Limit.N,
-			Verdict: verdictWord(v.Reply), Reply: v.Reply}
+			Verdict: verdictWord(v.Reply), Reply: v.Reply, Reason: v.Reason}
 		if v.Limit.Period > 0 {
 			d.Period = limiter.FormatPeriod(v.Limit.Period)
 			d.Algorithm = v.Limit.Algorithm.String()
@@ -160,7 +168,21 @@ func (o *observer) totals() status.Totals {
 	if o == nil {
 		return status.Totals{}
 	}
-	return status.Totals{Decisions: o.decisions.Load(), Refusals: o.refusals.Load()}
+	t := status.Totals{Decisions: o.decisions.Load(), Refusals: o.refusals.Load()}
+	for d, door := range verdictDoors {
+		for w, word := range verdictWords {
+			if n := o.byDoor[d][w].Load(); n > 0 {
+				if t.Doors == nil {
+					t.Doors = map[string]map[string]uint64{}
+				}
+				if t.Doors[door] == nil {
+					t.Doors[door] = map[string]uint64{}
+				}
+				t.Doors[door][word] = n
+			}
+		}
+	}
+	return t
 }
 
 // top returns the busiest talkers against their limits, and the recent
@@ -243,4 +265,29 @@ func (o *observer) top(now time.Time, n int) ([]status.Talker, []status.Refusal)
 		ds = append(ds, o.recent[j])
 	}
 	return ts, ds
+}
+
+// deferSuspended records the deferral of a throttle sender whose key id
+// is suspended (by a relay's ban, or by an administrator), a decision the
+// throttle front end makes outside the governor, and returns the
+// sender's answer: what the guard's deferral d says.
+func (h throttleHandler) deferSuspended(ctx context.Context, g *governor.Governor, key string, d *ban.Deferral) error {
+	text, reason := d.Error(), governor.ReasonSuspended
+	if d.Banned {
+		reason = governor.ReasonBan
+	}
+	policy, _, lim, _ := g.ThrottleTarget(key)
+	g.Record(ctx, governor.Verdict{Door: "throttle", Rule: policy, Key: key, Limit: lim, Refused: true, Deferred: true,
+		Reason: reason, Reply: "DEFER " + text, Msg: "throttle: deferred", Window: governor.SummaryEvery,
+		Args: []any{"key", key, "reason", text}})
+	return &throttle.DeferError{Reason: text}
+}
+
+// recordUntrusted records the answer to a result report from a peer not
+// trusted to steer key id: the report changed nothing.
+func (h throttleHandler) recordUntrusted(ctx context.Context, id, peer, answer string) {
+	h.d.gov.Load().Record(ctx, governor.Verdict{Door: "throttle", Rule: "report", Key: id, Refused: true,
+		Reason: governor.ReasonUntrusted, Reply: answer, Window: time.Minute,
+		Msg:  "throttle: a report from a peer not trusted to steer the key changed nothing",
+		Args: []any{"key", id, "peer", peer}})
 }

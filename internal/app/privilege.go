@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -132,7 +133,9 @@ func ExecUnprivileged(stop context.Context, cfg *config.Config, argv []string, s
 	if err := prepareDirs(cfg, acct); err != nil {
 		return err
 	}
-	handOverState(cfg, acct, log)
+	if err := handOverState(cfg, acct, log); err != nil {
+		return err
+	}
 	d := &Daemon{log: log, src: sources{systemd: systemd}, runAs: acct}
 	for _, fe := range d.frontEnds(cfg) {
 		if fe.on {
@@ -191,31 +194,87 @@ func handoffFiles(ls []boundListener) ([]*os.File, []string, error) {
 	return files, env, nil
 }
 
-// handOverState gives acct the snapshot and booking journal an earlier
-// run of sluice left owned by root (sluice versions before the root
-// phase wrote the journal as root), so that the daemon can read them as
-// acct. Only a regular file with one link owned by root is handed over;
-// anything else is left for the reader to refuse.
-func handOverState(cfg *config.Config, acct *privdrop.Account, log *slog.Logger) {
-	sc := cfg.Store.Snapshot
-	if cfg.Store.Kind != "memory" || !sc.Enabled {
-		return
+// maxStateEntries bounds the entries of a state directory read for the
+// handover.
+const maxStateEntries = 100_000
+
+// stateFiles are the state files sluice writes, by directory: each name
+// also begins the names of its companions (the snapshot's change log and
+// booking journal, "store.snapshot.changes") and, after a dot, its
+// temporary files (".throttle.marks.tmp-1234").
+func stateFiles(cfg *config.Config) map[string][]string {
+	byDir := map[string][]string{}
+	paths := []string{filepath.Join(cfg.StateDir, "throttle.marks"), cfg.StatePath(carryFile)}
+	if cfg.Store.Snapshot.File != "" {
+		paths = append(paths, cfg.StatePath(cfg.Store.Snapshot.File))
 	}
-	path := cfg.StatePath(sc.File)
-	dir, err := safefs.OpenDir(filepath.Dir(path))
-	if err != nil {
-		log.Error("store snapshot: cannot open its directory", "err", err)
-		return
+	for _, path := range paths {
+		dir := filepath.Dir(path)
+		byDir[dir] = append(byDir[dir], filepath.Base(path))
 	}
-	defer dir.Close()
-	for _, name := range []string{filepath.Base(path), filepath.Base(path) + ".bookings"} {
-		moved, err := dir.HandOver(name, acct.UID, acct.GID)
-		if err != nil {
-			log.Error("store snapshot: cannot give a file left by root to the daemon's user", "file", dir.Join(name), "user", acct.Name, "err", err)
-		} else if moved {
-			log.Info("store snapshot: a file left by root given to the daemon's user", "file", dir.Join(name), "user", acct.Name)
+	return byDir
+}
+
+// isStateFile reports whether name is one of sluice's state files named
+// by bases, a companion of one, or a temporary file of either.
+func isStateFile(name string, bases []string) bool {
+	for _, b := range bases {
+		if name == b || strings.HasPrefix(name, b+".") || strings.HasPrefix(name, "."+b+".") {
+			return true
 		}
 	}
+	return false
+}
+
+// handOverState gives acct every state file an earlier run of sluice
+// left owned by root (the snapshot, its change log and booking journal,
+// the throttle's marks, the anvil sessions carried over, their temporary
+// files), so that the daemon reads them as acct. A state file is found by
+// its name in its directory, reached and changed without following a
+// link (safefs). Only a regular file with one link owned by root is
+// handed over; one acct owns already is the daemon's to read (or refuse).
+// Any other (root's link or hard-linked file, another user's file) makes
+// the start fail with the fix named: handing it over could give away a
+// file sluice never made, and leaving it would start the daemon without
+// the state it holds.
+func handOverState(cfg *config.Config, acct *privdrop.Account, log *slog.Logger) error {
+	var refused []string
+	for dirPath, bases := range stateFiles(cfg) {
+		dir, err := safefs.OpenDir(dirPath)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("state files: %w", err)
+		}
+		names, err := dir.Names(maxStateEntries)
+		if err != nil {
+			dir.Close()
+			return fmt.Errorf("state files: %w", err)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if !isStateFile(name, bases) {
+				continue
+			}
+			moved, err := dir.HandOver(name, acct.UID, acct.GID)
+			switch {
+			case errors.Is(err, safefs.ErrNotHandedOver):
+				refused = append(refused, err.Error())
+			case err != nil:
+				dir.Close()
+				return fmt.Errorf("state files: give a file left by root to %s: %w", acct.Name, err)
+			case moved:
+				log.Info("state file left by root given to the daemon's user", "file", dir.Join(name), "user", acct.Name)
+			}
+		}
+		dir.Close()
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("state files sluice cannot give to user %s: %s; sluice hands over only the files a run as root left (a regular file of root with one name): remove each (sluice then starts without what it held), or, if it is sluice's state, make it a plain file of %s yourself (cp it to a new file, chown %s: it)",
+			acct.Name, strings.Join(refused, "; "), acct.Name, acct.Name)
+	}
+	return nil
 }
 
 // unclaimedError is the error for sockets systemd passed that no listen

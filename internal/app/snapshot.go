@@ -22,6 +22,7 @@ type snapshotter struct {
 	log      *slog.Logger
 	failing  bool  // the last write failed (logged once per run of failures)
 	limit    int64 // the largest store file read back
+	health   *stateHealth
 }
 
 // newSnapshotter restores the store file into mem (which must be empty)
@@ -29,13 +30,16 @@ type snapshotter struct {
 // write must not find a clean mark from the previous stop. A file that
 // cannot be read is refused whole with one log line, and the daemon
 // starts empty. nil means snapshots are off (or the store is Redis).
-func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *snapshotter {
+//
+// A store file that exists but is not restored marks health degraded
+// until the next periodic write succeeds.
+func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger, health *stateHealth) *snapshotter {
 	mem, ok := store.(*memory.Store)
 	sc := cfg.Store.Snapshot
 	if !ok || cfg.Store.Kind != "memory" || !sc.Enabled {
 		return nil
 	}
-	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log, limit: memory.SnapshotLimit(cfg.Limiter.MaxKeys)}
+	s := &snapshotter{mem: mem, path: cfg.StatePath(sc.File), interval: sc.Interval.D(), log: log, limit: memory.SnapshotLimit(cfg.Limiter.MaxKeys), health: health}
 	if n := memory.RemoveTemps(s.path); n > 0 {
 		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
 	}
@@ -46,6 +50,7 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
 	case err != nil:
 		log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
+		health.lost(s.path, "the counts were not restored: "+err.Error())
 		if sc.RestartGuard {
 			// The counts existed but are lost: hold exact limits back.
 			s.guard(now, "the snapshot could not be read")
@@ -94,6 +99,9 @@ func (s *snapshotter) run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.write(now, false)
+			if !s.failing {
+				s.health.kept(s.path)
+			}
 		}
 	}
 }

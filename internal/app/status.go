@@ -28,7 +28,7 @@ func (d *Daemon) Status() status.Status {
 		Now:     now,
 		Started: d.started,
 		Reload:  status.Reload{Generation: int(d.generation.Load())},
-		Store:   &status.Store{Backend: cfg.Store.Kind, Keys: int64(d.store.Len()), Healthy: d.lim.Healthy()},
+		Store:   &status.Store{Backend: cfg.Store.Kind, Keys: int64(d.store.Len()), Healthy: d.lim.Healthy(), Degraded: d.state.degraded()},
 		Totals:  d.obs.totals(),
 	}
 	if t := d.reloadedAt.Load(); t != nil {
@@ -72,6 +72,7 @@ func (d *Daemon) Status() status.Status {
 		d.metrics.MTA(metrics.MTAState{Capacity: capa.Sessions, Open: occ.Sessions, ReservedUnused: occ.Unused, Free: st.MTA.Free})
 	}
 	d.metrics.Classes(mc)
+	d.metrics.StateDegraded(st.Store.Degraded != "")
 	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
 	if d.throttleBan != nil {
 		st.ThrottleKeys, _ = d.throttleBan.States(ctx)

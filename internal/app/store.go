@@ -45,6 +45,8 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 		Deadline:         r.Deadline.D(),
 		DialTimeout:      r.DialTimeout.D(),
 		LeaseTTL:         r.LeaseTTL.D(),
+		WaitReplicas:     r.WaitReplicas,
+		WaitTimeout:      r.WaitTimeout.D(),
 		Logger:           log,
 	}
 	if r.PasswordFile != "" {
@@ -81,6 +83,6 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (limit
 	if err != nil {
 		return nil, false, fmt.Errorf("redis store %s: %w", strings.Join(r.Addrs, ","), err)
 	}
-	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "master_set", r.MasterSet, "cluster", r.Cluster, "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode)
+	log.Info("limits are shared through Redis", "addrs", strings.Join(r.Addrs, ","), "master_set", r.MasterSet, "cluster", r.Cluster, "prefix", r.KeyPrefix, "deadline", r.Deadline.D().String(), "fail_mode", r.FailMode, "wait_replicas", r.WaitReplicas)
 	return s, r.FailMode == "open", nil
 }

@@ -51,7 +51,7 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 	id, bp := name+" "+bucket, guard.Policy(name)
 	w, err := guard.Admit(ctx, id, bp)
 	if err != nil {
-		return throttle.Grant{}, deferred(err)
+		return throttle.Grant{}, h.deferred(ctx, g, key, err)
 	}
 	wctx := w.Context()
 	if bp != nil {
@@ -59,7 +59,7 @@ func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.
 	}
 	gr, err := h.acquire(wctx, g, key)
 	if err := w.Got(ctx, err, func() { gr.Done(false) }); err != nil {
-		return throttle.Grant{}, deferred(err)
+		return throttle.Grant{}, h.deferred(ctx, g, key, err)
 	}
 	if w.Revoked() == nil {
 		return gr, nil
@@ -85,20 +85,20 @@ func (h throttleHandler) judge(ctx context.Context, guard *ban.Guard, id string,
 	}
 	signs := throttle.NewSigns(bp.Signs)
 	if !from.Trusted {
-		h.d.refusals.Refused(ctx, "throttle", "report", id, time.Minute,
-			"throttle: a report from a peer not trusted to steer the key changed nothing", "key", id, "peer", from.Peer)
-		return throttle.Verdict(lines, signs, guard.SuspendedHere(id))
+		answer := throttle.Verdict(lines, signs, guard.SuspendedHere(id))
+		h.recordUntrusted(ctx, id, from.Peer, answer)
+		return answer
 	}
 	suspended := guard.Judge(ctx, id, bp, ban.Result(throttle.Judge(lines, signs)))
 	return throttle.Verdict(lines, signs, suspended)
 }
 
-// deferred is the throttle's answer for the guard's error: a deferral
-// as the front end's, anything else as it is.
-func deferred(err error) error {
+// deferred is the throttle's answer for the guard's error: a deferral,
+// recorded (deferSuspended), as the front end's; anything else as it is.
+func (h throttleHandler) deferred(ctx context.Context, g *governor.Governor, key string, err error) error {
 	var bd *ban.Deferral
 	if errors.As(err, &bd) {
-		return &throttle.DeferError{Reason: bd.Error()}
+		return h.deferSuspended(ctx, g, key, bd)
 	}
 	return err
 }
@@ -174,6 +174,7 @@ func (d *Daemon) openMarks() limiter.Marks {
 	m, err := limiter.NewMemoryMarks(path, nil)
 	if err != nil {
 		d.log.Error("the marks file cannot be read; suspensions, learned limits and exemptions start afresh and are not kept", "err", err)
+		d.state.lost(path, "suspensions, learned limits and exemptions were not restored and are not kept: "+err.Error())
 		m, _ = limiter.NewMemoryMarks("", nil)
 	}
 	return m
@@ -192,8 +193,7 @@ func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
 	return rules, errs
 }
 
-// logThrottleDefer logs a deferred sender through the refusal log: one
-// line per key and minute, then a count.
-func (d *Daemon) logThrottleDefer(ctx context.Context, key, reason string) {
-	d.refusals.Refused(ctx, "throttle", "defer", key, governor.SummaryEvery, "throttle: deferred", "key", key, "reason", reason)
-}
+// logThrottleDefer is the throttle server's hook for a deferral's log
+// line: none, as every deferral is recorded (logged, counted) where it is
+// decided (governor.Record).
+func (d *Daemon) logThrottleDefer(context.Context, string, string) {}

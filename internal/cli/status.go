@@ -231,12 +231,24 @@ func writeStatus(w io.Writer, st *status.Status) {
 		if !s.Healthy {
 			health = "FAILING"
 		}
-		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, health)
+		if s.Degraded != "" {
+			// The store answers, but not with the state the last run left.
+			health = strings.Replace(health, "healthy", "DEGRADED", 1) + " (" + s.Degraded + ")"
+		}
+		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, status.Safe(health))
 	}
 	if m := st.MTA; m != nil {
 		fmt.Fprintf(tw, "mta\t%s\n", status.Safe(status.MTAText(m)))
 	}
-	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", status.Count(int64(st.Totals.Decisions)), status.Count(int64(st.Totals.Refusals)))
+	var deferred uint64
+	for _, v := range st.Totals.Doors {
+		deferred += v["deferred"]
+	}
+	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start", status.Count(int64(st.Totals.Decisions)), status.Count(int64(st.Totals.Refusals)))
+	if deferred > 0 {
+		fmt.Fprintf(tw, " (%s of them deferred by the throttle)", status.Count(int64(deferred)))
+	}
+	fmt.Fprintln(tw)
 	for i, d := range st.Doors {
 		label := ""
 		if i == 0 {
@@ -265,7 +277,7 @@ func writeStatus(w io.Writer, st *status.Status) {
 	}
 	for _, d := range st.Refusals {
 		refusals = append(refusals, fmt.Sprintf("%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ago(d.At), status.Safe(d.Door), status.Safe(d.Rule), status.Safe(d.Key),
-			perPeriod(d.Count, d.Limit, d.Period), status.Safe(d.Algorithm), status.Safe(d.Verdict), status.Safe(d.Reply)))
+			perPeriod(d.Count, d.Limit, d.Period), status.Safe(d.Algorithm), status.Safe(verdictReason(d)), status.Safe(d.Reply)))
 	}
 	writeTable(w, "classes: none", "classes (sessions / cap; - = no cap)", "class\tincoming/refuse\ttotal/queue", classes, 0)
 	writeTable(w, "top talkers: nobody is talking", "top talkers (busiest against their limits)", "key\trule\tcount/limit\trate", talkers, statusTalkers)
@@ -406,4 +418,13 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return status.Count(int64(n)) + " " + word + "s"
+}
+
+// verdictReason is a refusal's verdict with its reason when it is not
+// the count against a limit: "DEFER (ban)".
+func verdictReason(d status.Refusal) string {
+	if d.Reason == "" || d.Reason == "limit" || d.Reason == "class" {
+		return d.Verdict
+	}
+	return d.Verdict + " (" + d.Reason + ")"
 }

@@ -172,7 +172,8 @@ listen = ["unix:web"]
 				}
 				fields[k] = v
 			}
-			if fields["sender"] != sender || fields["key"] != "sender="+strings.ToLower(sender) || fields["level"] != "" || fields["msg"] != "" || len(fields) != 8 {
+			if fields["sender"] != sender || fields["key"] != "sender="+strings.ToLower(sender) || fields["level"] != "" || fields["msg"] != "" ||
+				fields["door"] != "policy" || fields["verdict"] != "refused" || fields["reason"] != "limit" || len(fields) != 11 {
 				t.Errorf("refusal line %q: fields %q", line, fields)
 			}
 			return

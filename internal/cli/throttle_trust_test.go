@@ -91,7 +91,8 @@ adapt = true
 	}
 	nobodyUID := strconv.Itoa(int(nobody.Credential.Uid))
 	if !strings.Contains(logw.String(), "a report from a peer not trusted to steer the key changed nothing") ||
-		!strings.Contains(logw.String(), "peer=\"uid "+nobodyUID+" ") {
+		!strings.Contains(logw.String(), "peer=\"uid "+nobodyUID+" ") ||
+		!strings.Contains(logw.String(), "door=throttle verdict=refused reason=untrusted_report") {
 		t.Errorf("no log line names the untrusted peer (uid %s):\n%s", nobodyUID, tail(logw.String(), 20))
 	}
 	if out := wrap(qmailr, banned); !strings.HasPrefix(out, "Z") {

@@ -197,6 +197,18 @@ type Redis struct {
 	// send without a booked slot is what gets a host banned, and a deferred
 	// mail waits in the queue.
 	FailMode string `toml:"fail_mode"`
+	// WaitReplicas is how many replicas must hold a decision's write
+	// (Redis WAIT) before the decision is answered. With 1 or more a
+	// Sentinel or Cluster failover loses no acknowledged count, so limits
+	// stay exact across it; a write the replicas do not acknowledge within
+	// wait_timeout gets the fail mode. It costs a replication round trip
+	// on every decision (docs/redis.md measures it). 0 (the default)
+	// answers at once, and a failover may lose the decisions in flight
+	// and what the replica lagged behind.
+	WaitReplicas int `toml:"wait_replicas"`
+	// WaitTimeout bounds that wait (default half of deadline; it must be
+	// shorter than deadline).
+	WaitTimeout Duration `toml:"wait_timeout"`
 }
 
 // Class is one [[class]] table.

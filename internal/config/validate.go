@@ -391,5 +391,13 @@ func (c *Config) validateStore() []error {
 	default:
 		add("store.redis.fail_mode", "%q is not open or closed", r.FailMode)
 	}
+	switch {
+	case r.WaitReplicas < 0:
+		add("store.redis.wait_replicas", "must not be negative (0: answer without waiting for replicas)")
+	case r.WaitTimeout.D() < 0 || r.WaitTimeout.D() > 0 && r.WaitTimeout.D() >= r.Deadline.D():
+		add("store.redis.wait_timeout", "must be positive and shorter than deadline (%s): the wait is part of every decision", r.Deadline.D())
+	case r.WaitTimeout.D() > 0 && r.WaitReplicas == 0:
+		add("store.redis.wait_timeout", "set wait_replicas to wait for replicas")
+	}
 	return errs
 }

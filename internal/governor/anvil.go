@@ -144,14 +144,16 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 		// The store cannot count: answer per the fail mode. smtpd refuses
 		// only when the count is over its limit.
 		if g.lim.FailOpen() || g.anvil.Postfix.Count <= 0 {
+			g.failMode(ctx, "anvil", cls.Name, false, "", err)
 			return 0, 0, nil
 		}
+		g.failMode(ctx, "anvil", cls.Name, true, "421 (smtpd's connection count limit, reported exceeded)", err)
 		return g.anvil.Postfix.Count + 1, 0, nil
 	}
 	st.ident, st.lease = ident, lease
-	classFull, held2, rule := false, int64(0), ""
+	classFull := false
 	if !g.anvil.NoClassCaps {
-		classFull, held2, rule = g.anvilClass(ctx, st, ident, cls)
+		classFull, _, _ = g.anvilClass(ctx, st, ident, cls)
 	}
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
@@ -166,10 +168,6 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	if classFull {
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
-		}
-		if rule == "class" {
-			g.refused(ctx, "anvil", "class", cls.Name, SummaryEvery, "anvil: class full; smtpd will refuse the connection",
-				"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held2)
 		}
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
@@ -191,9 +189,8 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 	if ok {
 		if admit, o := g.reserveAdmits(ctx, cls, held); !admit {
 			g.releaseClass(ctx, cl, cls.Queue)
-			g.refused(ctx, "anvil", "reserve", cls.Name, SummaryEvery, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
-				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused)
-			g.observe(g.reserveVerdict("anvil", cls, o))
+			g.observe(ctx, g.reserveVerdict("anvil", cls, o, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused))
 			return true, held - 1, "reserve"
 		}
 		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
@@ -202,8 +199,10 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 	v := Verdict{Door: "anvil", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: !ok}
 	if !ok {
 		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
+		v.Reason, v.Window = ReasonClass, SummaryEvery
+		v.Msg, v.Args = "anvil: class full; smtpd will refuse the connection", []any{"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held}
 	}
-	g.observe(v)
+	g.observe(ctx, v)
 	return !ok, held, "class"
 }
 
@@ -256,9 +255,12 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, ev)}, out[:]); err != nil {
 		// The store cannot count: report per the fail mode.
+		cls := g.classes.Match(AnvilPeer(ident))
 		if g.lim.FailOpen() || g.anvil.Postfix.Rates[ev] <= 0 {
+			g.failMode(ctx, "anvil", cls.Name, false, "", err)
 			return 0, nil
 		}
+		g.failMode(ctx, "anvil", cls.Name, true, "421 (smtpd's "+anvilStats[ev]+" limit, reported exceeded)", err)
 		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
 	cls := g.classes.Match(AnvilPeer(ident))

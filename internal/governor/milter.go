@@ -78,31 +78,31 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	case err != nil:
 		if g.lim.FailOpen() {
 			g.log.Warn("milter: class count failed; admitting the session", "class", cls.Name, "client", ms.req.ClientAddress, "err", err)
+			g.failMode(ctx, "milter", cls.Name, false, "", err)
 			break
 		}
-		g.log.Warn("milter: class count failed; refusing the session", "class", cls.Name, "client", ms.req.ClientAddress, "err", err)
+		g.failMode(ctx, "milter", cls.Name, true, milterTrouble, err)
 		ms.refused = true
 		return milterTrouble
 	case !ok:
-		g.refused(ctx, "milter", "class", cls.Name, SummaryEvery, "milter: class full; refusing the session", "class", cls.Name, "refuse", cls.Refuse,
-			"sessions", held, "client", ms.req.ClientAddress, "name", host)
 		ms.refused = true
 		reply := MilterRefusal(g.milter.RefuseText, cls, held)
-		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply})
+		g.observe(ctx, Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply,
+			Reason: ReasonClass, Window: SummaryEvery, Msg: "milter: class full; refusing the session",
+			Args: []any{"class", cls.Name, "refuse", cls.Refuse, "sessions", held, "client", ms.req.ClientAddress, "name", host}})
 		return reply
 	default:
 		if ok, o := g.reserveAdmits(ctx, cls, held); !ok {
 			g.releaseClass(ctx, lease, cls.Queue)
 			ms.refused = true
-			v := g.reserveVerdict("milter", cls, o)
-			g.refused(ctx, "milter", "reserve", cls.Name, SummaryEvery, "milter: the free sessions are reserved for other classes; refusing the session",
+			v := g.reserveVerdict("milter", cls, o, "milter: the free sessions are reserved for other classes; refusing the session",
 				"class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused,
 				"client", ms.req.ClientAddress, "name", host)
-			g.observe(v)
+			g.observe(ctx, v)
 			return v.Reply
 		}
 		ms.lease = lease
-		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
+		g.observe(ctx, Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("milter connect", "class", cls.Name, "sessions", held, "refuse", cls.Refuse, "client", ms.req.ClientAddress, "name", host)
@@ -118,7 +118,7 @@ func (g *Governor) milterAdopted(ctx context.Context, ms *MilterSession, cls *li
 	if err != nil {
 		held = 0
 	}
-	g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
+	g.observe(ctx, Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("milter connect: the session holds the slot anvil took", "class", cls.Name, "sessions", held, "client", ms.req.ClientAddress, "name", host, "pid", ms.pid)
 	}

@@ -249,10 +249,12 @@ func policyChecks(r *PolicyRule, key string, limits []limiter.Limit) []limiter.C
 // policyStoreKey is the store key of a rule's key, less the limit's index.
 func policyStoreKey(rule, key string) string { return "policy\x00{" + rule + "\x00" + key + "}" }
 
-// policyReport logs a rule's decisions at debug level and shows its
-// verdict to the observer; limits are the limits applied
-// (EffectiveLimits), refused is the index of the refusing limit, or -1.
-func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, limits []limiter.Limit, out []limiter.Decision, refused int, at time.Time) {
+// policyReport logs a rule's decisions at debug level and records its
+// verdict; eff holds the limits applied (EffectiveLimits), refused is the
+// index of the refusing limit, or -1; err, if set, is the store's failure
+// the fail mode answered (open: out allows).
+func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyRequest, key string, n int64, eff Effective, out []limiter.Decision, refused int, at time.Time, err error) {
+	limits := eff.Limits
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		for j := range out {
 			verdict := "ok"
@@ -263,15 +265,27 @@ func (g *Governor) policyReport(ctx context.Context, r *PolicyRule, req *PolicyR
 				"limit", limits[j].String(), "verdict", verdict, "state", req.ProtocolState, "client", req.ClientAddress)
 		}
 	}
-	if g.obs != nil {
-		j := max(refused, 0)
-		lim := limits[j]
-		v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lim, Refused: refused >= 0, DryRun: r.DryRun, At: at}
-		if refused >= 0 {
-			v.Reply = PolicyAction(r, key, out[refused], lim)
-		}
-		g.observe(v)
+	if refused < 0 && err == nil && g.obs == nil && !g.log.Enabled(ctx, slog.LevelDebug) {
+		return // nothing to record: no observer, and an admission is logged at debug only
 	}
+	j := max(refused, 0)
+	lim := limits[j]
+	v := Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Count: out[j].Count, Limit: lim, Refused: refused >= 0, DryRun: r.DryRun, At: at}
+	switch {
+	case refused >= 0:
+		v.Reply = PolicyAction(r, key, out[refused], lim)
+		v.Reason, v.Window = ReasonLimit, lim.Period
+		v.Msg = "policy: over the limit"
+		v.Args = []any{"rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", lim.String(), "source", eff.Source}
+		if r.DryRun {
+			v.Msg = "policy: over the limit (dry run)"
+		} else {
+			v.Args = append(v.Args, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+		}
+	case err != nil:
+		v.Reason, v.Msg, v.Args = ReasonFailOpen, "policy: the store cannot decide; admitted (fail_mode open)", []any{"err", err}
+	}
+	g.observe(ctx, v)
 }
 
 func limiterAllows(out []limiter.Decision) bool {

@@ -73,7 +73,7 @@ func (g *Governor) ruleStep(ctx context.Context, ps *PolicySession, req *PolicyR
 }
 
 // policyEffects is what a live query does with a rule's step beside its
-// answer: logs and observes it, keeps its hit for taking back (done, and
+// answer: records it (governor.Record: log, metrics, status), keeps its hit for taking back (done, and
 // the session), and on a refusal or a failure takes back what earlier
 // rules counted for the mail (done), since it did not happen.
 func (g *Governor) policyEffects(ctx context.Context, ps *PolicySession, req *PolicyRequest, st *policyStep, done []pendingHit) []pendingHit {
@@ -82,25 +82,17 @@ func (g *Governor) policyEffects(ctx context.Context, ps *PolicySession, req *Po
 	case st.skip != "":
 		return done
 	case st.eff.Exempt:
-		g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", st.eff.Source)
+		g.observe(ctx, Verdict{Door: "policy", Rule: r.Name, Key: keyText(key), Reason: ReasonExempt, Msg: "policy: exempt", Args: []any{"source", st.eff.Source}})
 		return done
 	case st.failed:
-		g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", st.err)
+		g.failMode(ctx, "policy", keyText(key), true, storeTrouble, st.err, "rule", r.Name)
 		g.policyUndo(ctx, done)
 		return done
 	}
-	limits, out, refused := st.eff.Limits, st.out, st.refused
-	g.policyReport(ctx, r, req, key, st.n, limits, out, refused, st.at)
+	refused := st.refused
+	g.policyReport(ctx, r, req, key, st.n, st.eff, st.out, refused, st.at, st.err)
 	done = policyPending(ps, r, req, pendingHit{checks: st.checks, n: st.n, at: st.at}, st.mode, refused, done)
-	switch {
-	case refused < 0:
-	case r.DryRun:
-		g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), limits[refused].Period,
-			"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", limits[refused].String(), "source", st.eff.Source)
-	default:
-		g.refused(ctx, "policy", r.Name, keyText(key), limits[refused].Period,
-			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
-			"limit", limits[refused].String(), "source", st.eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
+	if refused >= 0 && !r.DryRun {
 		g.policyUndo(ctx, done)
 		if r.Count == rules.CountConnections {
 			ps.connDeny = st.text

@@ -111,7 +111,7 @@ func reserveReply(cls *limiter.Class, capacity int64) string {
 
 // reserveVerdict is the verdict of a session the reservations refused:
 // its count is the sessions open without it, its limit the capacity.
-func (g *Governor) reserveVerdict(door string, cls *limiter.Class, o Occupancy) Verdict {
+func (g *Governor) reserveVerdict(door string, cls *limiter.Class, o Occupancy, msg string, args ...any) Verdict {
 	return Verdict{Door: door, Rule: "reserve", Key: cls.Name, Count: o.Sessions, Limit: sessionCap(g.capacity.Sessions),
-		Refused: true, Reply: reserveReply(cls, g.capacity.Sessions)}
+		Refused: true, Reply: reserveReply(cls, g.capacity.Sessions), Reason: ReasonReserve, Window: SummaryEvery, Msg: msg, Args: args}
 }

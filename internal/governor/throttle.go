@@ -63,6 +63,8 @@ type ThrottleGrant struct {
 	// against the class's queue cap (XLA's outgoing threshold).
 	classLease limiter.Lease
 	classCap   int64
+	// classFull is set when the class's queue cap deferred the sender.
+	classFull bool
 }
 
 // releaseClass ends a class session (incoming or outgoing). A send waiting
@@ -140,16 +142,27 @@ func WithThrottleCap(ctx context.Context, n int64) context.Context {
 // try later. ctx ending gives up the place in line.
 func (g *Governor) ThrottleAcquire(ctx context.Context, key string) (ThrottleGrant, error) {
 	gr, err := g.throttleAcquire(ctx, key)
-	if g.obs != nil && (err == nil || errors.Is(err, ErrDefer)) {
-		v := Verdict{Door: "throttle", Rule: gr.Policy, Key: key, Refused: err != nil}
-		if p := g.throttlePolicy(key); p != nil {
-			v.Limit = p.Limit
-		}
-		if err != nil {
-			v.Reply = err.Error()
-		}
-		g.observe(v)
+	v := Verdict{Door: "throttle", Rule: gr.Policy, Key: key}
+	if p := g.throttlePolicy(key); p != nil {
+		v.Limit = p.Limit
 	}
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrDefer):
+		why := strings.TrimPrefix(err.Error(), ErrDefer.Error()+": ")
+		v.Refused, v.Deferred, v.Reason, v.Reply = true, true, ReasonMaxWait, "DEFER "+why
+		if gr.classFull {
+			v.Reason = ReasonClass
+		}
+		v.Msg, v.Window, v.Args = "throttle: deferred", SummaryEvery, []any{"key", key, "reason", why}
+	case ctx.Err() != nil:
+		return gr, err // the sender went away, or a suspension the caller records took its place
+	default:
+		// The store cannot book: the sender is told to try later.
+		g.failMode(ctx, "throttle", key, true, "DEFER throttle unavailable: "+err.Error(), err)
+		return gr, err
+	}
+	g.observe(ctx, v)
 	return gr, err
 }
 
@@ -162,6 +175,7 @@ func (g *Governor) throttleAcquire(ctx context.Context, key string) (ThrottleGra
 		gr := ThrottleGrant{Key: key, At: now}
 		var err error
 		gr.classLease, gr.classCap, err = g.throttleClass(ctx, key, 0)
+		gr.classFull = errors.Is(err, ErrDefer)
 		return gr, err
 	}
 	gr := ThrottleGrant{Policy: p.Name, Key: key, cap: p.Concurrency}
@@ -184,6 +198,7 @@ func (g *Governor) throttleAcquire(ctx context.Context, key string) (ThrottleGra
 	}
 	cl, ccap, err := g.throttleClass(ctx, key, max(deadline.Sub(g.lim.Now()), 0))
 	if err != nil {
+		gr.classFull = errors.Is(err, ErrDefer)
 		g.waiters.Release(context.WithoutCancel(ctx), gr.lease, gr.cap)
 		return gr, err
 	}

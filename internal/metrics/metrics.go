@@ -95,7 +95,7 @@ const (
 	// sluice_pool_kills_total and sluice_pool_busy_timeouts_total.
 	PartPoolEvents
 	PartThrottle // sluice_throttle_waiters, sluice_throttle_grant_wait_seconds
-	PartStore    // sluice_store_operation_seconds, sluice_store_errors_total, sluice_store_fast_failures_total
+	PartStore    // sluice_store_operation_seconds, sluice_store_errors_total, sluice_store_fast_failures_total, sluice_state_degraded
 	PartConfig   // sluice_config_reloads_total, ..._last_reload_success_timestamp_seconds
 )
 
@@ -136,6 +136,7 @@ type Metrics struct {
 	storeLatency   *histograms // op
 	storeErrors    *counters   // op
 	storeFastFails *counters   // op
+	stateDegraded  prometheus.Gauge
 
 	reloads    *prometheus.CounterVec // result
 	lastReload prometheus.Gauge
@@ -193,6 +194,8 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 		storeFastFails: newCounters(counterVec("store", "fast_failures_total",
 			"Limiter store operations failed at once without trying the store (the Redis store's circuit breaker is open), by operation; each also counts as an error.",
 			"op")),
+		stateDegraded: gauge("state", "degraded",
+			"1 while the state the last run left (counts, throttle marks) is not restored: a state file was unreadable, another user's or refused; sluice status says why."),
 		reloads: counterVec("config", "reloads_total",
 			"Configuration reloads, by result (success, failure).",
 			"result"),
@@ -255,7 +258,7 @@ func (m *Metrics) collectors() map[Part][]prometheus.Collector {
 		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
 		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
 		PartThrottle:   {m.throttleWaiters, m.throttleGrant, &m.throttleKeys},
-		PartStore:      {m.storeLatency.vec, m.storeErrors.vec, m.storeFastFails.vec},
+		PartStore:      {m.storeLatency.vec, m.storeErrors.vec, m.storeFastFails.vec, m.stateDegraded},
 		PartConfig:     {m.reloads, m.lastReload},
 	}
 }
@@ -449,6 +452,19 @@ func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
 type FastFailer interface {
 	error
 	FastFail() bool
+}
+
+// StateDegraded sets sluice_state_degraded: whether the state the last
+// run left is not restored.
+func (m *Metrics) StateDegraded(degraded bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if degraded {
+		v = 1
+	}
+	m.stateDegraded.Set(v)
 }
 
 // Reload counts a configuration reload; a success at time at also sets

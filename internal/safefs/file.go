@@ -204,12 +204,18 @@ func (d *Dir) Remove(name string) error {
 	return nil
 }
 
+// ErrNotHandedOver is HandOver's refusal: a file that is neither the
+// daemon's user's nor one an earlier run left as root.
+var ErrNotHandedOver = errors.New("not a file sluice left as root")
+
 // HandOver gives the regular file name to uid and gid when root owns
 // it and nothing else names it (one link): a file an earlier run left as
-// root, which the daemon's user must now read. A link, a file with
-// other names, or one owned by anyone else is left alone (nil: nothing
-// to do, or the caller's refusal comes when it opens the file). It
-// reports whether the file was handed over.
+// root, which the daemon's user must now read. It reports whether the
+// file was handed over; a missing file, or an entry uid owns already
+// (whatever it is: the daemon's reader judges it), is nothing to do. Any
+// other entry is refused with ErrNotHandedOver, saying what it is: a
+// link or a file with other names owned by root (handing it over would
+// give another file away), or an entry of another user.
 func (d *Dir) HandOver(name string, uid, gid int) (bool, error) {
 	if err := checkName(name); err != nil {
 		return false, err
@@ -226,8 +232,15 @@ func (d *Dir) HandOver(name string, uid, gid int) (bool, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, fmt.Errorf("%s: %w", d.Join(name), err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Uid != 0 || int(st.Uid) == uid {
+	switch {
+	case int(st.Uid) == uid:
 		return false, nil
+	case st.Uid != 0:
+		return false, fmt.Errorf("%s: %w: it is %s of %s", d.Join(name), ErrNotHandedOver, kind(st.Mode), owner(int(st.Uid)))
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return false, fmt.Errorf("%s: %w: it is %s of root", d.Join(name), ErrNotHandedOver, kind(st.Mode))
+	case st.Nlink != 1:
+		return false, fmt.Errorf("%s: %w: root's file with %d names (hard links)", d.Join(name), ErrNotHandedOver, st.Nlink)
 	}
 	if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
 		return false, fmt.Errorf("chown %s: %w", d.Join(name), err)

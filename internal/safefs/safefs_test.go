@@ -278,10 +278,29 @@ func TestHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	for name, want := range map[string]bool{"old": true, "hard": false, "soft": false, "missing": false} {
+	if err := os.Symlink(target, filepath.Join(dir, "own")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lchown(filepath.Join(dir, "own"), uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "foreign"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "foreign"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]struct {
+		moved   bool
+		refused string
+	}{
+		"old": {moved: true}, "missing": {}, "own": {},
+		"hard": {refused: "root's file with 2 names"}, "soft": {refused: "a symbolic link of root"}, "foreign": {refused: "uid 65534"},
+	} {
 		got, err := d.HandOver(name, uid, gid)
-		if err != nil || got != want {
-			t.Errorf("%s: handed over %v (%v), want %v", name, got, err, want)
+		if got != want.moved || (err == nil) != (want.refused == "") ||
+			err != nil && (!errors.Is(err, ErrNotHandedOver) || !strings.Contains(err.Error(), want.refused)) {
+			t.Errorf("%s: handed over %v (%v), want %v (refused: %q)", name, got, err, want.moved, want.refused)
 		}
 	}
 	if err := os.Remove(filepath.Join(dir, "hard")); err != nil {

@@ -58,6 +58,9 @@ type Store struct {
 	Keys    int64  `json:"keys"`               // keys held now
 	MaxKeys int64  `json:"max_keys,omitempty"` // the key cap (0: none or unknown)
 	Healthy bool   `json:"healthy"`            // the last operation succeeded
+	// Degraded says why the state the last run left was not restored
+	// (a state file unreadable, another user's, refused); "" when it was.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // Door is one service of the daemon.
@@ -143,12 +146,19 @@ type Refusal struct {
 	Algorithm string    `json:"algorithm,omitempty"` // anvil, exact, smooth, concurrency...
 	Verdict   string    `json:"verdict"`             // what the peer was told (DEFER, 421...)
 	Reply     string    `json:"reply,omitempty"`     // the reply text, if any
+	// Reason says why in one word: limit, class, max_wait, ban, suspended,
+	// fail_closed, untrusted_report.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Totals are running counts since the daemon started.
 type Totals struct {
 	Decisions uint64 `json:"decisions"` // every verdict given
 	Refusals  uint64 `json:"refusals"`  // those that refused (dry runs not counted)
+	// Doors counts the verdicts by door and verdict, in the words of
+	// sluice_decisions_total's verdict label (ok, refused, deferred,
+	// dry_run): the same counts as the metric's, summed over rules.
+	Doors map[string]map[string]uint64 `json:"doors,omitempty"`
 }
 
 // Sample is one point of the short history.

@@ -40,9 +40,10 @@ type conn interface {
 
 // script is one Lua script: the shared prelude (lua/common.lua) and a body.
 type script struct {
-	name string
-	src  string
-	sha  string
+	name   string
+	src    string
+	sha    string
+	writes bool // the script may write (not flags=no-writes)
 }
 
 //go:embed lua/*.lua
@@ -66,7 +67,7 @@ func compose(name string, readOnly bool, modules ...string) *script {
 		src += string(b) + "\n"
 	}
 	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:]), writes: !readOnly}
 }
 
 // Algorithm sets, as bits, for the rate scripts: each variant holds only
@@ -105,8 +106,15 @@ var (
 	probeScript   = compose("probe", true)
 )
 
-// rconn adapts a rueidis client to conn.
-type rconn struct{ c rueidis.Client }
+// rconn adapts a rueidis client to conn. With waitReplicas > 0, every
+// writing script is followed, on the same connection, by WAIT
+// waitReplicas waitMs, and its reply is returned only once that many
+// replicas have acknowledged it (else ErrNotReplicated).
+type rconn struct {
+	c            rueidis.Client
+	waitReplicas int64
+	waitMs       int64
+}
 
 func dial(o Options) (conn, error) {
 	opt := rueidis.ClientOption{
@@ -151,7 +159,7 @@ func dial(o Options) (conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rconn{c}, nil
+	return rconn{c: c, waitReplicas: int64(o.WaitReplicas), waitMs: max(o.WaitTimeout.Milliseconds(), 1)}, nil
 }
 
 // dialAddr connects to addr: "unix:PATH" is a unix socket, anything
@@ -182,11 +190,38 @@ func (r rconn) primary() string {
 }
 
 func (r rconn) eval(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	if r.waitReplicas > 0 && sc.writes {
+		return r.evalWait(ctx, sc, keys, args)
+	}
 	res := r.c.Do(ctx, r.c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
 		res = r.c.Do(ctx, r.c.B().Eval().Script(sc.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	return res.AsIntSlice()
+}
+
+// evalWait runs sc and then WAIT in one round trip on one connection
+// (WAIT waits for that connection's writes; rueidis sends a blocking
+// command's batch on a connection of its own, in a Cluster the one of
+// the keys' slot).
+func (r rconn) evalWait(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	wait := func() rueidis.Completed { return r.c.B().Wait().Numreplicas(r.waitReplicas).Timeout(r.waitMs).Build() }
+	res := r.c.DoMulti(ctx, r.c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
+	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
+		res = r.c.DoMulti(ctx, r.c.B().Eval().Script(sc.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
+	}
+	v, err := res[0].AsIntSlice()
+	if err != nil {
+		return nil, err
+	}
+	n, err := res[1].AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("WAIT: %w", err)
+	}
+	if n < r.waitReplicas {
+		return nil, fmt.Errorf("%w: %d of %d replicas within %d ms", ErrNotReplicated, n, r.waitReplicas, r.waitMs)
+	}
+	return v, nil
 }
 
 func (r rconn) countKeys(ctx context.Context, pattern string) (int64, error) {

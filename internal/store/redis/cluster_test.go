@@ -86,12 +86,21 @@ func TestClusterThreeMastersExact(t *testing.T) {
 // slots fail meanwhile and get the fail mode; the counts lost are few
 // (reported); the dead host's leases free after lease_ttl; decisions are
 // exact again afterwards.
+//
+// Run twice, as TestSentinelFailover: answering at once, and with
+// WaitReplicas 1.
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("failover test: starts a six-node Redis Cluster and waits for a failover")
 	}
+	for _, wait := range []int{0, 1} {
+		t.Run(fmt.Sprintf("wait_replicas=%d", wait), func(t *testing.T) { clusterFailover(t, wait) })
+	}
+}
+
+func clusterFailover(t *testing.T, wait int) {
 	c := startCluster(t, 3, 1)
-	o := Options{Addrs: c.Addrs(), Cluster: true}
+	o := Options{Addrs: c.Addrs(), Cluster: true, WaitReplicas: wait, WaitTimeout: 500 * time.Millisecond}
 	r := newFailoverRun(t, o)
 	if adm, fail := r.admitExactly(-2, 100, 8); adm != failoverLimit || fail != 0 {
 		t.Errorf("before the failover: %d of 100 admitted (%d failed), want exactly %d", adm, fail, failoverLimit)
@@ -111,6 +120,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.onVictim = func(sender int) bool { return owners[ClusterSlot(senderChecks(sender)[0].Key)] == victim }
+	onVictim := -3
+	for owners[ClusterSlot(senderChecks(onVictim)[0].Key)] != victim {
+		onVictim--
+	}
+	perAdmission := r.bytesPerAdmission(t, victim.Addr(), onVictim)
 	crashed := leaseHolder(t, o, r.stores[0].prefix, leaseKey, leaseCap)
 	if err := redistest.WaitFor(5*time.Second, func() error {
 		v, err := redistest.DoAll(heir.Addr(), []string{"READONLY"}, []string{"ZCARD", leaseRKey})
@@ -123,13 +137,13 @@ func TestClusterFailover(t *testing.T) {
 	}
 	freedCh := watchLeases(r.stores[0], leaseKey, leaseCap, 60*time.Second)
 
-	killed, switched := r.failover(t, func() error {
+	killed, switched := r.failover(t, r.killAfterReading(victim.Addr(), heir.Addr(), perAdmission, func() error {
 		if err := victim.Signal(syscall.SIGKILL); err != nil {
 			return err
 		}
 		victim.Kill() // reaps it; Alive is false from here on
 		return nil
-	}, func() error {
+	}), func() error {
 		m, err := c.MasterOf(slot)
 		if err == nil && m != heir {
 			err = fmt.Errorf("slot %d is served by %s", slot, m.Addr())
@@ -139,8 +153,11 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return err
 	})
+	if wait > 0 {
+		t.Logf("the old master rejoined as a replica %s after the switch", rejoin(t, victim, heir.Addr()))
+	}
 	f := r.conclude(t, "cluster", freedCh, killed, switched, crashed)
-	t.Logf("cluster failover: %d failed decisions of senders on the other masters", f.failedElsewhere)
+	t.Logf("cluster failover: %d failed decisions of senders on the other masters (and %d whose replica did not acknowledge within wait_timeout)", f.failedElsewhere, f.unreplicatedElsewhere)
 	// cluster-require-full-coverage no: the other masters keep serving.
 	if f.failedElsewhere != 0 {
 		t.Errorf("%d decisions of senders on the surviving masters failed", f.failedElsewhere)

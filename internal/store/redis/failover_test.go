@@ -2,10 +2,12 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,6 +60,9 @@ type senderRec struct {
 	admitted int       // admitted by the store
 	refused  int       // refused by the store
 	failed   int       // store errors (the fail mode decided)
+	// unreplicated are those of failed that no replica acknowledged in
+	// time (WaitReplicas): the master answered, its replica was slow.
+	unreplicated int
 }
 
 // failoverRun is one run of the harness.
@@ -75,12 +80,19 @@ type failoverRun struct {
 	// onVictim, in a Cluster, says whether a sender's keys were on the
 	// master that is killed.
 	onVictim func(sender int) bool
+	// acks are the times of the admissions the store acknowledged.
+	acks []time.Time
+	// wait is Options.WaitReplicas of the stores.
+	wait int
+	// lag is what the replica that takes over had not received when its
+	// master died (see replicaLag).
+	lag replicaLag
 }
 
 // newFailoverRun opens the two stores with o (Addrs and the topology
 // options set by the caller).
 func newFailoverRun(t *testing.T, o Options) *failoverRun {
-	r := &failoverRun{t: t, logs: &logbuf.Buffer{}, senders: make(map[int]*senderRec)}
+	r := &failoverRun{t: t, logs: &logbuf.Buffer{}, senders: make(map[int]*senderRec), wait: o.WaitReplicas}
 	o.KeyPrefix = fmt.Sprintf("fo%d:", prefixSeq.Add(1))
 	o.Deadline = time.Second
 	o.LeaseTTL = failoverLeaseTTL
@@ -141,25 +153,32 @@ func (r *failoverRun) hit(i, sender int, out []limiter.Decision) (ok bool, err e
 	switch {
 	case err != nil:
 		rec.failed++
+		if errors.Is(err, ErrNotReplicated) {
+			rec.unreplicated++
+		}
 		r.errs[i] = append(r.errs[i], time.Now())
 		if out[0].Allowed != r.lims[i].FailOpen() || out[1].Allowed != r.lims[i].FailOpen() {
 			r.wrongFM++
 		}
 	case out[0].Allowed && out[1].Allowed:
 		rec.admitted++
+		r.acks = append(r.acks, time.Now())
 	default:
 		rec.refused++
 	}
 	return err == nil && out[0].Allowed, err
 }
 
-// finish fills every sender the store has not refused yet until it does,
-// so that every sender's store admissions can be compared to the limit.
+// finish fills every sender the store admitted and has not refused yet
+// until it does, so that every sender's store admissions can be compared
+// to the limit.
 func (r *failoverRun) finish() {
 	r.mu.Lock()
 	var open []int
 	for s, rec := range r.senders {
-		if rec.refused == 0 {
+		// A sender the store never admitted cannot be admitted beyond
+		// its limit: only its failed decisions' counts could be lost.
+		if rec.refused == 0 && rec.admitted > 0 {
 			open = append(open, s)
 		}
 	}
@@ -183,9 +202,15 @@ type failoverFigures struct {
 	under    int              // admissions short of the limit (calls that timed out but were applied)
 	senders  int
 	exactErr []string // senders first asked after the outage and not exact
+	// overSenders are some senders admitted beyond the limit.
+	overSenders []string
 	// failedElsewhere are the failed decisions of senders whose keys were
 	// not on the dead master (Cluster; see failoverRun.onVictim).
 	failedElsewhere int
+	// unreplicatedElsewhere are their decisions whose replica did not
+	// acknowledge in time (WaitReplicas on a busy host): not failures of
+	// the surviving masters.
+	unreplicatedElsewhere int
 }
 
 // figures sums up the run; recovered is when the last limiter's last
@@ -206,13 +231,18 @@ func (r *failoverRun) figures(killed time.Time) (f failoverFigures, recovered ti
 	for s, rec := range r.senders {
 		f.senders++
 		if r.onVictim != nil && !r.onVictim(s) {
-			f.failedElsewhere += rec.failed
+			f.failedElsewhere += rec.failed - rec.unreplicated
+			f.unreplicatedElsewhere += rec.unreplicated
 		}
 		switch {
 		case rec.admitted > failoverLimit:
 			f.over += rec.admitted - failoverLimit
 			f.overKeys++
-		case rec.admitted < failoverLimit:
+			if len(f.overSenders) < 5 {
+				f.overSenders = append(f.overSenders, fmt.Sprintf("s%d first asked %s after the kill: %+v", s, rec.first.Sub(killed).Round(time.Millisecond), *rec))
+			}
+		case rec.admitted < failoverLimit && (rec.admitted > 0 || rec.refused > 0):
+			// (a sender whose every decision failed is not filled: finish)
 			f.under += failoverLimit - rec.admitted
 		}
 		if rec.first.After(recovered) && (rec.admitted != failoverLimit || rec.failed != 0) {
@@ -306,7 +336,11 @@ func (r *failoverRun) conclude(t *testing.T, name string, freedCh <-chan time.Ti
 	f, recovered := r.figures(killed)
 	adm, fail := r.admitExactly(-1, 100, 8)
 	report(t, name, f, killed, recovered, switched, crashed, freed, adm, fail)
-	checkFailover(t, r, f, killed, recovered, crashed, freed, adm, fail)
+	// The failover ends when the switch is seen or the last decision
+	// failed, whichever is later: on a busy host the dead master's
+	// decisions may stall rather than fail until the switch.
+	checkFailover(t, r, f, killed, maxTime(recovered, killed.Add(switched)), crashed, freed, adm, fail)
+	r.checkLost(t, f)
 	return f
 }
 
@@ -327,4 +361,157 @@ func watchLeases(s *Store, key string, capacity int64, limit time.Duration) <-ch
 		}
 	}()
 	return ch
+}
+
+// replicaLag is how far the replica that takes over was behind its
+// master at the kill: the master's replication offset read just before
+// the SIGKILL (at infoAt) less the replica's read just after (it cannot
+// move on without its master), in bytes, and the fewest bytes one
+// admitted decision adds to the stream (measured before the load).
+type replicaLag struct {
+	infoAt, killAt time.Time
+	bytes          int64
+	perAdmission   int64
+	masterOffset   int64
+	replicaOffset  int64
+}
+
+// decisions is the most admitted decisions the lag can hold.
+func (l replicaLag) decisions() int {
+	if l.bytes <= 0 {
+		return 0
+	}
+	return int((l.bytes + l.perAdmission - 1) / l.perAdmission)
+}
+
+// replOffset is a Redis server's master_repl_offset: for a master what
+// it wrote to its replication stream, for a replica what it received.
+func replOffset(addr string) (int64, error) {
+	v, err := redistest.Do(addr, "INFO", "replication")
+	if err != nil {
+		return 0, err
+	}
+	info, _ := v.(string)
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "master_repl_offset:"); ok {
+			return strconv.ParseInt(rest, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no master_repl_offset in INFO replication", addr)
+}
+
+// bytesPerAdmission measures the fewest replication bytes one admitted
+// decision adds on master: sender's first hits (new keys, then counts
+// going up), one at a time, through store 0.
+func (r *failoverRun) bytesPerAdmission(t *testing.T, master string, sender int) int64 {
+	t.Helper()
+	least := int64(-1)
+	out := make([]limiter.Decision, 2)
+	for range 5 {
+		before, err := replOffset(master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.stores[0].Hit(ctx, time.Now(), 1, limiter.Leaky, senderChecks(sender), out); err != nil || !out[0].Allowed {
+			t.Fatalf("measuring a decision's replication: %v %+v", err, out)
+		}
+		after, err := replOffset(master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := after - before; d > 0 && (least < 0 || d < least) {
+			least = d
+		}
+	}
+	if least <= 0 {
+		t.Fatal("an admitted decision added nothing to the replication stream")
+	}
+	return least
+}
+
+// killAfterReading reads master's replication offset, then kills it with
+// kill, then reads the heir replica's offset: the lag the failover loses.
+func (r *failoverRun) killAfterReading(master, heir string, perAdmission int64, kill func() error) func() error {
+	return func() error {
+		r.lag.perAdmission = perAdmission
+		off, err := replOffset(master)
+		if err != nil {
+			return err
+		}
+		r.lag.infoAt, r.lag.masterOffset = time.Now(), off
+		r.lag.killAt = time.Now()
+		if err := kill(); err != nil {
+			return err
+		}
+		if r.lag.replicaOffset, err = replOffset(heir); err != nil {
+			return err
+		}
+		r.lag.bytes = r.lag.masterOffset - r.lag.replicaOffset
+		return nil
+	}
+}
+
+// acksBetween counts the admissions acknowledged from a to b.
+func (r *failoverRun) acksBetween(a, b time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, at := range r.acks {
+		if !at.Before(a) && !at.After(b) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkLost checks the counts lost with the master against their true
+// bound. With WaitReplicas, none: every admission acknowledged was on a
+// replica. Without, each lost count lets one more request through later,
+// and what is lost is what the master applied and the heir had not
+// received: the admissions in the replication lag read before the kill
+// (at most lag bytes over the fewest bytes of one admission), those
+// acknowledged between that reading and the kill, and those in flight
+// at the kill (applied, not yet acknowledged: at most one per worker).
+func (r *failoverRun) checkLost(t *testing.T, f failoverFigures) {
+	t.Helper()
+	between := r.acksBetween(r.lag.infoAt, r.lag.killAt)
+	bound := failoverWorkers + r.lag.decisions() + between
+	if f.over > 0 {
+		t.Logf("senders admitted beyond the limit: %v", f.overSenders)
+	}
+	t.Logf("replication lag at the kill: %d bytes (master offset %d, heir %d), at least %d bytes an admission: at most %d admissions; %d acknowledged between the reading and the kill; bound %d (wait_replicas %d)",
+		r.lag.bytes, r.lag.masterOffset, r.lag.replicaOffset, r.lag.perAdmission, r.lag.decisions(), between, bound, r.wait)
+	switch {
+	case r.wait > 0 && f.over != 0:
+		t.Errorf("%d admissions beyond the limit with wait_replicas %d: an acknowledged count was lost", f.over, r.wait)
+	case f.over > bound:
+		t.Errorf("%d admissions beyond the limit: more than the %d in flight, the %d the replica lagged by and the %d acknowledged during the reading",
+			f.over, failoverWorkers, r.lag.decisions(), between)
+	}
+}
+
+// rejoin restarts the dead master, as an operator would, and waits until
+// newMaster has a replica in sync again (the Sentinels, or the Cluster,
+// make the restarted server its replica). With WaitReplicas no write
+// succeeds while the new master has no replica: its decisions get the
+// fail mode.
+func rejoin(t *testing.T, dead *redistest.Server, newMaster string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := dead.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.WaitFor(60*time.Second, func() error {
+		v, err := redistest.Do(newMaster, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if info, _ := v.(string); !strings.Contains(info, "state=online") {
+			return fmt.Errorf("%s has no replica online:\n%s", newMaster, info)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
 }

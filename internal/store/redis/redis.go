@@ -173,9 +173,24 @@ type Options struct {
 	// LenInterval is how often Len's count is redone from Redis (default 1
 	// minute; negative: only at start).
 	LenInterval time.Duration
+	// WaitReplicas, when above 0, makes every writing call wait (Redis
+	// WAIT) until that many replicas hold its write before its decision
+	// is returned: a decision acknowledged is then on a replica, and a
+	// failover that promotes it loses none (exact limits across a
+	// failover). A write not acknowledged within WaitTimeout fails with
+	// ErrNotReplicated: the fail mode decides. The cost is a replication
+	// round trip on every decision (docs/redis.md).
+	WaitReplicas int
+	// WaitTimeout bounds the wait for the replicas (default half of
+	// Deadline; it must be shorter than Deadline).
+	WaitTimeout time.Duration
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// ErrNotReplicated is a write that fewer than Options.WaitReplicas
+// replicas acknowledged within Options.WaitTimeout.
+var ErrNotReplicated = errors.New("redis store: the write did not reach the replicas in time")
 
 // Store is the Redis limiter.Store. Create it with New.
 type Store struct {
@@ -240,6 +255,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = defaultDialTimeout
+	}
+	if o.WaitReplicas > 0 && o.WaitTimeout <= 0 {
+		o.WaitTimeout = o.Deadline / 2
 	}
 	if o.BreakAfter == 0 {
 		o.BreakAfter = defaultBreakAfter

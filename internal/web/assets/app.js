@@ -91,6 +91,7 @@
     if (st.store) {
       let t = st.store.backend + ", " + num(st.store.keys) + (st.store.max_keys ? " / " + num(st.store.max_keys) : "") + " keys";
       add("store", t + (st.store.healthy ? "" : " — failing"), !st.store.healthy);
+      if (st.store.degraded) add("state", "degraded: " + st.store.degraded, true);
     }
     if (st.mta) {
       const m = st.mta;
@@ -102,6 +103,9 @@
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
     add("refused", num(t.refusals || 0));
+    const doors = t.doors || {};
+    const deferred = Object.values(doors).reduce((n, v) => n + (v.deferred || 0), 0);
+    if (deferred) add("of which deferred", num(deferred) + " (throttle)");
   }
 
   // ---- pool ----
@@ -356,7 +360,8 @@
       tr.appendChild(v);
       tr.appendChild(el("td", "reply", d.reply || ""));
       tr.title = "rule " + d.rule + ": key " + d.key + " reached " + d.count + " of " + d.limit +
-        (d.period ? " per " + d.period : "") + (d.algorithm ? " (" + d.algorithm + ")" : "") + " → " + vv;
+        (d.period ? " per " + d.period : "") + (d.algorithm ? " (" + d.algorithm + ")" : "") + " → " + vv +
+        (d.reason ? " [" + d.reason + "]" : "");
       tb.appendChild(tr);
     }
   }
