@@ -102,7 +102,6 @@ func (d *Daemon) newThrottle(t config.Throttle) func(net.Listener) error {
 		MaxConns:       t.MaxConns,
 		PeerLimits:     d.peerLimits("throttle", t.PeerRules),
 		RequestTimeout: t.RequestTimeout.D(),
-		LogDefer:       d.logThrottleDefer,
 		TrustReport:    trust.trusts,
 	})
 	return func(l net.Listener) error {

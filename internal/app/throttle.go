@@ -192,8 +192,3 @@ func ThrottleRules(cfg *config.Config) (governor.ThrottleRules, []error) {
 	}
 	return rules, errs
 }
-
-// logThrottleDefer is the throttle server's hook for a deferral's log
-// line: none, as every deferral is recorded (logged, counted) where it is
-// decided (governor.Record).
-func (d *Daemon) logThrottleDefer(context.Context, string, string) {}

@@ -60,9 +60,6 @@ type Options struct {
 	netserve.PeerLimits
 	// RequestTimeout bounds reading the request line (default 10s).
 	RequestTimeout time.Duration
-	// LogDefer, if set, logs a deferral instead of the server (which logs
-	// each at info level), so a flood of them can be bounded.
-	LogDefer func(ctx context.Context, key, reason string)
 	// TrustReport, if set, says whose reports may change a key's state
 	// (Reporter.Trusted); nil trusts every peer.
 	TrustReport func(peercred.Cred) bool
@@ -143,11 +140,8 @@ func (s *Server) serve(c *netserve.Conn) {
 		var d *DeferError
 		switch {
 		case errors.As(err, &d):
-			if s.o.LogDefer != nil {
-				s.o.LogDefer(ctx, key, d.Reason)
-			} else {
-				s.o.Logger.Info("throttle: deferred", "key", key, "reason", d.Reason)
-			}
+			// The Handler records its deferrals (log, metrics, status).
+			s.o.Logger.Debug("throttle: deferred", "key", key, "reason", d.Reason)
 			fmt.Fprintf(c, "DEFER %s\n", oneLine(d.Reason))
 		case ctx.Err() != nil:
 			s.o.Logger.Debug("throttle: sender went away while waiting", "key", key)
