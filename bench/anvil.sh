@@ -46,7 +46,7 @@ source bench/lib.sh
 
 case ${1:-} in
 -h | -help | --help)
-	sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
 	exit 0
 	;;
 esac
