@@ -282,3 +282,66 @@ reference_mux() {
 	fi
 	printf '%s\n' "$p"
 }
+
+# proc_ticks PID... — print the CPU time the PIDs have used so far, user
+# plus system, in clock ticks (fields 14 and 15 of /proc/PID/stat, as
+# bench/internal/procstat reads them for the Go drivers); a PID that is
+# gone counts 0. With PROC_TICKS_CHILDREN=1 the reaped children's time
+# (fields 16 and 17) counts too: a parent's children that exit during a
+# run then keep their share.
+proc_ticks() {
+	local p s f sum=0
+	for p in "$@"; do
+		s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+		s=${s##*) } # the command name, in parentheses, may hold anything
+		read -ra f <<<"$s"
+		# f[0] is field 3 (the state): fields 14-17 are f[11]-f[14].
+		sum=$((sum + f[11] + f[12]))
+		if [[ ${PROC_TICKS_CHILDREN:-0} == 1 ]]; then
+			sum=$((sum + f[13] + f[14]))
+		fi
+	done
+	printf '%s\n' "$sum"
+}
+
+# proc_switches PID... — print the context switches (voluntary and
+# nonvoluntary) the PIDs' live threads have made so far, summed over
+# /proc/PID/task/*/status; a thread that has exited no longer counts.
+proc_switches() {
+	local p
+	for p in "$@"; do
+		cat "/proc/$p/task/"*/status 2>/dev/null || true
+	done | awk '$1 == "voluntary_ctxt_switches:" || $1 == "nonvoluntary_ctxt_switches:" { n += $2 }
+		END { printf "%d\n", n }'
+}
+
+# per_request N REQUESTS PREC [SCALE] — print N x SCALE / REQUESTS with
+# PREC decimals, 0 when no request was served: a cost per request (with
+# SCALE=1e6/HZ, clock ticks become microseconds).
+per_request() {
+	awk -v n="$1" -v r="$2" -v p="$3" -v s="${4:-1}" 'BEGIN { printf "%.*f\n", p, (r > 0 ? n * s / r : 0) }'
+}
+
+# median_range NUM... — print "median (min-max)" of the numbers, each with
+# PREC decimals (1 by default): a cost table's cell, medians over the
+# rounds with their spread.
+median_range() {
+	local m
+	m=$(median "$@") || return 1
+	printf '%s\n' "$@" | sort -g | awk -v m="$m" -v p="${PREC:-1}" '{ v[NR] = $1 }
+		END { printf "%.*f (%.*f-%.*f)\n", p, m, p, v[1], p, v[NR] }'
+}
+
+# cpu_ratio_line NAME NUM DEN [LIMIT] — print "NAME: X.XX (<= LIMIT:
+# met|MISSED)", X the ratio of the CPU times per request NUM/DEN (the
+# verdict judges the printed ratio; LIMIT 1.5 by default, issue 44's
+# criterion; LIMIT "-" leaves the verdict out), or "NAME: n/a" when DEN
+# is 0.
+cpu_ratio_line() {
+	awk -v name="$1" -v a="$2" -v b="$3" -v lim="${4:-1.5}" 'BEGIN {
+		if (b <= 0) { printf "%s: n/a (the floor'"'"'s CPU time was below a clock tick)\n", name; exit }
+		r = sprintf("%.2f", a / b)
+		if (lim == "-") { printf "%s: %s\n", name, r; exit }
+		printf "%s: %s (<= %s: %s)\n", name, r, lim, (r + 0 <= lim + 0 ? "met" : "MISSED")
+	}'
+}

@@ -9,7 +9,11 @@
 # apt-get if missing, and runs the driver from the repository's root (it
 # disables the packages' own services, and runs each server as a private
 # instance on a free loopback port), beside the floor (bench/policyfloor:
-# read to the empty line, answer DUNNO) and, with BASELINE, an older sluice.
+# read to the empty line, answer DUNNO), the C floor (bench/protofloor.c,
+# the same answer from one thread on epoll, built with cc) and, with
+# BASELINE, an older sluice. Every run carries the server's CPU time and
+# context switches per request; a cost table gives their medians with the
+# rounds' range, then one "policy cpu sluice/cfloor c=<c>: X.XX" line per c.
 # It prints one "policy ratio sluice/<server> c=<c>: X.XX" line per server
 # and c, and ends with the c=64 ratio against postfwd.
 #
@@ -40,6 +44,7 @@ case ${1:-} in
 -h | -help | --help) exec go run ./bench/policybench -h ;;
 esac
 require_root "it installs packages and runs the daemons as their own users"
+command -v cc >/dev/null || die "cc is missing (apt-get install gcc): it builds the C floor"
 if [[ ! -x /usr/sbin/postfwd2 || ! -x /usr/bin/policyd-rate-limit ]]; then
 	aptlog=$(mktemp /tmp/sluice-bench-apt.XXXXXX)
 	apt_install "$aptlog" postfwd policyd-rate-limit || die "could not install postfwd and policyd-rate-limit"

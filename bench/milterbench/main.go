@@ -55,7 +55,12 @@
 //
 // preceded by the sluice-connect/floor and floor/postfix-alone lines
 // (when the floor runs).
-// Between the table and the goals, the memory figure: milterload idle
+// After the table comes the cost table: each milter's CPU time and context
+// switches per message, medians over the rounds with the smallest and
+// largest round's value, and one "milter cpu sluice-connect/floor c=<c>"
+// line per c (the ratio of the median CPU times per message, when the
+// floor runs: c/floor.c is the C floor of the milter protocol).
+// Between the cost table and the goals, the memory figure: milterload idle
 // opens the idle sessions to the running sluice-connect daemon and reads
 // its VmRSS before and after (target <= 16 KiB per session).
 //

@@ -385,3 +385,36 @@ func TestTargetsRequired(t *testing.T) {
 		}
 	}
 }
+
+// TestCosts: the cost table has each milter's CPU time and context
+// switches per message with their range, and the sluice-connect/floor
+// CPU line is the ratio of the medians, or n/a when the floor's is 0.
+func TestCosts(t *testing.T) {
+	r := &results{measured: []string{"postfix-alone", "sluice-connect", "floor"}}
+	for _, c := range concurrency {
+		for _, v := range []float64{30, 40, 90} {
+			r.cpu.Add("sluice-connect", c, v)
+			r.cs.Add("sluice-connect", c, v/10)
+		}
+		if c != 100 {
+			r.cpu.Add("floor", c, 20)
+		}
+	}
+	var b bytes.Buffer
+	writeCosts(&b, r)
+	for _, want := range []string{
+		"1    sluice-connect             40.0 (30.0-90.0)        4.0 (3.0-9.0)\n",
+		"milter cpu sluice-connect/floor c=10: 2.00\n",
+		"milter cpu sluice-connect/floor c=100: n/a (the floor's CPU time was below a clock tick)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("costs lack %q:\n%s", want, b.String())
+		}
+	}
+	r.measured = []string{"postfix-alone", "sluice-connect"}
+	b.Reset()
+	writeCosts(&b, r)
+	if strings.Contains(b.String(), "milter cpu") {
+		t.Errorf("a ratio line without the floor:\n%s", b.String())
+	}
+}

@@ -76,6 +76,31 @@ func writeTable(w io.Writer, r *results, nRounds, msgSize, cpus int, loadavg str
 	}
 }
 
+// writeCosts prints what a message cost each milter process: the medians
+// over the rounds of its CPU time and context switches per message, each
+// with the smallest and largest round's value (postfix-alone has no
+// milter: 0), then one "milter cpu sluice-connect/floor c=<c>" line per c,
+// the ratio of the median CPU times per message, when both ran.
+func writeCosts(w io.Writer, r *results) {
+	fmt.Fprintln(w, "cost per message, medians over the rounds (min-max over the rounds):")
+	fmt.Fprintf(w, "%-4s %-18s %24s %20s\n", "c=", "target", "milter_cpu_us", "milter_cs")
+	for _, c := range concurrency {
+		for _, t := range r.targets() {
+			fmt.Fprintf(w, "%-4d %-18s %24s %20s\n", c, t, r.cpu.Summary(t, c).WithRange(1), r.cs.Summary(t, c).WithRange(1))
+		}
+	}
+	if !r.has("sluice-connect", "floor") {
+		return
+	}
+	for _, c := range concurrency {
+		if f := r.cpu.Median("floor", c); f > 0 {
+			fmt.Fprintf(w, "milter cpu sluice-connect/floor c=%d: %s\n", c, rounds.Ratio(r.cpu.Median("sluice-connect", c), f))
+		} else {
+			fmt.Fprintf(w, "milter cpu sluice-connect/floor c=%d: n/a (the floor's CPU time was below a clock tick)\n", c)
+		}
+	}
+}
+
 // ratio is num's median rate over den's at c, as printed.
 func (r *results) ratio(num, den string, c int) string {
 	return rounds.Ratio(r.mps.Median(num, c), r.mps.Median(den, c))

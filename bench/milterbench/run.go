@@ -95,6 +95,8 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	writeTable(stdout, res, s.rounds, msgSize, runtime.NumCPU(), procstat.LoadAvg())
 	fmt.Fprintln(stdout)
+	writeCosts(stdout, res)
+	fmt.Fprintln(stdout)
 	if err := b.memory(ctx, stdout); err != nil {
 		return err
 	}

@@ -59,14 +59,23 @@
 //	POSTFWD_CACHE=0  -postfwd-cache   postfwd2's request cache timeout in s (0: off)
 //	BASELINE=        -baseline        another sluice binary, measured beside this one
 //
-// Two more servers run beside the three: the floor (bench/policyfloor, the
+// More servers run beside the three: the floor (bench/policyfloor, the
 // least a policy server can do on the same socket: read up to the empty
-// line, write a fixed action=DUNNO; it has no rule, so it is not probed)
-// and, with BASELINE, an older sluice binary started with the same
+// line, write a fixed action=DUNNO; it has no rule, so it is not probed),
+// the C floor (cfloor: bench/protofloor.c in its policy mode, the same
+// answer from one thread on epoll, built with cc; not probed either) and,
+// with BASELINE, an older sluice binary started with the same
 // configuration, so that a change is measured before and after in one run.
 // Their ratio lines ("policy ratio sluice/floor c=N", "policy ratio
 // sluice/baseline c=N") come before those against the peers, and the goals
 // gain "sluice/floor at c=64 (>= 0.85)".
+//
+// Last before the ratio lines comes what each request costs: per server
+// and c, the server's CPU time and context switches per request (medians
+// over the rounds, with the smallest and largest round's value), and one
+// "policy cpu sluice/cfloor c=<c>: X.XX (<= 1.5: met|MISSED)" line per c,
+// the ratio of the median CPU times per request (issue 44's criterion at
+// c=1 and c=64).
 //
 // It must run as root (the daemons run as their own users) from the
 // repository's root, with postfwd and policyd-rate-limit installed. Each
@@ -111,10 +120,10 @@ type settings struct {
 }
 
 // targets are the servers of a run, in their first round's order: sluice,
-// the floor (bench/policyfloor), the baseline if there is one, and the
-// peers.
+// the floor (bench/policyfloor), the C floor (bench/protofloor.c), the
+// baseline if there is one, and the peers.
 func (s settings) targets() []string {
-	t := []string{"sluice", "floor"}
+	t := []string{"sluice", "floor", "cfloor"}
 	if s.baseline != "" {
 		t = append(t, "baseline")
 	}

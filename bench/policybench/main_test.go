@@ -255,3 +255,30 @@ func TestPerRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestCosts: the cost table has every target's CPU time and context
+// switches per request with their range, and the C floor's ratio lines
+// judge the printed ratio, or say n/a when the floor's time is 0.
+func TestCosts(t *testing.T) {
+	r := &results{targets: settings{}.targets(), errors: map[string]int{}}
+	for _, c := range concurrency {
+		for _, v := range []float64{10, 12, 20} {
+			r.cpu.Add("sluice", c, v)
+			r.cs.Add("sluice", c, v/10)
+		}
+		r.cpu.Add("cfloor", c, 8)
+	}
+	r.cpu.Add("cfloor", 64, 0)
+	r.cpu.Add("cfloor", 64, 0)
+	var b bytes.Buffer
+	writeCosts(&b, r)
+	for _, want := range []string{
+		"1    sluice                       12.0 (10.0-20.0)       1.20 (1.00-2.00)\n",
+		"policy cpu sluice/cfloor c=1: 1.50 (<= 1.5: met)\n",
+		"policy cpu sluice/cfloor c=64: n/a (the C floor's CPU time was below a clock tick)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("costs lack %q:\n%s", want, b.String())
+		}
+	}
+}

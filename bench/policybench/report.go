@@ -193,3 +193,32 @@ func writeRatios(w io.Writer, r *results) {
 		}
 	}
 }
+
+// writeCosts prints what a request cost each server: the medians over the
+// rounds of its CPU time and context switches per request, each with the
+// smallest and largest round's value, then one line per c comparing
+// sluice's CPU time per request with the C floor's (issue 44: at most
+// 1.5 times it at c=1 and c=64).
+func writeCosts(w io.Writer, r *results) {
+	fmt.Fprintln(w, "cost per request, medians over the rounds (min-max over the rounds):")
+	fmt.Fprintf(w, "%-4s %-20s %24s %22s\n", "c=", "target", "server_cpu_us", "server_cs")
+	for _, c := range concurrency {
+		for _, t := range r.targets {
+			cpu, cs := r.cpu.Summary(t, c), r.cs.Summary(t, c)
+			fmt.Fprintf(w, "%-4d %-20s %24s %22s\n", c, t, cpu.WithRange(1), cs.WithRange(2))
+		}
+	}
+	if len(r.cpu.Values("cfloor", concurrency[0])) == 0 {
+		return
+	}
+	for _, c := range concurrency {
+		floor := r.cpu.Median("cfloor", c)
+		if floor <= 0 {
+			fmt.Fprintf(w, "policy cpu sluice/cfloor c=%d: n/a (the C floor's CPU time was below a clock tick)\n", c)
+			continue
+		}
+		v := rounds.RatioValue(r.cpu.Median("sluice", c), floor)
+		fmt.Fprintf(w, "policy cpu sluice/cfloor c=%d: %s (<= 1.5: %s)\n", c,
+			rounds.Ratio(r.cpu.Median("sluice", c), floor), rounds.AtMost(v, 1.5))
+	}
+}

@@ -31,6 +31,7 @@ type bench struct {
 	port       map[string]int // by target
 	sluice     *daemons.Proc
 	floor      *daemons.Proc
+	cfloor     *daemons.Proc
 	baseline   *daemons.Proc // nil without BASELINE
 	prl        *daemons.Proc
 	postfwdSID int
@@ -76,7 +77,7 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 		}
 		b.port[t], used = p, append(used, p)
 	}
-	starts := []func(context.Context) error{b.startSluice, b.startFloor, b.startPostfwd, b.startPRL}
+	starts := []func(context.Context) error{b.startSluice, b.startFloor, b.startCFloor, b.startPostfwd, b.startPRL}
 	if s.baseline != "" {
 		starts = append(starts, b.startBaseline)
 	}
@@ -108,6 +109,8 @@ func run(ctx context.Context, s settings, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	writeSpreads(stdout, res)
 	fmt.Fprintln(stdout)
+	writeCosts(stdout, res)
+	fmt.Fprintln(stdout)
 	writeRatios(stdout, res)
 	return nil
 }
@@ -124,12 +127,13 @@ func pkgVersion(name string) string {
 // checkQuiet warns if the CPUs were more than 10% busy for 2 s with the
 // servers idle: other work makes the numbers noisy.
 func checkQuiet(w io.Writer, when string) {
+	fmt.Fprintf(w, "load average %s: %s\n", when, procstat.LoadAvg())
 	if busy, err := procstat.CPUBusy(2 * time.Second); err == nil && busy > 10 {
-		fmt.Fprintf(w, "warning: %s, with all three servers idle, the CPUs were %d%% busy: other work on this machine makes these numbers noisy\n", when, busy)
+		fmt.Fprintf(w, "warning: %s, with the servers idle, the CPUs were %d%% busy: other work on this machine makes these numbers noisy\n", when, busy)
 	}
 }
 
-// checkAlive fails unless all three servers still run.
+// checkAlive fails unless all the servers still run.
 func (b *bench) checkAlive() error {
 	last := func(path string) string {
 		data, _ := os.ReadFile(path)
@@ -141,6 +145,9 @@ func (b *bench) checkAlive() error {
 	}
 	if !b.floor.Alive() {
 		return fmt.Errorf("the floor exited; its log: %s", last(b.path("floor.log")))
+	}
+	if !b.cfloor.Alive() {
+		return fmt.Errorf("the C floor exited; its log: %s", last(b.path("cfloor.log")))
 	}
 	if b.baseline != nil && !b.baseline.Alive() {
 		return fmt.Errorf("the baseline exited; its log: %s", last(b.path("baseline.log")))
@@ -183,8 +190,8 @@ func (b *bench) policyload(ctx context.Context, args ...string) (out string, sta
 func (b *bench) probes(ctx context.Context, w io.Writer) error {
 	daemons.Logf("probing: %d one-recipient messages from one sender per server", probeMessages)
 	for _, t := range b.s.targets() {
-		if t == "floor" {
-			fmt.Fprintln(w, "probe floor: not probed (no rule: it answers DUNNO to every request)")
+		if t == "floor" || t == "cfloor" {
+			fmt.Fprintf(w, "probe %s: not probed (no rule: it answers DUNNO to every request)\n", t)
 			continue
 		}
 		out, st, _, err := b.policyload(ctx, "-addr", b.addr(t), "-probe", strconv.Itoa(probeMessages), "-label", t)
@@ -250,6 +257,8 @@ func (b *bench) sumPIDs(t string, f func(int) uint64) uint64 {
 		pids = []int{b.sluice.PID()}
 	case "floor":
 		pids = []int{b.floor.PID()}
+	case "cfloor":
+		pids = []int{b.cfloor.PID()}
 	case "baseline":
 		pids = []int{b.baseline.PID()}
 	case "policyd-rate-limit":

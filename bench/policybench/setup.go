@@ -79,11 +79,14 @@ func (b *bench) build(ctx context.Context) error {
 	if _, err := os.Stat("cmd/sluice"); err != nil {
 		return fmt.Errorf("run from the repository's root: %w", err)
 	}
-	daemons.Logf("building sluice, policyload and policyfloor in %s", b.dir)
+	daemons.Logf("building sluice, policyload, policyfloor and protofloor in %s", b.dir)
 	for _, p := range [][2]string{{"sluice", "./cmd/sluice"}, {"policyload", "./bench/policyload"}, {"policyfloor", "./bench/policyfloor"}} {
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.path(p[0]), p[1]).CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", p[1], err, out)
 		}
+	}
+	if out, err := exec.CommandContext(ctx, "cc", "-O2", "-Wall", "-o", b.path("protofloor"), "bench/protofloor.c").CombinedOutput(); err != nil {
+		return fmt.Errorf("cc bench/protofloor.c (gcc is needed for the C floor): %v\n%s", err, out)
 	}
 	return nil
 }
@@ -136,6 +139,21 @@ func (b *bench) startFloor(ctx context.Context) error {
 	if err := daemons.WaitTCP(ctx, b.addr("floor"), 10*time.Second, p); err != nil {
 		tail(b.path("floor.log"), 30)
 		return fmt.Errorf("the floor did not come up: %w", err)
+	}
+	return nil
+}
+
+// startCFloor starts bench/protofloor.c's policy mode on b.port["cfloor"].
+func (b *bench) startCFloor(ctx context.Context) error {
+	daemons.Logf("starting the C floor (bench/protofloor.c) on %s", b.addr("cfloor"))
+	p, err := b.startLogged("cfloor", b.path("cfloor.log"), exec.Command(b.path("protofloor"), "policy", b.addr("cfloor")))
+	if err != nil {
+		return err
+	}
+	b.cfloor = p
+	if err := daemons.WaitTCP(ctx, b.addr("cfloor"), 10*time.Second, p); err != nil {
+		tail(b.path("cfloor.log"), 30)
+		return fmt.Errorf("the C floor did not come up: %w", err)
 	}
 	return nil
 }

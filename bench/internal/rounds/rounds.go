@@ -65,6 +65,12 @@ func (s Summary) Spread(prec int) string {
 	return fmt.Sprintf("min %.*f max %.*f over %d %s", prec, s.Min, prec, s.Max, s.N, word)
 }
 
+// WithRange is s as "median (min-max)", each value with prec decimals:
+// the cost tables' cells.
+func (s Summary) WithRange(prec int) string {
+	return fmt.Sprintf("%.*f (%.*f-%.*f)", prec, s.Median, prec, s.Min, prec, s.Max)
+}
+
 // Ratio is num/den with two decimals, "0.00" when den is not positive:
 // the scripts' ratio lines.
 func Ratio(num, den float64) string {

@@ -193,3 +193,19 @@ func TestMedianText(t *testing.T) {
 		}
 	}
 }
+
+func TestWithRange(t *testing.T) {
+	for _, tc := range []struct {
+		v    []float64
+		prec int
+		want string
+	}{
+		{[]float64{3, 1, 2.5, 9}, 2, "2.75 (1.00-9.00)"},
+		{[]float64{12.34}, 1, "12.3 (12.3-12.3)"},
+		{nil, 1, "0.0 (0.0-0.0)"},
+	} {
+		if got := Summarize(tc.v).WithRange(tc.prec); got != tc.want {
+			t.Errorf("Summarize(%v).WithRange(%d) = %q, want %q", tc.v, tc.prec, got, tc.want)
+		}
+	}
+}
