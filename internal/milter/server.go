@@ -106,7 +106,6 @@ type Server struct {
 	nextID     atomic.Uint64
 	queueFull  atomic.Int64
 	noQuickAck bool // tests: show the delayed-ACK stall
-	noRawIO    bool // tests: packet I/O through net.Conn (internal/rawio)
 }
 
 // stepSet records which optional handler interfaces are implemented.

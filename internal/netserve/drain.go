@@ -17,7 +17,8 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	s.closing.Store(true)
 	s.stopRunners()
 	s.mu.Lock()
-	for l := range s.listeners {
+	for l, a := range s.listeners {
+		a.close()
 		l.Close()
 	}
 	if wakeIdle {
@@ -25,6 +26,7 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 			c.wakeIdle()
 		}
 	}
+	s.dropPoller()
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
