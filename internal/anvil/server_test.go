@@ -17,6 +17,7 @@ import (
 
 	"sluice/internal/anvil/anviltest"
 	"sluice/internal/netserve"
+	"sluice/internal/testutil/wait"
 
 	"go.uber.org/goleak"
 )
@@ -243,9 +244,7 @@ func TestMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	for s.Conns() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return s.Conns() == 2 }, "2 open connections")
 	if _, err := anviltest.Dial("unix", path, false); err == nil {
 		t.Fatal("third stream accepted over MaxConns")
 	}
@@ -288,9 +287,7 @@ func TestShutdownClosesIdleStreams(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(ctx) }()
-	for s.Conns() > 2 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return s.Conns() <= 2 }, "the shutdown to close the idle connections")
 	if _, err := clients[0].Do("connect", "smtp:x"); err == nil {
 		t.Fatal("a stream holding nothing is still served after Shutdown began")
 	}

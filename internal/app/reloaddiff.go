@@ -44,7 +44,7 @@ func namedChanges[T any](table string, old, cur []T, name func(T) string) []rule
 			out = append(out, ruleChange{table: table, name: n})
 			continue
 		}
-		diffValues(reflect.ValueOf(o), reflect.ValueOf(c), "", func(key, a, b string) {
+		diffValues(reflect.ValueOf(o), reflect.ValueOf(c), func(key, a, b string) {
 			out = append(out, ruleChange{table: table, name: n, setting: key, old: a, cur: b})
 		})
 	}
@@ -57,28 +57,11 @@ func namedChanges[T any](table string, old, cur []T, name func(T) string) []rule
 }
 
 // diffValues calls changed with the key and both values of every setting
-// of a and b (values of one struct type) that differs.
-func diffValues(a, b reflect.Value, prefix string, changed func(key, old, cur string)) {
-	t := a.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if !f.IsExported() || name == "-" || name == "name" {
-			continue
-		}
-		key := name
-		if prefix != "" {
-			key = prefix + "." + name
-		}
-		av, bv := a.Field(i), b.Field(i)
-		if f.Type.Kind() == reflect.Struct {
-			diffValues(av, bv, key, changed)
-			continue
-		}
-		if !reflect.DeepEqual(av.Interface(), bv.Interface()) {
-			changed(key, settingText(av), settingText(bv))
-		}
-	}
+// of a and b (values of one struct type) that differs, but their name.
+func diffValues(a, b reflect.Value, changed func(key, old, cur string)) {
+	config.Diff(a, b, "", func(key string) bool { return key == "name" }, func(key string, av, bv reflect.Value) {
+		changed(key, settingText(av), settingText(bv))
+	})
 }
 
 // settingText writes a setting's value as the file would.

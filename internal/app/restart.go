@@ -2,7 +2,6 @@ package app
 
 import (
 	"reflect"
-	"strings"
 
 	"sluice/internal/config"
 )
@@ -33,47 +32,16 @@ var restartNotes = map[string]string{
 }
 
 // restartNeeded names the settings that changed from old to cur and that
-// a reload cannot apply, in the order of the configuration's fields.
+// a reload cannot apply, in the order of the configuration's fields
+// (config.Diff: the walk the reload's rule changes use too).
 func restartNeeded(old, cur *config.Config) []string {
 	var out []string
-	diffSettings(reflect.ValueOf(*old), reflect.ValueOf(*cur), "", func(key string) {
+	skip := func(key string) bool { return reloadable[key] }
+	config.Diff(reflect.ValueOf(*old), reflect.ValueOf(*cur), "", skip, func(key string, _, _ reflect.Value) {
 		if note, ok := restartNotes[key]; ok {
 			key = note
 		}
 		out = append(out, key)
 	})
 	return out
-}
-
-// diffSettings calls changed with the key of every setting under a and b
-// (values of one struct type) that differs and is not reloadable. It
-// descends into tables (structs) and compares everything else whole;
-// fields without a TOML key (toml:"-", unexported) are not settings.
-func diffSettings(a, b reflect.Value, prefix string, changed func(key string)) {
-	t := a.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if !f.IsExported() || name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name // the decoder matches the field's name
-		}
-		key := name
-		if prefix != "" {
-			key = prefix + "." + name
-		}
-		if reloadable[key] {
-			continue
-		}
-		av, bv := a.Field(i), b.Field(i)
-		if f.Type.Kind() == reflect.Struct {
-			diffSettings(av, bv, key, changed)
-			continue
-		}
-		if !reflect.DeepEqual(av.Interface(), bv.Interface()) {
-			changed(key)
-		}
-	}
 }

@@ -15,31 +15,20 @@ import (
 // field that is not a table, with whether it (or a table above it) is
 // listed reloadable; and every table's key.
 func settingKeys(t reflect.Type, prefix string, visit func(key string, index []int, leaf bool)) {
-	var walk func(t reflect.Type, prefix string, index []int)
-	walk = func(t reflect.Type, prefix string, index []int) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-			if !f.IsExported() || name == "-" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			key := name
-			if prefix != "" {
-				key = prefix + "." + name
-			}
-			idx := append(slices.Clone(index), i)
-			if f.Type.Kind() == reflect.Struct {
-				visit(key, idx, false)
-				walk(f.Type, key, idx)
-				continue
-			}
-			visit(key, idx, true)
+	for _, k := range config.Keys(t) {
+		key := k.Name
+		if prefix != "" {
+			key = prefix + "." + k.Name
 		}
+		if ft := k.Field.Type; ft.Kind() == reflect.Struct {
+			visit(key, k.Index, false)
+			settingKeys(ft, key, func(key string, index []int, leaf bool) {
+				visit(key, append(slices.Clone(k.Index), index...), leaf)
+			})
+			continue
+		}
+		visit(key, k.Index, true)
 	}
-	walk(t, prefix, nil)
 }
 
 // perturb changes v to a different value of its type.

@@ -236,10 +236,7 @@ type SMTPDLimits struct {
 type Anvil struct {
 	// Enabled serves the anvil protocol.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
-	// "inet:HOST:PORT" addresses.
-	Listen []string `toml:"listen"`
-	Socket Socket   `toml:"socket"`
+	Door
 	// Announce sends "protocol=anvil_protocol" first (Postfix >= 3.6).
 	Announce bool `toml:"announce"`
 	// RateTimeUnit is Postfix's anvil_rate_time_unit: the window of every rate
@@ -247,30 +244,6 @@ type Anvil struct {
 	RateTimeUnit Duration `toml:"rate_time_unit"`
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
-	// MaxConnsPerPeer caps the open connections of one peer: a local user
-	// (its uid) on a unix socket or a loopback address, where every local
-	// account can connect, else a host (its IP address). Beyond it that
-	// peer's new connections are closed while other peers still get in.
-	// Absent: half of max_conns, rounded up, so that no one user or host can
-	// take the whole door from the MTA; 0: no per-peer cap.
-	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
-	// MaxConnsUnlisted caps the connections that the peers other than
-	// root, sluice's user and allow_users hold together: every other local
-	// user, every host off loopback, every peer whose uid cannot be
-	// learnt. Beyond it their new connections are closed, and the listed
-	// keep the rest of max_conns, however many local accounts connect
-	// (under their max_conns_per_peer, two of them could otherwise fill
-	// the door). Absent: half of max_conns, rounded down; 0: no such
-	// cap. The MTA's user (postfix) is listed only by allow_users, which
-	// then refuses every unlisted peer anyway. A door serving other hosts
-	// gives them this share: raise it (up to max_conns) if they need more.
-	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
-	// AllowUsers names the only local users whose connections are served
-	// (e.g. ["postfix"]); any other's are closed at once, with a log line
-	// naming its uid. It applies to unix sockets too (on top of their
-	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
-	AllowUsers []string `toml:"allow_users"`
 	// IdleTimeout closes a connection idle this long (0: never).
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// RequestTimeout bounds reading one request once it has started.
@@ -296,36 +269,9 @@ type Anvil struct {
 type Policy struct {
 	// Enabled serves Postfix policy delegation.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
-	// "inet:HOST:PORT" addresses.
-	Listen []string `toml:"listen"`
-	Socket Socket   `toml:"socket"`
+	Door
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
-	// MaxConnsPerPeer caps the open connections of one peer: a local user
-	// (its uid) on a unix socket or a loopback address, where every local
-	// account can connect, else a host (its IP address). Beyond it that
-	// peer's new connections are closed while other peers still get in.
-	// Absent: half of max_conns, rounded up, so that no one user or host can
-	// take the whole door from the MTA; 0: no per-peer cap.
-	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
-	// MaxConnsUnlisted caps the connections that the peers other than
-	// root, sluice's user and allow_users hold together: every other local
-	// user, every host off loopback, every peer whose uid cannot be
-	// learnt. Beyond it their new connections are closed, and the listed
-	// keep the rest of max_conns, however many local accounts connect
-	// (under their max_conns_per_peer, two of them could otherwise fill
-	// the door). Absent: half of max_conns, rounded down; 0: no such
-	// cap. The MTA's user (postfix) is listed only by allow_users, which
-	// then refuses every unlisted peer anyway. A door serving other hosts
-	// gives them this share: raise it (up to max_conns) if they need more.
-	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
-	// AllowUsers names the only local users whose connections are served
-	// (e.g. ["postfix"]); any other's are closed at once, with a log line
-	// naming its uid. It applies to unix sockets too (on top of their
-	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
-	AllowUsers []string `toml:"allow_users"`
 	// IdleTimeout closes a connection idle this long (0: never).
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// RequestTimeout bounds reading one request once it has started.
@@ -473,8 +419,7 @@ func Default() *Config {
 		},
 		Anvil: Anvil{
 			Enabled:        true,
-			Listen:         []string{"unix:anvil"},
-			Socket:         Socket{Mode: "0660"},
+			Door:           defaultDoor("anvil"),
 			Announce:       true,
 			RateTimeUnit:   Duration(60 * time.Second),
 			MaxConns:       4096,
@@ -486,8 +431,7 @@ func Default() *Config {
 		},
 		Policy: Policy{
 			Enabled:        true,
-			Listen:         []string{"unix:policy"},
-			Socket:         Socket{Mode: "0660"},
+			Door:           defaultDoor("policy"),
 			MaxConns:       4096,
 			IdleTimeout:    Duration(time.Hour),
 			RequestTimeout: Duration(10 * time.Second),
@@ -498,8 +442,7 @@ func Default() *Config {
 		},
 		Throttle: Throttle{
 			Enabled:        true,
-			Listen:         []string{"unix:throttle"},
-			Socket:         Socket{Mode: "0660"},
+			Door:           defaultDoor("throttle"),
 			MaxConns:       4096,
 			RequestTimeout: Duration(10 * time.Second),
 		},

@@ -52,13 +52,13 @@ func (d *decoder) table(path string, m map[string]any, v reflect.Value) {
 			d.unknown(p, k, fields)
 			continue
 		}
-		d.value(p, m[k], v.Field(i))
+		d.value(p, m[k], v.FieldByIndex(i))
 	}
 }
 
 // unknown reports a key the struct has no field for, with the nearest
 // known key when one is close.
-func (d *decoder) unknown(path, key string, fields map[string]int) {
+func (d *decoder) unknown(path, key string, fields map[string][]int) {
 	names := make([]string, 0, len(fields))
 	for n := range fields {
 		names = append(names, n)
@@ -253,21 +253,10 @@ func describe(x any) string {
 }
 
 // tomlFields maps the toml names of a struct's fields to their index.
-func tomlFields(t reflect.Type) map[string]int {
-	out := map[string]int{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = i
+func tomlFields(t reflect.Type) map[string][]int {
+	out := map[string][]int{}
+	for _, k := range Keys(t) {
+		out[k.Name] = k.Index
 	}
 	return out
 }

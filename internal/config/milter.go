@@ -15,36 +15,9 @@ import (
 type Milter struct {
 	// Enabled serves the milter protocol.
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
-	// "inet:HOST:PORT" addresses.
-	Listen []string `toml:"listen"`
-	Socket Socket   `toml:"socket"`
+	Door
 	// MaxSessions caps open milter connections (one per SMTP session).
 	MaxSessions int `toml:"max_sessions"`
-	// MaxConnsPerPeer caps the open connections of one peer: a local user
-	// (its uid) on a unix socket or a loopback address, where every local
-	// account can connect, else a host (its IP address). Beyond it that
-	// peer's new connections are closed while other peers still get in.
-	// Absent: half of max_sessions, rounded up, so that no one user or host can
-	// take the whole door from the MTA; 0: no per-peer cap.
-	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
-	// MaxConnsUnlisted caps the connections that the peers other than
-	// root, sluice's user and allow_users hold together: every other local
-	// user, every host off loopback, every peer whose uid cannot be
-	// learnt. Beyond it their new connections are closed, and the listed
-	// keep the rest of max_sessions, however many local accounts connect
-	// (under their max_conns_per_peer, two of them could otherwise fill
-	// the door). Absent: half of max_sessions, rounded down; 0: no such
-	// cap. The MTA's user (postfix) is listed only by allow_users, which
-	// then refuses every unlisted peer anyway. A door serving other hosts
-	// gives them this share: raise it (up to max_sessions) if they need more.
-	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
-	// AllowUsers names the only local users whose connections are served
-	// (e.g. ["postfix"]); any other's are closed at once, with a log line
-	// naming its uid. It applies to unix sockets too (on top of their
-	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
-	AllowUsers []string `toml:"allow_users"`
 	// Workers is how many sessions' rules may run at once.
 	Workers int `toml:"workers"`
 	// Queue is how many events may wait for a worker (0: none); when it
@@ -74,8 +47,7 @@ type Milter struct {
 func defaultMilter() Milter {
 	return Milter{
 		Enabled:        true,
-		Listen:         []string{"unix:milter"},
-		Socket:         Socket{Mode: "0660"},
+		Door:           defaultDoor("milter"),
 		MaxSessions:    4096,
 		Workers:        16,
 		Queue:          1024,
@@ -99,21 +71,7 @@ func (c *Config) validateMilter() []error {
 	if !m.Enabled {
 		return nil
 	}
-	if len(m.Listen) == 0 {
-		add("listen", "the milter service is enabled but has no listen address")
-	}
-	for i, l := range m.Listen {
-		if _, _, err := ParseListen(l); err != nil {
-			add(fmt.Sprintf("listen[%d]", i+1), "%v", err)
-		}
-	}
-	if field, err := m.Socket.check(); err != nil {
-		add("socket."+field, "%v", err)
-	}
-	if m.MaxSessions < 1 {
-		add("max_sessions", "must be at least 1")
-	}
-	errs = append(errs, c.validatePeers("milter", m.Listen, "max_sessions", m.MaxSessions, m.MaxConnsPerPeer, m.MaxConnsUnlisted, m.AllowUsers)...)
+	errs = append(errs, m.Door.validate(c, "milter", "max_sessions", m.MaxSessions)...)
 	if m.Workers < 1 || m.Workers > 4096 {
 		add("workers", "must be between 1 and 4096")
 	}

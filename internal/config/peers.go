@@ -9,11 +9,52 @@ import (
 	"strconv"
 )
 
-// The per-peer settings every mail door has (max_conns_per_peer,
-// allow_users, max_conns_unlisted): loopback is not authentication, since
-// any local account can connect to a loopback port, so a door can refuse
-// users other than the MTA's, keep one peer from taking all its
-// connections, and keep several from taking root's and the listed users'.
+// Door holds the settings every mail door (anvil, policy, throttle,
+// milter) has, as keys of the door's own table: where it listens, its
+// socket file, and who may hold its connections. Loopback is not
+// authentication, since any local account can connect to a loopback
+// port, so a door can refuse users other than the MTA's, keep one peer
+// from taking all its connections, and keep several from taking root's
+// and the listed users'. The door's cap is its max_conns (the milter's
+// max_sessions).
+type Door struct {
+	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
+	// "inet:HOST:PORT" addresses.
+	Listen []string `toml:"listen"`
+	Socket Socket   `toml:"socket"`
+	// MaxConnsPerPeer caps the open connections of one peer: a local user
+	// (its uid) on a unix socket or a loopback address, where every local
+	// account can connect, else a host (its IP address). Beyond it that
+	// peer's new connections are closed while other peers still get in.
+	// Absent: half of the door's cap (max_conns; the milter's
+	// max_sessions), rounded up, so that no one user or host can take the
+	// whole door from the MTA; 0: no per-peer cap.
+	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
+	// MaxConnsUnlisted caps the connections that the peers other than
+	// root, sluice's user and allow_users hold together: every other local
+	// user, every host off loopback, every peer whose uid cannot be
+	// learnt. Beyond it their new connections are closed, and the listed
+	// keep the rest of the door's cap, however many local accounts
+	// connect (under their max_conns_per_peer, two of them could otherwise
+	// fill the door). Absent: half of the door's cap, rounded down; 0: no
+	// such cap. The MTA's user (postfix) is listed only by allow_users,
+	// which then refuses every unlisted peer anyway. A door serving other
+	// hosts gives them this share: raise it (up to the cap) if they need
+	// more.
+	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
+	// AllowUsers names the only local users whose connections are served
+	// (e.g. ["postfix"]); any other's are closed at once, with a log line
+	// naming its uid. It applies to unix sockets too (on top of their
+	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
+	// on another host has no uid here. Empty: every user let in.
+	AllowUsers []string `toml:"allow_users"`
+}
+
+// defaultDoor is a door's defaults: a unix socket of its name under
+// runtime_dir, mode 0660.
+func defaultDoor(name string) Door {
+	return Door{Listen: []string{"unix:" + name}, Socket: Socket{Mode: "0660"}}
+}
 
 // PeerRules are a door's per-peer settings resolved for its server:
 // MaxConnsPerPeer and MaxConnsUnlisted with their defaults applied,
@@ -25,27 +66,19 @@ type PeerRules struct {
 	MaxConnsUnlisted int
 }
 
-// PeerRules resolves the anvil door's per-peer settings (see peerRules).
-func (a Anvil) PeerRules() (PeerRules, error) {
-	return peerRules(a.MaxConns, a.MaxConnsPerPeer, a.MaxConnsUnlisted, a.AllowUsers)
-}
+// PeerRules resolves the anvil door's per-peer settings (see Door.Peers).
+func (a Anvil) PeerRules() (PeerRules, error) { return a.Peers(a.MaxConns) }
 
-// PeerRules resolves the policy door's per-peer settings (see peerRules).
-func (p Policy) PeerRules() (PeerRules, error) {
-	return peerRules(p.MaxConns, p.MaxConnsPerPeer, p.MaxConnsUnlisted, p.AllowUsers)
-}
+// PeerRules resolves the policy door's per-peer settings (see Door.Peers).
+func (p Policy) PeerRules() (PeerRules, error) { return p.Peers(p.MaxConns) }
 
 // PeerRules resolves the throttle door's per-peer settings (see
-// peerRules).
-func (t Throttle) PeerRules() (PeerRules, error) {
-	return peerRules(t.MaxConns, t.MaxConnsPerPeer, t.MaxConnsUnlisted, t.AllowUsers)
-}
+// Door.Peers).
+func (t Throttle) PeerRules() (PeerRules, error) { return t.Peers(t.MaxConns) }
 
 // PeerRules resolves the milter's per-peer settings, its cap a share of
-// max_sessions (see peerRules).
-func (m Milter) PeerRules() (PeerRules, error) {
-	return peerRules(m.MaxSessions, m.MaxConnsPerPeer, m.MaxConnsUnlisted, m.AllowUsers)
-}
+// max_sessions (see Door.Peers).
+func (m Milter) PeerRules() (PeerRules, error) { return m.Peers(m.MaxSessions) }
 
 // DefaultPerPeer is max_conns_per_peer when absent: half of the door's
 // cap, rounded up. One peer (a local user, or a host) can then never take
@@ -61,23 +94,24 @@ func DefaultPerPeer(maxConns int) int { return (maxConns + 1) / 2 }
 // allow_users keep the other half.
 func DefaultUnlisted(maxConns int) int { return maxConns / 2 }
 
-// peerRules resolves a door's settings. Names were checked by Validate; a
-// user removed since then is left out of AllowUIDs, which stays non-nil
-// (the list fails closed), and is reported in the error.
-func peerRules(maxConns int, perPeer, unlisted *int, users []string) (PeerRules, error) {
+// Peers resolves the door's per-peer settings for its cap maxConns.
+// Names were checked by Validate; a user removed since then is left out
+// of AllowUIDs, which stays non-nil (the list fails closed), and is
+// reported in the error.
+func (d Door) Peers(maxConns int) (PeerRules, error) {
 	r := PeerRules{MaxConnsPerPeer: DefaultPerPeer(maxConns), MaxConnsUnlisted: DefaultUnlisted(maxConns)}
-	if perPeer != nil {
-		r.MaxConnsPerPeer = *perPeer
+	if d.MaxConnsPerPeer != nil {
+		r.MaxConnsPerPeer = *d.MaxConnsPerPeer
 	}
-	if unlisted != nil {
-		r.MaxConnsUnlisted = *unlisted
+	if d.MaxConnsUnlisted != nil {
+		r.MaxConnsUnlisted = *d.MaxConnsUnlisted
 	}
-	if len(users) == 0 {
+	if len(d.AllowUsers) == 0 {
 		return r, nil
 	}
-	r.AllowUIDs = make([]int, 0, len(users))
+	r.AllowUIDs = make([]int, 0, len(d.AllowUsers))
 	var errs []error
-	for _, name := range users {
+	for _, name := range d.AllowUsers {
 		uid, err := lookupUID(name)
 		if err != nil {
 			errs = append(errs, err)
@@ -100,27 +134,40 @@ func lookupUID(name string) (int, error) {
 	return uid, nil
 }
 
-// validatePeers checks a door's max_conns_per_peer, max_conns_unlisted
-// and allow_users; door is its table ("milter"), capKey and maxConns its
-// connection cap.
-func (c *Config) validatePeers(door string, listen []string, capKey string, maxConns int, perPeer, unlisted *int, users []string) []error {
+// validate checks the door's settings; door is its table ("milter"),
+// capKey and maxConns its connection cap, checked here too.
+func (d Door) validate(c *Config, door, capKey string, maxConns int) []error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(door+"."+path, format, args...)) }
-	if perPeer != nil && (*perPeer < 0 || maxConns >= 1 && *perPeer > maxConns) {
+	if len(d.Listen) == 0 {
+		add("listen", "the %s service is enabled but has no listen address", door)
+	}
+	for i, l := range d.Listen {
+		if _, _, err := ParseListen(l); err != nil {
+			add(fmt.Sprintf("listen[%d]", i+1), "%v", err)
+		}
+	}
+	if field, err := d.Socket.check(); err != nil {
+		add("socket."+field, "%v", err)
+	}
+	if maxConns < 1 {
+		add(capKey, "must be at least 1")
+	}
+	if d.MaxConnsPerPeer != nil && (*d.MaxConnsPerPeer < 0 || maxConns >= 1 && *d.MaxConnsPerPeer > maxConns) {
 		add("max_conns_per_peer", "must be between 0 (no per-peer cap) and %s (%d)", capKey, maxConns)
 	}
-	if unlisted != nil && (*unlisted < 0 || maxConns >= 1 && *unlisted > maxConns) {
+	if d.MaxConnsUnlisted != nil && (*d.MaxConnsUnlisted < 0 || maxConns >= 1 && *d.MaxConnsUnlisted > maxConns) {
 		add("max_conns_unlisted", "must be between 0 (no cap) and %s (%d)", capKey, maxConns)
 	}
-	for i, name := range users {
+	for i, name := range d.AllowUsers {
 		if _, err := user.Lookup(name); err != nil {
 			add(fmt.Sprintf("allow_users[%d]", i+1), "%q is not a user of this system", name)
 		}
 	}
-	if len(users) == 0 {
+	if len(d.AllowUsers) == 0 {
 		return errs
 	}
-	for i, l := range listen {
+	for i, l := range d.Listen {
 		network, addr, err := ParseListen(l)
 		if err != nil || network != "tcp" {
 			continue

@@ -284,21 +284,7 @@ func (c *Config) validatePolicy() []error {
 		return errs
 	}
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
-	if len(p.Listen) == 0 {
-		add("policy.listen", "the policy service is enabled but has no listen address")
-	}
-	for i, l := range p.Listen {
-		if _, _, err := ParseListen(l); err != nil {
-			add(fmt.Sprintf("policy.listen[%d]", i+1), "%v", err)
-		}
-	}
-	if field, err := p.Socket.check(); err != nil {
-		add("policy.socket."+field, "%v", err)
-	}
-	if p.MaxConns < 1 {
-		add("policy.max_conns", "must be at least 1")
-	}
-	errs = append(errs, c.validatePeers("policy", p.Listen, "max_conns", p.MaxConns, p.MaxConnsPerPeer, p.MaxConnsUnlisted, p.AllowUsers)...)
+	errs = append(errs, p.Door.validate(c, "policy", "max_conns", p.MaxConns)...)
 	if p.IdleTimeout.D() < 0 || p.RequestTimeout.D() <= 0 {
 		add("policy", "idle_timeout must not be negative and request_timeout must be positive")
 	}

@@ -135,18 +135,18 @@ func (w refWriter) section(path string, v reflect.Value, array bool) {
 		array bool
 	}
 	var subs []sub
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if tag == "" || tag == "-" {
-			continue
-		}
+	for _, k := range Keys(t) {
+		f, tag := k.Field, k.Name
 		key := tag
 		if path != "" {
 			key = path + "." + tag
 		}
-		fv := v.Field(i)
-		doc := w.fields[t.Name()][f.Name]
+		fv := v.FieldByIndex(k.Index)
+		owner := t // the struct that declares f: t, or one t embeds
+		if len(k.Index) > 1 {
+			owner = t.FieldByIndex(k.Index[:len(k.Index)-1]).Type
+		}
+		doc := w.fields[owner.Name()][f.Name]
 		// "StateDir holds ..." reads "`state_dir` holds ..." here.
 		if rest, ok := strings.CutPrefix(doc, f.Name+" "); ok {
 			doc = "`" + tag + "` " + rest
@@ -162,7 +162,7 @@ func (w refWriter) section(path string, v reflect.Value, array bool) {
 			continue
 		}
 		if doc == "" {
-			*w.missing = append(*w.missing, t.Name()+"."+f.Name)
+			*w.missing = append(*w.missing, owner.Name()+"."+f.Name)
 		}
 		def := defaultText(fv)
 		switch key {

@@ -15,36 +15,9 @@ type Throttle struct {
 	// Enabled serves the throttle protocol (sluice throttle, the qmail-remote
 	// wrapper).
 	Enabled bool `toml:"enabled"`
-	// Listen lists "unix:PATH" (relative paths under runtime_dir) and
-	// "inet:HOST:PORT" addresses.
-	Listen []string `toml:"listen"`
-	Socket Socket   `toml:"socket"`
+	Door
 	// MaxConns caps open client connections.
 	MaxConns int `toml:"max_conns"`
-	// MaxConnsPerPeer caps the open connections of one peer: a local user
-	// (its uid) on a unix socket or a loopback address, where every local
-	// account can connect, else a host (its IP address). Beyond it that
-	// peer's new connections are closed while other peers still get in.
-	// Absent: half of max_conns, rounded up, so that no one user or host can
-	// take the whole door from the MTA; 0: no per-peer cap.
-	MaxConnsPerPeer *int `toml:"max_conns_per_peer"`
-	// MaxConnsUnlisted caps the connections that the peers other than
-	// root, sluice's user and allow_users hold together: every other local
-	// user, every host off loopback, every peer whose uid cannot be
-	// learnt. Beyond it their new connections are closed, and the listed
-	// keep the rest of max_conns, however many local accounts connect
-	// (under their max_conns_per_peer, two of them could otherwise fill
-	// the door). Absent: half of max_conns, rounded down; 0: no such
-	// cap. The MTA's user (postfix) is listed only by allow_users, which
-	// then refuses every unlisted peer anyway. A door serving other hosts
-	// gives them this share: raise it (up to max_conns) if they need more.
-	MaxConnsUnlisted *int `toml:"max_conns_unlisted"`
-	// AllowUsers names the only local users whose connections are served
-	// (e.g. ["postfix"]); any other's are closed at once, with a log line
-	// naming its uid. It applies to unix sockets too (on top of their
-	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
-	AllowUsers []string `toml:"allow_users"`
 	// ReportUsers are the local users whose send results (a REPORT) may
 	// suspend a key or change its learned limit, besides root, the user
 	// sluice runs as and report_groups. A report from anyone else, or from
@@ -283,21 +256,7 @@ func (c *Config) validateThrottle() []error {
 		return errs
 	}
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
-	if len(t.Listen) == 0 {
-		add("throttle.listen", "the throttle service is enabled but has no listen address")
-	}
-	for i, l := range t.Listen {
-		if _, _, err := ParseListen(l); err != nil {
-			add(fmt.Sprintf("throttle.listen[%d]", i+1), "%v", err)
-		}
-	}
-	if field, err := t.Socket.check(); err != nil {
-		add("throttle.socket."+field, "%v", err)
-	}
-	if t.MaxConns < 1 {
-		add("throttle.max_conns", "must be at least 1")
-	}
-	errs = append(errs, c.validatePeers("throttle", t.Listen, "max_conns", t.MaxConns, t.MaxConnsPerPeer, t.MaxConnsUnlisted, t.AllowUsers)...)
+	errs = append(errs, t.Door.validate(c, "throttle", "max_conns", t.MaxConns)...)
 	for i, name := range t.ReportUsers {
 		if _, err := user.Lookup(name); err != nil {
 			add(fmt.Sprintf("throttle.report_users[%d]", i+1), "%q is not a user of this system", name)

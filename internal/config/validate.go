@@ -223,25 +223,11 @@ func (c *Config) validateAnvil() []error {
 	if !a.Enabled {
 		return errs
 	}
-	if len(a.Listen) == 0 {
-		add("anvil.listen", "the anvil service is enabled but has no listen address")
-	}
-	for i, l := range a.Listen {
-		if _, _, err := ParseListen(l); err != nil {
-			add(fmt.Sprintf("anvil.listen[%d]", i+1), "%v", err)
-		}
-	}
-	if field, err := a.Socket.check(); err != nil {
-		add("anvil.socket."+field, "%v", err)
-	}
+	errs = append(errs, a.Door.validate(c, "anvil", "max_conns", a.MaxConns)...)
 	u := a.RateTimeUnit.D()
 	if u < time.Second || u%time.Second != 0 {
 		add("anvil.rate_time_unit", "must be a whole number of seconds, at least 1s")
 	}
-	if a.MaxConns < 1 {
-		add("anvil.max_conns", "must be at least 1")
-	}
-	errs = append(errs, c.validatePeers("anvil", a.Listen, "max_conns", a.MaxConns, a.MaxConnsPerPeer, a.MaxConnsUnlisted, a.AllowUsers)...)
 	if a.IdleTimeout.D() < 0 || a.RequestTimeout.D() <= 0 {
 		add("anvil", "idle_timeout must not be negative and request_timeout must be positive")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/testutil/wait"
 )
 
 func throttleFixture(t *testing.T, ps ...ThrottlePolicy) *fixture {
@@ -76,9 +77,7 @@ func TestThrottleConcurrencyAndGiveBack(t *testing.T) {
 		}
 		got <- gr
 	}()
-	for f.g.waiters.Waiting("throttle\x00c\x00relay\x00x.verizon.net") != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return f.g.waiters.Waiting("throttle\x00c\x00relay\x00x.verizon.net") == 1 }, "the send to wait for its grant")
 	select {
 	case <-got:
 		t.Fatal("third sender started while two were sending")
@@ -145,9 +144,7 @@ func TestThrottleCancelWhileWaiting(t *testing.T) {
 		_, err := f.g.ThrottleAcquire(ctx, "z.verizon.net")
 		errc <- err
 	}()
-	for f.g.waiters.Waiting("throttle\x00c\x00relay\x00z.verizon.net") != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return f.g.waiters.Waiting("throttle\x00c\x00relay\x00z.verizon.net") == 1 }, "the send to wait for its grant")
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v", err)

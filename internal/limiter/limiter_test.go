@@ -16,6 +16,7 @@ import (
 	"sluice/internal/store/memory"
 	"sluice/internal/store/storetest"
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/wait"
 )
 
 func masks(ss ...string) []hostmask.Mask {
@@ -144,13 +145,9 @@ func TestPeaksReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for fc.Timers() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return fc.Timers() > 0 }, "the status loop's timer")
 	fc.Advance(10 * time.Minute)
-	for !strings.Contains(buf.String(), "table size") {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, func() bool { return strings.Contains(buf.String(), "table size") }, "the statistics lines")
 	cancel()
 	<-done
 	got := buf.String()

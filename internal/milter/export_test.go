@@ -14,3 +14,6 @@ func (r Response) Text() string { return r.text }
 
 // QueueFull returns how many callbacks were refused for a full queue.
 func (s *Server) QueueFull() int64 { return s.queueFull.Load() }
+
+// Partials returns how many packets needed more than one read.
+func (s *Server) Partials() int64 { return s.partials.Load() }

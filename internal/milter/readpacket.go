@@ -41,6 +41,7 @@ func (c *conn) partial() {
 		return
 	}
 	c.inPacket = true
+	c.srv.partials.Add(1)
 	if t := c.srv.o.RequestTimeout; t > 0 {
 		c.nc.SetReadDeadline(time.Now().Add(t))
 	} else {

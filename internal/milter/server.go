@@ -99,12 +99,16 @@ type Server struct {
 	cancel context.CancelFunc
 	steps  stepSet // what the Handler implements
 
-	tokens     chan struct{} // one per callback allowed to run at once
-	waiting    atomic.Int64  // calls waiting for a token
-	mu         sync.Mutex
-	stopped    bool
-	nextID     atomic.Uint64
-	queueFull  atomic.Int64
+	tokens    chan struct{} // one per callback allowed to run at once
+	waiting   atomic.Int64  // calls waiting for a token
+	mu        sync.Mutex
+	stopped   bool
+	nextID    atomic.Uint64
+	queueFull atomic.Int64
+	// partials counts the packets that needed more than one read (their
+	// request deadline armed): tests wait on it to know that a stalled
+	// peer's packet has begun.
+	partials   atomic.Int64
 	noQuickAck bool // tests: show the delayed-ACK stall
 }
 

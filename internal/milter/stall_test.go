@@ -46,7 +46,8 @@ func TestStalledPacketMemory(t *testing.T) {
 		must(t, err)
 	}
 	eventually(t, func() bool { return s.Sessions() == k }, "%d sessions", k)
-	time.Sleep(300 * time.Millisecond) // every session has read its header
+	// Every session has read its header and waits inside the packet.
+	eventually(t, func() bool { return s.Partials() >= k }, "%d sessions inside their packet", k)
 	after, _ := memUsed(t)
 	per := float64(int64(after)-int64(before)) / k
 	t.Logf("%d sessions each stalled 1 byte into an announced %d-byte packet: %.0f bytes of Go heap each", k, maxData, per)

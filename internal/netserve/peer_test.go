@@ -16,6 +16,7 @@ import (
 
 	"sluice/internal/peercred/peercredtest"
 	"sluice/internal/testutil/logbuf"
+	"sluice/internal/testutil/peer"
 )
 
 // peerServer is a server of echoLines with limits o, logging to logs.
@@ -223,7 +224,7 @@ func TestAllowUIDs(t *testing.T) {
 func TestPeerByAddress(t *testing.T) {
 	ip := peercredtest.HostAddr()
 	if !ip.IsValid() {
-		t.Skip("SKIP (peer missing): this host has no non-loopback IPv4 address")
+		peer.Missing(t, "a non-loopback IPv4 address on this host (the peer off loopback)", nil)
 	}
 	for _, allow := range []bool{false, true} {
 		var logs logbuf.Buffer

@@ -15,7 +15,9 @@
 // owner.go: the mux's main socket is served there). Timers come from the
 // injected clock.Clock; children are reaped with wait4(WNOHANG) on
 // SIGCHLD. With Embed (-E) a worker is forked by one Perl process that
-// compiled the program once (embed.go), and reaped as any other.
+// compiled the program once (embed.go), and reaped as any other; that
+// process's answers (its compile done, each worker forked) are read
+// through the reactor under owner timers, and it is reaped on SIGCHLD.
 //
 // What the types enforce: a worker's pipes and buffers are fields of its
 // process (workerio.go), and only the owner holds a *process; the
@@ -33,7 +35,8 @@
 //
 // A slot changes state only through setState, on the owner goroutine:
 //
-//	Stopped -> Idle    activate: a process starts (the slot leaves the stopped list)
+//	Stopped -> Idle    activate: a process starts (the slot leaves the stopped list;
+//	                   with -E it is off the list, start set, until the zygote's answer: forked)
 //	Idle    -> Busy    dispatch: a call is granted, the busy timer armed
 //	Busy    -> Idle    handleIO: the call ended with a reply or its worker's EOF
 //	Idle    -> Killed  kill: idle timeout, recycling, reread, dead stdout, autoscale
@@ -44,7 +47,8 @@
 // (export_test.go checks them whenever a test looks at the states):
 //
 //   - state is Stopped exactly when proc is nil, and exactly the Stopped
-//     slots are on the stopped list;
+//     slots whose worker is not being started (start) are on the stopped
+//     list;
 //   - a slot has a call in flight (cmd.call) or a busy timer only when
 //     Busy; an Idle slot's current kind is Other;
 //   - a Killed slot is never chosen for a request; its kill timer

@@ -1,6 +1,9 @@
 package pool_test
 
 import (
+	"context"
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -110,6 +113,85 @@ func TestEmbedFallsBack(t *testing.T) {
 	if len(failed) != 1 || failed[0].Err == nil {
 		t.Fatalf("EvEmbedFailed events %+v, want one with its error", failed)
 	}
+}
+
+// TestEmbedCompileDoesNotHoldTheOwner: after a reread the new zygote
+// compiles the program (held here until the test lets it finish) while
+// the pool goes on serving: status is answered, a worker busy across the
+// reread has its reply read and delivered, a request that finds no free
+// worker is refused at once; the request that started a worker is served
+// by it once the compile is done.
+func TestEmbedCompileDoesNotHoldTheOwner(t *testing.T) {
+	cfg := embedConfig(t)
+	dir := t.TempDir()
+	gate, held := filepath.Join(dir, "gate"), filepath.Join(dir, "held")
+	release := func(f string) {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release(gate)
+	cfg.Env = append(os.Environ(), "EMB_HOLD="+gate)
+	cfg.MinWorkers, cfg.MaxWorkers = 1, 2
+	cfg.BusyTimeout = time.Minute
+	p := start(t, cfg)
+	// Registered after start: it runs first, so that a compile still
+	// held does not outlive the test.
+	t.Cleanup(func() { release(gate); release(held) })
+	waitStates(t, p, "IS")
+	for _, f := range []string{gate, gate + ".compiling"} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A worker busy across the reread.
+	heldRes := make(chan pool.Result, 1)
+	go func() { heldRes <- p.Do(context.Background(), pool.Request{Line: "hold " + held}) }()
+	waitStates(t, p, "BS")
+	p.Reread()
+	// A request for a worker of the new generation: it waits for the
+	// compile.
+	pingRes := make(chan pool.Result, 1)
+	go func() { pingRes <- p.Do(context.Background(), pool.Request{Line: "ping"}) }()
+	waitFor(t, "compile of the new generation", func() bool {
+		_, err := os.Stat(gate + ".compiling")
+		return err == nil
+	})
+
+	within := func(what string, f func()) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+			return time.Since(t0)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer in 10 s while the filter compiles", what)
+			return 0
+		}
+	}
+	var snap pool.Snapshot
+	lat := within("status", func() { snap, _ = p.Snapshot() })
+	t.Logf("status answered in %v during the compile", lat)
+	if snap.Count(pool.Busy) != 1 {
+		t.Errorf("status during the compile: %+v, want the held worker busy", snap.Slots)
+	}
+	var busy pool.Result
+	within("a request with no free worker", func() { busy = p.Do(context.Background(), pool.Request{Line: "pong"}) })
+	if !errors.Is(busy.Err, pool.ErrNoFreeWorkers) {
+		t.Errorf("a request with every slot taken: %q %v, want ErrNoFreeWorkers", busy.Reply, busy.Err)
+	}
+	release(held)
+	within("the busy worker's reply", func() { wantReply(t, <-heldRes, "held\n") })
+	select {
+	case r := <-pingRes:
+		t.Fatalf("ping answered %q %v before the compile ended", r.Reply, r.Err)
+	default:
+	}
+	release(gate)
+	within("the request that started a worker", func() { wantReply(t, <-pingRes, "echo ping\n") })
 }
 
 // waitFor waits up to 10 s for cond.

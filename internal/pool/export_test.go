@@ -23,8 +23,11 @@ func (p *Pool) invariants() []error {
 		if (s.state == Stopped) != (s.proc == nil) {
 			bad(s, "proc %v", s.proc)
 		}
-		if (s.state == Stopped) != slices.Contains(p.stopped, s.n) {
-			bad(s, "on the stopped list: %v", slices.Contains(p.stopped, s.n))
+		if (s.state == Stopped && s.start == nil) != slices.Contains(p.stopped, s.n) {
+			bad(s, "on the stopped list: %v, starting: %v", slices.Contains(p.stopped, s.n), s.start != nil)
+		}
+		if s.start != nil && s.state != Stopped {
+			bad(s, "starting")
 		}
 		if s.state != Busy && (s.cmd.call != nil || s.timers.busy != nil) {
 			bad(s, "call %v busy timer %v", s.cmd.call != nil, s.timers.busy != nil)
@@ -40,8 +43,8 @@ func (p *Pool) invariants() []error {
 	if in != p.inState {
 		errs = append(errs, fmt.Errorf("slots per state %v, counted %v", in, p.inState))
 	}
-	if len(p.stopped) != p.count(Stopped) {
-		errs = append(errs, fmt.Errorf("stopped list %v, %d slots Stopped", p.stopped, p.count(Stopped)))
+	if len(p.stopped) != p.count(Stopped)-p.starting {
+		errs = append(errs, fmt.Errorf("stopped list %v, %d slots Stopped, %d starting", p.stopped, p.count(Stopped), p.starting))
 	}
 	for _, c := range p.queue {
 		if c.timer == nil || c.timer.index < 0 {

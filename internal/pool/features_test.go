@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/clock"
 	"sluice/internal/pool"
+	"sluice/internal/testutil/wait"
 )
 
 // recorder collects notifications and stats events from the owner
@@ -112,9 +113,7 @@ func TestAutoscale(t *testing.T) {
 	step := func() float64 {
 		t.Helper()
 		before, _ := p.Snapshot()
-		for fake.Timers() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		wait.For(t, func() bool { return fake.Timers() > 0 }, "the pool's timer")
 		fake.Advance(15 * time.Second)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			sn, _ := p.Snapshot()

@@ -6,26 +6,55 @@ import (
 	"time"
 )
 
-// activate starts a process in the stopped slot s.
+// activate starts a process in the stopped slot s. With -E the worker is
+// asked of the zygote and the slot is up once it answers (forked):
+// meanwhile s.start is set, and a request given to s waits in it.
 func (p *Pool) activate(s *slot, reason string) error {
 	now := p.now()
 	if !p.mayActivate() {
 		p.emit(Event{Kind: EvActivationSpacing, Worker: s.n})
 		return fmt.Errorf("pool: activation spacing")
 	}
-	proc, err := p.spawn()
+	if p.cfg.Embed && !p.embedOff {
+		err := p.askZygote(s)
+		if err == nil {
+			p.lastActivation = now
+			p.unstop(s)
+			s.start = &slotStart{reason: reason}
+			p.starting++
+			return nil
+		}
+		if !p.embedOff {
+			p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
+			return err
+		}
+		// No zygote could be started: as without -E.
+	}
+	proc, err := forkExec(&p.cfg)
 	if err != nil {
 		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
 		return err
 	}
 	p.lastActivation = now
-	p.activations++
+	p.unstop(s)
+	p.started(s, proc, reason)
+	return nil
+}
+
+// unstop takes s off the stopped list.
+func (p *Pool) unstop(s *slot) {
 	for i, n := range p.stopped {
 		if n == s.n {
 			p.stopped = append(p.stopped[:i], p.stopped[i+1:]...)
 			break
 		}
 	}
+}
+
+// started puts the new process proc in s, Idle.
+func (p *Pool) started(s *slot, proc *process, reason string) {
+	now := p.now()
+	p.activations++
 	s.proc = proc
 	s.life.numRequests, s.life.numScans = 0, 0
 	s.life.activated, s.life.firstReq = now, time.Time{}
@@ -48,32 +77,35 @@ func (p *Pool) activate(s *slot, reason string) error {
 		p.wg.Add(1)
 		go p.readStatus(s.n, side)
 	}
-	return nil
 }
 
-// spawn starts a worker process: forked by the zygote with -E, else
-// forked and exec'd here.
-func (p *Pool) spawn() (*process, error) {
-	if !p.cfg.Embed || p.embedOff {
-		return forkExec(&p.cfg)
-	}
-	if p.zyg == nil {
-		z, err := startZygote(&p.cfg)
-		if err != nil {
-			p.embedOff = true
-			p.emit(Event{Kind: EvEmbedFailed, Worker: -1, Err: err})
-			return forkExec(&p.cfg)
-		}
-		p.zyg = z
-	}
-	proc, err := p.zyg.spawn(&p.cfg)
+// forked completes the start of s's worker (-E): proc is up, or err says
+// why not. The request it was started for is sent to it, or fails as a
+// request whose worker could not be activated does.
+func (p *Pool) forked(s *slot, proc *process, err error) {
+	st := s.start
+	s.start = nil
+	p.starting--
 	if err != nil {
-		// A zygote that failed a fork is started afresh next time.
-		p.zyg.close()
-		p.zyg = nil
+		p.stopped = append([]int{s.n}, p.stopped...)
+		p.emit(Event{Kind: EvStartFailed, Worker: s.n, Err: err})
+		if st.call != nil {
+			p.activateFailed(s, st.call)
+		}
+		if p.live() < p.cfg.MinWorkers {
+			p.scheduleBringUp()
+		}
+		return
 	}
-	return proc, err
+	p.started(s, proc, st.reason)
+	if st.call != nil {
+		p.dispatch(s, st.call)
+	}
+	p.serveQueue()
 }
+
+// live counts the running workers and those being started.
+func (p *Pool) live() int { return p.running() + p.starting }
 
 // kill is docs/protocols/mimedefang-multiplexor.md, "Killing and reaping": SIGCONT (and SIGTERM at once if busy), close stdin, then
 // escalate every KillGrace until the process is reaped.
@@ -172,11 +204,11 @@ func (p *Pool) mayActivate() bool {
 // again after SlewTime.
 func (p *Pool) bringUpCheck() {
 	p.bringUp = nil
-	if p.running() >= p.cfg.MinWorkers || len(p.stopped) == 0 {
+	if p.live() >= p.cfg.MinWorkers || len(p.stopped) == 0 {
 		return
 	}
 	_ = p.activate(p.slots[p.stopped[0]], fmt.Sprintf("Bringing workers up to minWorkers (%d)", p.cfg.MinWorkers))
-	if p.running() < p.cfg.MinWorkers {
+	if p.live() < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
 	p.serveQueue()
@@ -196,7 +228,7 @@ func (p *Pool) scheduleBringUp() {
 // count its own kills or it would take the pool below MinWorkers.
 func (p *Pool) idleTimer() {
 	now := p.clk.Now()
-	alive := p.running()
+	alive := p.live()
 	if p.cfg.MaxLifetime > 0 {
 		for _, s := range p.idleList() {
 			if !s.life.firstReq.IsZero() && now.Sub(s.life.firstReq) > p.cfg.MaxLifetime {
@@ -223,11 +255,27 @@ func (p *Pool) idleTimer() {
 // reread is docs/protocols/mimedefang-multiplexor.md, "Reread and generations": a new generation, idle workers killed, then R.
 func (p *Pool) reread() {
 	p.generation++
-	if p.zyg != nil {
-		// The next worker comes from a zygote that has read the filter
-		// again, as the reference re-creates its interpreter.
-		p.zyg.close()
-		p.zyg = nil
+	if z := p.zyg; z != nil {
+		// The next worker comes from a zygote that reads the filter
+		// again, as the reference re-creates its interpreter: the old
+		// one is closed without waiting, the new one compiles while the
+		// owner serves, and the workers asked of the old one are asked
+		// of it.
+		forks := z.forks
+		z.forks = nil
+		p.dropZygote()
+		for _, f := range forks {
+			f.release()
+		}
+		if len(forks) == 0 {
+			if err := p.startZygote(); err != nil {
+				p.embedOff = true
+				p.emit(Event{Kind: EvEmbedFailed, Worker: -1, Err: err})
+			}
+		}
+		for _, f := range forks {
+			p.reask(f.s)
+		}
 	}
 	for _, s := range p.idleList() {
 		p.kill(s, "Forcing reread of filter rules")

@@ -31,11 +31,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.react = r
 	r.start()
 	defer r.close()
-	defer func() {
-		if p.zyg != nil {
-			p.zyg.close()
-		}
-	}()
+	defer p.endZygotes()
 	p.start = p.clk.Now()
 	for _, s := range p.slots {
 		s.lastChange = p.start

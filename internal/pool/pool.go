@@ -48,9 +48,13 @@ type Pool struct {
 	reapBuf        []*slot   // reapOrder's scratch
 
 	// zyg is -E's Perl process (embed.go), started at the first
-	// activation; embedOff once it failed to start.
+	// activation and at a reread; embedOff once it failed to start.
+	// zygGone are the zygotes dropped and not reaped yet; starting
+	// counts the slots whose worker is being forked (slot.start).
 	zyg      *zygote
+	zygGone  []*zygote
 	embedOff bool
+	starting int
 
 	ema         float64
 	lastScaleIn time.Time

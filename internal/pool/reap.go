@@ -61,14 +61,14 @@ func (p *Pool) reap() {
 	}
 }
 
-// reapStrays is -E's: sluice is a child subreaper, so what a worker
-// leaves running when it exits becomes sluice's child when it ends. Each
-// such child that has exited is reaped; a worker (or the zygote) found
-// exited is left to the next reap, which its SIGCHLD brings.
+// reapStrays is -E's: the zygotes that have exited, the current one and
+// those dropped, are reaped; and sluice is a child subreaper, so what a
+// worker leaves running when it exits becomes sluice's child when it
+// ends. Each such child that has exited is reaped; a worker (or a
+// zygote) found exited is left to the next reap, which its SIGCHLD
+// brings.
 func (p *Pool) reapStrays() {
-	if p.zyg != nil {
-		p.zyg.reap()
-	}
+	p.reapZygotes()
 	for {
 		var info [128]byte // siginfo_t
 		if _, _, e := syscall.Syscall6(syscall.SYS_WAITID, 0 /* P_ALL */, 0, uintptr(unsafe.Pointer(&info[0])),
@@ -76,7 +76,7 @@ func (p *Pool) reapStrays() {
 			return
 		}
 		pid := int(*(*int32)(unsafe.Pointer(&info[16]))) // si_pid
-		if pid == 0 || p.zyg != nil && pid == p.zyg.pid {
+		if pid == 0 || p.isZygote(pid) {
 			return
 		}
 		for _, s := range p.slots {
@@ -118,7 +118,7 @@ func (p *Pool) finishReap(s *slot) {
 	p.stopped = append([]int{s.n}, p.stopped...)
 	p.stat(s, "ReapWorker", "")
 	p.hist[Scan].add(p.clk.Now(), func(b *bucket) { b.reaped++ })
-	if p.running() < p.cfg.MinWorkers {
+	if p.live() < p.cfg.MinWorkers {
 		p.scheduleBringUp()
 	}
 	p.serveQueue()
@@ -145,6 +145,10 @@ func (p *Pool) shutdown(sigchld <-chan os.Signal) {
 	}
 	p.queue = nil
 	for _, s := range p.slots {
+		if s.start != nil && s.start.call != nil {
+			s.start.call.finish(Result{Err: ErrClosed})
+			s.start.call = nil
+		}
 		if s.cmd.call != nil {
 			s.cmd.call.finish(Result{Err: ErrClosed})
 			s.cmd.call = nil

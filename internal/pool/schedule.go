@@ -57,8 +57,10 @@ func (p *Pool) queueTimeout(c *call) {
 // workers, taken in the order of its idle list (the most recently idle
 // first), one whose last command kind is k or which has run nothing since
 // it started, preferring a real match and then the oldest process; else
-// the oldest idle worker; else the first stopped slot. With -A the choice
-// is logged.
+// the oldest idle worker; else a slot whose worker is being started for
+// no request (-E: it waits for the zygote, as the reference's would have
+// been started before the request was read); else the first stopped
+// slot. With -A the choice is logged.
 func (p *Pool) findFree(k Kind) *slot {
 	idle := p.idleBuf[:0]
 	for _, s := range p.slots {
@@ -82,6 +84,14 @@ func (p *Pool) findFree(k Kind) *slot {
 	}
 	if same != nil {
 		best = same
+	}
+	if best == nil && p.starting > 0 {
+		for _, s := range p.slots {
+			if s.start != nil && s.start.call == nil {
+				best = s
+				break
+			}
+		}
 	}
 	if best == nil && len(p.stopped) > 0 {
 		best = p.slots[p.stopped[0]]
@@ -110,21 +120,18 @@ func activationReason(c *call) string {
 	}
 }
 
-// dispatch starts s if needed and sends c's command to it.
+// dispatch starts s if needed and sends c's command to it; a worker
+// being started (s.start) gets it once it is up (forked).
 func (p *Pool) dispatch(s *slot, c *call) {
-	if s.state == Stopped {
+	if s.state == Stopped && s.start == nil {
 		if err := p.activate(s, activationReason(c)); err != nil {
-			switch {
-			case c.tick >= 0:
-				p.emit(Event{Kind: EvTickSkipped, Worker: s.n, Band: c.tick})
-			case c.req.Map:
-				p.emit(Event{Kind: EvNoFreeWorkers, Worker: -1, Map: true})
-			default:
-				p.emit(Event{Kind: EvActivateFailed, Worker: s.n})
-			}
-			c.finish(Result{Err: ErrActivate})
+			p.activateFailed(s, c)
 			return
 		}
+	}
+	if s.start != nil {
+		s.start.call = c
+		return
 	}
 	now := p.now()
 	p.setState(s, Busy)
@@ -159,6 +166,19 @@ func (p *Pool) dispatch(s *slot, c *call) {
 		p.stat(s, "StartFilter", "")
 	}
 	p.grant(c, proc)
+}
+
+// activateFailed ends c, for which s could not be started.
+func (p *Pool) activateFailed(s *slot, c *call) {
+	switch {
+	case c.tick >= 0:
+		p.emit(Event{Kind: EvTickSkipped, Worker: s.n, Band: c.tick})
+	case c.req.Map:
+		p.emit(Event{Kind: EvNoFreeWorkers, Worker: -1, Map: true})
+	default:
+		p.emit(Event{Kind: EvActivateFailed, Worker: s.n})
+	}
+	c.finish(Result{Err: ErrActivate})
 }
 
 // noteCommand records what the reference keeps about a client command for
@@ -225,7 +245,7 @@ func (p *Pool) serveQueue() {
 		if s == nil {
 			return
 		}
-		if s.state == Stopped && (!p.mayActivate() || p.activate(s, activationReason(c)) != nil) {
+		if s.state == Stopped && s.start == nil && (!p.mayActivate() || p.activate(s, activationReason(c)) != nil) {
 			return
 		}
 		p.dispatch(s, p.popQueue())

@@ -19,9 +19,21 @@ type slot struct {
 	// most recently idle first), which its worker choice depends on.
 	idleSeq uint64
 
+	// start is set while the slot's worker is being started (-E: the
+	// zygote forks it); the slot is Stopped and off the stopped list.
+	start *slotStart
+
 	life   procLife    // the current process's life, reset by activate
 	cmd    slotCommand // the command in flight and what is kept of the last
 	timers slotTimers  // the slot's pending timers (nil: none)
+}
+
+// slotStart is a worker being started: why, and the request it was
+// started for or has since been given (nil: none yet), sent once the
+// worker is up (forked).
+type slotStart struct {
+	reason string
+	call   *call
 }
 
 // procLife is what a slot keeps about the process it runs now.

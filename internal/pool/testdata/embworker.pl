@@ -4,6 +4,15 @@
 # do_main_loop in each worker it forks), and serves itself with -server.
 use strict;
 our $CompiledBy = $$;
+# EMB_HOLD=<file>: compiling the program writes <file>.compiling, then
+# waits until <file> exists (a filter slow to compile, held by the test).
+BEGIN {
+	if (my $hold = $ENV{EMB_HOLD}) {
+		open(my $f, '>', "$hold.compiling") or die "$hold.compiling: $!";
+		close $f;
+		select(undef, undef, undef, 0.01) until -e $hold;
+	}
+}
 our $Mode = '';
 
 sub main {
@@ -22,6 +31,10 @@ sub do_main_loop {
 			print "$Mode\n";
 		} elsif ($line eq 'pid') {
 			print "$$\n";
+		} elsif ($line =~ /^hold (.*)/) {
+			# Busy until the file exists.
+			select(undef, undef, undef, 0.01) until -e $1;
+			print "held\n";
 		} else {
 			print "echo $line\n";
 		}

@@ -15,6 +15,7 @@ import (
 	"sluice/internal/clock"
 	"sluice/internal/limiter"
 	"sluice/internal/store/storetest"
+	"sluice/internal/testutil/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -214,13 +215,9 @@ func TestSweeper(t *testing.T) {
 	}
 	hit("old", t0)
 	sweep := func() {
-		for fc.Timers() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		wait.For(t, func() bool { return fc.Timers() > 0 }, "the sweeper's timer")
 		fc.Advance(time.Second)
-		for fc.Timers() == 0 { // the next timer is armed after the sweep
-			time.Sleep(time.Millisecond)
-		}
+		wait.For(t, func() bool { return fc.Timers() > 0 }, "the next sweep's timer (armed after the sweep)")
 	}
 	fc.Advance(5 * time.Minute) // the clock moves, callers' time does not
 	sweep()

@@ -1,4 +1,4 @@
-package config
+package docstest
 
 import (
 	"bytes"
@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sluice/internal/testutil/peer"
 	"strings"
 	"testing"
+
+	"sluice/internal/config"
+	"sluice/internal/testutil/peer"
 )
 
 // tomlBlock is a fenced ```toml block of a Markdown page.
@@ -45,7 +47,7 @@ func TestDocsConfigBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			n++
-			_, errs := Load(path)
+			_, errs := config.Load(path)
 			for _, e := range errs {
 				if mark == "fragment" && !strings.Contains(e.Error(), "syntax") && !strings.Contains(e.Error(), "unknown key") {
 					continue
@@ -66,7 +68,7 @@ func TestExampleConfigs(t *testing.T) {
 		t.Fatalf("found %d example configs", len(files))
 	}
 	for _, f := range files {
-		if _, errs := Load(f); len(errs) > 0 {
+		if _, errs := config.Load(f); len(errs) > 0 {
 			t.Errorf("%s: %v", f, errs)
 		}
 	}
@@ -125,13 +127,13 @@ func TestSystemdUnit(t *testing.T) {
 // socket units is a listen address of the example config; sluice refuses
 // a passed socket that no listen address names.
 func TestSystemdSocketMatchesConfig(t *testing.T) {
-	cfg, errs := Load("../../examples/sluice.toml")
+	cfg, errs := config.Load("../../examples/sluice.toml")
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	listens := map[string]bool{}
 	for _, l := range slices.Concat(cfg.Anvil.Listen, cfg.Policy.Listen, cfg.Throttle.Listen, cfg.Milter.Listen, cfg.Web.Listen) {
-		network, addr, err := ParseListen(l)
+		network, addr, err := config.ParseListen(l)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package config
+package docstest
 
 import (
 	"io/fs"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"sluice/internal/config"
 )
 
 // readDoc reads a page of the repository, relative to its root.
@@ -89,7 +91,7 @@ func quotedMessages(page string) []string {
 
 // TestDocsQuoteCheckMessages: a configuration error the pages quote (as
 // README.md does `log.levle: unknown key; did you mean level?`) is one
-// sluice check gives: some file of testdata/bad makes Load report it.
+// sluice check gives: some file of internal/config/testdata/bad makes config.Load report it.
 // (TestBadFiles keeps the .err files equal to what Load says, and
 // internal/cli's TestCheckBad runs sluice check on first-hour.toml.)
 func TestDocsQuoteCheckMessages(t *testing.T) {
@@ -98,20 +100,20 @@ func TestDocsQuoteCheckMessages(t *testing.T) {
 		t.Fatalf("quotedMessages(%q) = %q", sample, got)
 	}
 	var said []string
-	files, _ := filepath.Glob("testdata/bad/*.toml")
+	files, _ := filepath.Glob("../config/testdata/bad/*.toml")
 	for _, f := range files {
-		_, errs := Load(f)
+		_, errs := config.Load(f)
 		for _, e := range errs {
 			said = append(said, strings.Join(strings.Fields(e.Error()), " "))
 		}
 	}
 	if len(said) < 20 {
-		t.Fatalf("testdata/bad gives only %d errors", len(said))
+		t.Fatalf("internal/config/testdata/bad gives only %d errors", len(said))
 	}
 	for _, page := range docPages(t, "../..") {
 		for _, q := range quotedMessages(readDoc(t, page)) {
 			if !slices.ContainsFunc(said, func(e string) bool { return strings.Contains(e, q) }) {
-				t.Errorf("%s quotes %q, which no file of testdata/bad makes sluice check say", page, q)
+				t.Errorf("%s quotes %q, which no file of internal/config/testdata/bad makes sluice check say", page, q)
 			}
 		}
 	}
