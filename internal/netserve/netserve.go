@@ -5,6 +5,14 @@
 // users, a share for the peers outside it), idle and per-request read deadlines, a panic in one
 // connection's handler costing that connection only, and a two-stage
 // Shutdown in the shape of net/http's.
+//
+// The sessions are served from the server's own epoll set
+// (poller_linux.go): accepted with raw accept4(2) on a duplicate of the
+// listener's descriptor, read, written and closed with raw system calls,
+// parked between requests on a channel that the set's one waiter
+// goroutine signals. No call on a session enters the scheduler, so a
+// door between its peers' requests never wakes the runtime's monitor
+// thread.
 package netserve
 
 import (
