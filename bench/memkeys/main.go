@@ -233,11 +233,7 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time, id
 	r := memory.New(memory.Options{MaxKeys: 2*n + 1000})
 	defer r.Close()
 	start, cpu0 := time.Now(), cpuTime()
-	snap, err := memory.ReadSnapshot(path, memory.SnapshotLimit(2*n+1000))
-	if err != nil {
-		return err
-	}
-	rst, err := r.Restore(snap, now.Add(11*time.Second))
+	rst, err := r.Restore(path, memory.SnapshotLimit(2*n+1000), now.Add(11*time.Second))
 	if err != nil {
 		return err
 	}
@@ -248,7 +244,6 @@ func measurePersist(s *memory.Store, n int, lim limiter.Limit, now time.Time, id
 	fmt.Printf("memkeys %-6s keys=%-9d restore_s=%.2f restore_cpu_s=%.2f (read, decode, insert)\n", lim.Algorithm, n, took.Seconds(), cpu.Seconds())
 	if idle > 0 {
 		r.Close()
-		snap = nil
 		return measureIdle(s, path, n, lim, idle)
 	}
 	return nil

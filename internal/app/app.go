@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"sluice/internal/anvil"
+	"sluice/internal/ban"
+	"sluice/internal/clock"
 	"sluice/internal/config"
 	"sluice/internal/control"
 	"sluice/internal/governor"
@@ -66,7 +68,7 @@ type Daemon struct {
 
 	// throttleBan reads the throttle's send results (ban signs,
 	// suspension, learned limits).
-	throttleBan *banGuard
+	throttleBan *ban.Guard
 	// marks are the per-key marks (suspensions, learned limits,
 	// exemptions); exempt the exemptions read from them. Both outlive
 	// reloads.
@@ -88,7 +90,7 @@ type Daemon struct {
 	// throttleWaiting counts throttle requests waiting for their grant.
 	throttleWaiting atomic.Int64
 	// throttleTally counts grants and deferrals for the summary at info.
-	throttleTally *throttleTally
+	throttleTally *governor.ThrottleTally
 
 	stop         context.Context   // ends a start cut short by a signal (WithStop)
 	src          sources           // sockets passed by the root phase or systemd, claimed while binding
@@ -166,7 +168,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		d.waiters.Retry = time.Second
 	}
 	d.refusals = governor.NewRefusalLog(log, nil, 0)
-	d.throttleTally = newThrottleTally(time.Now())
+	d.throttleTally = governor.NewThrottleTally(clock.Real{})
 	d.carried = governor.NewAnvilCarried()
 	d.marks = d.openMarks()
 	d.exempt = governor.NewExemptions(d.marks)
@@ -174,7 +176,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		log.Error("exemptions cannot be read; none apply until they can", "err", err)
 	}
 	d.pairs = governor.NewSessionPairs()
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
+	gov, err := newGovernor(cfg, d.capacity(cfg, log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -254,10 +256,11 @@ func (d *Daemon) listenAll(cfg *config.Config, door string, specs []string, sock
 		}
 	}
 	for _, spec := range specs {
-		l, fromSystemd, err := listen(cfg, d.src, spec, sock, mode)
+		l, fromSystemd, unapplied, err := listen(cfg, d.src, spec, sock, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", door, err)
 		}
+		d.logUnapplied(door, spec, unapplied)
 		d.listeners = append(d.listeners, boundListener{door: door, spec: spec, l: l, serve: serve, fromSystemd: fromSystemd})
 	}
 	return nil
@@ -303,15 +306,15 @@ func (d *Daemon) Start() {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.throttleTally.run(ctx, d.log)
+		d.throttleTally.Run(ctx, d.log)
 	}()
-	if ban := d.throttleBan; ban != nil && ban.marks.Shared() {
+	if ban := d.throttleBan; ban != nil && ban.Shared() {
 		// Suspensions and resumes other daemons make reach the
 		// snapshot policies without ban settings read within a second.
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			ban.runSuspended(ctx, time.Second, func(err error) { d.log.Warn("throttle: reading the suspensions failed", "err", err) })
+			ban.RunSuspended(ctx, time.Second, func(err error) { d.log.Warn("throttle: reading the suspensions failed", "err", err) })
 		}()
 	}
 	d.failed = make(chan error, len(d.listeners))
@@ -358,7 +361,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := buildGovernor(cfg, d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
+	gov, err := newGovernor(cfg, d.capacity(cfg, d.log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}
@@ -369,6 +372,9 @@ func (d *Daemon) reload() error {
 	d.logRuleChanges(old, cfg)
 	d.gov.Store(gov)
 	d.cfg.Store(cfg)
+	if d.throttleBan != nil {
+		d.throttleBan.Configure(banSettings(cfg))
+	}
 	d.obs.relimit(gov)
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/internal/ban"
 	"sluice/internal/config"
 	"sluice/internal/control"
 	"sluice/internal/governor"
@@ -105,7 +106,7 @@ type args map[string]string
 func (a args) need(names ...string) error {
 	for _, n := range names {
 		if a[n] == "" {
-			return fmt.Errorf("missing %s", n)
+			return fmt.Errorf("missing %s (the -%s flag)", n, n)
 		}
 	}
 	return nil
@@ -258,7 +259,7 @@ func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, 
 		if ban := h.d.throttleBan; ban != nil {
 			// Keys suspended, banned or at a learned limit, holding no
 			// slots.
-			marked, err := ban.states(ctx, h.d.cfg.Load())
+			marked, err := ban.States(ctx)
 			if err != nil {
 				return control.Reply{}, err
 			}
@@ -274,8 +275,8 @@ func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, 
 		name, bucket, _ := strings.Cut(id, " ")
 		bctx, ban := ctx, h.d.throttleBan
 		if ban != nil {
-			if bp := ban.policy(h.d.cfg.Load(), name); bp != nil {
-				bctx = governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp))
+			if bp := ban.Policy(name); bp != nil {
+				bctx = governor.WithThrottleCap(ctx, ban.Limit(ctx, id, bp))
 			}
 		}
 		st, ok, err := g.ThrottleBudget(bctx, name, bucket)
@@ -287,7 +288,7 @@ func (h controlHandler) throttleShow(ctx context.Context, g *governor.Governor, 
 		}
 		v := throttleKeyView{ThrottleKeyState: st}
 		if ban != nil {
-			v.SuspendedUntil, v.Reason = ban.admit(ctx, id)
+			v.SuspendedUntil, v.Reason = ban.SuspendedUntil(ctx, id)
 		}
 		states = append(states, v)
 	}
@@ -304,7 +305,7 @@ type throttleKeyView struct {
 // throttleTarget is the budget a command's key names ("POLICY BUCKET")
 // with its policy's configured limit, and the ban guard that keeps its
 // marks.
-func (h controlHandler) throttleTarget(g *governor.Governor, a args) (*banGuard, string, limiter.Limit, error) {
+func (h controlHandler) throttleTarget(g *governor.Governor, a args) (*ban.Guard, string, limiter.Limit, error) {
 	if err := a.need("key"); err != nil {
 		return nil, "", limiter.Limit{}, err
 	}
@@ -321,7 +322,7 @@ func (h controlHandler) throttleReset(ctx context.Context, g *governor.Governor,
 	if err != nil {
 		return control.Reply{}, err
 	}
-	learned, bans, err := ban.reset(ctx, id)
+	learned, bans, err := ban.Reset(ctx, id)
 	if err != nil {
 		return control.Reply{}, err
 	}
@@ -347,7 +348,7 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 	}
 	shown := status.Safe(id) // the texts' form
 	if !suspend {
-		was, err := ban.resume(ctx, id)
+		was, err := ban.Resume(ctx, id)
 		if err != nil {
 			return control.Reply{}, err
 		}
@@ -360,11 +361,11 @@ func (h controlHandler) throttleSuspend(ctx context.Context, g *governor.Governo
 	if a["for"] == "" {
 		return control.Reply{}, errors.New("missing for (how long: 30s, 1h ...)")
 	}
-	until, err := a.until(ban.now())
+	until, err := a.until(ban.Now())
 	if err != nil {
 		return control.Reply{}, err
 	}
-	if err := ban.suspend(ctx, id, until); err != nil {
+	if err := ban.Suspend(ctx, id, until); err != nil {
 		return control.Reply{}, err
 	}
 	what := "throttle " + shown + ": suspended until " + until.UTC().Format(time.RFC3339)

@@ -294,7 +294,7 @@ func TestControlSharedThroughRedis(t *testing.T) {
 	}
 	// B learns of it at its next refresh of the suspended keys (every
 	// second): here at once.
-	if err := b.throttleBan.refreshSuspended(context.Background()); err != nil {
+	if err := b.throttleBan.RefreshSuspended(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if d := acquire(); !strings.Contains(d, "relay * is suspended until") || !strings.Contains(d, "suspended by an administrator") {

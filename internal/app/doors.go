@@ -52,8 +52,8 @@ func (d *Daemon) bind(cfg *config.Config) error {
 	if cfg.Milter.Enabled && cfg.Milter.PauseWhenFull {
 		d.gateMilter()
 	}
-	if left := d.src.systemd.Unclaimed(); len(left) > 0 {
-		return unclaimedError(left)
+	if err := d.dropUnnamed(); err != nil {
+		return err
 	}
 	if n := d.src.handoff.Left(); n > 0 {
 		return fmt.Errorf("the root phase passed %d sockets more than the configuration binds (was it changed while sluice started?)", n)

@@ -25,27 +25,48 @@ type sources struct {
 // phase or systemd passed for it (fromSystemd: its owner and mode are the
 // socket unit's). A unix socket sluice binds gets the configured mode and
 // owner; a stale socket file left by a dead process is replaced, one that
-// a live server answers on is an error.
-func listen(cfg *config.Config, src sources, spec string, sock config.Socket, mode uint32) (l net.Listener, fromSystemd bool, err error) {
+// a live server answers on is an error. A unix socket an upgrade passed
+// that sluice bound gets them too, as far as this process may change them
+// (adopt); those it may not are returned in unapplied.
+func listen(cfg *config.Config, src sources, spec string, sock config.Socket, mode uint32) (l net.Listener, fromSystemd bool, unapplied []safefs.SocketChange, err error) {
 	network, addr, err := config.ParseListen(spec)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if network == "unix" {
 		addr = cfg.Path(addr)
 	}
 	l, fromSystemd, ok, err := src.handoff.Next(network, addr)
 	if err != nil {
-		return nil, false, fmt.Errorf("listen %s: %w", spec, err)
+		return nil, false, nil, fmt.Errorf("listen %s: %w", spec, err)
 	}
 	if ok {
-		return l, fromSystemd, nil
+		return l, fromSystemd, nil, nil
 	}
-	if l, ok := src.systemd.Claim(network, addr); ok {
-		return l, true, nil
+	if l, ours, ok := src.systemd.Claim(network, addr); ok {
+		if ours && network == "unix" {
+			unapplied = adopt(addr, sock, mode)
+		}
+		return l, !ours, unapplied, nil
 	}
 	l, err = bindNew(spec, network, addr, sock, mode)
-	return l, false, err
+	return l, false, nil, err
+}
+
+// adopt gives the unix socket at addr that an upgrade passed, bound by
+// sluice under the old configuration, the owner, group and mode sock
+// asks for now, as far as this process may change them; it returns those
+// it could not. A socket it cannot even look at (a directory its user
+// may not search, as Postfix's private/) is one change with no Setting.
+func adopt(addr string, sock config.Socket, mode uint32) []safefs.SocketChange {
+	owner, err := socketOwner(sock)
+	if err == nil {
+		var failed []safefs.SocketChange
+		if failed, err = safefs.AdjustSocket(addr, owner, fs.FileMode(mode)); err == nil {
+			return failed
+		}
+	}
+	return []safefs.SocketChange{{Err: err}}
 }
 
 // bindNew binds a new socket. A unix socket's directory is made if

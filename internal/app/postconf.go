@@ -57,7 +57,7 @@ func PostfixDrift(ctx context.Context, cfg *config.Config, dir string) ([]string
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &limitWriter{&out, maxPostconfOutput}, &limitWriter{&stderr, 4096}
+	cmd.Stdout, cmd.Stderr = &limitWriter{b: &out, n: maxPostconfOutput}, &limitWriter{b: &stderr, n: 4096}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
@@ -106,10 +106,14 @@ func postfixDrift(cfg *config.Config, vals map[string]string, dir string) ([]str
 }
 
 // parsePostconf reads postconf's "name = value" lines.
-func parsePostconf(b []byte) (map[string]string, error) {
+func parsePostconf(b []byte) (map[string]string, error) { return parsePostconfN(b, 64, 4096) }
+
+// parsePostconfN reads postconf's "name = value" lines, at most maxParams
+// of at most maxLine bytes.
+func parsePostconfN(b []byte, maxParams, maxLine int) (map[string]string, error) {
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 256), 4096)
+	sc.Buffer(make([]byte, 0, 256), maxLine)
 	n := 0
 	for sc.Scan() {
 		n++
@@ -127,7 +131,7 @@ func parsePostconf(b []byte) (map[string]string, error) {
 		if name == "" || strings.ContainsAny(name, " \t") {
 			return nil, fmt.Errorf("postconf output line %d: %q is not a parameter name", n, name)
 		}
-		if len(out) >= 64 {
+		if len(out) >= maxParams {
 			return nil, errors.New("postconf output: more parameters than asked for")
 		}
 		out[name] = strings.TrimSpace(val)
@@ -163,15 +167,21 @@ func postfixTime(v string) (time.Duration, error) {
 	return time.Duration(n) * unit, nil
 }
 
-// limitWriter keeps at most n bytes and drops the rest.
+// limitWriter keeps at most n bytes and drops the rest, noting that it
+// did.
 type limitWriter struct {
-	b *bytes.Buffer
-	n int
+	b    *bytes.Buffer
+	n    int
+	over bool
 }
 
 func (w *limitWriter) Write(p []byte) (int, error) {
-	if room := w.n - w.b.Len(); room > 0 {
+	room := w.n - w.b.Len()
+	if room > 0 {
 		w.b.Write(p[:min(len(p), room)])
+	}
+	if len(p) > room {
+		w.over = true
 	}
 	return len(p), nil
 }

@@ -142,9 +142,9 @@ func ExecUnprivileged(stop context.Context, cfg *config.Config, argv []string, s
 			}
 		}
 	}
-	if left := systemd.Unclaimed(); len(left) > 0 {
+	if err := d.dropUnnamed(); err != nil {
 		d.closeListeners()
-		return unclaimedError(left)
+		return err
 	}
 	exe, err := privdrop.OpenSelf()
 	if err != nil {

@@ -188,3 +188,80 @@ func TestWatchReloadsTable(t *testing.T) {
 		t.Errorf("after the watch's reload: %v", eff.Limits)
 	}
 }
+
+// TestWatchReloadsIncludeDir: a file of include_dir, added, written or
+// removed, reloads as the main file does, and so does a rule's table in
+// a directory of its own.
+func TestWatchReloadsIncludeDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, sub := range []string{"conf.d", "tables"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	table := filepath.Join(dir, "tables", "senders.limits")
+	if err := os.WriteFile(table, []byte("a@example.com 20/60s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, dir, fmt.Sprintf("state_dir = %q\ninclude_dir = \"conf.d\"\n[[class]]\nname = \"everyone\"\nmatch = [\"*\"]\n[anvil]\nenabled = false\n[[policy.rule]]\nname = \"r\"\ncount = \"messages\"\nkey = [\"sender\"]\nlimit = [\"10/60s\"]\ntable = \"tables/senders.limits\"\n", dir))
+	d := startDaemon(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	reloaded := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Watch(ctx, time.Millisecond, func() {
+			if err := d.Reload(); err != nil {
+				t.Log(err)
+			}
+			reloaded <- struct{}{}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	// change repeats an edit until a reload comes and cond holds (until
+	// the watch is armed an edit goes unseen).
+	change := func(what string, edit func(), cond func() bool) {
+		t.Helper()
+		for i := 0; ; i++ {
+			edit()
+			timer := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-reloaded:
+				timer.Stop()
+				if cond() {
+					return
+				}
+			case <-timer.C:
+			}
+			if i > 100 {
+				t.Fatalf("%s never reloaded", what)
+			}
+		}
+	}
+	hasClass := func(name string) bool {
+		for _, c := range d.gov.Load().Classes().All() {
+			if c.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	added := filepath.Join(dir, "conf.d", "10-partner.toml")
+	change("a new conf.d file", func() {
+		if err := os.WriteFile(added, []byte("[[class]]\nname = \"partner\"\nmatch = [\"192.0.2.0/24\"]\nrefuse = 5\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}, func() bool { return hasClass("partner") })
+	change("removing the conf.d file", func() {
+		if err := os.Remove(added); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}, func() bool { return !hasClass("partner") })
+	change("the table in its own directory", func() {
+		if err := os.WriteFile(table, []byte("a@example.com 30/60s\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}, func() bool {
+		g := d.gov.Load()
+		return fmt.Sprint(g.EffectiveLimits(&g.Policy().Rules[0], "sender=a@example.com").Limits) == "[30/60s exact]"
+	})
+}

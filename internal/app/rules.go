@@ -14,8 +14,14 @@ import (
 // one per rule type; serve (buildGovernor) and check (the Text functions)
 // both go through them, and none drops an error.
 
-// buildGovernor turns the configuration into rules.
+// buildGovernor turns the configuration into rules, with the capacity
+// [mta] sessions sets (the daemon reads the MTA's: newGovernor).
 func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+	return newGovernor(cfg, configuredCapacity(cfg), lim, waiters, refusals, carried, exempt, pairs, obs, log)
+}
+
+// newGovernor turns the configuration into rules over the MTA's capacity.
+func newGovernor(cfg *config.Config, capacity governor.Capacity, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
 	table, rules, err := classRules(cfg)
 	if err != nil {
 		return nil, err
@@ -29,7 +35,7 @@ func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Wa
 		return nil, errors.Join(errs...)
 	}
 	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Refusals: refusals, Carried: carried, Exemptions: exempt, Pairs: pairs, Logger: log, Observer: obs,
+		Throttle: trules, Waiters: waiters, Refusals: refusals, Carried: carried, Exemptions: exempt, Pairs: pairs, Logger: log, Observer: obs, Capacity: capacity,
 		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
 }
 
@@ -74,7 +80,7 @@ func classRules(cfg *config.Config) (*limiter.Classes, governor.AnvilRules, erro
 	}
 	classes := make([]limiter.Class, len(specs))
 	for i, s := range specs {
-		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue}
+		classes[i] = limiter.Class{Name: s.Name, Masks: s.Masks, Refuse: s.Refuse, Queue: s.Queue, Reserve: s.Reserve}
 		if v := s.Anvil.Values(); slices.ContainsFunc(v[:], func(p *int64) bool { return p != nil }) {
 			rules.Classes[s.Name] = classLimits(s.Anvil)
 		}

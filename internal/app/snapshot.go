@@ -21,14 +21,13 @@ type snapshotter struct {
 	interval time.Duration
 	log      *slog.Logger
 	failing  bool  // the last write failed (logged once per run of failures)
-	journal  bool  // the booking journal is open
-	limit    int64 // the largest snapshot or journal read back
+	limit    int64 // the largest store file read back
 }
 
-// newSnapshotter restores the snapshot into mem (which must be empty) and
-// writes it back at once, unclean: a crash before the first periodic
-// write must not find a clean snapshot from the previous stop. A snapshot
-// that cannot be read is refused whole with one log line, and the daemon
+// newSnapshotter restores the store file into mem (which must be empty)
+// and writes to it at once, unclean: a crash before the first periodic
+// write must not find a clean mark from the previous stop. A file that
+// cannot be read is refused whole with one log line, and the daemon
 // starts empty. nil means snapshots are off (or the store is Redis).
 func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *snapshotter {
 	mem, ok := store.(*memory.Store)
@@ -41,7 +40,7 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 		log.Info("store snapshot: removed temporary files of a write cut short", "files", n)
 	}
 	now := time.Now()
-	snap, err := memory.ReadSnapshot(s.path, s.limit)
+	st, err := mem.Restore(s.path, s.limit, now)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		log.Info("store snapshot: none yet; starting with empty counts", "file", s.path)
@@ -52,58 +51,30 @@ func newSnapshotter(cfg *config.Config, store limiter.Store, log *slog.Logger) *
 			s.guard(now, "the snapshot could not be read")
 		}
 	default:
-		st, err := mem.Restore(snap, now)
-		if err != nil {
-			log.Error("store snapshot refused; starting with empty counts", "file", s.path, "err", err)
-			break
-		}
-		log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
-			"age", now.Sub(snap.Taken).Round(time.Millisecond).String(), "clean_stop", snap.Clean)
-		if !snap.Clean {
-			lost := "what happened after " + snap.Taken.Format(time.RFC3339Nano) + " (at most " + s.interval.String() + ") is lost"
-			if sc.RestartGuard {
-				s.guard(now, lost)
-			} else {
-				log.Warn("store snapshot: the last stop was not clean; "+lost, "file", s.path)
-			}
-		}
+		s.restored(st, now, sc.RestartGuard)
 	}
-	s.replayJournal(now)
 	s.write(now, false)
 	return s
 }
 
-// openJournal starts a new, empty booking journal: only once a snapshot
-// holding every booking so far is written.
-func (s *snapshotter) openJournal() {
-	err := s.mem.OpenJournal(s.journalPath(), func(err error) {
-		s.log.Error("booking journal: append failed; throttle slots booked now would be forgotten by a crash", "err", err)
-	})
-	if err != nil {
-		s.log.Error("booking journal: cannot open; throttle slots booked between snapshots would be forgotten by a crash", "err", err)
-		return
+// restored logs what a restore read, and holds exact limits back after
+// an unclean stop when the guard is on.
+func (s *snapshotter) restored(st memory.SnapStats, now time.Time, guard bool) {
+	s.log.Info("store snapshot restored", "file", s.path, "keys", st.Keys, "expired_while_down", st.Dropped,
+		"age", now.Sub(st.Taken).Round(time.Millisecond).String(), "clean_stop", st.Clean)
+	if st.Cut > 0 {
+		s.log.Warn("store snapshot: the bytes after the last whole record are dropped (a write cut short)", "file", s.path, "bytes", st.Cut)
 	}
-	s.journal = true
-}
-
-func (s *snapshotter) journalPath() string { return s.path + ".bookings" }
-
-// replayJournal adds the throttle slots booked after the snapshot (kept
-// in the booking journal as they were given out).
-func (s *snapshotter) replayJournal(now time.Time) {
-	bs, err := memory.ReadJournal(s.journalPath(), s.limit)
-	if errors.Is(err, os.ErrNotExist) {
-		return
+	if st.Bookings > 0 {
+		s.log.Info("store snapshot: throttle slots booked after the last write restored", "file", s.path, "bookings", st.Bookings)
 	}
-	if err != nil {
-		s.log.Error("booking journal: unreadable from here on", "file", s.journalPath(), "err", err, "bookings_used", len(bs))
-	}
-	n, err := s.mem.ReplayBookings(bs, now)
-	if err != nil {
-		s.log.Error("booking journal: replay stopped", "file", s.journalPath(), "err", err)
-	}
-	if n > 0 {
-		s.log.Info("booking journal: throttle slots booked after the snapshot restored", "file", s.journalPath(), "bookings", n)
+	if !st.Clean {
+		lost := "what happened after " + st.Taken.Format(time.RFC3339Nano) + " (at most " + s.interval.String() + ") is lost"
+		if guard {
+			s.guard(now, lost)
+		} else {
+			s.log.Warn("store snapshot: the last stop was not clean; "+lost, "file", s.path)
+		}
 	}
 }
 
@@ -132,9 +103,6 @@ func (s *snapshotter) run(ctx context.Context) {
 // first at debug level).
 func (s *snapshotter) write(now time.Time, clean bool) {
 	st, err := s.mem.WriteSnapshot(s.path, now, clean)
-	if err == nil && !s.journal && !clean {
-		s.openJournal()
-	}
 	switch {
 	case err != nil && !s.failing:
 		s.failing = true

@@ -147,14 +147,11 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The changes since the snapshot's base are in its change log.
-	crashedLog, err := os.ReadFile(file + ".changes")
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.stop(t)
 
-	for _, bad := range []string{"garbage", "SLUICEMS\x00\x07rest", string(crashed[:len(crashed)-3])} {
+	// Garbage, another version, a base cut short (a write cut short in
+	// the log after it is not refused: TestLogTornTail).
+	for _, bad := range []string{"garbage", "SLUICEMS\x00\x07rest", string(crashed[:30])} {
 		os.WriteFile(file, []byte(bad), 0o600)
 		r = runSnapDaemon(t, path)
 		if v := policyVerb(t, sock, "s@example.org"); v != "DUNNO" {
@@ -169,7 +166,6 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	// Unclean stop without the guard: counts as of the last write, a
 	// warning; with it, exact limits grant nothing for one period.
 	os.WriteFile(file, crashed, 0o600)
-	os.WriteFile(file+".changes", crashedLog, 0o600)
 	r = runSnapDaemon(t, path)
 	if v := policyVerb(t, sock, "s@example.org"); v != "DEFER_IF_PERMIT" {
 		t.Fatalf("unclean snapshot: %s", v)
@@ -183,7 +179,6 @@ func TestSnapshotAcrossRestart(t *testing.T) {
 	}
 	writeConfig(t, dir, snapConfig(dir, true))
 	os.WriteFile(file, crashed, 0o600)
-	os.WriteFile(file+".changes", crashedLog, 0o600)
 	r = runSnapDaemon(t, path)
 	defer r.stop(t)
 	if v := policyVerb(t, sock, "new2@example.org"); v != "DEFER_IF_PERMIT" {
@@ -224,9 +219,7 @@ func TestSnapshotWriteFailingKeepsServing(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, f := range []string{"store.snapshot", "store.snapshot.bookings"} {
-		if _, err := os.Stat(filepath.Join(dir, "snap", f)); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := os.Stat(filepath.Join(dir, "snap", "store.snapshot")); err != nil {
+		t.Fatal(err)
 	}
 }

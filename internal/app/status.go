@@ -55,18 +55,26 @@ func (d *Daemon) Status() status.Status {
 		st.Doors = append(st.Doors, *doors[name])
 	}
 	var mc []metrics.ClassState
-	for _, c := range gov.Classes().All() {
-		held, err := d.lim.Held(ctx, c.LeaseKey())
-		if err != nil {
-			continue
+	occ, occErr := gov.Occupancy(ctx)
+	for i, c := range gov.Classes().All() {
+		if occErr != nil {
+			break // the store cannot count: no figure rather than a wrong one
 		}
-		st.Classes = append(st.Classes, status.Class{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue})
-		mc = append(mc, metrics.ClassState{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue})
+		held := occ.Held[i]
+		st.Classes = append(st.Classes, status.Class{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue,
+			Reserve: c.Reserve, ReserveUnused: max(c.Reserve-held, 0)})
+		mc = append(mc, metrics.ClassState{Name: c.Name, Incoming: held, Total: held, IncomingCap: c.Refuse, TotalCap: c.Queue, Reserve: c.Reserve})
+	}
+	if occErr == nil {
+		capa := gov.Capacity()
+		st.MTA = &status.MTA{Capacity: capa.Sessions, From: capa.From, Open: occ.Sessions, Reserved: gov.Classes().Reserved(),
+			ReservedUnused: occ.Unused, Free: occ.Free(capa.Sessions)}
+		d.metrics.MTA(metrics.MTAState{Capacity: capa.Sessions, Open: occ.Sessions, ReservedUnused: occ.Unused, Free: st.MTA.Free})
 	}
 	d.metrics.Classes(mc)
 	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
 	if d.throttleBan != nil {
-		st.ThrottleKeys, _ = d.throttleBan.states(ctx, cfg)
+		st.ThrottleKeys, _ = d.throttleBan.States(ctx)
 	}
 	if sock := cfg.Web.MuxSocket; sock != "" {
 		if p, err := poolstatus.Poll(ctx, sock, muxPollTimeout); err == nil {

@@ -7,17 +7,20 @@ import (
 	"strings"
 	"time"
 
+	"sluice/internal/ban"
+	"sluice/internal/clock"
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
 	"sluice/internal/metrics"
+	"sluice/internal/rules"
 	"sluice/internal/store/redis"
 	"sluice/internal/throttle"
 )
 
 // throttleHandler adapts the throttle front end to the governor in force
-// when each request arrives, and to the ban guard (nil: no policy reads
-// results).
+// when each request arrives, and to the ban guard (ban.Guard; nil: no
+// throttle door).
 type throttleHandler struct{ d *Daemon }
 
 // Acquire asks for key's next send slot and counts the answer for the
@@ -26,117 +29,78 @@ func (h throttleHandler) Acquire(ctx context.Context, key string) (throttle.Gran
 	gr, err := h.acquireSlot(ctx, key)
 	var de *throttle.DeferError
 	if err == nil {
-		h.d.throttleTally.add(key, true)
+		h.d.throttleTally.Add(key, true)
 	} else if errors.As(err, &de) {
-		h.d.throttleTally.add(key, false)
+		h.d.throttleTally.Add(key, false)
 	}
 	return gr, err
 }
 
+// acquireSlot waits for key's slot under the ban guard: every key a
+// policy paces may be suspended, by a ban or by an administrator (sluice
+// throttle suspend); the guard decides (ban.Guard.Admit, ban.Wait.Got).
 func (h throttleHandler) acquireSlot(ctx context.Context, key string) (throttle.Grant, error) {
-	g := h.d.gov.Load()
-	ban := h.d.throttleBan
-	var bp *banPolicy
-	var id string
-	if ban != nil {
-		if name, bucket, _, ok := g.ThrottleTarget(key); ok {
-			bp, id = ban.policy(h.d.cfg.Load(), name), name+" "+bucket
-		}
-	}
-	if id == "" {
+	g, guard := h.d.gov.Load(), h.d.throttleBan
+	if guard == nil {
 		return h.acquire(ctx, g, key)
 	}
-	// Every key a policy paces may be suspended: by a ban, or by an
-	// administrator (sluice throttle suspend). A policy without ban
-	// settings needs the guard only for a key the snapshot of suspended
-	// keys holds.
-	if _, ok := ban.suspendedSet().lookup(id, ban.now()); bp == nil && !ok {
-		return h.acquireUnlessSuspended(ctx, g, ban, key, id)
+	name, bucket, _, ok := g.ThrottleTarget(key)
+	if !ok {
+		return h.acquire(ctx, g, key)
 	}
-	if until, why := ban.admit(ctx, id); !until.IsZero() {
-		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, until, why)}
-	}
-	suspended, stop := ban.watch(id)
-	wctx := ctx
-	if bp != nil {
-		wctx = governor.WithThrottleCap(ctx, ban.limit(ctx, id, bp))
-	}
-	wctx, cancel := context.WithCancel(wctx)
-	go func() {
-		select {
-		case <-suspended:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
-	gr, err := h.acquire(wctx, g, key)
-	cancel()
+	id, bp := name+" "+bucket, guard.Policy(name)
+	w, err := guard.Admit(ctx, id, bp)
 	if err != nil {
-		stop()
-		if ctx.Err() == nil && isClosed(suspended) {
-			return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
-		}
-		return gr, err
+		return throttle.Grant{}, deferred(err)
 	}
-	if isClosed(suspended) {
-		// Suspended while this sender was handed its slot (a slot freed
-		// at the ban went to it before the cancel above): it must not send.
-		gr.Done(false)
-		stop()
-		return throttle.Grant{}, &throttle.DeferError{Reason: ban.revokeReason(id)}
+	wctx := w.Context()
+	if bp != nil {
+		wctx = governor.WithThrottleCap(wctx, w.Limit(ctx))
+	}
+	gr, err := h.acquire(wctx, g, key)
+	if err := w.Got(ctx, err, func() { gr.Done(false) }); err != nil {
+		return throttle.Grant{}, deferred(err)
+	}
+	if w.Revoked() == nil {
+		return gr, nil
 	}
 	done := gr.Done
-	gr.Done = func(used bool) { stop(); done(used) }
-	gr.Revoked = suspended
-	gr.RevokeReason = func() string { return ban.revokeReason(id) }
+	gr.Done = func(used bool) { w.Done(); done(used) }
+	gr.Revoked, gr.RevokeReason = w.Revoked(), w.RevokeReason
 	if bp != nil {
 		gr.Judge = func(ctx context.Context, lines []throttle.ResultLine, from throttle.Reporter) string {
-			// The policy in force when the result comes (a reload between
-			// grant and result applies its signs).
-			if p := ban.policy(h.d.cfg.Load(), bp.name); p != nil {
-				bp = p
-			}
-			if !from.Trusted {
-				h.d.refusals.Refused(ctx, "throttle", "report", id, time.Minute,
-					"throttle: a report from a peer not trusted to steer the key changed nothing", "key", id, "peer", from.Peer)
-				return ban.untrusted(id, bp, lines)
-			}
-			return ban.judge(ctx, id, bp, lines)
+			return h.judge(ctx, guard, id, bp, lines, from)
 		}
 	}
 	return gr, nil
 }
 
-// acquireUnlessSuspended acquires key's slot for a policy without ban
-// settings: no marks call, no goroutine of its own; a suspension of id
-// this daemon learns of while the sender waits (or is handed its slot)
-// defers it.
-func (h throttleHandler) acquireUnlessSuspended(ctx context.Context, g *governor.Governor, ban *banGuard, key, id string) (throttle.Grant, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := ban.onSuspend(id, cancel)
-	gr, err := h.acquire(wctx, g, key)
-	stop()
-	x, suspended := ban.suspendedSet().lookup(id, ban.now())
-	switch {
-	case suspended:
-		if err == nil {
-			gr.Done(false)
-		}
-		return throttle.Grant{}, &throttle.DeferError{Reason: suspendedText(id, x.until, x.reason)}
-	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
-		return throttle.Grant{}, &throttle.DeferError{Reason: id + " was suspended while waiting"}
+// judge reads a send's result for the guard and returns the sender's
+// verdict: only a trusted peer's report steers the key.
+func (h throttleHandler) judge(ctx context.Context, guard *ban.Guard, id string, bp *ban.Policy, lines []throttle.ResultLine, from throttle.Reporter) string {
+	// The policy in force when the result comes (a reload between grant
+	// and result applies its signs).
+	if p := guard.Policy(bp.Name); p != nil {
+		bp = p
 	}
-	return gr, err
+	signs := throttle.NewSigns(bp.Signs)
+	if !from.Trusted {
+		h.d.refusals.Refused(ctx, "throttle", "report", id, time.Minute,
+			"throttle: a report from a peer not trusted to steer the key changed nothing", "key", id, "peer", from.Peer)
+		return throttle.Verdict(lines, signs, guard.SuspendedHere(id))
+	}
+	suspended := guard.Judge(ctx, id, bp, ban.Result(throttle.Judge(lines, signs)))
+	return throttle.Verdict(lines, signs, suspended)
 }
 
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
+// deferred is the throttle's answer for the guard's error: a deferral
+// as the front end's, anything else as it is.
+func deferred(err error) error {
+	var bd *ban.Deferral
+	if errors.As(err, &bd) {
+		return &throttle.DeferError{Reason: bd.Error()}
 	}
+	return err
 }
 
 func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key string) (throttle.Grant, error) {
@@ -160,13 +124,14 @@ func (h throttleHandler) acquire(ctx context.Context, g *governor.Governor, key 
 // openBanGuard returns the guard of the throttle's ban handling, its
 // marks in Redis (shared by every daemon on it) with a Redis store, else
 // in the state directory's throttle.marks.
-func (d *Daemon) openBanGuard() *banGuard {
-	g := d.newBanGuard()
-	if err := g.refreshSuspended(d.stop); err != nil {
+func (d *Daemon) openBanGuard() *ban.Guard {
+	g := ban.NewGuard(d.marks, d.log, clock.Real{})
+	g.Configure(banSettings(d.cfg.Load()))
+	if err := g.RefreshSuspended(d.stop); err != nil {
 		d.log.Warn("throttle: the suspensions cannot be read; keys without ban settings are not held back until they are", "err", err)
 	}
 	d.metrics.ThrottleKeys(func(ctx context.Context) ([]metrics.ThrottleKey, error) {
-		keys, err := g.states(ctx, d.cfg.Load())
+		keys, err := g.States(ctx)
 		out := make([]metrics.ThrottleKey, len(keys))
 		for i, k := range keys {
 			out[i] = metrics.ThrottleKey{Key: k.Key, SuspendedUntil: k.SuspendedUntil, Bans: k.Bans, Limit: k.Limit}
@@ -176,7 +141,20 @@ func (d *Daemon) openBanGuard() *banGuard {
 	return g
 }
 
-func (d *Daemon) newBanGuard() *banGuard { return newBanGuard(d.marks, d.log) }
+// banSettings converts the ban settings of cfg's throttle policies for
+// the guard.
+func banSettings(cfg *config.Config) ban.Settings {
+	specs, _ := cfg.ThrottlePolicies()
+	s := ban.Settings{MaxCorroborate: config.MaxCorroborate}
+	for _, p := range specs {
+		if b := p.Ban; b.On() {
+			s.Policies = append(s.Policies, ban.Policy{Name: p.Name, Signs: b.Signs, After: b.After, CoolOff: b.CoolOff, MaxCoolOff: b.MaxCoolOff,
+				Adapt: b.Adapt, AdaptWindow: b.AdaptWindow, Corroborate: b.Corroborate, CorroborateWindow: b.CorroborateWindow,
+				Limit: p.Limit.N, Period: p.Limit.Period + p.Margin, Shown: rules.FormatPeriod(p.Limit.Period)})
+		}
+	}
+	return s
+}
 
 // openMarks opens the daemon's per-key marks (throttle suspensions, ban
 // streaks, learned limits, exemptions): in Redis, shared by every daemon

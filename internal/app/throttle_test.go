@@ -43,7 +43,7 @@ limit = "2/10s"
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	lim := limiter.New(limiter.Options{Store: store, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
 	log := slog.New(slog.DiscardHandler)
-	g, err := buildGovernor(cfg, lim, limiter.NewWaiters(lim), governor.NewRefusalLog(log, clk.Now, 100), nil, nil, nil, nil, log)
+	g, err := buildGovernor(cfg, lim, limiter.NewWaiters(lim), governor.NewRefusalLog(log, clk, 100), nil, nil, nil, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

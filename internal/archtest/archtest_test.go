@@ -17,9 +17,14 @@ var frontEnds = []string{"anvil", "policy", "milter", "milter/wire", "mux", "soc
 // forbidden lists, per package prefix, what it must not depend on.
 var forbidden = map[string][]string{
 	"limiter":  append([]string{"governor", "store", "app", "cli", "config"}, frontEnds...),
-	"governor": append([]string{"app", "cli", "config", "store"}, frontEnds...),
-	"store":    append([]string{"governor", "app", "cli", "config"}, frontEnds...),
-	"config":   append([]string{"limiter", "governor", "store", "app", "cli", "netserve"}, frontEnds...),
+	"governor": append([]string{"app", "cli", "config", "store", "ban"}, frontEnds...),
+	// ban, the throttle's ban guard, sits beside the governor: no door
+	// (the throttle front end judges the lines), no config, no store.
+	"ban": append([]string{"app", "cli", "config", "store", "governor"}, frontEnds...),
+	// markset is the marks overlay both governor and ban use.
+	"markset": append([]string{"governor", "ban", "store", "app", "cli", "config"}, frontEnds...),
+	"store":   append([]string{"governor", "app", "cli", "config"}, frontEnds...),
+	"config":  append([]string{"limiter", "governor", "store", "app", "cli", "netserve"}, frontEnds...),
 	// rules is the vocabulary every layer shares: it imports nothing of sluice's.
 	"rules": append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
 	// limittable reads a file format: rules and safefs, nothing above.

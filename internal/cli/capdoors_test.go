@@ -19,7 +19,7 @@ func TestCheckSaysWhichDoorCaps(t *testing.T) {
 			"refuse caps enforced by: anvil (at connect) and the milter (at CONNECT); a Postfix session both see holds one slot", ""},
 		{"inet", "[milter]\nlisten = [\"inet:127.0.0.1:8891\"]\n",
 			"refuse caps enforced by: anvil (at connect) and the milter", "warning: inet:127.0.0.1:8891 is not a unix socket"},
-		{"switch", "[anvil]\nclass_caps = false\n[milter]\nlisten = [\"inet:127.0.0.1:8891\"]\n",
+		{"switch", "[anvil]\nclass_caps = false\n[milter]\nlisten = [\"inet:127.0.0.1:8891\"]\nallow_users = [\"root\"]\n",
 			"refuse caps enforced by: the milter (at CONNECT); anvil keeps only its counts and rates (anvil.class_caps = false)", ""},
 		{"anvil", "[milter]\nenabled = false\n", "refuse caps enforced by: anvil (at connect)\n", ""},
 	} {

@@ -253,7 +253,8 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", *path, len(errs))
 		return 1
 	}
-	for _, w := range configWarnings(ctx, *path, cfg, *postconf) {
+	// serve logs the capacity's warnings itself, at each start and reload.
+	for _, w := range append(configWarnings(ctx, *path, cfg, *postconf), capacityWarnings(ctx, cfg)...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if fs.NArg() > 0 {
@@ -298,9 +299,11 @@ func printConfig(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "\nclasses: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "\nclasses (first match wins; refuse caps incoming sessions, queue all sessions; - = no cap):\n%s", table)
+		printClassOrigins(w, cfg)
 	}
 	doors, _ := cfg.CapDoors()
 	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)
+	printCapacity(w, cfg)
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)
@@ -380,16 +383,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path := fs.String("c", "", "configuration `file` (default: the embedded defaults)")
 	stateDir := fs.String("state-dir", "", "state `directory` (overrides state_dir)")
 	grace := fs.Duration("grace", 10*time.Second, "how long shutdown waits for clients before closing them")
+	pidfile := fs.String("pidfile", "", "write the daemon's pid to this `file` once it serves, and remove it on exit (for an init script without systemd: sluice(8)); an upgrade (SIGUSR2) writes the new pid")
 	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	up, err := handover.Child()
+	up, err := handover.TakeChild("daemon")
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 1
 	}
 	if up != nil {
 		defer up.Close()
+		defer handover.CloseFiles(up.Files)
 	}
 	cfg := serveConfig(*path, *stateDir, stderr)
 	if cfg == nil {
@@ -410,19 +415,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	if up != nil {
-		takeOver(up, *grace, log)
+		// Ready: the old daemon stops (its state written) before this one
+		// reads the state and serves.
+		up.Take(log, *grace)
 	}
 	d, err := startUnlessStopped(sigs, log, func(stop context.Context) (*app.Daemon, error) {
-		return start(stop, cfg, *path, *stateDir, log, level)
+		return start(stop, cfg, *path, *stateDir, log, level, up)
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	s := &serveState{cfg: cfg, path: *path, stateDir: *stateDir, grace: *grace, log: log, level: level, sd: notifySystemd(log), sigs: sigs}
+	s := &serveState{cfg: cfg, path: *path, stateDir: *stateDir, pidfile: *pidfile, grace: *grace, log: log, level: level, sd: notifySystemd(log), sigs: sigs}
 	for {
 		code, next := s.run(ctx, d, up)
 		if next == nil {
+			if s.pidfile != "" && !s.upgraded {
+				if err := removePidFile(s.pidfile); err != nil {
+					log.Warn("cannot remove the pid file", "err", err)
+				}
+			}
 			return code
 		}
 		d, up = next, nil // an upgrade failed after this process stopped: serve again
@@ -434,6 +446,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type serveState struct {
 	cfg            *config.Config
 	path, stateDir string
+	pidfile        string // -pidfile, or ""
+	upgraded       bool   // a new process serves: the pid file is its
 	grace          time.Duration
 	log            *slog.Logger
 	level          *slog.LevelVar
@@ -444,7 +458,7 @@ type serveState struct {
 // run serves with d until it stops; a daemon to run next is returned
 // when an upgrade failed after d stopped. up, if set, is the conversation
 // with the daemon this one took over from.
-func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) (int, *app.Daemon) {
+func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Child) (int, *app.Daemon) {
 	d.SetVersion(versionString())
 	d.Start()
 	reload := reloader(d, s.sd, s.log)
@@ -457,9 +471,19 @@ func (s *serveState) run(ctx context.Context, d *app.Daemon, up *handover.Conn) 
 	if s.path != "" {
 		src = s.path
 	}
+	if s.pidfile != "" {
+		if err := writePidFile(s.pidfile); err != nil {
+			s.log.Error("cannot write the pid file; stopping", "err", err)
+			if up != nil {
+				up.Close()
+			}
+			shutdown(d, s.log, 0, s.sigs)
+			return 1, nil
+		}
+	}
 	s.log.Info("sluice started", "version", versionString(), "config", src, "state_dir", s.cfg.StateDir, "socket_dir", s.cfg.SocketDir(), "pid", os.Getpid())
 	if up != nil {
-		tookOver(up, s.log)
+		up.Serving(s.log)
 	}
 	_ = s.sd.Ready("serving")
 	defer background(func(ctx context.Context) {
@@ -546,6 +570,7 @@ func (s *serveState) serveUntilStop(ctx context.Context, d *app.Daemon, reload f
 				case lost:
 					return 1, nil
 				case done || next != nil:
+					s.upgraded = done
 					return 0, next
 				}
 				continue

@@ -229,6 +229,9 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "list":
 		req.Args["near"], req.Args["pattern"] = fmt.Sprint(*near), *match
 	}
+	if (sub == "reset" || sub == "show" && req.Attrs == nil) && !flagsGiven(stderr, "key "+sub, *rule, *key) {
+		return 2
+	}
 	return f.do(ctx, req, stdout, stderr)
 }
 
@@ -283,7 +286,24 @@ func exemptCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if sub == "add" {
 		req.Args["for"], req.Args["raise"] = *dur, fmt.Sprint(*raise)
 	}
+	if sub != "list" && !flagsGiven(stderr, "exempt "+sub, *rule, *key) {
+		return 2
+	}
 	return f.do(ctx, req, stdout, stderr)
+}
+
+// flagsGiven reports whether -rule and -key were both given; if not, it
+// says which flag is missing, for the command cmd.
+func flagsGiven(stderr io.Writer, cmd, rule, key string) bool {
+	switch {
+	case rule == "":
+		fmt.Fprintf(stderr, "sluice %s: missing -rule RULE (the policy rule's name, as sluice check lists them)\n", cmd)
+	case key == "":
+		fmt.Fprintf(stderr, "sluice %s: missing -key KEY (as the logs show it: sender=a@b.example)\n", cmd)
+	default:
+		return true
+	}
+	return false
 }
 
 // checkExplain explains a request against cfg's rules offline (sluice

@@ -299,3 +299,23 @@ limit = ["10/1m exact"]
 		t.Fatalf("a bad operand: exit %d, %q", code, errs)
 	}
 }
+
+// TestControlNamesMissingFlag: key show, key reset, exempt add and
+// exempt del without -rule or -key say which flag is missing, before
+// they reach for a daemon.
+func TestControlNamesMissingFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"key", "reset", "-key", "sender=a@b"}, "sluice key reset: missing -rule RULE"},
+		{[]string{"key", "show", "-rule", "r"}, "sluice key show: missing -key KEY"},
+		{[]string{"exempt", "add", "-key", "sender=a@b"}, "sluice exempt add: missing -rule RULE"},
+		{[]string{"exempt", "del", "-rule", "r"}, "sluice exempt del: missing -key KEY"},
+	} {
+		code, _, errs := run(append(tc.args, "-s", "/nonexistent/control")...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}

@@ -24,7 +24,8 @@ import (
 // starts the daemon as the packaged unit has it (ExecStartPre=, then
 // ExecStart= as User=sluice with no capability, given the sockets of
 // the packaged socket units by systemd-socket-activate, as systemd
-// would), runs `sluice status` and `man sluice`, removes the package
+// would), runs `sluice status`, reloads it as ExecReload= has it (the
+// check, then the signal) and runs `man sluice`, removes the package
 // while the daemon runs (the prerm stops it; /run/sluice goes) and
 // purges it (the user goes, and no file owned by its uid is left in
 // /etc, /run, /tmp or /var). A sluice package installed on the host is
@@ -76,6 +77,7 @@ func TestDebianPackage(t *testing.T) {
 		"doors    anvil     unix:/var/spool/postfix/private/anvil",
 		"         web       unix:web, inet:127.0.0.1:9465",
 		"  everyone  0/200",
+		"reloaded by ExecReload",
 		"SLUICE(8)",
 		"System Administration",
 		"SLUICE.TOML(5)",

@@ -188,12 +188,93 @@ func deployQmailRecipe(t *testing.T, change ...string) *qmailHost {
 	if err := os.Rename(relay, h.remote); err != nil {
 		t.Fatal(err)
 	}
+	installQmailWrapper(t, qbin, h.sock, filepath.Dir(bin))
+	return h
+}
+
+// installQmailWrapper runs docs/throttle.md's qmail-wrapper recipe as
+// written, with qmail's bin directory qbin and the throttle socket sock,
+// on a PATH that finds sluice in binDir first, as root's shell finds the
+// installed binary.
+func installQmailWrapper(t *testing.T, qbin, sock, binDir string) {
+	t.Helper()
 	install := recipe.Replace(t, recipe.Get(t, "docs/throttle.md", "qmail-wrapper"),
-		"/var/qmail/bin", qbin, "/usr/local/bin/sluice", bin, "/run/sluice/throttle", h.sock)
-	if out, err := exec.Command("sh", "-ec", install).CombinedOutput(); err != nil {
+		"/var/qmail/bin", qbin, "/run/sluice/throttle", sock)
+	cmd := exec.Command("sh", "-ec", install)
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":/usr/sbin:/usr/bin:/sbin:/bin")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the wrapper's install script: %v\n%s\n%s", err, out, install)
 	}
-	return h
+}
+
+// TestQmailWrapperFindsTheBinary installs docs/throttle.md's qmail
+// wrapper with sluice where the package puts it (/usr/bin) and where the
+// source install does (/usr/local/bin), both under the test's directory:
+// each wrapper execs that binary, which answers qmail-rspawn with its own
+// report (no daemon listens: a deferral naming the socket), not a shell's
+// "not found".
+func TestQmailWrapperFindsTheBinary(t *testing.T) {
+	bin, _ := muxBinaries(t)
+	for _, layout := range []string{"usr/bin", "usr/local/bin"} {
+		t.Run(layout, func(t *testing.T) {
+			base := t.TempDir()
+			binDir, qbin := filepath.Join(base, layout), filepath.Join(base, "qmail", "bin")
+			for _, d := range []string{binDir, qbin} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink(bin, filepath.Join(binDir, "sluice")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(qbin, "qmail-remote"), []byte("#!/bin/sh\necho real\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			sock := filepath.Join(base, "throttle")
+			installQmailWrapper(t, qbin, sock, binDir)
+			wrapper, err := os.ReadFile(filepath.Join(qbin, "qmail-remote"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(wrapper), "exec "+filepath.Join(binDir, "sluice")+" throttle") || !strings.Contains(string(wrapper), `"$@"`) {
+				t.Errorf("the wrapper does not exec %s with its arguments:\n%s", filepath.Join(binDir, "sluice"), wrapper)
+			}
+			out, _ := exec.Command(filepath.Join(qbin, "qmail-remote"), "relay.example", "s@example.org", "r@example.net").CombinedOutput()
+			if !strings.HasPrefix(string(out), "Z") || !strings.Contains(string(out), sock) {
+				t.Errorf("the wrapper's report: %q, want sluice's deferral naming %s", out, sock)
+			}
+		})
+	}
+}
+
+// TestDocsNameNoFixedBinaryPath: a command the documentation gives to
+// copy names the sluice binary by `command -v sluice` (the package's
+// /usr/bin/sluice, the source install's /usr/local/bin/sluice), never
+// one of the two, except the source install's own install line.
+func TestDocsNameNoFixedBinaryPath(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join(recipe.Root(), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join(recipe.Root(), "README.md")) // not sluice(8): only the package installs it, with /usr/bin/sluice
+	allowed := "install -m 755 sluice /usr/local/bin/sluice"
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock := false
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				inBlock = !inBlock
+				continue
+			}
+			code, _, _ := strings.Cut(line, "#")
+			if inBlock && strings.TrimSpace(code) != allowed && (strings.Contains(code, "/usr/local/bin/sluice") || strings.Contains(code, "/usr/bin/sluice")) {
+				t.Errorf("%s:%d: a command names a fixed path of the binary: %s", filepath.Base(p), i+1, line)
+			}
+		}
+	}
 }
 
 // deliver runs the wrapper as qmail-rspawn would (qmail-remote host

@@ -146,7 +146,7 @@ func TestMuxUpgradeUnderPostfixLoad(t *testing.T) {
 	}
 	const upgrades = 3
 	t0 := time.Now()
-	served := regexp.MustCompile(`upgrade: serving \(sluice ([^,]*), pid (\d+)\)`)
+	served := regexp.MustCompile(`upgrade: serving version=("[^"]*"|\S+) pid=(\d+)`)
 	for i := range upgrades {
 		before := load.accepted.Load()
 		waitUntil(t, "mail between upgrades", func() bool { return load.accepted.Load() >= before+10 }, load.report)
@@ -162,7 +162,7 @@ func TestMuxUpgradeUnderPostfixLoad(t *testing.T) {
 		next, _ := strconv.Atoi(m[2])
 		waitGone(t, "the old multiplexor", pid)
 		load.upgrading.Store(false)
-		if !strings.HasPrefix(m[1], version) {
+		if !strings.HasPrefix(strings.Trim(m[1], `"`), version) {
 			t.Errorf("upgrade %d: the new multiplexor runs version %q, want %q", i+1, m[1], version)
 		}
 		if got := r.pid(t); got != next {

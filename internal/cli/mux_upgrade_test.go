@@ -169,7 +169,7 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 		}
 	}
 	installBinary(t, "/bin/false", r.live)
-	fails("to a binary that exits at once", "exit status 1); still serving")
+	fails("to a binary that exits at once", `exit="exit status 1"`)
 	other := upgradedBinary(t)
 	installBinary(t, other, r.live)
 	if err := os.WriteFile(broken, nil, 0o644); err != nil {
@@ -189,8 +189,8 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	installBinary(t, late, r.live)
 	_ = syscall.Kill(old, syscall.SIGUSR2)
 	waitUntil(t, "the old multiplexor to serve again", func() bool {
-		return strings.Contains(out.String(), "upgrade failed after this multiplexor stopped accepting") &&
-			strings.Contains(out.String(), "exit status 3); serving again on the same sockets")
+		return strings.Contains(out.String(), "upgrade failed after this multiplexor stopped; serving again on the same sockets") &&
+			strings.Contains(out.String(), `exit="exit status 3"`)
 	}, out.String)
 	if !alive(old) || muxAnswers(r.sock) != "ok relayok\n" || r.pid(t) != old || !r.lockHeld(t) {
 		t.Fatalf("after the late failure: alive %v, answer %q, pid file %d (want %d), lock held %v",
@@ -211,7 +211,7 @@ func TestMuxUpgradeFailsLeavesOldServing(t *testing.T) {
 	if next == old || !alive(next) || !r.lockHeld(t) || muxAnswers(r.sock) != "ok relayok\n" {
 		t.Fatalf("after the upgrade: pid file %d (old %d), alive %v, lock held %v, answer %q", next, old, alive(next), r.lockHeld(t), muxAnswers(r.sock))
 	}
-	if !regexp.MustCompile(`upgrade: serving \(sluice upgraded[^,]*, pid ` + strconv.Itoa(next) + `\)`).MatchString(out.String()) {
+	if !regexp.MustCompile(`upgrade: serving version="?upgraded[^ ]* pid=` + strconv.Itoa(next) + `\b`).MatchString(out.String()) {
 		t.Errorf("the new multiplexor did not say it serves as version upgraded, pid %d", next)
 	}
 	// The -a socket (inet) and the status page were handed over too: the

@@ -123,8 +123,8 @@ func relaySends(t *testing.T, path string) []time.Time {
 // daemon is stopped and started again 0.5 s later, and 5 new senders
 // come: no 2-second window at the relay holds more than 5 sends. With
 // SIGTERM the final snapshot holds the bookings; with kill -9 (and no
-// periodic snapshot at all: interval 1h) the booking journal does, and
-// the restart guard is on.
+// periodic snapshot at all: interval 1h) the book records appended to
+// the file as the slots were booked do, and the restart guard is on.
 func TestThrottleRestartKeepsWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two daemons, 15 senders, three windows")
@@ -167,7 +167,7 @@ shared = true
 			}
 			want := "store snapshot restored"
 			if c.sig == syscall.SIGKILL {
-				want = "booking journal: throttle slots booked after the snapshot restored"
+				want = "store snapshot: throttle slots booked after the last write restored"
 			}
 			if l := p2.stderr.String(); !strings.Contains(l, want) {
 				t.Errorf("restart log lacks %q:\n%s", want, l)

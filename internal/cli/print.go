@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 
 	"sluice/internal/config"
@@ -112,4 +113,24 @@ func printControl(w io.Writer, cfg *config.Config) {
 		who += " and group " + k.AdminGroup
 	}
 	fmt.Fprintf(w, "\ncontrol socket: %s (mode 0660; commands from %s, each logged with its uid and pid)\n", cfg.ControlSocket(), who)
+}
+
+// printClassOrigins says, when include_dir merged files, where each class
+// came from and where a class a file adds goes.
+func printClassOrigins(w io.Writer, cfg *config.Config) {
+	specs, errs := cfg.ClassTable()
+	if len(cfg.Included) == 0 || len(errs) > 0 {
+		return
+	}
+	fmt.Fprintf(w, "class origins (a class an include_dir file adds goes just before the catch-all %q, the files in name order; one whose name is already there is changed in place):\n", specs[len(specs)-1].Name)
+	for _, s := range specs {
+		from := s.Where
+		switch {
+		case slices.Contains(cfg.Included, s.File):
+			from = "added by " + s.Where
+		case s.Where != s.File && !strings.HasPrefix(s.Where, s.File+":"):
+			from = s.File + ", changed by " + s.Where
+		}
+		fmt.Fprintf(w, "  %-16s %s\n", s.Name, from)
+	}
 }

@@ -19,6 +19,6 @@ func printSnapshot(w io.Writer, cfg *config.Config) {
 	if sn.RestartGuard {
 		guard = "on: after an unclean stop, exact limits grant nothing for one period"
 	}
-	fmt.Fprintf(w, "counts across restarts: %s, written every %s and at a graceful stop; throttle bookings journaled in %s.bookings; restart guard %s\n",
-		cfg.StatePath(sn.File), sn.Interval.D(), cfg.StatePath(sn.File), guard)
+	fmt.Fprintf(w, "counts across restarts: %s, written every %s and at a graceful stop; throttle bookings appended to it as they are made; restart guard %s\n",
+		cfg.StatePath(sn.File), sn.Interval.D(), guard)
 }

@@ -106,6 +106,9 @@ func TestRecipesMergedIntoExample(t *testing.T) {
 	if st := statusAs(t, bin, cfg, credential(t, "sluice"), p); !strings.Contains(st, "pool     0/2 busy  [") {
 		t.Errorf("sluice status shows no pool of the multiplexor at %s:\n%s\ndaemon:\n%s", unpriv, st, p.stderr.String())
 	}
+	if out, err := h.reload(); err != nil {
+		t.Errorf("ExecReload of the merged configuration ExecStartPre accepted: %v\n%s", err, out)
+	}
 	h.stop()
 	milterRecipeRemoved(t, h, base)
 }

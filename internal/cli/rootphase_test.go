@@ -93,9 +93,11 @@ func TestRootStartHostileStateFiles(t *testing.T) {
 		{"snapshot 1 GiB sparse", func(t *testing.T, s, _ string) {
 			asSluice(t, "truncate", "-s", "1G", filepath.Join(s, "store.snapshot"))
 		}, 1},
+		// The old journal's name, next to no base of its version: not
+		// read, and the link removed at the first write.
 		{"journal->root file", func(t *testing.T, s, v string) {
 			asSluice(t, "ln", "-s", v, filepath.Join(s, "store.snapshot.bookings"))
-		}, 1},
+		}, 0},
 		{"journal temp->root file", func(t *testing.T, s, v string) {
 			asSluice(t, "ln", "-s", v, filepath.Join(s, "store.snapshot.bookings.tmp"))
 		}, 0},

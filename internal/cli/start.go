@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/handover"
 	"sluice/internal/sdlisten"
 )
 
@@ -16,12 +17,23 @@ import (
 var errStopped = errors.New("stopped by a signal while starting")
 
 // start takes the sockets passed by the root phase (the same program
-// before its exec) or by systemd, runs the root phase when sluice was
+// before its exec), by systemd or by the daemon an upgrade (up) took
+// over from, runs the root phase when sluice was
 // started as root with a user to run as (app.ExecUnprivileged: it does
 // not return unless it fails), and builds the daemon. stop ends before
 // the exec when a signal came first.
-func start(stop context.Context, cfg *config.Config, path, stateDir string, log *slog.Logger, level *slog.LevelVar) (*app.Daemon, error) {
-	sockets, err := sdlisten.Take(sdlisten.FromEnviron())
+func start(stop context.Context, cfg *config.Config, path, stateDir string, log *slog.Logger, level *slog.LevelVar, up *handover.Child) (*app.Daemon, error) {
+	var sockets *sdlisten.Sockets
+	var err error
+	if up != nil {
+		sockets, err = sdlisten.FromUpgrade(up.Files, up.Names)
+		// Closed at once: a socket the configuration no longer names
+		// must not stay open here once the daemon closes its own.
+		handover.CloseFiles(up.Files)
+		up.Files = nil
+	} else {
+		sockets, err = sdlisten.Take(sdlisten.FromEnviron())
+	}
 	if err != nil {
 		return nil, err
 	}

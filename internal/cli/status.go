@@ -233,6 +233,9 @@ func writeStatus(w io.Writer, st *status.Status) {
 		}
 		fmt.Fprintf(tw, "store\t%s · %s keys · %s\n", status.Safe(s.Backend), keys, health)
 	}
+	if m := st.MTA; m != nil {
+		fmt.Fprintf(tw, "mta\t%s\n", status.Safe(status.MTAText(m)))
+	}
 	fmt.Fprintf(tw, "traffic\t%s decisions · %s refused since start\n", status.Count(int64(st.Totals.Decisions)), status.Count(int64(st.Totals.Refusals)))
 	for i, d := range st.Doors {
 		label := ""
@@ -251,7 +254,11 @@ func writeStatus(w io.Writer, st *status.Status) {
 
 	var classes, talkers, refusals []string
 	for _, c := range st.Classes {
-		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s", status.Safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), fullMark(c)))
+		reserve := ""
+		if c.Reserve > 0 {
+			reserve = fmt.Sprintf(" (reserve %d, %d unused)", c.Reserve, c.ReserveUnused)
+		}
+		classes = append(classes, fmt.Sprintf("%s\t%s\t%s%s%s", status.Safe(c.Name), capText(c.Incoming, c.IncomingCap), capText(c.Total, c.TotalCap), reserve, fullMark(c)))
 	}
 	for _, t := range st.Talkers {
 		talkers = append(talkers, fmt.Sprintf("%s\t%s\t%s\t%s", status.Safe(t.Key), status.Safe(t.Rule), perPeriod(t.Count, t.Limit, t.Period), rateText(t.Rate)))

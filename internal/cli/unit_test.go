@@ -124,6 +124,11 @@ func TestSystemdUnitAsDeployed(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "milter") {
 		t.Errorf("sluice status as %s through the web socket: %v\n%s", runUser, err, out)
 	}
+	// systemctl reload: ExecReload='s check knows the socket units as
+	// ExecStartPre='s does, so the configuration the start took reloads.
+	if out, err := h.reload(); err != nil {
+		t.Errorf("ExecReload of the configuration ExecStartPre accepted: %v\n%s", err, out)
+	}
 	h.stop()
 
 	// The milter off, its socket unit still installed: the check says

@@ -214,3 +214,26 @@ func (h *unitHost) stop() {
 	}
 	h.proc = nil
 }
+
+// reload is systemctl reload: each ExecReload= line in order, as the
+// unit's User= with no capability, $MAINPID the running ExecStart=; a
+// line that fails fails the reload, as systemd has it. It returns the
+// first failure's output and error; with none, it waits until the daemon
+// says it reloaded.
+func (h *unitHost) reload() ([]byte, error) {
+	h.t.Helper()
+	if h.proc == nil {
+		h.t.Fatal("reload of a stopped unit")
+	}
+	before := strings.Count(h.proc.stderr.String(), "configuration reloaded")
+	for _, line := range h.svc["ExecReload"] {
+		argv := strings.Fields(h.moved.Replace(strings.ReplaceAll(line, "$MAINPID", strconv.Itoa(h.proc.pid()))))
+		argv = append(append([]string{}, h.asUnit...), argv...)
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			return out, err
+		}
+	}
+	waitUntil(h.t, "the daemon reloads", func() bool { return strings.Count(h.proc.stderr.String(), "configuration reloaded") > before },
+		func() string { return h.proc.stderr.String() })
+	return nil, nil
+}

@@ -249,7 +249,7 @@ func TestUpgradeFailsLateResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the old daemon to start again", func() bool {
-		return strings.Count(p.stderr.String(), "sluice started") == 2 && strings.Contains(p.stderr.String(), "upgrade failed after this daemon stopped; starting again on the same sockets")
+		return strings.Count(p.stderr.String(), "sluice started") == 2 && strings.Contains(p.stderr.String(), "upgrade failed after this daemon stopped; serving again on the same sockets")
 	}, func() string { return p.stderr.String() })
 	if gone(p.pid()) {
 		t.Fatal("the old daemon is gone")

@@ -26,7 +26,9 @@ func rootPhase(cfg *config.Config) bool {
 // loads: who else can steer sluice through its store (a readable
 // password, a Redis without one; config.StoreWarnings), throttle reports
 // nobody but root and sluice may send (config.ReportWarning), a session two
-// doors would count twice, and [anvil.smtpd] limits that differ from
+// doors would count twice, a door on loopback TCP any local user can fill
+// (config.DoorWarnings), classes and throttle policies an earlier one
+// hides (config.OrderWarnings), and [anvil.smtpd] limits that differ from
 // Postfix's main.cf in postfixDir (a directory or its main.cf; "" for
 // anvil.postfix_config_dir; not compared when both are empty or anvil is
 // off).
@@ -38,6 +40,8 @@ func configWarnings(ctx context.Context, path string, cfg *config.Config, postfi
 	if w := cfg.ReportWarning(); w != "" {
 		out = append(out, w)
 	}
+	out = append(out, cfg.DoorWarnings()...)
+	out = append(out, cfg.OrderWarnings()...)
 	if postfixDir == "" {
 		postfixDir = cfg.Anvil.PostfixConfigDir
 	}

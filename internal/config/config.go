@@ -47,8 +47,11 @@ type Config struct {
 	// in name order (e.g. "/etc/sluice/conf.d"; relative to this file):
 	// tables merge key by key, a later value replaces an earlier one, and
 	// [[class]], [[policy.rule]] and [[throttle.policy]] merge by name (a
-	// new class goes before the catch-all "*" class). Only the main file
-	// may set it; relative paths in every file are relative to the main one.
+	// new class goes before the catch-all "*" class, so after the main
+	// file's: sluice check warns when an earlier class takes all or some
+	// of its peers, and says where each class came from). Only the main
+	// file may set it; relative paths in every file are relative to the
+	// main one.
 	IncludeDir string `toml:"include_dir"`
 	// Procs is how many threads run sluice's Go code at once (Go's
 	// GOMAXPROCS); 0 is Go's default, one per CPU the process may use. The
@@ -66,6 +69,7 @@ type Config struct {
 	Limiter  Limiter  `toml:"limiter"`
 	Store    Store    `toml:"store"`
 	Classes  []Class  `toml:"class"`
+	MTA      MTA      `toml:"mta"`
 	Anvil    Anvil    `toml:"anvil"`
 	Policy   Policy   `toml:"policy"`
 	Throttle Throttle `toml:"throttle"`
@@ -85,6 +89,9 @@ type Config struct {
 	tables *tableCache
 	// from maps the key paths set by an included file to that file.
 	from map[string]string
+	// added maps the entries of named arrays ("class[3]") that an
+	// included file added, rather than changed, to that file.
+	added map[string]string
 }
 
 // Log configures logging.
@@ -198,14 +205,35 @@ type Class struct {
 	// page.
 	Name string `toml:"name"`
 	// Match lists host masks: "host.example.org", "*.example.org", "*",
-	// "192.0.2.0/24", "2001:db8::/32".
+	// "192.0.2.0/24", "2001:db8::/32". The first class with a matching
+	// mask wins: sluice check warns of a mask an earlier class's mask
+	// covers (a network inside its network, a name under its domain),
+	// since it never matches.
 	Match []string `toml:"match"`
 	// Refuse caps incoming sessions of the class (0: no cap).
 	Refuse int64 `toml:"refuse"`
 	// Queue caps all sessions of the class, incoming and outgoing (0: no cap).
 	Queue int64 `toml:"queue"`
+	// Reserve keeps this many of the MTA's SMTP sessions ([mta]) for the
+	// class: a session of another class is refused when admitting it would
+	// leave fewer free sessions than the reservations not in use, so the
+	// class can always open Reserve sessions whatever the others hold
+	// (0: none). The reservations together must stay below the capacity.
+	// Only [[class]] carries it; a classes_file class has none.
+	Reserve int64 `toml:"reserve"`
 	// Anvil overrides smtpd's client limits for this class.
 	Anvil SMTPDLimits `toml:"anvil"`
+}
+
+// MTA describes the mail server sluice guards: how many SMTP sessions it
+// serves at once (its capacity), which the classes' reservations divide.
+type MTA struct {
+	// Sessions is the number of SMTP sessions the MTA serves at once
+	// (0: read it from the MTA). Postfix: the smtpd process limits of
+	// master.cf, read through postconf when anvil.postfix_config_dir is
+	// set. Set it when the MTA's own figure is not the one to divide, or
+	// to check a configuration without the MTA's files.
+	Sessions int64 `toml:"sessions"`
 }
 
 // SMTPDLimits are smtpd's anvil-enforced limits (main.cf names without

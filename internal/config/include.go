@@ -65,6 +65,7 @@ func readIncludes(main, dir string) ([]Source, error) {
 func ParseSources(srcs []Source) (*Config, []error) {
 	var doc map[string]any
 	lines, from := map[string]int{}, map[string]string{}
+	var added map[string]string // nil for one file, as go-toml would leave it
 	var errs []error
 	for i, s := range srcs {
 		d, err := parseDoc(s.Data, s.Name)
@@ -86,13 +87,14 @@ func ParseSources(srcs []Source) (*Config, []error) {
 		for p, n := range fl {
 			lines[p] = n
 		}
+		added = moves.record(added, s.Name)
 	}
 	c := Default()
 	c.File = srcs[0].Name
 	for _, s := range srcs[1:] {
 		c.Included = append(c.Included, s.Name)
 	}
-	c.lines, c.from = lines, from
+	c.lines, c.from, c.added = lines, from, added
 	dec := decoder{c: c}
 	dec.table("", doc, reflectConfig(c))
 	return c, append(errs, dec.errs...)
@@ -104,6 +106,20 @@ func ParseSources(srcs []Source) (*Config, []error) {
 type moves struct {
 	shift map[string]string // "class[3]" -> "class[4]" in the document so far
 	to    map[string]string // "class[1]" of the merged file -> its place
+	added map[string]bool   // the places of the merged file's new entries
+}
+
+// record renames the entries of added (entry path -> the file that added
+// it) by m.shift, and adds the merged file's new entries as file's.
+func (m moves) record(added map[string]string, file string) map[string]string {
+	out := make(map[string]string, len(added)+len(m.added))
+	for p, f := range added {
+		out[renameEntry(p, m.shift)] = f
+	}
+	for p := range m.added {
+		out[p] = file
+	}
+	return out
 }
 
 // apply renames the key paths of lines by m.shift (file == "") or m.to
@@ -150,7 +166,7 @@ func renameEntry(path string, table map[string]string) string {
 // mergeDoc merges the document src into dst and reports how the named
 // arrays' entries moved.
 func mergeDoc(dst, src map[string]any) moves {
-	m := moves{shift: map[string]string{}, to: map[string]string{}}
+	m := moves{shift: map[string]string{}, to: map[string]string{}, added: map[string]bool{}}
 	for _, name := range namedArrays {
 		parent, key := dst, name
 		sparent := src
@@ -212,6 +228,7 @@ func mergeEntries(name string, have, add []any, m moves) []any {
 			m.shift[l[2:]] = path(j)
 		} else if strings.HasPrefix(l, "s:") {
 			m.to[l[2:]] = path(j)
+			m.added[path(j)] = true
 		}
 	}
 	for src, l := range alias {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/user"
 	"strconv"
+	"strings"
 )
 
 // Door holds the settings every mail door (anvil, policy, throttle,
@@ -46,7 +47,10 @@ type Door struct {
 	// (e.g. ["postfix"]); any other's are closed at once, with a log line
 	// naming its uid. It applies to unix sockets too (on top of their
 	// mode) and needs inet listeners on loopback (127.0.0.1, ::1): a peer
-	// on another host has no uid here. Empty: every user let in.
+	// on another host has no uid here. Empty: every user let in, and
+	// sluice check warns of an inet listener on loopback, where the MTA's
+	// user is then unlisted and one other local user at its
+	// max_conns_per_peer fills max_conns_unlisted.
 	AllowUsers []string `toml:"allow_users"`
 }
 
@@ -187,4 +191,55 @@ func loopbackHost(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.Unmap().IsLoopback()
+}
+
+// DoorWarnings are the mail doors (anvil, policy, throttle, milter) on
+// TCP over loopback without allow_users. Any local account can connect
+// there, and the MTA's user, unless it is root or sluice's user, is one
+// of the unlisted peers sharing max_conns_unlisted: a local user at its
+// max_conns_per_peer (by default both are half of the door's cap) fills
+// that share alone, and the MTA's new connections are closed.
+func (c *Config) DoorWarnings() []string {
+	doors := []struct {
+		name, capKey string
+		on           bool
+		door         Door
+		max          int
+	}{
+		{"anvil", "max_conns", c.Anvil.Enabled, c.Anvil.Door, c.Anvil.MaxConns},
+		{"policy", "max_conns", c.Policy.Enabled, c.Policy.Door, c.Policy.MaxConns},
+		{"throttle", "max_conns", c.Throttle.Enabled, c.Throttle.Door, c.Throttle.MaxConns},
+		{"milter", "max_sessions", c.Milter.Enabled, c.Milter.Door, c.Milter.MaxSessions},
+	}
+	var out []string
+	for _, d := range doors {
+		if !d.on || len(d.door.AllowUsers) > 0 {
+			continue
+		}
+		var inet []string
+		for _, l := range d.door.Listen {
+			network, addr, err := ParseListen(l)
+			if host, _, _ := net.SplitHostPort(addr); err == nil && network == "tcp" && loopbackHost(host) {
+				inet = append(inet, l)
+			}
+		}
+		if len(inet) == 0 {
+			continue
+		}
+		r, _ := d.door.Peers(d.max)
+		share, size := fmt.Sprintf("max_conns_unlisted (%d)", r.MaxConnsUnlisted), r.MaxConnsUnlisted
+		if size == 0 {
+			share, size = fmt.Sprintf("the whole door (%s %d, as max_conns_unlisted = 0)", d.capKey, d.max), d.max
+		}
+		fill := fmt.Sprintf("one other local user at its max_conns_per_peer (%d) fills it", r.MaxConnsPerPeer)
+		switch {
+		case r.MaxConnsPerPeer == 0:
+			fill = "one other local user fills it (max_conns_per_peer = 0: no cap per user)"
+		case r.MaxConnsPerPeer < size:
+			fill = fmt.Sprintf("%d other local users, each at its max_conns_per_peer (%d), fill it", (size+r.MaxConnsPerPeer-1)/r.MaxConnsPerPeer, r.MaxConnsPerPeer)
+		}
+		out = append(out, fmt.Sprintf("%s listens on TCP over loopback (%s) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing %s with every other account: %s, and the MTA's new connections are closed; set %s.allow_users to the MTA's user and root ([\"postfix\", \"root\"]), or serve the door on a unix socket (docs/operations.md, \"Loopback is not authentication\")",
+			d.name, strings.Join(inet, ", "), share, fill, d.name))
+	}
+	return out
 }

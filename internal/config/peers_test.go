@@ -4,6 +4,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,42 @@ func TestPeerRules(t *testing.T) {
 	r, err := c.Anvil.PeerRules()
 	if err == nil || r.AllowUIDs == nil || len(r.AllowUIDs) != 0 {
 		t.Errorf("vanished user: %+v %v; want an empty, non-nil list and an error", r, err)
+	}
+}
+
+// TestDoorWarnings: a mail door on TCP over loopback without allow_users
+// is warned of, with how many local users fill the share the MTA's
+// unlisted user is in; allow_users, a unix socket, a door that is off or
+// a listener off loopback (where allow_users is an error) are not.
+func TestDoorWarnings(t *testing.T) {
+	const fills = "one other local user at its max_conns_per_peer (2048) fills it"
+	for _, c := range []struct{ name, toml, want string }{
+		{"policy on loopback", "[policy]\nlisten = [\"inet:127.0.0.1:10031\"]\n",
+			`policy listens on TCP over loopback (inet:127.0.0.1:10031) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing max_conns_unlisted (2048) with every other account: ` + fills + `, and the MTA's new connections are closed; set policy.allow_users to the MTA's user and root (["postfix", "root"]), or serve the door on a unix socket (docs/operations.md, "Loopback is not authentication")`},
+		{"anvil on localhost", "[anvil]\nlisten = [\"unix:anvil\", \"inet:localhost:2525\"]\n", "anvil listens on TCP over loopback (inet:localhost:2525) without allow_users"},
+		{"throttle on ::1", "[throttle]\nlisten = [\"inet:[::1]:7000\"]\nmax_conns = 100\n", "throttle listens on TCP over loopback (inet:[::1]:7000) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing max_conns_unlisted (50) with every other account: one other local user at its max_conns_per_peer (50) fills it"},
+		{"milter's max_sessions", "[milter]\nlisten = [\"inet:127.0.0.1:8891\"]\nmax_sessions = 1000\nmax_conns_unlisted = 0\n", "milter listens on TCP over loopback (inet:127.0.0.1:8891) without allow_users: every local account can connect to it, and the MTA's user (postfix; unless it is root or sluice's user) is unlisted, sharing the whole door (max_sessions 1000, as max_conns_unlisted = 0) with every other account: 2 other local users, each at its max_conns_per_peer (500), fill it"},
+		{"a lower per-peer cap", "[policy]\nlisten = [\"inet:127.0.0.1:10031\"]\nmax_conns_per_peer = 512\n", "sharing max_conns_unlisted (2048) with every other account: 4 other local users, each at its max_conns_per_peer (512), fill it"},
+		{"no per-peer cap", "[policy]\nlisten = [\"inet:127.0.0.1:10031\"]\nmax_conns_per_peer = 0\n", "one other local user fills it (max_conns_per_peer = 0: no cap per user)"},
+		{"allow_users", "[policy]\nlisten = [\"inet:127.0.0.1:10031\"]\nallow_users = [\"root\"]\n", ""},
+		{"unix", "[policy]\nlisten = [\"unix:policy\"]\n", ""},
+		{"off", "[policy]\nenabled = false\nlisten = [\"inet:127.0.0.1:10031\"]\n", ""},
+		{"milter off", "[milter]\nenabled = false\nlisten = [\"inet:127.0.0.1:8891\"]\n", ""},
+		{"off loopback", "[policy]\nlisten = [\"inet:192.0.2.1:10031\"]\n", ""},
+	} {
+		cfg, errs := Parse([]byte(c.toml), "x.toml")
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", c.name, errs)
+		}
+		got := cfg.DoorWarnings()
+		if c.want == "" {
+			if len(got) > 0 {
+				t.Errorf("%s: warnings %q, want none", c.name, got)
+			}
+			continue
+		}
+		if len(got) != 1 || !strings.Contains(got[0], c.want) {
+			t.Errorf("%s: warnings %q, want one with %q", c.name, got, c.want)
+		}
 	}
 }

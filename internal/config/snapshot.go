@@ -8,9 +8,9 @@ type Snapshot struct {
 	// Enabled writes the store's rate windows (anvil, exact and smooth, and
 	// throttle bookings) to the file periodically and at a graceful stop, and
 	// restores them at start, dropping what expired while sluice was down.
-	// Throttle bookings are also appended to FILE.bookings as they are
-	// made, so a crash loses none. Concurrency counts (leases) are not
-	// kept: their connections are gone.
+	// Throttle bookings are also appended to the file as they are made, so
+	// a crash loses none. Concurrency counts (leases) are not kept: their
+	// connections are gone.
 	Enabled bool `toml:"enabled"`
 	// File is the snapshot's path; a relative path is under state_dir.
 	File string `toml:"file"`

@@ -39,7 +39,9 @@ type Throttle struct {
 type ThrottlePolicy struct {
 	// Name names the policy in logs and replies; it must be unique.
 	Name string `toml:"name"`
-	// Match lists host masks the key is matched against.
+	// Match lists host masks the key is matched against. The first
+	// policy with a matching mask wins: sluice check warns of a mask an
+	// earlier policy's mask covers, since it never matches.
 	Match []string `toml:"match"`
 	// Limit is "N/PERIOD": at most N sends in any window of PERIOD.
 	Limit string `toml:"limit"`

@@ -84,6 +84,7 @@ func (c *Config) Validate() []error {
 	_, classErrs := c.ClassTable()
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
+	errs = append(errs, c.validateMTA()...)
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.validateThrottle()...)
 	errs = append(errs, c.validateMilter()...)
@@ -93,16 +94,22 @@ func (c *Config) Validate() []error {
 }
 
 // ClassSpec is one class as configured, masks parsed: Name, Masks (from
-// match), Refuse and Queue are its [[class]] keys, Anvil its [class.anvil]
-// overrides.
+// match), Refuse, Queue and Reserve are its [[class]] keys, Anvil its
+// [class.anvil] overrides.
 type ClassSpec struct {
-	Name   string
-	Masks  []hostmask.Mask
-	Refuse int64
-	Queue  int64
-	Anvil  SMTPDLimits
-	// Where is "file:line" of its definition.
+	Name    string
+	Masks   []hostmask.Mask
+	Refuse  int64
+	Queue   int64
+	Reserve int64
+	Anvil   SMTPDLimits
+	// Where is "file:line" of its definition (of its last change, when an
+	// include_dir file changed it in place).
 	Where string
+	// File is the file that defined it, which decides its place: the
+	// main file, the include_dir file that added it (before the
+	// catch-all class), or classes_file; "" for the built-in class.
+	File string
 }
 
 // ClassTable returns the classes of [[class]] followed by those of
@@ -124,7 +131,7 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 		if len(cl.Match) == 0 {
 			errs = append(errs, c.errAt(path+".match", "a class needs at least one mask"))
 		}
-		spec := ClassSpec{Name: cl.Name, Refuse: cl.Refuse, Queue: cl.Queue, Anvil: cl.Anvil, Where: where}
+		spec := ClassSpec{Name: cl.Name, Refuse: cl.Refuse, Queue: cl.Queue, Reserve: cl.Reserve, Anvil: cl.Anvil, Where: where, File: c.definedIn(path)}
 		for j, s := range cl.Match {
 			m, err := hostmask.Parse(s)
 			if err != nil {
@@ -139,6 +146,7 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 		if cl.Queue < 0 {
 			errs = append(errs, c.errAt(path+".queue", "must not be negative"))
 		}
+		errs = append(errs, c.validateReserve(path, cl)...)
 		errs = append(errs, c.validateClassAnvil(path+".anvil", cl.Anvil)...)
 		out = append(out, spec)
 	}
@@ -154,7 +162,7 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 				errs = append(errs, fmt.Errorf("%s: class %q already defined at %s", where, name, prev))
 			}
 			seen[name] = where
-			out = append(out, ClassSpec{Name: name, Masks: []hostmask.Mask{e.Mask}, Refuse: int64(e.Refuse), Queue: int64(e.Queue), Where: where})
+			out = append(out, ClassSpec{Name: name, Masks: []hostmask.Mask{e.Mask}, Refuse: int64(e.Refuse), Queue: int64(e.Queue), Where: where, File: c.Relative(c.ClassesFile)})
 		}
 	}
 	if len(out) == 0 {
@@ -166,6 +174,15 @@ func (c *Config) ClassTable() ([]ClassSpec, []error) {
 		}
 	}
 	return out, errs
+}
+
+// definedIn is the file that defined the entry of a named array at path
+// ("class[2]"): the include_dir file that added it, else the main file.
+func (c *Config) definedIn(path string) string {
+	if f, ok := c.added[path]; ok {
+		return f
+	}
+	return c.File
 }
 
 func (c *Config) where(path string) string {

@@ -149,9 +149,9 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 		return g.anvil.Postfix.Count + 1, 0, nil
 	}
 	st.ident, st.lease = ident, lease
-	classFull, held2 := false, int64(0)
+	classFull, held2, rule := false, int64(0), ""
 	if !g.anvil.NoClassCaps {
-		classFull, held2 = g.anvilClass(ctx, st, ident, cls)
+		classFull, held2, rule = g.anvilClass(ctx, st, ident, cls)
 	}
 	var out [1]limiter.Decision
 	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
@@ -167,8 +167,10 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
 		}
-		g.refused(ctx, "anvil", "class", cls.Name, SummaryEvery, "anvil: class full; smtpd will refuse the connection",
-			"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held2)
+		if rule == "class" {
+			g.refused(ctx, "anvil", "class", cls.Name, SummaryEvery, "anvil: class full; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held2)
+		}
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.Debug("anvil connect", "ident", ident, "class", cls.Name, "count", held, "rate", out[0].Count, "reported_count", count, "reported_rate", rate)
@@ -177,14 +179,23 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 }
 
 // anvilClass takes a slot of the session's class for the stream, and
-// reports whether the class was full instead and how many it holds.
-func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string, cls *limiter.Class) (full bool, held int64) {
+// reports whether the class was full instead (or the free sessions are
+// reserved for other classes), how many it holds, and the rule that
+// refused: "class" or "reserve".
+func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string, cls *limiter.Class) (full bool, held int64, rule string) {
 	cl, held, ok, err := g.lim.Acquire(ctx, cls.LeaseKey(), cls.Refuse, 0, "class sessions")
 	if err != nil {
 		g.log.Warn("anvil: class count failed", "class", cls.Name, "err", err)
-		return false, 0
+		return false, 0, ""
 	}
 	if ok {
+		if admit, o := g.reserveAdmits(ctx, cls, held); !admit {
+			g.releaseClass(ctx, cl, cls.Queue)
+			g.refused(ctx, "anvil", "reserve", cls.Name, SummaryEvery, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused)
+			g.observe(g.reserveVerdict("anvil", cls, o))
+			return true, held - 1, "reserve"
+		}
 		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
 		g.pairAnvil(st, ident)
 	}
@@ -193,7 +204,7 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
 	}
 	g.observe(v)
-	return !ok, held
+	return !ok, held, "class"
 }
 
 // anvilDrop ends the connection the stream holds, if any.

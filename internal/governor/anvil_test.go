@@ -285,7 +285,7 @@ func TestAnvilClassRefusalLogged(t *testing.T) {
 	f := newFixture(t, classes, rules)
 	var buf logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	rl := NewRefusalLog(log, f.clk.Now, 0)
+	rl := NewRefusalLog(log, f.clk, 0)
 	f.g.refusals, f.g.log = rl, log
 	var st AnvilStream
 	for i := 1; i <= 9; i++ {

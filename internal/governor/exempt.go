@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
+	"sluice/internal/markset"
 )
 
 // MarkExempt is the name of the marks that hold exemptions: key
@@ -32,79 +32,43 @@ type Exemption struct {
 // Exemptions are the exemptions in force, kept as marks (in the state
 // directory's marks file, or in Redis where every daemon sharing it sees
 // them) and held here as a snapshot that decisions read without a store
-// call. A change made here applies at once; one another daemon made
-// applies at the next Refresh.
+// call (markset). A change made here applies at once; one another daemon
+// made applies at the next Refresh.
 type Exemptions struct {
 	marks limiter.Marks
-	mu    sync.RWMutex
-	m     map[string]Exemption // rule "\x00" key (the store's form)
-	read  time.Time
-	// gen counts the changes made here (Set, Delete): a Refresh whose
-	// read began before one drops what it read (the next reads again), so
-	// a change is never undone by an older read.
-	gen uint64
-	// n is len(m): a decision with no exemption held takes no lock.
-	n atomic.Int64
+	set   *markset.Set[Exemption] // by rule "\x00" key (the store's form)
 }
 
 // NewExemptions returns the exemptions kept in marks (nil: none can be
 // set), without reading them yet (Refresh).
 func NewExemptions(marks limiter.Marks) *Exemptions {
-	return &Exemptions{marks: marks, m: map[string]Exemption{}}
+	return &Exemptions{marks: marks, set: markset.New(marks, MarkExempt, decodeExemption, clock.Real{})}
+}
+
+func decodeExemption(k limiter.KeyMark) (Exemption, bool) {
+	rule, key, ok := strings.Cut(k.Key, "\x00")
+	if !ok {
+		return Exemption{}, false
+	}
+	return Exemption{Rule: rule, Key: keyText(key), Through: k.Value < 0, Raise: max(k.Value, 0), Since: k.Since, Until: k.Expires}, true
 }
 
 // Shared says whether other daemons change the same exemptions.
-func (e *Exemptions) Shared() bool { return e.marks != nil && e.marks.Shared() }
+func (e *Exemptions) Shared() bool { return e.set.Shared() }
 
 // Refresh reads the exemptions from the marks. A read that a Set or
 // Delete here overtook is dropped: the next Refresh reads again.
 func (e *Exemptions) Refresh(ctx context.Context) error {
-	if e.marks == nil {
-		return nil
-	}
-	e.mu.RLock()
-	gen := e.gen
-	e.mu.RUnlock()
-	list, err := e.marks.List(ctx)
-	if err != nil {
+	if err := e.set.Refresh(ctx); err != nil {
 		return fmt.Errorf("exemptions: %w", err)
 	}
-	m := map[string]Exemption{}
-	for _, k := range list {
-		if k.Name != MarkExempt {
-			continue
-		}
-		rule, key, ok := strings.Cut(k.Key, "\x00")
-		if !ok {
-			continue
-		}
-		m[k.Key] = Exemption{Rule: rule, Key: keyText(key), Through: k.Value < 0, Raise: max(k.Value, 0), Since: k.Since, Until: k.Expires}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if gen != e.gen {
-		return nil
-	}
-	e.m, e.read = m, time.Now()
-	e.n.Store(int64(len(m)))
 	return nil
 }
 
 // Run refreshes the exemptions every interval until ctx ends: how a
 // daemon learns of those another daemon set in a shared store.
 func (e *Exemptions) Run(ctx context.Context, every time.Duration, onErr func(error)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := e.Refresh(ctx); err != nil && ctx.Err() == nil {
-				onErr(err)
-			}
-		}
-	}
+	e.set.Run(ctx, every, func(err error) { onErr(fmt.Errorf("exemptions: %w", err)) })
 }
 
 // Set records an exemption of rule r (x.Rule is r's name; x.Key in text
@@ -130,11 +94,7 @@ func (e *Exemptions) Set(ctx context.Context, r *PolicyRule, x Exemption) (Exemp
 	if err := e.marks.Put(ctx, id, MarkExempt, limiter.Mark{Value: v, Since: x.Since, Expires: x.Until}); err != nil {
 		return x, fmt.Errorf("exemption: %w", err)
 	}
-	e.mu.Lock()
-	e.gen++
-	e.m[id] = x
-	e.n.Store(int64(len(e.m)))
-	e.mu.Unlock()
+	e.set.Put(id, x)
 	return x, nil
 }
 
@@ -150,41 +110,34 @@ func (e *Exemptions) Delete(ctx context.Context, rule, key string, now time.Time
 	if err := e.marks.Delete(ctx, id, MarkExempt); err != nil {
 		return had, fmt.Errorf("exemption: %w", err)
 	}
-	e.mu.Lock()
-	e.gen++
-	delete(e.m, id)
-	e.n.Store(int64(len(e.m)))
-	e.mu.Unlock()
+	e.set.Delete(id)
 	return had, nil
 }
 
 // List returns the exemptions in force at now, by rule and key, and when
 // they were last read from the marks.
 func (e *Exemptions) List(now time.Time) ([]Exemption, time.Time) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	out := make([]Exemption, 0, len(e.m))
-	for _, x := range e.m {
+	snap := e.set.Load()
+	out := make([]Exemption, 0, snap.Len())
+	snap.All(func(_ string, x Exemption) {
 		if x.Until.IsZero() || now.Before(x.Until) {
 			out = append(out, x)
 		}
-	}
+	})
 	slices.SortFunc(out, func(a, b Exemption) int { return strings.Compare(a.Rule+"\x00"+a.Key, b.Rule+"\x00"+b.Key) })
-	return out, e.read
+	return out, e.set.Read()
 }
 
 // lookup returns the exemption of rule's key (the store's form) at now.
 // empty reports whether no exemption is held: a decision then needs no
 // look-up.
-func (e *Exemptions) empty() bool { return e == nil || e.n.Load() == 0 }
+func (e *Exemptions) empty() bool { return e == nil || e.set.Load().Len() == 0 }
 
 func (e *Exemptions) lookup(rule, key string, now time.Time) (Exemption, bool) {
-	if e == nil || e.n.Load() == 0 {
+	if e.empty() {
 		return Exemption{}, false
 	}
-	e.mu.RLock()
-	x, ok := e.m[rule+"\x00"+key]
-	e.mu.RUnlock()
+	x, ok := e.set.Load().Get(rule + "\x00" + key)
 	if !ok || (!x.Until.IsZero() && !now.Before(x.Until)) {
 		return Exemption{}, false
 	}

@@ -53,33 +53,27 @@ type LimitState struct {
 	Reset      string `json:"reset,omitempty"`
 }
 
-func (ex *Explanation) note(s RuleStep) {
-	if ex != nil {
-		ex.Rules = append(ex.Rules, s)
-	}
-}
-
-// noteSkipped notes a rule that does not count the request: why, and
-// what (joined only in a dry run).
-func (ex *Explanation) noteSkipped(rule, why, what string) {
-	if ex != nil {
-		ex.note(RuleStep{Rule: rule, Outcome: why + what})
-	}
-}
-
-func (ex *Explanation) noteExempt(rule, key string, eff Effective) {
-	ex.note(RuleStep{Rule: rule, Key: keyText(key), Outcome: "exempt", Source: eff.Source, Exemption: eff.exemption()})
-}
-
-func (ex *Explanation) noteDecisions(r *PolicyRule, key string, n int64, eff Effective, out []limiter.Decision, refused int) {
-	s := RuleStep{Rule: r.Name, Key: keyText(key), N: n, Limits: limitStates(eff.Limits, out, n), Outcome: "ok", Source: eff.Source, Exemption: eff.exemption()}
+// noteStep notes a rule's step of a dry run; a store failure ends the
+// dry run (the error).
+func (ex *Explanation) noteStep(st *policyStep) error {
+	r, eff := st.r, st.eff
+	s := RuleStep{Rule: r.Name, Key: keyText(st.key), Source: eff.Source, Exemption: eff.exemption()}
 	switch {
-	case refused >= 0 && r.DryRun:
-		s.Outcome = "over (dry run)"
-	case refused >= 0:
-		s.Outcome = "over"
+	case st.skip != "":
+		s = RuleStep{Rule: r.Name, Outcome: st.skip + st.skipAt}
+	case eff.Exempt:
+		s.Outcome = "exempt"
+	case st.err != nil:
+		return fmt.Errorf("peek rule %s: %w", r.Name, st.err)
+	case st.refused >= 0 && r.DryRun:
+		s.Outcome, s.N, s.Limits = "over (dry run)", st.n, limitStates(eff.Limits, st.out, st.n)
+	case st.refused >= 0:
+		s.Outcome, s.N, s.Limits = "over", st.n, limitStates(eff.Limits, st.out, st.n)
+	default:
+		s.Outcome, s.N, s.Limits = "ok", st.n, limitStates(eff.Limits, st.out, st.n)
 	}
-	ex.note(s)
+	ex.Rules = append(ex.Rules, s)
+	return nil
 }
 
 // limitStates are the states of limits from a Peek of n: counts and

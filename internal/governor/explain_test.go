@@ -311,3 +311,49 @@ func TestGlob(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainNotesEachStep: a dry run notes each rule's step as it was
+// taken (no match, not counted at this stage, exempt, within or over its
+// limits, over a dry_run rule's) and answers as the check would, with
+// nothing counted.
+func TestExplainNotesEachStep(t *testing.T) {
+	sender := []KeyPart{{Attr: "sender"}}
+	f := policyFixture(t,
+		PolicyRule{Name: "other", Key: sender, Count: vocab.CountMessages, Limits: []limiter.Limit{lim("1/1h exact")},
+			Match: PolicyMatch{SenderDomain: []hostmask.Mask{hostmask.MustParse("b.example")}}},
+		PolicyRule{Name: "rcpt", Key: sender, Count: vocab.CountMessages, Stage: vocab.StateRcpt, Limits: []limiter.Limit{lim("1/1h exact")}},
+		PolicyRule{Name: "through", Key: sender, Count: vocab.CountMessages, Limits: []limiter.Limit{lim("1/1h exact")}},
+		PolicyRule{Name: "watch", Key: sender, Count: vocab.CountMessages, DryRun: true, Limits: []limiter.Limit{lim("1/1h exact")}},
+		PolicyRule{Name: "out", Key: sender, Count: vocab.CountMessages, Limits: []limiter.Limit{lim("2/1h exact")}},
+	)
+	ex := withExemptions(t, f)
+	if _, err := ex.Set(context.Background(), &f.g.policy.Rules[2], Exemption{Rule: "through", Key: "sender=a@a.example", Through: true, Since: f.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	req := &PolicyRequest{Sender: "a@a.example", ClientAddress: "192.0.2.1", ProtocolState: vocab.StateEOM}
+	outcomes := func(e Explanation) string {
+		var s []string
+		for _, r := range e.Rules {
+			s = append(s, r.Rule+": "+r.Outcome)
+		}
+		return strings.Join(s, ", ")
+	}
+	for i, want := range []struct{ answer, steps string }{
+		{"DUNNO", "other: no match, rcpt: not counted at END-OF-MESSAGE, through: exempt, watch: ok, out: ok"},
+		{"WARN over watch", "other: no match, rcpt: not counted at END-OF-MESSAGE, through: exempt, watch: over (dry run), out: ok"},
+		{"DEFER_IF_PERMIT over out", "other: no match, rcpt: not counted at END-OF-MESSAGE, through: exempt, watch: over (dry run), out: over"},
+	} {
+		e, err := f.g.PolicyExplain(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(e.Answer, want.answer) || outcomes(e) != want.steps {
+			t.Fatalf("explain after %d messages: %q, %s; want %q..., %s", i, e.Answer, outcomes(e), want.answer, want.steps)
+		}
+		// A strict or dry_run rule counts the refused attempt: the reply's
+		// {count} includes it, the explanation's does not.
+		if got := f.check(t, &PolicySession{}, req); countRe.ReplaceAllString(got, " _/") != countRe.ReplaceAllString(e.Answer, " _/") {
+			t.Fatalf("message %d: the check answered %q, explain %q", i+1, got, e.Answer)
+		}
+	}
+}

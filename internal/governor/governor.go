@@ -24,6 +24,8 @@ type Governor struct {
 	carried  *AnvilCarried
 	exempt   *Exemptions
 	pairs    *SessionPairs
+	capacity Capacity
+	reserved int64 // the sum of the classes' reservations
 	log      *slog.Logger
 }
 
@@ -52,6 +54,9 @@ type Options struct {
 	// Pairs links the anvil and milter doors' views of one SMTP session;
 	// it must outlive reloads (nil: each door takes its own slot).
 	Pairs *SessionPairs
+	// Capacity is the MTA's session capacity the classes' reservations
+	// divide (zero: unknown, reservations are not enforced).
+	Capacity Capacity
 	// Logger gets refusals and errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -68,7 +73,8 @@ func New(o Options) *Governor {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, pairs: o.Pairs, log: o.Logger}
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, pairs: o.Pairs, log: o.Logger,
+		capacity: o.Capacity, reserved: o.Classes.Reserved()}
 }
 
 // Exemptions returns the administrator's exemptions (nil: none).

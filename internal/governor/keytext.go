@@ -11,7 +11,7 @@ import (
 // StoreKeyText renders a store key for people, in the words of the
 // configuration that made it:
 //
-//	rule sender-rate: sender=a@b.example (limit 1)
+//	rule sender-rate: sender=a@b.example (the rule's 1st limit)
 //	anvil connections of smtp:192.0.2.1
 //	anvil rates of smtp:192.0.2.1
 //	class local
@@ -27,7 +27,7 @@ func StoreKeyText(key string) string {
 		attrs[len(attrs)-1] = strings.TrimSuffix(attrs[len(attrs)-1], "}")
 		text := "rule " + name + ": " + strings.Join(attrs, ", ")
 		if j, err := strconv.Atoi(parts[len(parts)-1]); err == nil {
-			text += " (limit " + strconv.Itoa(j+1) + ")"
+			text += " (the rule's " + ordinal(j+1) + " limit)"
 		}
 		return text
 	case parts[0] == "anvil" && len(parts) == 3 && parts[1] == "c":
@@ -136,4 +136,19 @@ func (g *Governor) RuleKey(rule, text string) (*PolicyRule, string, error) {
 	}
 	k, err := CanonicalKey(r, text)
 	return r, k, err
+}
+
+// ordinal is n as "1st", "2nd", "3rd", "4th" ... ("11th", "12th", "13th").
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return strconv.Itoa(n) + suffix
 }

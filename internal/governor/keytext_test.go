@@ -7,8 +7,10 @@ import (
 
 func TestStoreKeyText(t *testing.T) {
 	for key, want := range map[string]string{
-		"policy\x00{sender-rate\x00sender=counted@example.org}\x000":            "rule sender-rate: sender=counted@example.org (limit 1)",
-		"policy\x00{per-net\x00client_address=192.0.2.0/24\x00sender=a@b}\x001": "rule per-net: client_address=192.0.2.0/24, sender=a@b (limit 2)",
+		"policy\x00{sender-rate\x00sender=counted@example.org}\x000":            "rule sender-rate: sender=counted@example.org (the rule's 1st limit)",
+		"policy\x00{per-net\x00client_address=192.0.2.0/24\x00sender=a@b}\x001": "rule per-net: client_address=192.0.2.0/24, sender=a@b (the rule's 2nd limit)",
+		"policy\x00{r\x00sender=a@b}\x0010":                                     "rule r: sender=a@b (the rule's 11th limit)",
+		"policy\x00{r\x00sender=a@b}\x0021":                                     "rule r: sender=a@b (the rule's 22nd limit)",
 		"anvil\x00c\x00127.0.0.1:25:127.0.0.1":                                  "anvil connections of 127.0.0.1:25:127.0.0.1",
 		"anvil\x00r\x00smtp:192.0.2.1":                                          "anvil rates of smtp:192.0.2.1",
 		"class\x00local":                                                        "class local",

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"sluice/internal/clock"
 )
 
 // RefusalLog bounds the log lines of refusals under a flood. For each door,
@@ -20,7 +22,7 @@ import (
 // It outlives reloads (the daemon makes one); Run sends the summaries.
 type RefusalLog struct {
 	log *slog.Logger
-	now func() time.Time
+	clk clock.Clock
 	// MaxKeys caps the keys followed at once; refusals of further keys are
 	// counted and reported in one line a second.
 	maxKeys int
@@ -50,16 +52,16 @@ const (
 	DefaultRefusalKeys = 100_000
 )
 
-// NewRefusalLog returns a RefusalLog writing to log. now is the clock
-// (nil: time.Now); maxKeys <= 0 means DefaultRefusalKeys.
-func NewRefusalLog(log *slog.Logger, now func() time.Time, maxKeys int) *RefusalLog {
-	if now == nil {
-		now = time.Now
+// NewRefusalLog returns a RefusalLog writing to log. clk tells the time
+// (nil: the wall clock); maxKeys <= 0 means DefaultRefusalKeys.
+func NewRefusalLog(log *slog.Logger, clk clock.Clock, maxKeys int) *RefusalLog {
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	if maxKeys <= 0 {
 		maxKeys = DefaultRefusalKeys
 	}
-	return &RefusalLog{log: log, now: now, maxKeys: maxKeys, runs: map[refusalKey]*refusalRun{}}
+	return &RefusalLog{log: log, clk: clk, maxKeys: maxKeys, runs: map[refusalKey]*refusalRun{}}
 }
 
 // Refused notes one refusal by door and rule of key, whose limit counts
@@ -72,7 +74,7 @@ func (r *RefusalLog) Refused(ctx context.Context, door, rule, key string, window
 		r.log.Debug(msg, args...)
 	}
 	window = max(window, minRefusalWindow)
-	now := r.now()
+	now := r.clk.Now()
 	k := refusalKey{door, rule, key}
 	r.mu.Lock()
 	run := r.runs[k]
@@ -109,7 +111,7 @@ func (r *RefusalLog) summary(k refusalKey, run *refusalRun, now time.Time) {
 // Flush logs the summaries that are due: of windows that ended, and of
 // counts older than SummaryEvery. Run calls it every second.
 func (r *RefusalLog) Flush() {
-	now := r.now()
+	now := r.clk.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, run := range r.runs {
@@ -144,7 +146,7 @@ func (r *RefusalLog) Run(ctx context.Context) {
 
 // flushAll logs every pending count (at shutdown).
 func (r *RefusalLog) flushAll() {
-	now := r.now()
+	now := r.clk.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, run := range r.runs {

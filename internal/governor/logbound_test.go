@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
 	"sluice/internal/testutil/logbuf"
 
@@ -23,7 +24,7 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 			f := policyFixture(t, PolicyRule{Name: "sender-rate", Count: rules.CountMessages, Key: []KeyPart{{Attr: "sender"}}, Limits: []limiter.Limit{lim("10/60s exact")}})
 			var buf logbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
-			rl := NewRefusalLog(log, f.clk.Now, 0)
+			rl := NewRefusalLog(log, f.clk, 0)
 			f.g.refusals, f.g.log = rl, log
 			var ps PolicySession
 			for i := range 10_010 {
@@ -65,12 +66,12 @@ func TestPolicyFloodLogsBounded(t *testing.T) {
 // line.
 func TestRefusalLogLongWindowAndCap(t *testing.T) {
 	var buf logbuf.Buffer
-	now := time.Unix(1_700_000_000, 0)
-	rl := NewRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now }, 2)
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	rl := NewRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)), clk, 2)
 	ctx := t.Context()
 	for range 300 { // 5 minutes, one a second, under a 1 h window
 		rl.Refused(ctx, "policy", "r", "k", time.Hour, "policy: over the limit", "key", "k")
-		now = now.Add(time.Second)
+		clk.Advance(time.Second)
 		rl.Flush()
 	}
 	info := buf.Lines("level=INFO")

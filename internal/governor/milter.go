@@ -91,6 +91,16 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply})
 		return reply
 	default:
+		if ok, o := g.reserveAdmits(ctx, cls, held); !ok {
+			g.releaseClass(ctx, lease, cls.Queue)
+			ms.refused = true
+			v := g.reserveVerdict("milter", cls, o)
+			g.refused(ctx, "milter", "reserve", cls.Name, SummaryEvery, "milter: the free sessions are reserved for other classes; refusing the session",
+				"class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused,
+				"client", ms.req.ClientAddress, "name", host)
+			g.observe(v)
+			return v.Reply
+		}
 		ms.lease = lease
 		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	}

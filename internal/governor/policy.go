@@ -168,8 +168,9 @@ func (g *Governor) PolicyCheck(ctx context.Context, ps *PolicySession, req *Poli
 }
 
 // policyDecide is the one decision of a policy query. With ex set it is
-// a dry run (PolicyExplain): the limits are peeked, not hit, nothing is
-// logged, observed or taken back, and every rule's part is noted in ex.
+// a dry run (PolicyExplain): the limits are peeked, not hit, and each
+// rule's step is noted in ex, where a live query logs, observes, keeps
+// and takes back (policyEffects); both answer alike from the steps.
 func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *PolicyRequest, ex *Explanation) (string, error) {
 	dry := ex != nil
 	if !dry {
@@ -178,92 +179,30 @@ func (g *Governor) policyDecide(ctx context.Context, ps *PolicySession, req *Pol
 	if ps.connDeny != "" {
 		return ps.connDeny, nil
 	}
-	var done []pendingHit // leaky hits of this request, undone if a later rule refuses
+	var done []pendingHit // a live query's leaky hits, undone if a later rule refuses
 	var warn string
 	peer := peerOf(req)
 	var class string
 	for i := range g.policy.Rules {
-		r := &g.policy.Rules[i]
-		if !g.policyMatches(r, req, peer, &class) {
-			ex.noteSkipped(r.Name, "no match", "")
-			continue
-		}
-		n, ok := policyAmount(r, req, ps)
-		if !ok {
-			ex.noteSkipped(r.Name, "not counted at ", req.ProtocolState)
-			continue
-		}
-		key := policyKey(r, req, g, peer, &class)
-		eff := g.EffectiveLimits(r, key)
-		if eff.Exempt {
-			if dry {
-				ex.noteExempt(r.Name, key, eff)
-			} else {
-				g.log.Debug("policy: exempt", "rule", r.Name, "key", keyText(key), "source", eff.Source)
-			}
-			continue
-		}
-		limits := eff.Limits
-		checks := policyChecks(r, key, limits)
-		mode := r.Mode
-		if r.DryRun {
-			mode = limiter.Strict // a dry run lets the mail pass, so it counts
-		}
-		at := g.lim.Now()
-		out, err := g.policyCount(ctx, n, mode, checks, dry)
-		if err != nil && (dry || !limiterAllows(out)) {
-			if dry {
-				return "", fmt.Errorf("peek rule %s: %w", r.Name, err)
-			}
-			g.log.Warn("policy: limiter unavailable; failing closed", "rule", r.Name, "err", err)
-			g.policyUndo(ctx, done)
-			return storeTrouble, nil
-		}
-		refused := slices.IndexFunc(out, func(d limiter.Decision) bool { return !d.Allowed })
+		st := g.ruleStep(ctx, ps, req, &g.policy.Rules[i], peer, &class, dry)
 		if dry {
-			ex.noteDecisions(r, key, n, eff, out, refused)
+			if err := ex.noteStep(&st); err != nil {
+				return "", err
+			}
 		} else {
-			g.policyReport(ctx, r, req, key, n, limits, out, refused, at)
+			done = g.policyEffects(ctx, ps, req, &st, done)
 		}
-		if refused < 0 || r.DryRun {
-			// rules.Counted once: per SMTP session, or per transaction at RCPT.
-			switch {
-			case r.Count == rules.CountConnections:
-				ps.connCount = append(ps.connCount, r.Name)
-			case r.Count == rules.CountMessages && req.ProtocolState == rules.StateRcpt:
-				ps.counted = append(ps.counted, r.Name)
-			}
-		}
-		if !dry {
-			done = policyPending(ps, r, req, pendingHit{checks: checks, n: n, at: at}, mode, refused, done)
-		}
-		if refused < 0 {
-			continue
-		}
-		text := PolicyAction(r, key, out[refused], limits[refused])
-		if r.DryRun {
-			if !dry {
-				g.refused(ctx, "policy", r.Name+" (dry run)", keyText(key), limits[refused].Period,
-					"policy: over the limit (dry run)", "rule", r.Name, "key", keyText(key), "count", out[refused].Count, "limit", limits[refused].String(), "source", eff.Source)
-			}
+		switch {
+		case st.failed:
+			return storeTrouble, nil
+		case st.refused < 0:
+		case st.r.DryRun:
 			if warn == "" {
-				warn = "WARN " + actionText(text)
+				warn = "WARN " + actionText(st.text)
 			}
-			continue
+		default:
+			return st.text, nil
 		}
-		if dry {
-			return text, nil
-		}
-		g.refused(ctx, "policy", r.Name, keyText(key), limits[refused].Period,
-			"policy: over the limit", "rule", r.Name, "key", keyText(key), "count", out[refused].Count,
-			"limit", limits[refused].String(), "source", eff.Source, "retry_after", out[refused].RetryAfter.Round(time.Second).String(), "client", req.ClientAddress, "sender", req.Sender)
-		// The mail is refused: what earlier rules counted for it did not
-		// happen, if they count leaky.
-		g.policyUndo(ctx, done)
-		if r.Count == rules.CountConnections {
-			ps.connDeny = text
-		}
-		return text, nil
 	}
 	if warn != "" {
 		return warn, nil

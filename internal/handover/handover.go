@@ -1,9 +1,11 @@
 // Package handover is the conversation of an upgrade in place: a running
 // daemon starts the executable on disk with its listening sockets (and
 // any other descriptor it names) inherited, and the two processes agree,
-// a line each over a socket pair, on who serves. `sluice serve`
-// (internal/cli/upgrade.go) and `sluice mux` (internal/muxd/upgrade.go)
-// both speak it; docs/operations.md ("Upgrade in place: SIGUSR2") and
+// a line each over a socket pair, on who serves. The package owns both
+// sides: the old process's (Upgrade.Run) and the new one's (TakeChild,
+// Child.Take, Child.Serving); `sluice serve` (internal/cli/upgrade.go)
+// and `sluice mux` (internal/muxd/upgrade.go) give it only what the steps
+// mean for each, and log its events alike. docs/operations.md ("Upgrade in place: SIGUSR2") and
 // docs/mux.md ("Upgrade in place: SIGUSR2") say what each step means for each.
 //
 // The conversation, new process first:
@@ -39,10 +41,10 @@ const FDEnv = "SLUICE_UPGRADE_FD"
 
 // The conversation's lines (see the package comment).
 const (
-	Take    = "take"
-	Go      = "go"
-	Serving = "serving"
-	Bye     = "bye"
+	lineTake    = "take"
+	lineGo      = "go"
+	lineServing = "serving"
+	lineBye     = "bye"
 )
 
 // Wait bounds each wait of the conversation for the other side beyond
@@ -51,37 +53,44 @@ const (
 // fits in it.
 const Wait = 2 * time.Minute
 
+// killAfter bounds the old process's wait for a new one that did not take
+// over to end by itself before it is killed.
+const killAfter = 5 * time.Second
+
+// byeWait bounds the new process's wait for the old one's goodbye.
+const byeWait = 10 * time.Second
+
 // maxBinary caps the executable the upgrade checks before it runs it.
 const maxBinary = 1 << 30
 
 // maxLine caps a line of the conversation (bufio.ErrBufferFull beyond).
 const maxLine = 64
 
-// Conn is one side of the conversation.
-type Conn struct {
+// conn is one side of the conversation.
+type conn struct {
 	c net.Conn
 	r *bufio.Reader
 }
 
-func newConn(f *os.File) (*Conn, error) {
+func newConn(f *os.File) (*conn, error) {
 	c, err := net.FileConn(f) // dups the descriptor
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("hand-over socket: %w", err)
 	}
-	return &Conn{c: c, r: bufio.NewReaderSize(c, maxLine)}, nil
+	return &conn{c: c, r: bufio.NewReaderSize(c, maxLine)}, nil
 }
 
-// Send writes the line msg.
-func (h *Conn) Send(msg string) error {
+// send writes the line msg.
+func (h *conn) send(msg string) error {
 	_ = h.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	_, err := h.c.Write([]byte(msg + "\n"))
 	return err
 }
 
-// Expect waits up to d for the line want; the error wraps io.EOF when the
+// expect waits up to d for the line want; the error wraps io.EOF when the
 // other side is gone.
-func (h *Conn) Expect(want string, d time.Duration) error {
+func (h *conn) expect(want string, d time.Duration) error {
 	_ = h.c.SetReadDeadline(time.Now().Add(d))
 	line, err := h.r.ReadSlice('\n')
 	if err != nil {
@@ -93,30 +102,10 @@ func (h *Conn) Expect(want string, d time.Duration) error {
 	return nil
 }
 
-// Close ends the conversation.
-func (h *Conn) Close() error { return h.c.Close() }
+// close ends the conversation.
+func (h *conn) close() error { return h.c.Close() }
 
-// Child returns the conversation with the old process when this process
-// was started by an upgrade, or nil. The variable is unset, so that
-// nothing this process starts takes it for its own.
-func Child() (*Conn, error) {
-	v, ok := os.LookupEnv(FDEnv)
-	if !ok {
-		return nil, nil
-	}
-	os.Unsetenv(FDEnv)
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return nil, fmt.Errorf("%s=%q is not a descriptor", FDEnv, v)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		return nil, fmt.Errorf("%s=%d: %w", FDEnv, fd, err)
-	}
-	unix.CloseOnExec(fd)
-	return newConn(os.NewFile(uintptr(fd), "upgrade"))
-}
-
-// Start starts the executable this process was started from, by the path
+// start starts the executable this process was started from, by the path
 // it has on disk now (the upgraded binary), with the same arguments and
 // argv[0] (the name it was invoked by, which may choose what it runs:
 // mimedefang-multiplexor is `sluice mux`), the
@@ -127,7 +116,7 @@ func Child() (*Conn, error) {
 // would call File.Fd, which puts a descriptor in blocking mode, and the
 // mode belongs to the socket that this process's own accept loops share:
 // one blocked accept no Close can end would hold the stop for ever.
-func Start(files []*os.File, names []string) (*os.Process, *Conn, error) {
+func start(files []*os.File, names []string) (*os.Process, *conn, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the executable: %w", err)
@@ -191,10 +180,10 @@ func env(env []string, n int, names []string) []string {
 		FDEnv+"="+strconv.Itoa(3+n))
 }
 
-// Exited reports, once, how the started process p ended: its wait status,
+// exited reports, once, how the started process p ended: its wait status,
 // or the wait's error (a reaper of its own, as the multiplexor's with -E,
 // may have taken the status).
-func Exited(p *os.Process) <-chan string {
+func exited(p *os.Process) <-chan string {
 	ch := make(chan string, 1)
 	go func() {
 		st, err := p.Wait()

@@ -14,7 +14,7 @@ import (
 )
 
 // handPair is both ends of a hand-over conversation.
-func handPair(t *testing.T) (*Conn, *os.File) {
+func handPair(t *testing.T) (*conn, *os.File) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -25,7 +25,7 @@ func handPair(t *testing.T) (*Conn, *os.File) {
 		t.Fatal(err)
 	}
 	peer := os.NewFile(uintptr(fds[1]), "theirs")
-	t.Cleanup(func() { h.Close(); peer.Close() })
+	t.Cleanup(func() { h.close(); peer.Close() })
 	return h, peer
 }
 
@@ -48,7 +48,7 @@ func TestConnExpect(t *testing.T) {
 		if tc.eof {
 			peer.Close()
 		}
-		err := h.Expect(Take, 5*time.Second)
+		err := h.expect(lineTake, 5*time.Second)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
@@ -59,11 +59,11 @@ func TestConnExpect(t *testing.T) {
 		}
 	}
 	h, _ := handPair(t)
-	if err := h.Expect(Go, 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "timeout") {
+	if err := h.expect(lineGo, 10*time.Millisecond); err == nil || !strings.Contains(err.Error(), "timeout") {
 		t.Errorf("a silent peer: %v", err)
 	}
 	h, peer := handPair(t)
-	if err := h.Send(Serving); err != nil {
+	if err := h.send(lineServing); err != nil {
 		t.Fatal(err)
 	}
 	if line, err := bufio.NewReader(peer).ReadString('\n'); err != nil || line != "serving\n" {
@@ -94,11 +94,11 @@ func FuzzConnExpect(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer h.Close()
+		defer h.close()
 		peer := os.NewFile(uintptr(fds[1]), "theirs")
 		go func() { _, _ = peer.Write(b); peer.Close() }()
-		err = h.Expect(Take, 5*time.Second)
-		if (err == nil) != strings.HasPrefix(string(b), Take+"\n") {
+		err = h.expect(lineTake, 5*time.Second)
+		if (err == nil) != strings.HasPrefix(string(b), lineTake+"\n") {
 			t.Fatalf("%q: %v", b, err)
 		}
 	})

@@ -222,3 +222,27 @@ func (m Mask) Match(p Peer) bool {
 	}
 	return false
 }
+
+// Covers reports whether m matches every peer that n matches, so that n
+// can never decide where m is tried first. It is exact for single masks:
+// "*" covers every mask; a network covers the networks inside it (a peer
+// network that lies inside n lies inside m); "*.example.org" covers
+// example.org, the names below it and the domain masks under it; a name
+// covers itself. A name never covers a network or the reverse, since a
+// peer may have either without the other. Several masks together may
+// cover n where none does alone (10.0.0.0/9 and 10.128.0.0/9 hold every
+// address of 10.0.0.0/8), but not every peer of n: a client aggregated
+// as 10.0.0.0/8 falls in neither, so Covers is the whole test.
+func (m Mask) Covers(n Mask) bool {
+	switch m.kind {
+	case Any:
+		return n.kind != 0
+	case Exact:
+		return n.kind == Exact && n.name == m.name
+	case Domain:
+		return (n.kind == Exact || n.kind == Domain) && (n.name == m.name || strings.HasSuffix(n.name, "."+m.name))
+	case Network:
+		return n.kind == Network && m.prefix.Bits() <= n.prefix.Bits() && m.prefix.Contains(n.prefix.Addr())
+	}
+	return false
+}

@@ -98,3 +98,52 @@ func FuzzParse(f *testing.F) {
 		_ = m.Match(PeerAddr(host, a))
 	})
 }
+
+// TestCovers checks Covers against its definition: every peer the
+// covered mask matches, the covering one matches too, and where it does
+// not, a peer shows it.
+func TestCovers(t *testing.T) {
+	cases := []struct {
+		m, n string
+		want bool
+		peer Peer // when !want: a peer n matches and m does not
+	}{
+		{"*", "*", true, Peer{}},
+		{"*", "10.0.0.0/8", true, Peer{}},
+		{"*", "*.example.org", true, Peer{}},
+		{"127.0.0.0/8", "127.0.0.2", true, Peer{}},
+		{"127.0.0.0/8", "127.0.0.0/8", true, Peer{}},
+		{"127.0.0.0/8", "127.1.0.0/16", true, Peer{}},
+		{"127.1.0.0/16", "127.0.0.0/8", false, PeerAddr("", netip.MustParseAddr("127.2.0.1"))},
+		{"10.0.0.0/9", "10.0.0.0/8", false, Peer{Net: netip.MustParsePrefix("10.0.0.0/8")}},
+		{"127.0.0.0/8", "::1", false, PeerAddr("", netip.MustParseAddr("::1"))},
+		{"::/0", "127.0.0.1", false, PeerAddr("", netip.MustParseAddr("127.0.0.1"))},
+		{"2001:db8::/32", "2001:db8:1::/48", true, Peer{}},
+		{"::ffff:127.0.0.0/104", "127.0.0.1", true, Peer{}}, // a mapped network is IPv4's
+		{"*.example.org", "example.org", true, Peer{}},
+		{"*.example.org", "mx.example.org", true, Peer{}},
+		{"*.example.org", "*.mx.example.org", true, Peer{}},
+		{"*.example.org", "*.example.org", true, Peer{}},
+		{"*.example.org", "badexample.org", false, Peer{Name: "badexample.org"}},
+		{"*.mx.example.org", "*.example.org", false, Peer{Name: "example.org"}},
+		{"mx.example.org", "mx.example.org", true, Peer{}},
+		{"mx.example.org", "*.mx.example.org", false, Peer{Name: "a.mx.example.org"}},
+		{"mx.example.org", "mx2.example.org", false, Peer{Name: "mx2.example.org"}},
+		{"*.example.org", "192.0.2.1", false, PeerAddr("mail.example.net", netip.MustParseAddr("192.0.2.1"))},
+		{"192.0.2.0/24", "mx.example.org", false, PeerAddr("mx.example.org", netip.MustParseAddr("198.51.100.1"))},
+		{"10.0.0.0/8", "*", false, Peer{Name: "mx.example.org"}},
+		{"*.example.org", "*", false, Peer{Name: "mx.example.net"}},
+	}
+	for _, c := range cases {
+		m, n := MustParse(c.m), MustParse(c.n)
+		if got := m.Covers(n); got != c.want {
+			t.Errorf("%q.Covers(%q) = %v, want %v", c.m, c.n, got, c.want)
+		}
+		if !c.want && (!n.Match(c.peer) || m.Match(c.peer)) {
+			t.Errorf("the case %q, %q: peer %+v should match %q and not %q", c.m, c.n, c.peer, c.n, c.m)
+		}
+	}
+	if (Mask{}).Covers(MustParse("*")) || MustParse("*").Covers(Mask{}) {
+		t.Error("the zero Mask matches nothing: it neither covers nor is covered")
+	}
+}

@@ -17,6 +17,11 @@ type Class struct {
 	Masks  []hostmask.Mask // the peers it holds; any may match
 	Refuse int64           // the cap on incoming sessions
 	Queue  int64           // the cap on all sessions
+	// Reserve is how many of the MTA's sessions are kept for the class:
+	// another class's session is refused when admitting it would leave
+	// fewer free sessions than the reservations not in use (see Admits).
+	// Zero: none.
+	Reserve int64
 }
 
 // LeaseKey is the store key that counts the class's sessions.
@@ -46,8 +51,8 @@ func NewClasses(list []Class) (*Classes, error) {
 		if len(c.Masks) == 0 {
 			errs = append(errs, fmt.Errorf("class %q has no masks", c.Name))
 		}
-		if c.Refuse < 0 || c.Queue < 0 {
-			errs = append(errs, fmt.Errorf("class %q: refuse and queue must not be negative", c.Name))
+		if c.Refuse < 0 || c.Queue < 0 || c.Reserve < 0 {
+			errs = append(errs, fmt.Errorf("class %q: refuse, queue and reserve must not be negative", c.Name))
 		}
 	}
 	last := list[len(list)-1]
@@ -77,16 +82,25 @@ func (cs *Classes) Match(p hostmask.Peer) *Class {
 func (cs *Classes) All() []Class { return cs.list }
 
 // Table renders the class table as text, one class per line, as it was
-// understood.
+// understood. The reserve column is shown when a class has a reservation.
 func (cs *Classes) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-16s %7s %7s  %s\n", "class", "refuse", "queue", "masks")
+	reserve := cs.Reserved() > 0
+	if reserve {
+		fmt.Fprintf(&b, "%-16s %7s %7s %7s  %s\n", "class", "refuse", "queue", "reserve", "masks")
+	} else {
+		fmt.Fprintf(&b, "%-16s %7s %7s  %s\n", "class", "refuse", "queue", "masks")
+	}
 	for _, c := range cs.list {
 		masks := make([]string, len(c.Masks))
 		for i, m := range c.Masks {
 			masks[i] = m.String()
 		}
-		fmt.Fprintf(&b, "%-16s %7s %7s  %s\n", c.Name, capText(c.Refuse), capText(c.Queue), strings.Join(masks, " "))
+		if reserve {
+			fmt.Fprintf(&b, "%-16s %7s %7s %7s  %s\n", c.Name, capText(c.Refuse), capText(c.Queue), capText(c.Reserve), strings.Join(masks, " "))
+		} else {
+			fmt.Fprintf(&b, "%-16s %7s %7s  %s\n", c.Name, capText(c.Refuse), capText(c.Queue), strings.Join(masks, " "))
+		}
 	}
 	return b.String()
 }

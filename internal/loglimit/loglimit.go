@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"sluice/internal/clock"
 )
 
 // Handler passes records to its inner handler, at most PerSecond a
@@ -28,13 +30,13 @@ type state struct {
 	suppressed int64        // lines dropped since the last notice
 	since      time.Time    // the first of them
 	timer      *time.Timer  // writes the notice if no line comes
-	now        func() time.Time
+	clk        clock.Clock
 }
 
 // New returns a Handler writing at most perSecond lines a second through h
 // (perSecond <= 0: no ceiling). Close it to write a last notice.
 func New(h slog.Handler, perSecond int) *Handler {
-	return &Handler{h: h, s: &state{perSec: perSecond, base: h, now: time.Now}}
+	return &Handler{h: h, s: &state{perSec: perSecond, base: h, clk: clock.Real{}}}
 }
 
 // Enabled implements slog.Handler.
@@ -66,7 +68,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 func (s *state) admit(ctx context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clk.Now()
 	if sec := now.Unix(); sec != s.sec {
 		s.sec, s.n = sec, 0
 		s.notice(ctx, now)
@@ -102,7 +104,7 @@ func (s *state) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.timer = nil
-	s.notice(context.Background(), s.now())
+	s.notice(context.Background(), s.clk.Now())
 }
 
 // Close stops the notice timer and writes the last notice.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/testutil/logbuf"
 
 	"go.uber.org/goleak"
@@ -19,8 +20,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestCeiling(t *testing.T) {
 	var out logbuf.Buffer
 	h := New(slog.NewTextHandler(&out, nil), 10)
-	now := time.Unix(1_700_000_000, 0)
-	h.s.now = func() time.Time { return now }
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	h.s.clk = clk
 	defer h.Close()
 	log := slog.New(h)
 	sub := log.With("door", "policy")
@@ -34,7 +35,7 @@ func TestCeiling(t *testing.T) {
 	if n := len(out.Lines("")); n != 10 {
 		t.Fatalf("%d lines in the first second, ceiling 10", n)
 	}
-	now = now.Add(time.Second)
+	clk.Advance(time.Second)
 	log.Info("next second")
 	l := out.Lines("")
 	if len(l) != 12 || !strings.Contains(l[10], "log: 990 lines suppressed") || !strings.Contains(l[10], "suppressed=990") || !strings.Contains(l[11], "next second") {

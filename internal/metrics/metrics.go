@@ -116,6 +116,7 @@ type Metrics struct {
 
 	classSessions *prometheus.GaugeVec // class, direction
 	classCap      *prometheus.GaugeVec // class, direction
+	mtaSessions   *prometheus.GaugeVec // state
 	classMu       sync.Mutex
 	classNames    map[string]struct{}
 
@@ -154,8 +155,11 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 			"Open sessions of a peer class: incoming ones, and the total of incoming and outgoing.",
 			"class", "direction"),
 		classCap: gaugeVec("", "class_cap_sessions",
-			"A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.",
+			"A peer class's caps: incoming (refuse), total (queue) and reserve (its reservation of the MTA's sessions); absent when uncapped.",
 			"class", "direction"),
+		mtaSessions: gaugeVec("mta", "sessions",
+			"The MTA's SMTP sessions: capacity (absent when unknown), open (every class's), reserved_unused (reservations their classes do not use), free (neither open nor reserved).",
+			"state"),
 		classNames: map[string]struct{}{},
 		poolSlots: gaugeVec("pool", "slots",
 			"Worker slots by state (stopped, idle, busy, killed).",
@@ -247,7 +251,7 @@ func counterVec(subsystem, name, help string, labels ...string) *prometheus.Coun
 func (m *Metrics) collectors() map[Part][]prometheus.Collector {
 	return map[Part][]prometheus.Collector{
 		PartDecisions:  {m.decisions.vec},
-		PartClasses:    {m.classSessions, m.classCap},
+		PartClasses:    {m.classSessions, m.classCap, m.mtaSessions},
 		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
 		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
 		PartThrottle:   {m.throttleWaiters, m.throttleGrant, &m.throttleKeys},
@@ -274,6 +278,7 @@ type ClassState struct {
 	Total       int64  // open sessions either way
 	IncomingCap int64  // refuse cap
 	TotalCap    int64  // queue cap
+	Reserve     int64  // its reservation of the MTA's sessions
 }
 
 // Classes sets the occupancy and caps of every class, and drops the series
@@ -298,6 +303,7 @@ func (m *Metrics) Classes(list []ClassState) {
 		m.classSessions.WithLabelValues(name, "total").Set(float64(c.Total))
 		setCap(m.classCap, name, "incoming", c.IncomingCap)
 		setCap(m.classCap, name, "total", c.TotalCap)
+		setCap(m.classCap, name, "reserve", c.Reserve)
 	}
 	for name := range m.classNames {
 		if _, ok := seen[name]; !ok {
@@ -306,6 +312,31 @@ func (m *Metrics) Classes(list []ClassState) {
 		}
 	}
 	m.classNames = seen
+}
+
+// MTAState is the MTA's sessions as sluice counts them.
+type MTAState struct {
+	Capacity       int64 // sessions the MTA serves at once (0: unknown)
+	Open           int64 // every class's open sessions
+	ReservedUnused int64 // reserved sessions their classes do not use
+	Free           int64 // neither open nor reserved (with a capacity)
+}
+
+// MTA sets the MTA's session gauges; capacity and free are absent while
+// the capacity is unknown.
+func (m *Metrics) MTA(s MTAState) {
+	if m == nil {
+		return
+	}
+	m.mtaSessions.WithLabelValues("open").Set(float64(s.Open))
+	m.mtaSessions.WithLabelValues("reserved_unused").Set(float64(s.ReservedUnused))
+	if s.Capacity > 0 {
+		m.mtaSessions.WithLabelValues("capacity").Set(float64(s.Capacity))
+		m.mtaSessions.WithLabelValues("free").Set(float64(s.Free))
+	} else {
+		m.mtaSessions.DeleteLabelValues("capacity")
+		m.mtaSessions.DeleteLabelValues("free")
+	}
 }
 
 func setCap(v *prometheus.GaugeVec, class, dir string, n int64) {

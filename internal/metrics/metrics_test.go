@@ -129,7 +129,7 @@ func TestClassesDropRemovedClassesAndUncappedCaps(t *testing.T) {
 		{Name: "rest", Incoming: 1, Total: 1},
 	})
 	want := `
-# HELP sluice_class_cap_sessions A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.
+# HELP sluice_class_cap_sessions A peer class's caps: incoming (refuse), total (queue) and reserve (its reservation of the MTA's sessions); absent when uncapped.
 # TYPE sluice_class_cap_sessions gauge
 sluice_class_cap_sessions{class="local",direction="incoming"} 10
 sluice_class_cap_sessions{class="local",direction="total"} 20
@@ -146,7 +146,7 @@ sluice_class_sessions{class="rest",direction="total"} 1
 	// After a reload: "local" is gone and "rest" gained a cap.
 	m.Classes([]ClassState{{Name: "rest", Incoming: 0, Total: 4, TotalCap: 5}})
 	want = `
-# HELP sluice_class_cap_sessions A peer class's caps: incoming (refuse) and total (queue); absent when uncapped.
+# HELP sluice_class_cap_sessions A peer class's caps: incoming (refuse), total (queue) and reserve (its reservation of the MTA's sessions); absent when uncapped.
 # TYPE sluice_class_cap_sessions gauge
 sluice_class_cap_sessions{class="rest",direction="total"} 5
 # HELP sluice_class_sessions Open sessions of a peer class: incoming ones, and the total of incoming and outgoing.

@@ -2,9 +2,9 @@ package mux
 
 import (
 	"context"
-	"errors"
 
 	"sluice/internal/pool"
+	"sluice/internal/rawio"
 )
 
 // Drain is the old multiplexor's side of an upgrade in place
@@ -13,8 +13,7 @@ import (
 // the sockets open and their connections waiting in the backlog for the
 // other process, and waits until every connection accepted before has
 // been answered and closed (forwarded requests included), or until ctx
-// ends (the error is then ctx's). Close still ends the server; the
-// restricted sockets' Serve returns ErrDraining.
+// ends (the error is then ctx's). Close still ends the server and Serve.
 func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -26,14 +25,10 @@ func (s *Server) Drain(ctx context.Context) error {
 	for f := range s.fronts {
 		fronts = append(fronts, f)
 	}
-	for _, acc := range s.listeners {
-		acc.close()
-	}
 	s.mu.Unlock()
 	for _, f := range fronts {
 		f.stopAccepting()
 	}
-	s.accepting.Wait() // no restricted accept loop can admit one more
 	s.mu.Lock()
 	if s.active.Load() == 0 {
 		s.mu.Unlock()
@@ -50,19 +45,20 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 }
 
-// ErrDraining is returned by Serve on a restricted socket once Drain has
-// stopped its accepting.
-var ErrDraining = errors.New("mux: draining")
-
 // closeConn closes an admitted connection.
-func (s *Server) closeConn(fd int) {
-	closeRaw(fd)
-	s.release()
+func (s *Server) closeConn(fd int, privileged bool) {
+	rawio.CloseFD(fd)
+	s.release(privileged)
 }
 
 // release counts an admitted connection closed, and ends Drain's wait
 // with the last one.
-func (s *Server) release() {
+func (s *Server) release(privileged bool) {
+	if !privileged {
+		s.mu.Lock()
+		s.restricted--
+		s.mu.Unlock()
+	}
 	if s.active.Add(-1) != 0 || !s.draining.Load() {
 		return
 	}
@@ -83,7 +79,7 @@ func (f *front) stopAccepting() {
 		if !f.stopped && f.lfd >= 0 {
 			f.o.Forget(f.lfd)
 			f.retry.Stop()
-			closeRaw(f.lfd)
+			rawio.CloseFD(f.lfd)
 			f.lfd = -1
 		}
 		close(done)

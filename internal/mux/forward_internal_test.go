@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/internal/pool"
+	"sluice/internal/rawio"
 )
 
 // TestFrameLine: the reference's framing of what a request read received.
@@ -75,7 +76,7 @@ func TestFinishLater(t *testing.T) {
 	var filled int
 	chunk := bytes.Repeat([]byte{'f'}, 4096)
 	for {
-		n, e := rawRW(syscall.SYS_WRITE, fds[0], chunk)
+		n, e := rawio.WriteFD(fds[0], chunk)
 		if e == syscall.EAGAIN {
 			break
 		}
@@ -85,7 +86,7 @@ func TestFinishLater(t *testing.T) {
 		filled += n
 	}
 	s := New(Options{Timeout: 10 * time.Second})
-	s.write(fds[0], []byte("ok 1 ok 250 2.1.0 0\n"))
+	s.write(fds[0], []byte("ok 1 ok 250 2.1.0 0\n"), true)
 	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := io.ReadAll(client)
 	if err != nil {

@@ -6,27 +6,31 @@ import (
 	"time"
 	"unsafe"
 
+	"sluice/internal/netserve"
 	"sluice/internal/pool"
+	"sluice/internal/rawio"
 )
 
-// The main socket is served on the pool's owner goroutine, as a
-// single-threaded multiplexor serves everything from one epoll loop: its
-// listening descriptor and the connections whose request line is not in
-// yet are watched in the owner's epoll set beside the workers' pipes
-// (pool.Owner). The owner accepts as soon as a connection waits, reads
-// the line when it comes, hands a forwarded command to the pool without
-// the inbox, answers a built-in command from a snapshot it takes itself,
-// and writes the reply and closes the connection when the worker's reply
-// is in. A forwarded request thus costs no goroutine switch; an idle
-// connection costs an epoll watch and a timer, no goroutine.
+// The main and restricted sockets are served on the pool's owner
+// goroutine, as a single-threaded multiplexor serves everything from one
+// epoll loop: their listening descriptors and the connections whose
+// request line is not in yet are watched in the owner's epoll set beside
+// the workers' pipes (pool.Owner). The owner accepts as soon as a
+// connection waits, reads the line when it comes, hands a forwarded
+// command to the pool without the inbox, answers a built-in command from
+// a snapshot it takes itself, and writes the reply and closes the
+// connection when the worker's reply is in. A forwarded request thus
+// costs no goroutine switch; an idle connection costs an epoll watch and
+// a timer, no goroutine. The restricted socket's front forwards nothing:
+// a line that is no built-in command is refused there (ReplyPrivileged).
 //
 // A connection goes to a connection goroutine (Server.goServe) with what
 // was read when its first read brings part of a line, end of file or an
-// error, or a line the owner does not answer itself (reread, autoscale,
-// a command no counted kind names, one too long): that goroutine's
-// reader is the one framing of every odd case. A connection that sends
-// nothing within the timeout is closed without a reply, as the reference
-// does.
+// error, or, on the main socket, a line the owner does not answer itself
+// (reread, autoscale, a command no counted kind names, one too long):
+// that goroutine's reader is the one framing of every odd case. A
+// connection that sends nothing within the timeout is closed without a
+// reply, as the reference does.
 //
 // Close ends the front on the owner: the connections still waiting for
 // their line or for the pool see EOF, as with the reference's SIGTERM.
@@ -35,8 +39,8 @@ import (
 // the listening socket before it looks at its other descriptors.
 const frontBatch = 64
 
-// frontAccept is accept4 (a variable for the tests).
-var frontAccept = accept4
+// frontAccept is rawio.Accept4 (a variable for the tests).
+var frontAccept = rawio.Accept4
 
 // frontStep is a step of the front that a test waits for (frontHook).
 type frontStep int
@@ -67,21 +71,22 @@ func traceFront(step frontStep, d time.Duration) {
 	}
 }
 
-// front is the main socket served on the owner. Everything but done is
-// the owner's (or, once the pool has stopped, stop's caller's).
+// front is a socket served on the owner. Everything but done is the
+// owner's (or, once the pool has stopped, stop's caller's).
 type front struct {
-	s        *Server
-	lfd      int // a non-blocking duplicate of the listener's descriptor, closed by stop
-	o        *pool.Owner
-	rb       reqBuf
-	stopped  bool // set by stop: read by the owner's handlers
-	stopOnce sync.Once
-	delay    time.Duration // accept's back-off after an error like EMFILE
-	retry    pool.OwnerTimer
-	done     chan struct{} // closed by stop
-	fds      []int         // accept's, reused
-	snap     pool.Snapshot // built-in commands' snapshot, reused
-	out      []byte        // their reply, reused
+	s          *Server
+	privileged bool // the main socket; false for the restricted one
+	lfd        int  // a non-blocking duplicate of the listener's descriptor, closed by stop
+	o          *pool.Owner
+	rb         reqBuf
+	stopped    bool // set by stop: read by the owner's handlers
+	stopOnce   sync.Once
+	delay      time.Duration // accept's back-off after an error like EMFILE
+	retry      pool.OwnerTimer
+	done       chan struct{} // closed by stop
+	fds        []int         // accept's, reused
+	snap       pool.Snapshot // built-in commands' snapshot, reused
+	out        []byte        // their reply, reused
 	// onAccept and onRetry are accept and rewatch, bound once.
 	onAccept, onRetry func()
 	// waiting lists the connections whose line is not in yet, inflight
@@ -91,14 +96,14 @@ type front struct {
 	inflight, reqFree *frontReq
 }
 
-// startFront serves the listener descriptor lfd of the main socket on the
+// startFront serves the listener descriptor lfd of a socket on the
 // pool's owner until the server closes; false when the pool has stopped,
 // or when the server closes before startFront has learnt whether the
 // owner took lfd (the pool may not run yet): f is then stopped after the
 // owner's start, whenever the owner comes to it. lfd belongs to f from
 // here on.
-func (s *Server) startFront(lfd int) (*front, bool) {
-	f := &front{s: s, lfd: lfd, done: make(chan struct{})}
+func (s *Server) startFront(lfd int, privileged bool) (*front, bool) {
+	f := &front{s: s, privileged: privileged, lfd: lfd, done: make(chan struct{})}
 	f.onAccept, f.onRetry = f.accept, f.rewatch
 	ok := make(chan bool, 1)
 	if !s.o.Pool.OnOwner(func(o *pool.Owner) {
@@ -144,7 +149,7 @@ func (f *front) stop(onOwner bool) {
 			f.o.Forget(f.lfd)
 			f.retry.Stop()
 		}
-		closeRaw(f.lfd)
+		rawio.CloseFD(f.lfd)
 		f.closeWaiting(onOwner)
 		f.closeInflight()
 		close(f.done)
@@ -180,13 +185,13 @@ func (f *front) accept() {
 		}
 		if e != 0 {
 			// EMFILE and the like: look again after a back-off.
-			f.delay = min(max(2*f.delay, 5*time.Millisecond), time.Second)
+			f.delay = netserve.AcceptBackoff(f.delay)
 			backoff = true
 			break
 		}
 		f.delay = 0
-		if !f.s.admit(true) {
-			closeRaw(fd)
+		if !f.s.admit(f.privileged) {
+			rawio.CloseFD(fd)
 			continue
 		}
 		fds = append(fds, fd)
@@ -213,7 +218,7 @@ func (f *front) rewatch() {
 // first reads a new connection's request: answered at once, left waiting
 // for its line, or handed off.
 func (f *front) first(fd int) {
-	n, e := rawRW(syscall.SYS_READ, fd, f.rb.line[:])
+	n, e := rawio.ReadFD(fd, f.rb.line[:])
 	if e == syscall.EAGAIN {
 		f.await(fd)
 		return
@@ -231,28 +236,35 @@ func (f *front) got(fd, n int, e syscall.Errno, spent time.Duration) {
 		f.handOff(fd, in)
 		return
 	}
-	if forwardsAtOnce(line) {
+	if f.privileged && forwardsAtOnce(line) {
 		r := f.newReq(fd)
 		f.o.Submit(pool.Request{Line: line, Queue: true}, r.done)
 		return
 	}
-	if a, ok := f.s.lookupBuiltin(line, true); ok {
-		if a.view == nil {
-			f.s.write(fd, unsafe.Slice(unsafe.StringData(a.reply), len(a.reply)))
-			return
-		}
+	a, ok := f.s.lookupBuiltin(line, f.privileged)
+	switch {
+	case ok && a.view == nil:
+		f.write(fd, a.reply)
+	case ok:
 		f.o.SnapshotInto(&f.snap, a.qs)
 		f.out = a.view(f.out[:0], &f.snap)
-		f.s.write(fd, f.out)
-		return
+		f.s.write(fd, f.out, f.privileged)
+	case !f.privileged:
+		f.write(fd, ReplyPrivileged)
+	default:
+		f.handOff(fd, inline{line: line, whole: true})
 	}
-	f.handOff(fd, inline{line: line, whole: true})
+}
+
+// write writes the reply to the connection fd and closes it.
+func (f *front) write(fd int, reply string) {
+	f.s.write(fd, unsafe.Slice(unsafe.StringData(reply), len(reply)), f.privileged)
 }
 
 // handOff gives the connection fd to a connection goroutine.
 func (f *front) handOff(fd int, in inline) {
 	traceFront(frontHandOff, 0)
-	f.s.goServe(fd, true, in)
+	f.s.goServe(fd, f.privileged, in)
 }
 
 // forwardsAtOnce reports whether line, read whole on the main socket, is

@@ -387,3 +387,60 @@ func TestFrontCloseRacesStart(t *testing.T) {
 		}
 	}
 }
+
+// TestRestrictedAtMost20: the restricted socket, served on the owner like
+// the main one, holds at most 20 connections at once: a 21st is closed
+// without a reply while 20 wait for their lines, and once one of them
+// has gone, a new connection is answered again.
+func TestRestrictedAtMost20(t *testing.T) {
+	fs := watchFront(t)
+	dir := t.TempDir()
+	p, _ := runPool(t, dir)
+	srv := mux.New(mux.Options{Pool: p, Timeout: 30 * time.Second})
+	sock := filepath.Join(dir, "ro.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln, false) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-serveDone; !errors.Is(err, mux.ErrServerClosed) {
+			t.Errorf("Serve after Close: %v", err)
+		}
+	})
+	// ask sends req on a new connection and returns the reply ("" when
+	// the connection is closed without one).
+	ask := func(req string) string {
+		c := dialTimed(t, sock)
+		defer c.Close()
+		if _, err := io.WriteString(c, req); err != nil {
+			return ""
+		}
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	if got := ask("version\n"); got != "3.3" {
+		t.Fatalf("version: %q", got)
+	}
+	if got := ask("scan Q1 /tmp\n"); got != mux.ReplyPrivileged {
+		t.Fatalf("scan on the restricted socket: %q, want %q", got, mux.ReplyPrivileged)
+	}
+	awaits := fs.count(mux.FrontAwait) // the requests above may have come after their accepts
+	var quiet []net.Conn
+	for range 20 {
+		quiet = append(quiet, dialTimed(t, sock))
+	}
+	fs.wait(t, mux.FrontAwait, awaits+20)
+	if got := ask("version\n"); got != "" {
+		t.Fatalf("a 21st connection: %q, want none", got)
+	}
+	quiet[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for ask("version\n") != "3.3" {
+		if time.Now().After(deadline) {
+			t.Fatal("no connection answered in 10 s after one of the 20 went")
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"sluice/internal/pool"
+	"sluice/internal/rawio"
 )
 
 // The connections the front holds on the owner between two events: those
@@ -96,7 +97,7 @@ func (w *waitingConn) readable() {
 	if f.stopped || w.fd < 0 {
 		return
 	}
-	n, e := rawRW(syscall.SYS_READ, w.fd, f.rb.line[:])
+	n, e := rawio.ReadFD(w.fd, f.rb.line[:])
 	if e == syscall.EAGAIN && f.o.Watch(w.fd, w.onReadable) == nil {
 		return
 	}
@@ -118,7 +119,7 @@ func (w *waitingConn) expire() {
 	fd := w.fd
 	w.release()
 	f := w.f
-	f.s.closeConn(fd)
+	f.s.closeConn(fd, f.privileged)
 }
 
 // release ends w's wait (its watch and timer go, the connection stays
@@ -138,7 +139,7 @@ func (f *front) closeWaiting(onOwner bool) {
 			w.timer.Stop()
 			f.o.Forget(w.fd)
 		}
-		f.s.closeConn(w.fd)
+		f.s.closeConn(w.fd, f.privileged)
 		w.fd = -1
 	}
 	f.waiting = nil
@@ -180,14 +181,14 @@ func (r *frontReq) finish(res pool.Result) {
 	if raw == nil {
 		raw = unsafe.Slice(unsafe.StringData(reply), len(reply))
 	}
-	f.s.write(fd, raw)
+	f.s.write(fd, raw, f.privileged)
 }
 
 // closeInflight closes the connections of the requests in the pool
 // (stop); their finish then does nothing.
 func (f *front) closeInflight() {
 	for r := f.inflight; r != nil; r = r.lk.next {
-		f.s.closeConn(r.fd)
+		f.s.closeConn(r.fd, f.privileged)
 		r.fd = -1
 	}
 	f.inflight = nil

@@ -24,6 +24,7 @@ import (
 	"unsafe"
 
 	"sluice/internal/pool"
+	"sluice/internal/rawio"
 )
 
 // Reply strings the multiplexor writes itself (docs/protocols/mimedefang-multiplexor.md: "Built-in commands", "Forwarded commands", "Queue", "Per-domain recipok limit").
@@ -67,28 +68,26 @@ type Options struct {
 type Server struct {
 	o          Options
 	mu         sync.Mutex
-	listeners  map[net.Listener]*acceptor // nil for a main socket (its front owns its descriptor)
-	files      map[*os.File]struct{}      // the connection goroutines' connections
-	restricted int
+	listeners  map[net.Listener]struct{} // their fronts own duplicates of their descriptors
+	files      map[*os.File]struct{}     // the connection goroutines' connections
+	restricted int                       // restricted connections admitted and not closed yet
 	closed     bool
-	// Drain's (drain.go): the fronts of the main sockets, the restricted
-	// accept loops running, the connections admitted and not closed yet,
-	// and what Drain waits on.
-	fronts    map[*front]struct{}
-	accepting sync.WaitGroup
-	active    atomic.Int64
-	draining  atomic.Bool
-	drained   chan struct{}
-	ctx       context.Context // cancelled by Close: ends waits on the pool
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// Drain's (drain.go): the fronts, the connections admitted and not
+	// closed yet, and what Drain waits on.
+	fronts   map[*front]struct{}
+	active   atomic.Int64
+	draining atomic.Bool
+	drained  chan struct{}
+	ctx      context.Context // cancelled by Close: ends waits on the pool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("mux: server closed")
 
-// ErrPoolStopped is returned by Serve on the main socket when the pool
-// stops before the server closes.
+// ErrPoolStopped is returned by Serve when the pool stops before the
+// server closes.
 var ErrPoolStopped = errors.New("mux: pool stopped")
 
 // New returns a Server for o.
@@ -103,32 +102,25 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]*acceptor{}, files: map[*os.File]struct{}{}, fronts: map[*front]struct{}{}}
+	return &Server{o: o, ctx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, files: map[*os.File]struct{}{}, fronts: map[*front]struct{}{}}
 }
 
 // Serve serves l until Close; privileged is false for the restricted
 // (-a) socket. l must have a descriptor (a *net.UnixListener or
-// *net.TCPListener): Serve works on duplicates of it, so it is Close,
+// *net.TCPListener): Serve works on a duplicate of it, so it is Close,
 // not l.Close, that stops Serve.
 //
-// The main socket is served on the pool's owner (front.go); Serve waits
+// Both sockets are served on the pool's owner (front.go); Serve waits
 // until Close, or until the pool stops (ErrPoolStopped). The restricted
-// socket is accepted here, a connection goroutine per connection (at
-// most 20 at once, as the reference allows).
+// socket admits at most 20 connections at once, as the reference does.
 func (s *Server) Serve(l net.Listener, privileged bool) error {
 	rc, err := rawConn(l)
 	if err != nil {
 		l.Close()
 		return err
 	}
-	var acc *acceptor
-	lfd := -1
-	if privileged {
-		lfd = dupNonblock(rc)
-	} else {
-		acc = newAcceptor(rc)
-	}
-	if lfd < 0 && acc == nil {
+	lfd := dupNonblock(rc)
+	if lfd < 0 {
 		l.Close()
 		return errors.New("mux: cannot duplicate the listener's descriptor")
 	}
@@ -136,57 +128,27 @@ func (s *Server) Serve(l net.Listener, privileged bool) error {
 	if s.closed {
 		s.mu.Unlock()
 		l.Close()
-		acc.close()
-		closeRaw(lfd)
+		rawio.CloseFD(lfd)
 		return ErrServerClosed
 	}
-	s.listeners[l] = acc
+	s.listeners[l] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	if privileged {
-		f, ok := s.startFront(lfd)
-		if ok {
-			s.mu.Lock()
-			s.fronts[f] = struct{}{}
-			s.mu.Unlock()
-			f.wait()
+	f, ok := s.startFront(lfd, privileged)
+	if ok {
+		s.mu.Lock()
+		s.fronts[f] = struct{}{}
+		s.mu.Unlock()
+		if s.draining.Load() { // Drain came before f was listed
+			f.stopAccepting()
 		}
-		if s.isClosed() {
-			return ErrServerClosed
-		}
-		return ErrPoolStopped
+		f.wait()
 	}
-	s.accepting.Add(1)
-	defer s.accepting.Done()
-	var delay time.Duration
-	for {
-		fd, err := acc.accept()
-		if err != nil {
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			if s.draining.Load() { // Drain closed the acceptor
-				return ErrDraining
-			}
-			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
-				return err
-			}
-			// EMFILE and the like: back off and go on.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		if !s.admit(false) {
-			closeRaw(fd)
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			continue
-		}
-		s.goServe(fd, false, inline{})
+	if s.isClosed() {
+		return ErrServerClosed
 	}
+	return ErrPoolStopped
 }
 
 // admit counts a new connection; false (the caller closes it) when the
@@ -212,14 +174,21 @@ func (s *Server) isClosed() bool {
 
 // goServe serves the admitted connection fd on a connection goroutine of
 // its own, with in, what was read of it already: the slow path (a line
-// split across reads, a command the owner does not answer, the
-// restricted socket).
+// split across reads, a command the owner does not answer).
 func (s *Server) goServe(fd int, privileged bool, in inline) {
+	s.goConn(fd, privileged, func(f *os.File) {
+		s.serve(fileConn{f}, privileged, new(reqBuf), in)
+	})
+}
+
+// goConn runs fn with the admitted connection fd as an *os.File on the
+// runtime's poller, on a goroutine of its own, then closes it; Close
+// closes the file under fn, which ends its reads and writes.
+func (s *Server) goConn(fd int, privileged bool, fn func(f *os.File)) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		closeRaw(fd)
-		s.connDone(privileged)
+		s.closeConn(fd, privileged)
 		return
 	}
 	f := os.NewFile(uintptr(fd), "mux-client")
@@ -228,12 +197,12 @@ func (s *Server) goServe(fd int, privileged bool, in inline) {
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		s.serve(fileConn{f}, privileged, new(reqBuf), in)
+		fn(f)
 		s.mu.Lock()
 		delete(s.files, f)
 		s.mu.Unlock()
 		f.Close()
-		s.connDone(privileged)
+		s.release(privileged)
 	}()
 }
 
@@ -244,9 +213,8 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.cancel()
-	for l, acc := range s.listeners {
+	for l := range s.listeners {
 		l.Close()
-		acc.close()
 	}
 	for f := range s.files {
 		f.Close()
@@ -254,15 +222,6 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
-}
-
-func (s *Server) connDone(privileged bool) {
-	if !privileged {
-		s.mu.Lock()
-		s.restricted--
-		s.mu.Unlock()
-	}
-	s.release()
 }
 
 // clientConn is what serving a request needs of a connection.

@@ -28,7 +28,7 @@ func (d *daemon) bind() ([]listener, string) {
 		return listen(mainAddr, d.o.Backlog, d.sockMask(), d.fileMask())
 	})
 	if err != nil {
-		return nil, "Unable to create listening socket."
+		return nil, fmt.Sprintf("Unable to create listening socket %s: %s", d.o.Socket, errnoText(err))
 	}
 	listeners := []listener{{mainLn, true, mainAddr.path}}
 	if d.o.Restricted == "" {
@@ -44,7 +44,7 @@ func (d *daemon) bind() ([]listener, string) {
 		if !d.keepFiles {
 			_ = os.Remove(mainAddr.path)
 		}
-		return nil, "Unable to create unprivileged listening socket"
+		return nil, fmt.Sprintf("Unable to create unprivileged listening socket %s: %s", d.o.Restricted, errnoText(err))
 	}
 	unlink := ""
 	if strings.HasPrefix(a.path, "/") {

@@ -22,7 +22,7 @@ type daemon struct {
 	// from (an upgrade in place), passed what it handed over by name;
 	// keepFiles is set while the pid and lock files and the sockets'
 	// paths are (or have become) another process's: nothing removes them.
-	up        *handover.Conn
+	up        *handover.Child
 	passed    map[string]*os.File
 	keepFiles bool
 }

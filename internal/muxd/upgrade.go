@@ -6,8 +6,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,27 +30,23 @@ import (
 // passed, if this process was started by one; it returns an error text,
 // or "". The variables are unset: the workers inherit the environment.
 func (d *daemon) upgradeChild() string {
-	up, err := handover.Child()
+	up, err := handover.TakeChild("multiplexor")
 	if err != nil {
 		return err.Error()
 	}
 	if up == nil {
 		return ""
 	}
-	n, err := strconv.Atoi(os.Getenv("LISTEN_FDS"))
-	names := strings.Split(os.Getenv("LISTEN_FDNAMES"), ":")
-	os.Unsetenv("LISTEN_FDS")
-	os.Unsetenv("LISTEN_FDNAMES")
-	os.Unsetenv("LISTEN_PID")
-	if err != nil || n < 0 || n > 16 || len(names) != n {
-		up.Close()
-		return fmt.Sprintf("upgrade: %d descriptors named %q passed", n, names)
+	passed := map[string]*os.File{}
+	for i, name := range up.Names {
+		if passed[name] != nil {
+			handover.CloseFiles(up.Files)
+			up.Close()
+			return fmt.Sprintf("upgrade: descriptors named %q passed", up.Names)
+		}
+		passed[name] = up.Files[i]
 	}
-	d.up, d.keepFiles, d.passed = up, true, map[string]*os.File{}
-	for i, name := range names {
-		syscall.CloseOnExec(3 + i)
-		d.passed[name] = os.NewFile(uintptr(3+i), name)
-	}
+	d.up, d.keepFiles, d.passed = up, true, passed
 	d.pid = d.passed["pid"] // written once the old process has stopped (takeOver)
 	delete(d.passed, "pid")
 	return ""
@@ -122,18 +116,13 @@ func (r *running) poolAnswers() error {
 // takeOver is the new process's side once it serves: take, then, when
 // the old one has stopped, the pid file is this process's, and serving.
 func (r *running) takeOver() {
-	d, h := r.d, r.d.up
-	defer h.Close()
+	d, up := r.d, r.d.up
 	d.up = nil
 	for name, f := range d.passed { // handed over, not used here
 		f.Close()
 		delete(d.passed, name)
 	}
-	if err := h.Send(handover.Take); err != nil {
-		r.log.Warn(fmt.Sprintf("upgrade: the old multiplexor is gone; serving: %v", err))
-	} else if err := h.Expect(handover.Go, handover.Wait+r.drainTime()); err != nil {
-		r.log.Warn(fmt.Sprintf("upgrade: the old multiplexor did not say it stopped; serving: %v", err))
-	}
+	up.Take(r.log, r.drainTime())
 	if d.pid != nil {
 		writePid(d.pid)
 	}
@@ -141,12 +130,8 @@ func (r *running) takeOver() {
 	if r.web != nil {
 		r.web.keepPath = false
 	}
-	if err := h.Send(handover.Serving); err == nil {
-		if err := h.Expect(handover.Bye, 10*time.Second); err != nil {
-			r.log.Warn(fmt.Sprintf("upgrade: the old multiplexor did not say goodbye: %v", err))
-		}
-	}
-	r.log.Info(fmt.Sprintf("upgrade: serving (sluice %s, pid %d)", d.o.Version, os.Getpid()))
+	up.Serving(r.log)
+	r.log.Info("upgrade: serving", "version", d.o.Version, "pid", os.Getpid())
 }
 
 // drainTime bounds the old process's wait for its requests in flight: a
@@ -157,59 +142,38 @@ func (r *running) drainTime() time.Duration {
 
 // upgrade is SIGUSR2 on the old process: it returns true once the new
 // process serves (this one then stops without removing anything), false
-// when the upgrade failed and this one still serves; each outcome is
-// logged with why.
+// when the upgrade failed and this one still serves (package handover
+// logs each outcome with why).
 func (r *running) upgrade() bool {
 	files, names, sockets, err := r.handOverFiles()
 	if err != nil {
-		r.log.Error(fmt.Sprintf("upgrade failed; still serving: %v", err))
+		r.log.Error("upgrade failed; still serving", "err", err)
 		return false
 	}
-	defer closeAll(files[:sockets])
-	child, h, err := handover.Start(files, names)
-	if err != nil {
-		r.log.Error(fmt.Sprintf("upgrade failed; still serving: %v", err))
-		return false
-	}
-	defer h.Close()
-	exited := handover.Exited(child)
-	r.log.Info(fmt.Sprintf("upgrade: started the new multiplexor, pid %d; serving until it takes over", child.Pid))
-	if err := h.Expect(handover.Take, handover.Wait+r.d.o.Busy); err != nil {
-		var exit string
-		select {
-		case exit = <-exited: // it ended by itself; its own log lines say why
-		case <-time.After(5 * time.Second):
-			_ = child.Kill()
-			exit = <-exited
+	defer handover.CloseFiles(files[:sockets])
+	u := &handover.Upgrade{Log: r.log, Self: "multiplexor", New: "multiplexor", Files: files, Names: names, TakeWait: r.d.o.Busy,
+		Stop: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.drainTime())
+			if err := r.srv.Drain(ctx); err != nil {
+				r.log.Warn("upgrade: requests still in flight; they are closed", "waited", r.drainTime(), "err", err)
+			}
+			cancel()
+			r.d.keepFiles = true
+			if r.web != nil {
+				r.web.handedOver(true)
+			}
+		}}
+	switch u.Run() {
+	case handover.Handed:
+		r.upgraded = true
+		return true
+	case handover.Stopped:
+		r.d.keepFiles = false
+		if r.web != nil {
+			r.web.handedOver(false)
 		}
-		r.log.Error(fmt.Sprintf("upgrade failed: the new multiplexor (pid %d) did not take over (%v; %s); still serving (its own log lines say why)", child.Pid, err, exit))
-		return false
+		r.resume(files, names)
 	}
-	r.log.Info(fmt.Sprintf("upgrade: the new multiplexor (pid %d) serves; no longer accepting, finishing the requests in flight", child.Pid))
-	ctx, cancel := context.WithTimeout(context.Background(), r.drainTime())
-	if err := r.srv.Drain(ctx); err != nil {
-		r.log.Warn(fmt.Sprintf("upgrade: requests still in flight after %v; they are closed: %v", r.drainTime(), err))
-	}
-	cancel()
-	r.d.keepFiles = true
-	if r.web != nil {
-		r.web.handedOver(true)
-	}
-	if err = h.Send(handover.Go); err == nil {
-		if err = h.Expect(handover.Serving, handover.Wait); err == nil {
-			_ = h.Send(handover.Bye)
-			r.log.Info(fmt.Sprintf("upgrade: the new multiplexor (pid %d) serves; exiting", child.Pid))
-			r.upgraded = true
-			return true
-		}
-	}
-	_ = child.Kill()
-	r.log.Error(fmt.Sprintf("upgrade failed after this multiplexor stopped accepting (%v; %s); serving again on the same sockets", err, <-exited))
-	r.d.keepFiles = false
-	if r.web != nil {
-		r.web.handedOver(false)
-	}
-	r.resume(files, names)
 	return false
 }
 
@@ -243,7 +207,7 @@ func (r *running) handOverFiles() (files []*os.File, names []string, sockets int
 	for _, name := range []string{"main", "restricted", "map", "notify", "web"} {
 		if ln := lns[name]; ln != nil {
 			if err := add(name, ln); err != nil {
-				closeAll(files)
+				handover.CloseFiles(files)
 				return nil, nil, 0, err
 			}
 		}
@@ -279,17 +243,11 @@ func (r *running) resume(files []*os.File, names []string) {
 			}
 			ln, err := net.FileListener(files[j])
 			if err != nil {
-				r.log.Error(fmt.Sprintf("upgrade: cannot serve the %s socket again: %v", name, err))
+				r.log.Error("upgrade: cannot serve the socket again", "socket", name, "err", err)
 				continue
 			}
 			r.listeners[i].ln = ln
 		}
 	}
 	r.serveListeners()
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
 }

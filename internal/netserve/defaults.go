@@ -10,3 +10,11 @@ const (
 	DefaultIdleTimeout    = time.Hour
 	DefaultRequestTimeout = 10 * time.Second
 )
+
+// AcceptBackoff is the wait before accepting again after an accept that
+// failed for a reason that passes (EMFILE and the like), given the wait
+// before (0 after an accept that worked): 5 ms, doubling, at most a
+// second. Every accept loop of sluice's servers backs off by it.
+func AcceptBackoff(prev time.Duration) time.Duration {
+	return min(max(2*prev, 5*time.Millisecond), time.Second)
+}

@@ -162,7 +162,7 @@ func (s *Server) Serve(l net.Listener) error {
 				return ErrServerClosed
 			}
 			if isTemporary(err) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				backoff = AcceptBackoff(backoff)
 				s.o.Logger.Warn(s.o.Name+": accept failed; retrying", "err", err, "in", backoff)
 				time.Sleep(backoff)
 				continue

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sluice/internal/rawio"
 	"strconv"
 	"syscall"
 	"time"
@@ -231,7 +232,7 @@ func (p *Pool) askZygote(s *slot) error {
 // time, the next once it is answered: a line the zygote had read ahead
 // would be in its STDIN buffer, which the worker it forks inherits.
 func (z *zygote) send(f *zygoteFork) error {
-	if _, e := rawRW(syscall.SYS_WRITE, z.ctl, []byte("fork "+f.dir+"\n")); e != 0 {
+	if _, e := rawio.WriteFD(z.ctl, []byte("fork "+f.dir+"\n")); e != 0 {
 		return e
 	}
 	return nil
@@ -289,7 +290,7 @@ func (p *Pool) zygoteReadable(z *zygote) {
 	var b [512]byte
 	eof := false
 	for {
-		n, e := rawRW(syscall.SYS_READ, z.ans, b[:])
+		n, e := rawio.ReadFD(z.ans, b[:])
 		if e == syscall.EINTR {
 			continue
 		}

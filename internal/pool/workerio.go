@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
-	"unsafe"
+
+	"sluice/internal/rawio"
 )
 
 // pipes is a worker's stdin and stdout as the owner drives them: bare
@@ -114,7 +115,7 @@ func (p *Pool) writeMore(s *slot, pr *process) {
 	}
 	w := &pr.io
 	for w.woff < len(w.wbuf) {
-		n, errno := rawRW(syscall.SYS_WRITE, w.in, w.wbuf[w.woff:])
+		n, errno := rawio.WriteFD(w.in, w.wbuf[w.woff:])
 		if errno == syscall.EAGAIN {
 			if err := p.react.watch(w.in, true, w.onWritable); err != nil {
 				p.ioEnd(s, nil, false, err)
@@ -165,7 +166,7 @@ func (p *Pool) replyReady(s *slot, pr *process) {
 		if w.discard {
 			buf = w.buf // maxReply bytes of line, then a scratch area
 		}
-		m, errno := rawRW(syscall.SYS_READ, w.out, buf[w.got:])
+		m, errno := rawio.ReadFD(w.out, buf[w.got:])
 		if errno == syscall.EAGAIN {
 			break
 		}
@@ -243,19 +244,4 @@ func (p *Pool) reapInFlight(s *slot) {
 		// for the output, the reap can finish.
 		p.finishReap(s)
 	})
-}
-
-// rawRW is read(2) or write(2) (trap) on a non-blocking descriptor,
-// retried on EINTR; EOF is a read of 0 bytes and no error. These calls
-// cannot block, hence RawSyscall: no entersyscall/exitsyscall.
-func rawRW(trap uintptr, fd int, b []byte) (int, syscall.Errno) {
-	for {
-		n, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		if e != syscall.EINTR {
-			if e != 0 {
-				return 0, e
-			}
-			return int(n), 0
-		}
-	}
 }

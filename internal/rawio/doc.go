@@ -17,4 +17,8 @@
 // server reading it) from annotations inside net.Conn's Read and Write,
 // which raw syscalls bypass; Supported is false in a -race build, whose
 // callers use net.Conn.
+//
+// It also holds the raw calls on bare non-blocking descriptors (ReadFD,
+// WriteFD, CloseFD, Accept4; Linux, -race included) that the mux's front
+// and the pool's worker pipes use on the pool's owner.
 package rawio

@@ -123,3 +123,59 @@ func (d *Dir) removeStale(name string) error {
 func splitPath(path string) (string, string) {
 	return filepath.Dir(path), filepath.Base(path)
 }
+
+// SocketChange is a change AdjustSocket could not make: Setting is
+// "owner", "group" or "mode".
+type SocketChange struct {
+	Setting string
+	Err     error
+}
+
+// AdjustSocket gives the unix socket file at path, which this process
+// did not just bind (an upgrade passed it: another process of sluice's
+// bound it), the owner and mode it would have if bound now, where they
+// differ; owner's -1 leaves that one as it is. The directory is reached
+// as ListenUnix reaches it, the inode through its descriptor without
+// following a link, and anything but a socket with one link is refused.
+// The mode is changed first, then the group, then the owner (a process
+// that gives the file away can no longer change it). A change the
+// process may not make is returned with why, and the others are still
+// made: a process without root may change the mode and the group (one it
+// is a member of) of a socket it owns, and nothing else.
+func AdjustSocket(path string, owner Owner, mode fs.FileMode) ([]SocketChange, error) {
+	dir, name, err := splitOpen(path, guard{})
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	fd, err := unix.Openat(dir.Fd(), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is %s with %d links, not the socket handed over; refusing to touch it", path, kind(st.Mode), st.Nlink)
+	}
+	var failed []SocketChange
+	if want := uint32(mode.Perm()); st.Mode&0o7777 != want {
+		if err := chmodFd(fd, want); err != nil {
+			failed = append(failed, SocketChange{"mode", fmt.Errorf("%s: mode %04o, want %04o: %w", path, st.Mode&0o7777, want, err)})
+		}
+	}
+	chown := func(setting string, uid, gid int, have uint32) {
+		if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			failed = append(failed, SocketChange{setting, fmt.Errorf("%s: %s %d, want %d: %w", path, setting, have, max(uid, gid), err)})
+		}
+	}
+	if owner.GID != -1 && st.Gid != uint32(owner.GID) {
+		chown("group", -1, owner.GID, st.Gid)
+	}
+	if owner.UID != -1 && st.Uid != uint32(owner.UID) {
+		chown("owner", owner.UID, -1, st.Uid)
+	}
+	return failed, nil
+}

@@ -36,6 +36,7 @@ type Sockets struct {
 type socket struct {
 	name string // FileDescriptorName=, by default the socket unit's name
 	l    net.Listener
+	ours bool // bound by sluice and passed by an upgrade (FromUpgrade)
 }
 
 // Env is the process environment the sockets are announced in.
@@ -112,7 +113,7 @@ func Take(e Env) (*Sockets, error) {
 			}
 			return nil, err
 		}
-		s.socks = append(s.socks, socket{name, l})
+		s.socks = append(s.socks, socket{name: name, l: l})
 	}
 	return s, nil
 }
@@ -143,18 +144,20 @@ func listener(fd int, name string) (net.Listener, error) {
 
 // Claim returns, and removes from s, the socket bound to addr on network
 // ("unix" with a path, "tcp" with host:port, the host resolved), if
-// systemd passed one.
-func (s *Sockets) Claim(network, addr string) (net.Listener, bool) {
+// systemd (or an upgrade) passed one; ours says sluice bound it (an
+// upgrade passed it, FromUpgrade), so that its settings are sluice's to
+// apply.
+func (s *Sockets) Claim(network, addr string) (l net.Listener, ours, ok bool) {
 	if s == nil {
-		return nil, false
+		return nil, false, false
 	}
 	for i, sk := range s.socks {
 		if bound(sk.l.Addr(), network, addr) {
 			s.socks = slices.Delete(s.socks, i, i+1)
-			return sk.l, true
+			return sk.l, sk.ours, true
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
 func bound(a net.Addr, network, addr string) bool {
@@ -211,7 +214,7 @@ func FromFiles(files []*os.File, names []string) (*Sockets, error) {
 		if ul, ok := l.(*net.UnixListener); ok {
 			ul.SetUnlinkOnClose(false)
 		}
-		s.socks = append(s.socks, socket{names[i], l})
+		s.socks = append(s.socks, socket{name: names[i], l: l})
 	}
 	return s, nil
 }

@@ -82,7 +82,7 @@ func child() int {
 	}
 	for _, spec := range strings.Fields(os.Getenv("SDLISTEN_CLAIM")) {
 		network, addr, _ := strings.Cut(spec, "=")
-		l, ok := s.Claim(network, addr)
+		l, _, ok := s.Claim(network, addr)
 		if !ok {
 			fmt.Println("unclaimed", spec)
 			continue

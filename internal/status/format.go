@@ -82,3 +82,21 @@ func Safe(s string) string {
 func Printable(r rune) bool {
 	return r != utf8.RuneError && unicode.IsPrint(r)
 }
+
+// MTAText is the MTA's sessions on one line, as `sluice status` and the
+// status page show them: "37 open / 50 · 10 reserved, 3 unused · 10 free".
+func MTAText(m *MTA) string {
+	t := Count(m.Open) + " open / "
+	if m.Capacity > 0 {
+		t += Count(m.Capacity)
+	} else {
+		t += "capacity unknown"
+	}
+	if m.Reserved > 0 {
+		t += " · " + Count(m.Reserved) + " reserved, " + Count(m.ReservedUnused) + " unused"
+	}
+	if m.Capacity > 0 {
+		t += " · " + Count(m.Free) + " free"
+	}
+	return t
+}

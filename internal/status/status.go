@@ -27,6 +27,9 @@ type Status struct {
 	// multiplexor's unprivileged -a socket); empty when it was read.
 	PoolError string  `json:"pool_error,omitempty"`
 	Classes   []Class `json:"classes,omitempty"` // in class-table order
+	// MTA is the MTA's sessions against its capacity and the classes'
+	// reservations; nil when the classes count no session.
+	MTA *MTA `json:"mta,omitempty"`
 	// Talkers are the busiest keys, highest rate first.
 	Talkers []Talker `json:"talkers,omitempty"`
 	// Refusals are the most recent refusals, newest first.
@@ -99,6 +102,23 @@ type Class struct {
 	Total       int64  `json:"total"`                  // open sessions either way
 	IncomingCap int64  `json:"incoming_cap,omitempty"` // refuse
 	TotalCap    int64  `json:"total_cap,omitempty"`    // queue
+	Reserve     int64  `json:"reserve,omitempty"`      // its reservation of the MTA's sessions
+	// ReserveUnused is the part of the reservation its sessions leave
+	// free (kept from the other classes).
+	ReserveUnused int64 `json:"reserve_unused,omitempty"`
+}
+
+// MTA is the MTA's SMTP sessions as sluice counts them.
+type MTA struct {
+	Capacity int64  `json:"capacity,omitempty"` // sessions it serves at once (0: unknown)
+	From     string `json:"from,omitempty"`     // where the capacity was found
+	Open     int64  `json:"open"`               // every class's open sessions
+	Reserved int64  `json:"reserved,omitempty"` // the classes' reservations, summed
+	// ReservedUnused are the reserved sessions their classes do not use.
+	ReservedUnused int64 `json:"reserved_unused,omitempty"`
+	// Free are the sessions neither open nor reserved: what a class
+	// beyond its reservation may still open (0 without a capacity).
+	Free int64 `json:"free"`
 }
 
 // Talker is one busy key under a rate rule.

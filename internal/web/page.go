@@ -98,6 +98,9 @@ func facts(st *status.Status) []pageFact {
 		}
 		out = append(out, pageFact{K: "store", V: t, Bad: !s.Healthy})
 	}
+	if m := st.MTA; m != nil {
+		out = append(out, pageFact{K: "mta", V: status.MTAText(m)})
+	}
 	out = append(out, pageFact{K: "decisions", V: status.Count(int64(st.Totals.Decisions))},
 		pageFact{K: "refused", V: status.Count(int64(st.Totals.Refusals))})
 	return out

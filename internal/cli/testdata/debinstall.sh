@@ -70,6 +70,20 @@ cat <&3 >>/tmp/sluice.log 2>&1 &
 exec 3<&-
 echo "== sluice status"
 sluice status -t 20s
+echo "== reload"
+# systemctl reload: each ExecReload= line as the unit runs it, $MAINPID
+# the daemon (systemd-socket-activate became it); then the daemon says
+# it reloaded, in its log, drained to the file above.
+sed -n "s/^ExecReload=//p" $unit | while IFS= read -r line; do
+	$asunit $(echo "$line" | sed "s/\$MAINPID/$daemon/")
+done
+i=0
+until grep -q "configuration reloaded" /tmp/sluice.log; do
+	i=$((i + 1))
+	if [ $i -gt 600 ]; then echo "the daemon did not reload" >&2; cat /tmp/sluice.log >&2; exit 1; fi
+	sleep 0.1
+done
+echo "reloaded by ExecReload"
 echo "== man sluice"
 MANPAGER=cat MANWIDTH=80 man sluice | head -n 8
 echo "== man sluice.toml"

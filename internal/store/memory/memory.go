@@ -73,10 +73,9 @@ type Store struct {
 	// guard is the restart guard's start (Unix ns; 0: off): see
 	// SetRestartGuard.
 	guard atomic.Int64
-	// bseq numbers bookings; journal, if set, records each (journal.go).
-	bseq    atomic.Uint64
-	journal atomic.Pointer[journal]
-	// persist is the state of the snapshot files (persist.go).
+	// bseq numbers bookings, which the store file records (persist.go).
+	bseq atomic.Uint64
+	// persist is the state of the store file (persist.go).
 	persist persistState
 	stop    chan struct{}
 	done    chan struct{}
@@ -120,6 +119,9 @@ func New(o Options) *Store {
 	for i := range s.shards {
 		s.shards[i].idx = i
 	}
+	s.persist.log.log = func(err error) {
+		o.Logger.Error("throttle slots booked now would be forgotten by a crash", "err", err)
+	}
 	// The mappings go with the store: when it is unreachable, they are
 	// released (Close leaves the store usable, so it cannot).
 	runtime.AddCleanup(s, func(shs []shard) {
@@ -131,14 +133,12 @@ func New(o Options) *Store {
 	return s
 }
 
-// Close stops the sweeper and closes the booking journal and the change
-// log. The store remains usable (a snapshot written after Close is a new
-// base).
+// Close stops the sweeper and closes the store file. The store remains
+// usable (a snapshot written after Close is a new base).
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
-	s.closeJournal()
-	s.closeChanges()
+	s.closeFile()
 	return nil
 }
 

@@ -214,10 +214,8 @@ func (s *Store) Reserve(_ context.Context, now time.Time, key string, lim limite
 	seq := s.bseq.Add(1)
 	sh.recs.s[k].t = int64(seq)
 	sh.markDirty(k)
-	if j := s.journal.Load(); j != nil {
-		// Before the caller hears its time: a crash after this keeps it.
-		j.append(Booking{Seq: seq, Key: key, At: at.UnixNano() | 1, N: n, Exp: exp})
-	}
+	// Before the caller hears its time: a crash after this keeps it.
+	s.persist.log.book(booking{seq: seq, key: key, at: at.UnixNano() | 1, n: n, exp: exp})
 	return r, nil
 }
 

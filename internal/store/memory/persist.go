@@ -1,66 +1,130 @@
 package memory
 
 import (
+	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"sluice/internal/limiter"
-	"sluice/internal/safefs"
 )
 
-// persistState is what the snapshot files hold, for the next write (one
-// write at a time: mu).
+// persistState is the store file the store writes (one write at a time:
+// mu) and the log appended to it (log).
 type persistState struct {
-	mu   sync.Mutex
-	path string // the base the store wrote or was restored from ("": none)
-	ref  baseRef
-	// baseLen is the base's size; logLen the end of the change log this
-	// process writes (0: none started yet).
-	baseLen, logLen int64
-	logf            *os.File
-	// carry is the valid segments of the change log a restore read: the
-	// first log this process starts begins with them.
-	carry []byte
-	// clean says the files end with a clean mark.
-	clean bool
-	// full says the next write must be a new base: a write failed, and
-	// the changes it took are not on disk.
-	full bool
-	sg   segment
+	mu      sync.Mutex
+	path    string      // the file the store wrote or restored ("": none)
+	src     os.FileInfo // the file restored: the first write appends to its
+	valid   int64       // first valid bytes, not a new base
+	baseLen int64       // the end of the base
+	clean   bool        // the file ends with a clean mark
+	full    bool        // the next write is a new base: one failed
+	buf     []byte
+	log     appender
 }
 
-// snapSource is what a snapshot read from files says about them.
-type snapSource struct {
-	path    string
-	baseLen int64
-	carry   []byte
+// appender appends records to the store file: a write's changes, and
+// each booking as it is made (from Reserve, under its key's lock).
+type appender struct {
+	mu       sync.Mutex
+	on       atomic.Bool // bookings are recorded (f or carrying)
+	f        *os.File    // nil: no file yet, or it was closed
+	off      int64       // the end of the file
+	carrying bool        // a new base is written: bookings go to carry too
+	carry    []byte
+	buf      []byte
+	failing  bool // the last booking append failed (logged once)
+	log      func(error)
 }
 
-// SnapStats describe one snapshot written or restored.
-type SnapStats struct {
-	Keys  int           // rate keys written (changed keys, for a change), or restored
-	Bytes int64         // bytes written: the new base, or the change appended
-	Took  time.Duration // copy, encode and write (or read and decode)
-	// Full says a new base was written (the first write, or the change
-	// log had grown past the base), not a change appended.
-	Full bool
-	// MaxHold is the longest one shard's lock was held for its copy: the
-	// longest a decision on that shard waited for the snapshot.
-	MaxHold time.Duration
-	// Dropped counts keys of a restored snapshot that expired while the
-	// daemon was down, or did not fit under the key cap.
-	Dropped int
-	crc     uint32 // the base's checksum
+// segChunk is how much of a write's changes is held before it is passed
+// to the file.
+const segChunk = 256 << 10
+
+// minCompact is the log size below which it is never compacted into a
+// new base; above it, once it passes the base's size (a variable for the
+// tests).
+var minCompact int64 = 4 << 20
+
+// write appends b to the file (under a.mu); a record torn by a failing
+// write is cut off, as it would hide every later one.
+func (a *appender) write(b []byte) error {
+	n, err := a.f.WriteAt(b, a.off)
+	if err != nil {
+		if n > 0 {
+			a.f.Truncate(a.off)
+		}
+		return err
+	}
+	a.off += int64(n)
+	return nil
 }
 
-// snapEntry describes record i of a locked shard as a snapshot entry,
+// append appends a write's records.
+func (a *appender) append(b []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.write(b)
+}
+
+// end returns the end of the file.
+func (a *appender) end() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.off
+}
+
+// book appends a booking, with one write call: to the page cache, which
+// outlives the process, not synced.
+func (a *appender) book(k booking) {
+	if !a.on.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.buf = appendBook(a.buf[:0], k)
+	if a.carrying {
+		a.carry = append(a.carry, a.buf...)
+	}
+	if a.f == nil {
+		return
+	}
+	err := a.write(a.buf)
+	if (err != nil) != a.failing {
+		a.failing = err != nil
+		if err != nil && a.log != nil {
+			a.log(fmt.Errorf("store snapshot: booking append: %w", err))
+		}
+	}
+}
+
+// carryOn starts (or stops) keeping the bookings for a new base.
+func (a *appender) carryOn(on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.carrying, a.carry = on, a.carry[:0]
+	a.on.Store(on || a.f != nil)
+}
+
+// setFile makes f, of size bytes, the file appended to.
+func (a *appender) setFile(f *os.File, size int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f != nil {
+		a.f.Close()
+	}
+	a.f, a.off = f, size
+	a.on.Store(f != nil || a.carrying)
+}
+
+// snapEntry describes record i of a locked shard as a key record,
 // aliasing its key and events: encode it before the lock is let go.
 func (sh *shard) snapEntry(i int) SnapEntry {
 	r := &sh.recs.s[i]
@@ -84,75 +148,68 @@ func (sh *shard) live(i int, nowNs int64) bool {
 	return r.kind == kindRate && r.exp > nowNs && (r.algo != limiter.Exact || r.nev > 0)
 }
 
-// copyShard encodes the live rate keys of one shard onto buf, under its
-// lock, and marks them clean; it returns buf and the number of keys.
-func (s *Store) copyShard(sh *shard, nowNs int64, buf []byte) ([]byte, int) {
+// encode appends the shard's rate keys to buf, under its lock, and marks
+// them clean: with all every live one as a key record (a base), else the
+// changed ones, a key holding something as a key record, one that does
+// not (or was removed since it changed) as a del record. It returns buf
+// and the number of records.
+func (sh *shard) encode(buf []byte, nowNs int64, all bool) ([]byte, int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.trackGone = true
-	clear(sh.gone) // the base holds what is left
-	sh.gone = sh.gone[:0]
 	n := 0
+	if !all {
+		for _, k := range sh.gone {
+			buf = appendDel(buf, []byte(k)) // before the keys held: a key made again wins
+			n++
+		}
+	}
+	clear(sh.gone)
+	sh.gone = sh.gone[:0]
+	if sh.ndirty == 0 && !all {
+		return buf, n
+	}
 	for i := range sh.n {
-		sh.recs.s[i].dirty = false
-		if !sh.live(i, nowNs) {
+		r := &sh.recs.s[i]
+		if !r.dirty && !all {
 			continue
 		}
-		e := sh.snapEntry(i)
-		buf = appendEntry(buf, &e)
-		n++
+		r.dirty = false
+		switch {
+		case sh.live(i, nowNs):
+			e := sh.snapEntry(i)
+			buf = appendKey(buf, &e)
+			n++
+		case !all && r.kind == kindRate:
+			buf = appendDel(buf, sh.key(i))
+			n++
+		}
 	}
 	sh.ndirty = 0
 	return buf, n
 }
 
-// encode writes the store's rate keys to w in the snapshot format, taking
-// the shards' locks one at a time and only to copy: decisions on other
-// shards go on meanwhile, and none waits for the disk. taken is when the
-// copy begins; clean marks a snapshot written at a graceful stop, after
-// the last decision.
-func (s *Store) encode(w io.Writer, taken time.Time, clean bool) (SnapStats, error) {
-	sw := newSnapWriter(w, taken, clean)
-	// Read before copying: every booking numbered up to here is in a
-	// shard not copied yet, or already in the copy.
-	seq := s.bseq.Load()
-	var buf []byte
-	var st SnapStats
-	for i := range s.shards {
-		t := time.Now()
-		var n int
-		buf, n = s.copyShard(&s.shards[i], taken.UnixNano(), buf[:0])
-		st.MaxHold = max(st.MaxHold, time.Since(t))
-		sw.rawEntries(buf, n)
-		st.Keys += n
-	}
-	err := sw.finish(max(seq, s.bseq.Load()))
-	st.crc = sw.sum
-	return st, err
-}
-
-// WriteSnapshot saves the store's counts at path. The first write of a
-// store, and one after the change log has grown past the base, writes a
-// new base: atomically, to a temporary file in the same directory,
-// synced, renamed over path, the directory synced, then a new, empty
-// change log (path+".changes") started for it. Every other write appends
-// to the change log only the keys changed since the write before, as one
-// segment, synced: nothing at all when nothing changed (unless the clean
-// mark changes). A reader sees each write whole or not at all.
+// WriteSnapshot saves the store's counts at path. The first write (unless
+// the store restored path), and one after the log has grown past the
+// base, writes a new base: to a temporary file, synced, the bookings made
+// meanwhile appended, renamed over path; from then on every booking is
+// appended as it is made. Every other write appends the keys changed
+// since the last and a mark, synced (nothing when nothing changed).
 func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats, error) {
 	p := &s.persist
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := time.Now()
-	j := s.journal.Load()
-	var jfrom int64
-	if j != nil {
-		jfrom = j.offset() // what is journaled by now is in the copy
+	if p.path == path && p.src != nil && !p.full {
+		if err := s.reopen(); err != nil {
+			s.opts.Logger.Warn("store snapshot: cannot append to the file restored; writing it anew", "file", path, "err", err)
+		}
+		p.src = nil
 	}
 	var st SnapStats
 	var err error
-	if p.path != path || p.full {
-		st, err = s.writeFull(path, now, clean)
+	if p.path != path || p.full || p.log.f == nil {
+		st, err = s.writeBase(path, now, clean)
 	} else {
 		st, err = s.writeChanges(path, now, clean)
 	}
@@ -161,127 +218,136 @@ func (s *Store) WriteSnapshot(path string, now time.Time, clean bool) (SnapStats
 		return SnapStats{}, err
 	}
 	st.Took = time.Since(start)
-	if j != nil {
-		if err := j.compact(jfrom); err != nil {
-			return st, fmt.Errorf("store snapshot written, but: %w", err)
-		}
-	}
 	return st, nil
 }
 
-// writeChanges appends the keys changed since the last write to the
-// change log as one segment, streamed shard by shard (the write holds a
-// chunk in memory, not the segment), or, when the log would pass the
+// reopen opens the file a restore read to append to it: the same file,
+// reached without following a link, cut back to its last whole record.
+func (s *Store) reopen() error {
+	p := &s.persist
+	f, err := os.OpenFile(p.path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil && (!os.SameFile(fi, p.src) || fi.Size() < p.valid) {
+		err = fmt.Errorf("%s changed since it was read", p.path)
+	}
+	if err == nil && fi.Size() > p.valid {
+		err = f.Truncate(p.valid)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	p.log.setFile(f, p.valid)
+	return nil
+}
+
+// writeChanges appends the keys changed since the last write, in chunks
+// as the shards are encoded, and a mark; or, once the log would pass the
 // base's size (and minCompact), writes a new base instead.
 func (s *Store) writeChanges(path string, now time.Time, clean bool) (SnapStats, error) {
 	p := &s.persist
-	sw, err := s.openSegment(path, now, clean)
-	if err != nil {
-		return SnapStats{}, err
-	}
-	defer func() { p.sg.b = sw.sg.b }() // the chunk buffer, for the next write
-	limit := max(p.baseLen, minCompact)
+	// Read before copying: every booking numbered up to here is in a
+	// shard not copied yet, or already in the copy.
+	from := s.bseq.Load()
+	limit := p.baseLen + max(p.baseLen, minCompact)
+	start := p.log.end()
+	b := p.buf[:0]
+	defer func() { p.buf = b[:0] }()
 	var st SnapStats
+	n := 0
 	for i := range s.shards {
 		t := time.Now()
-		s.shards[i].encodeDirty(&sw.sg, now.UnixNano())
+		var k int
+		b, k = s.shards[i].encode(b, now.UnixNano(), false)
+		n += k
 		st.MaxHold = max(st.MaxHold, time.Since(t))
-		if sw.size() > limit {
+		if p.log.end()+int64(len(b)) > limit {
 			// Past the base: a new base instead (it holds every key,
-			// those this segment took included).
-			sw.abort()
-			return s.writeFull(path, now, clean)
+			// those this write took included).
+			return s.writeBase(path, now, clean)
 		}
-		if len(sw.sg.b) >= segChunk {
-			sw.flush()
+		if len(b) >= segChunk {
+			if err := p.log.append(b); err != nil {
+				return st, fmt.Errorf("store snapshot: append to %s: %w", path, err)
+			}
+			b = b[:0]
 		}
 	}
-	st.Keys = sw.sg.n
-	if sw.sg.n == 0 && clean == p.clean && sw.body == 0 {
-		sw.abort()
+	if cap(b) > 2*segChunk {
+		b = nil // a large change made it large
+	}
+	st.Keys = n
+	if n == 0 && clean == p.clean {
 		return st, nil // nothing changed: nothing to write
 	}
-	n, err := sw.finish(s.bseq.Load())
+	flags := byte(0)
+	if clean {
+		flags = markClean
+	}
+	b = appendMark(b, mark{flags: flags, taken: now.UnixNano(), seq: max(from, s.bseq.Load()), from: from, count: uint64(n)})
+	err := p.log.append(b)
+	if err == nil {
+		err = p.log.f.Sync()
+	}
 	if err != nil {
-		sw.abort()
-		return st, fmt.Errorf("store snapshot: change log %s: %w", path+changesSuffix, err)
+		return st, fmt.Errorf("store snapshot: append to %s: %w", path, err)
 	}
-	if sw.tmp != "" {
-		// The first change of this process: its new log, holding the
-		// segments a restore read and this one, takes the old one's name.
-		if err := os.Rename(sw.tmp, path+changesSuffix); err != nil {
-			sw.abort()
-			return st, fmt.Errorf("store snapshot: change log: %w", err)
-		}
-		p.logf, p.carry = sw.f, nil
-	}
-	p.logLen = sw.start + n
-	st.Bytes = n
-	if sw.tmp != "" {
-		st.Bytes = p.logLen
-	}
+	st.Bytes = p.log.end() - start
 	p.clean = clean
 	return st, nil
 }
 
-// writeFull writes a new base and starts its change log.
-func (s *Store) writeFull(path string, now time.Time, clean bool) (SnapStats, error) {
-	p := &s.persist
-	st, err := s.writeBase(path, now, clean)
-	if err != nil {
-		return st, err
-	}
-	if p.logf != nil {
-		p.logf.Close()
-	}
-	p.path, p.ref, p.baseLen, p.clean = path, baseRef{taken: now.UnixNano(), crc: st.crc}, st.Bytes, clean
-	p.logf, p.logLen, p.carry, p.full = nil, 0, nil, false
-	hdr := changesHeader(p.ref)
-	f, err := writeChangesFile(path+changesSuffix, hdr)
-	if err != nil {
-		// The base holds everything; the next write tries again.
-		p.full = true
-		return st, fmt.Errorf("store snapshot written, but: %w", err)
-	}
-	p.logf, p.logLen = f, int64(len(hdr))
-	st.Bytes += p.logLen
-	st.Full = true
-	return st, nil
-}
-
-// writeBase writes every key to a new base at path, atomically.
+// writeBase writes every key to a new file at path, atomically, and
+// makes it the file appended to.
 func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, error) {
+	p := &s.persist
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
 	}
 	tmp := f.Name()
+	a := &p.log
+	a.carryOn(true)
 	ok := false
 	defer func() {
 		if !ok {
+			a.carryOn(false)
 			f.Close()
 			os.Remove(tmp)
 		}
 	}()
-	st, err := s.encode(f, now, clean)
+	st, size, err := s.encodeBase(f, now, clean)
+	if err == nil {
+		// The key count, a hint for the reader.
+		_, err = f.WriteAt(binary.BigEndian.AppendUint32(nil, uint32(min(st.Keys, 1<<32-1))), int64(headerLen-4))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
 	if err != nil {
 		return SnapStats{}, fmt.Errorf("store snapshot: write %s: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		return SnapStats{}, fmt.Errorf("store snapshot: sync %s: %w", tmp, err)
+	// The bookings made while it was written, then the rename: under the
+	// appender's lock, so that none is lost between the two files.
+	a.mu.Lock()
+	if _, err = f.WriteAt(a.carry, size); err == nil {
+		err = os.Rename(tmp, path)
 	}
-	fi, err := f.Stat()
-	if err != nil {
+	old := a.f
+	if ok = err == nil; ok {
+		a.f, a.off, a.carrying, a.carry = f, size+int64(len(a.carry)), false, a.carry[:0]
+	}
+	a.mu.Unlock()
+	if !ok {
 		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return SnapStats{}, fmt.Errorf("store snapshot: close %s: %w", tmp, err)
+	if old != nil {
+		old.Close()
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return SnapStats{}, fmt.Errorf("store snapshot: %w", err)
-	}
-	ok = true
 	if d, err := os.Open(dir); err == nil {
 		err = d.Sync()
 		d.Close()
@@ -289,290 +355,76 @@ func (s *Store) writeBase(path string, now time.Time, clean bool) (SnapStats, er
 			return SnapStats{}, fmt.Errorf("store snapshot: sync directory %s: %w", dir, err)
 		}
 	}
-	st.Bytes = fi.Size()
+	if p.path != path { // the files of format version 1 go
+		os.Remove(path + ".changes")
+		os.Remove(path + ".bookings")
+	}
+	p.path, p.baseLen, p.clean, p.full, p.src = path, size, clean, false, nil
+	st.Bytes, st.Full = size, true
 	return st, nil
 }
 
-// bytesPerKey is the snapshot bytes a store may need per key it holds
-// (a key is about 100 bytes in the file, an exact log a few bytes per
-// event): SnapshotLimit allows ten times the common case.
+// encodeBase writes the base to w: the rate keys, each shard's lock taken
+// in turn and only to copy (none waits for the disk), and the base's
+// mark. It returns the base's size.
+func (s *Store) encodeBase(w io.Writer, now time.Time, clean bool) (SnapStats, int64, error) {
+	from := s.bseq.Load() // before copying, as in writeChanges
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(appendHeader(nil, 0))
+	size := int64(headerLen)
+	var st SnapStats
+	b := s.persist.buf[:0]
+	for i := range s.shards {
+		t := time.Now()
+		var n int
+		b, n = s.shards[i].encode(b[:0], now.UnixNano(), true)
+		st.MaxHold = max(st.MaxHold, time.Since(t))
+		bw.Write(b)
+		size += int64(len(b))
+		st.Keys += n
+	}
+	flags := byte(markBase)
+	if clean {
+		flags |= markClean
+	}
+	b = appendMark(b[:0], mark{flags: flags, taken: now.UnixNano(), seq: max(from, s.bseq.Load()), from: from, count: uint64(st.Keys)})
+	bw.Write(b)
+	size += int64(len(b))
+	if cap(b) <= 2*segChunk {
+		s.persist.buf = b[:0]
+	}
+	return st, size, bw.Flush()
+}
+
+// closeFile closes the file appended to (Close calls it); a later write
+// starts a new base.
+func (s *Store) closeFile() {
+	p := &s.persist
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.log.setFile(nil, 0)
+	p.full = true
+}
+
+// bytesPerKey is the file bytes a key may need (ten times the common
+// case: about 100 bytes, an exact log a few bytes per event).
 const bytesPerKey = 1 << 10
 
-// SnapshotLimit is the largest snapshot (or booking journal) file read
-// back for a store capped at maxKeys keys: a larger one cannot be a
-// snapshot of such a store, and reading it would cost more memory than
-// the store itself.
+// SnapshotLimit is the largest store file read back for a store capped
+// at maxKeys keys: a base what maxKeys keys can fill (1 MiB more), and a
+// log as large again, or minCompact (a write past it writes a new base
+// instead). A larger file cannot be one of such a store.
 func SnapshotLimit(maxKeys int) int64 {
-	return 1<<20 + int64(max(maxKeys, 0))*bytesPerKey
-}
-
-// ReadSnapshotFile reads and decodes the snapshot r, which holds at most
-// limit bytes (the caller opened and sized it). The magic and version
-// are checked on the first bytes, before the rest is read: a file that
-// is not a snapshot costs a 16-byte read.
-func ReadSnapshotFile(r io.Reader, limit int64) (*Snapshot, error) {
-	data, err := readChecked(r, limit, headerLen, checkHead)
-	if err != nil {
-		return nil, err
-	}
-	return decodeSnapshot(data, true)
-}
-
-// readSnapshotData reads the snapshot file f, of size bytes by its
-// fstat (which safefs.OpenState held to the limit): its magic and
-// version on its first bytes, then its end record on its last
-// (checkCount), and only then the whole file, into one buffer of exactly
-// its size. A file that is not a snapshot, or whose size does not fit
-// the keys it counts, costs two short reads; a file that grew since the
-// fstat is refused.
-func readSnapshotData(f *os.File, size int64) ([]byte, error) {
-	head := make([]byte, min(size, int64(headerLen)))
-	if _, err := f.ReadAt(head, 0); err != nil {
-		return nil, err
-	}
-	if err := checkHead(head); err != nil {
-		return nil, err
-	}
-	if size >= int64(headerLen+2+trailerLen) {
-		tail := make([]byte, min(size-int64(headerLen), maxTailLen))
-		if _, err := f.ReadAt(tail, size-int64(len(tail))); err != nil {
-			return nil, err
-		}
-		if _, err := checkCount(size, tail); err != nil {
-			return nil, err
-		}
-	}
-	data := make([]byte, size)
-	if _, err := f.ReadAt(data, 0); err != nil {
-		return nil, err
-	}
-	var more [1]byte
-	if n, _ := f.ReadAt(more[:], size); n != 0 {
-		return nil, fmt.Errorf("%w: the file grew while it was read", ErrSnapshot)
-	}
-	return data, nil
-}
-
-// checkHead judges a snapshot's magic and version on its first bytes
-// (fewer when the file is shorter: what it cannot judge it passes, and
-// the decoder reports the truncation).
-func checkHead(head []byte) error {
-	if len(head) < len(snapMagic) {
-		return nil
-	}
-	if string(head[:len(snapMagic)]) != snapMagic {
-		return fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
-	}
-	if len(head) < len(snapMagic)+2 {
-		return nil
-	}
-	if v := binary.BigEndian.Uint16(head[len(snapMagic):]); v != snapVersion {
-		return fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
-	}
-	return nil
-}
-
-// readChecked reads r whole (at most limit bytes) once check accepted
-// what its first n bytes are (fewer when the file is shorter: check
-// passes what it cannot judge, and the decoder reports the truncation).
-func readChecked(r io.Reader, limit int64, n int, check func(head []byte) error) ([]byte, error) {
-	head := make([]byte, n)
-	got, err := io.ReadFull(r, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	head = head[:got]
-	if err := check(head); err != nil {
-		return nil, err
-	}
-	rest, err := io.ReadAll(io.LimitReader(r, limit-int64(got)+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(got+len(rest)) > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
-	}
-	return append(head, rest...), nil
-}
-
-// ErrNotEmpty is returned by Restore on a store that already holds keys.
-var ErrNotEmpty = errors.New("store snapshot: restore needs an empty store")
-
-// Restore loads a decoded snapshot into an empty store, before it serves
-// (a snapshot holding a key twice, or one it cannot load, leaves the
-// store empty and returns an error wrapping ErrSnapshot, or the error):
-// the base's keys, then the changes of its log. Keys that expired by now
-// (while the daemon was down) are dropped, so every window continues
-// exactly where it was; keys beyond the cap are dropped too (the soonest
-// to expire first would be better; the cap is rarely reached by a
-// snapshot of a store with the same cap). A snapshot read from files
-// (ReadSnapshot) makes them the store's: its next write appends to them
-// what changed since.
-func (s *Store) Restore(snap *Snapshot, now time.Time) (SnapStats, error) {
-	start := time.Now()
-	if s.Len() != 0 {
-		return SnapStats{}, ErrNotEmpty
-	}
-	nowNs := now.UnixNano()
-	var st SnapStats
-	keyBytes := 0
-	for i := range snap.Entries {
-		keyBytes += len(snap.Entries[i].Key)
-	}
-	if err := s.presize(min(len(snap.Entries), s.opts.MaxKeys), keyBytes); err != nil {
-		return st, err
-	}
-	for i := range snap.Entries {
-		se := &snap.Entries[i]
-		if se.Exp <= nowNs || s.Len() >= s.opts.MaxKeys {
-			st.Dropped++
-			continue
-		}
-		added, err := s.restoreOne(se, false)
-		if err == nil && !added {
-			err = fmt.Errorf("%w: key %s appears twice", ErrSnapshot, quoteKey(se.Key))
-		}
-		if err != nil {
-			s.reset()
-			return SnapStats{}, err
-		}
-	}
-	for i := range snap.changes {
-		c := &snap.changes[i]
-		if c.del || c.e.Exp <= nowNs {
-			s.forget(c.e.Key)
-			continue
-		}
-		if _, err := s.restoreOne(&c.e, true); err != nil {
-			if errors.Is(err, limiter.ErrFull) {
-				st.Dropped++
-				continue
-			}
-			s.reset()
-			return SnapStats{}, err
-		}
-	}
-	st.Keys = s.Len()
-	s.raiseSeq(snap.Seq)
-	s.observe(nowNs)
-	if src := snap.src; src != nil {
-		p := &s.persist
-		p.mu.Lock()
-		p.path, p.ref, p.baseLen, p.carry, p.clean = src.path, snap.ref, src.baseLen, src.carry, snap.Clean
-		p.mu.Unlock()
-		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			sh.trackGone = true
-			sh.mu.Unlock()
-		}
-	}
-	st.Took = time.Since(start)
-	return st, nil
-}
-
-// presize gives every shard of an empty store room for its share of n
-// keys of keyBytes in all, so a restore does not grow them step by step.
-func (s *Store) presize(n, keyBytes int) error {
-	if n < len(s.shards)*minRecs {
-		return nil // small: the shards a few keys fall in grow as needed
-	}
-	per := n/len(s.shards) + n/len(s.shards)/4 + 16
-	kper := keyBytes/len(s.shards) + keyBytes/len(s.shards)/4 + 1024
-	slots := 2 * minRecs
-	for slots*maxLoad < per*8 {
-		slots *= 2
-	}
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		err := sh.recs.alloc(per, sh.n)
-		if err == nil && slots > len(sh.slots.s) {
-			err = sh.rehash(slots)
-		}
-		if err == nil && kper > cap(sh.keys) {
-			err = sh.repack(kper / 2)
-		}
-		sh.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// reset empties the store (a restore that failed half-way: a snapshot is
-// used whole or not at all).
-func (s *Store) reset() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.release()
-		sh.mu.Lock()
-		sh.minExp, sh.gone, sh.moves = 0, nil, sh.moves+1
-		sh.mu.Unlock()
-	}
-	s.n.Store(0)
-}
-
-// forget drops key, if held (a change log's deletion).
-func (s *Store) forget(key string) {
-	h := s.hash(key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if i := sh.find(key, h); i >= 0 {
-		sh.remove(i)
-		s.n.Add(-1)
-	}
-}
-
-// restoreOne adds one snapshot entry; a key held already is kept, or,
-// with replace, given the entry's state.
-func (s *Store) restoreOne(se *SnapEntry, replace bool) (bool, error) {
-	h := s.hash(se.Key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i := sh.find(se.Key, h)
-	switch {
-	case i >= 0 && !replace:
-		return false, nil
-	case i >= 0 && (sh.recs.s[i].kind != kindRate || sh.recs.s[i].algo != se.Algo):
-		sh.remove(i)
-		s.n.Add(-1)
-		i = -1
-	}
-	if i < 0 {
-		if s.Len() >= s.opts.MaxKeys {
-			return false, limiter.ErrFull
-		}
-		var err error
-		if i, err = sh.insert(se.Key, h, kindRate, se.Algo); err != nil {
-			return false, err
-		}
-		s.n.Add(1)
-	}
-	r := &sh.recs.s[i]
-	switch se.Algo {
-	case limiter.Anvil:
-		r.t = se.T
-		*r.counts() = se.Counts
-	case limiter.Smooth:
-		r.t = se.T
-	case limiter.Exact:
-		r.t = int64(se.Seq)
-		sh.keepLog(r, se.Log, 0)
-	}
-	sh.setExp(i, se.Exp)
-	return true, nil
+	base := 1<<20 + int64(max(maxKeys, 0))*bytesPerKey
+	return 2*base + minCompact
 }
 
 // RemoveTemps removes temporary files a crash in the middle of a write
-// left next to the snapshot at path (and its journal), and returns how
-// many. Call it before the first write.
+// left next to the store file at path (those of the format before too),
+// and returns how many. Call it before the first write.
 func RemoveTemps(path string) int {
 	n := 0
-	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp", path + changesSuffix + ".tmp"}
+	pats := []string{filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"), path + ".bookings.tmp", path + ".changes.tmp"}
 	for _, p := range pats {
 		ms, _ := filepath.Glob(p)
 		for _, m := range ms {
@@ -582,41 +434,4 @@ func RemoveTemps(path string) int {
 		}
 	}
 	return n
-}
-
-// ReadSnapshot reads and decodes the snapshot at path, at most limit
-// bytes (SnapshotLimit). The file must be a regular file, reached without
-// following a symbolic link (safefs): anything else is refused before it
-// is opened. A missing file returns an error wrapping os.ErrNotExist; a
-// file that is not a valid snapshot one wrapping ErrSnapshot.
-func ReadSnapshot(path string, limit int64) (*Snapshot, error) {
-	f, err := safefs.OpenState(path, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store snapshot: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("store snapshot: %w", err)
-	}
-	data, err := readSnapshotData(f, fi.Size())
-	if err != nil {
-		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
-	}
-	snap, err := decodeSnapshot(data, true)
-	if err != nil {
-		return nil, fmt.Errorf("store snapshot %s: %w", path, err)
-	}
-	// A log never passes the base's size or minCompact (a write that
-	// would make it a new base instead).
-	c, err := readChanges(path, max(fi.Size(), minCompact), snap.ref)
-	if err != nil {
-		return nil, err
-	}
-	c.apply(snap)
-	snap.src = &snapSource{path: path, baseLen: fi.Size()}
-	if c != nil {
-		snap.src.carry = c.raw
-	}
-	return snap, nil
 }

@@ -1,64 +1,84 @@
 package memory
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/crc32"
-	"hash/maphash"
 	"io"
 	"math"
+	"strings"
 	"time"
 	"unsafe"
 
 	"sluice/internal/limiter"
 )
 
-// The snapshot format (version 1), all integers big-endian or varint:
+// The store file (format version 2), all integers big-endian or varint:
 //
-//	header   "SLUICEMS" (8 bytes), version uint16, flags uint16, taken int64
-//	         (Unix ns: when the copy began)
-//	records  tag 1, then one rate key (below), repeated
-//	end      tag 0, the number of records and the highest booking sequence
-//	         number given out (uvarints)
-//	trailer  CRC-32C (Castagnoli) of every byte before it, uint32
+//	header  "SLUICEMS" (8 bytes), version uint16, keys uint32 (the
+//	        base's key count: only a hint the reader sizes its tables by)
+//	records each a body length (uint32), the body (a type byte, then
+//	        its payload) and the body's CRC-32C (Castagnoli, uint32)
 //
-// A rate key is: key length (uvarint) and bytes, algorithm (1 byte: 1
-// anvil, 2 exact, 3 smooth), expiry (varint Unix ns), T (varint: the anvil
-// window start in Unix seconds or the smooth theoretical arrival time in
-// Unix ns), then for anvil the 8 counters (uvarints), for exact the number
-// of events (uvarint), the first event time (varint Unix ns) and each
-// following one as the (non-negative) difference from the one before
-// (uvarint), then the sequence number of its latest booking (uvarint; see
-// journal.go). Exact event times with the lowest bit set are booked slots
-// (reservations). Leases are never written.
+// The file is a base and a log after it. The base is every rate key held
+// (key records) closed by a mark flagged base that counts them; it is
+// written whole to a temporary file and renamed into place. The log is
+// appended to it: each periodic write appends the keys changed since the
+// write before (key records, or del for a key that holds nothing any
+// more) closed by a mark; each throttle slot is appended as a book
+// record as it is booked, before the sender hears its time.
+//
+// Payloads:
+//
+//	key   key length (uvarint) and bytes, algorithm (1 byte: 1 anvil,
+//	      2 exact, 3 smooth), expiry (varint Unix ns), T (varint: the
+//	      anvil window start in Unix seconds or the smooth theoretical
+//	      arrival time in Unix ns), then for anvil the 8 counters
+//	      (uvarints), for exact the number of events (uvarint), the first
+//	      event time (varint Unix ns) and each following one as the
+//	      difference from the one before (uvarint), then the sequence
+//	      number of its latest booking (uvarint). Exact event times with
+//	      the lowest bit set are booked slots.
+//	del   the key's bytes
+//	book  sequence number (uvarint), key length (uvarint) and key, slot
+//	      time (varint Unix ns, lowest bit set), events (uvarint), expiry
+//	      (varint Unix ns)
+//	mark  flags (1 byte: 1 clean, written at a graceful stop; 2 base),
+//	      taken (varint Unix ns: when the copy began), the highest booking
+//	      sequence number given out (uvarint), the highest one whose
+//	      booking the records before the mark hold (uvarint: read before
+//	      the copy began), the key and del records of the write (uvarint)
+//
+// Leases are never written.
 const (
 	snapMagic   = "SLUICEMS"
-	snapVersion = 1
-	// snapClean is the header flag of a snapshot written at a graceful
-	// stop: nothing happened after it.
-	snapClean  = 1
-	headerLen  = len(snapMagic) + 2 + 2 + 8
-	trailerLen = 4
-	tagEnd     = 0
-	tagRate    = 1
-	// maxKeyLen bounds a key read back; keys are built from a few
-	// attributes of a request and are far shorter.
+	snapVersion = 2
+	headerLen   = len(snapMagic) + 2 + 4
+	recKey      = 1
+	recDel      = 2
+	recBook     = 3
+	recMark     = 4
+	markClean   = 1
+	markBase    = 2
+	// The bounds of what is read back: a key (built from a few attributes
+	// of a request, far shorter); an exact log (MaxExactN booked slots on
+	// top of at most 4N, capped at MaxExactN, hits); a record's body (an
+	// exact key of maxKeyLen bytes and maxEvents events in 10-byte
+	// varints); frameLen is what a record takes besides its body.
 	maxKeyLen = 1 << 20
-	// maxEvents bounds one exact log read back: MaxExactN booked slots on
-	// top of at most 4N (capped at MaxExactN) hits.
 	maxEvents = 2 * limiter.MaxExactN
+	maxBody   = 1 + 5*binary.MaxVarintLen64 + maxKeyLen + 1 + maxEvents*binary.MaxVarintLen64
+	frameLen  = 8
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrSnapshot is wrapped by every error about a snapshot's content: not a
-// sluice snapshot, another version, truncated, corrupt.
+// ErrSnapshot is wrapped by every error about a store file's content:
+// not a sluice store file, another version, truncated, corrupt.
 var ErrSnapshot = errors.New("invalid store snapshot")
 
-// SnapEntry is one rate key of a snapshot.
+// SnapEntry is one rate key of a store file.
 type SnapEntry struct {
 	Key  string            // the store key
 	Algo limiter.Algorithm // which state it keeps
@@ -73,68 +93,68 @@ type SnapEntry struct {
 	Seq uint64
 }
 
-// Snapshot is a decoded snapshot.
-type Snapshot struct {
-	// Taken is when the copy began: what happened after it is not in it.
-	Taken time.Time
-	// Clean says it was written at a graceful stop.
-	Clean bool
-	// Entries are the rate keys held.
-	Entries []SnapEntry
-	// Seq is the highest booking sequence number given out.
-	Seq uint64
-
-	// ref names the base file; changes are its change log's records,
-	// applied after Entries; src, for a snapshot read from files, says
-	// what the files hold (persist.go).
-	ref     baseRef
-	changes []change
-	src     *snapSource
+// booking is one book record: a throttle slot given out.
+type booking struct {
+	seq     uint64
+	key     string
+	at, exp int64 // Unix ns; at has its lowest bit set
+	n       int64
 }
 
-// snapWriter encodes a snapshot as a stream.
-type snapWriter struct {
-	out io.Writer     // the file: the checksum goes straight to it
-	w   *bufio.Writer // the file and the checksum
-	crc hash.Hash32
-	n   uint64
-	buf []byte
-	err error
-	sum uint32 // the checksum, once finished
+// mark is one mark record: the end of a write.
+type mark struct {
+	flags            byte
+	taken            int64
+	seq, from, count uint64
 }
 
-func newSnapWriter(w io.Writer, taken time.Time, clean bool) *snapWriter {
-	sw := &snapWriter{out: w, crc: crc32.New(crcTable)}
-	sw.w = bufio.NewWriterSize(io.MultiWriter(w, sw.crc), 64<<10)
-	var flags uint16
-	if clean {
-		flags |= snapClean
-	}
-	h := make([]byte, 0, headerLen)
-	h = append(h, snapMagic...)
-	h = binary.BigEndian.AppendUint16(h, snapVersion)
-	h = binary.BigEndian.AppendUint16(h, flags)
-	h = binary.BigEndian.AppendUint64(h, uint64(taken.UnixNano()))
-	sw.write(h)
-	return sw
+// appendHeader encodes a file's header (keys: the base's key count).
+func appendHeader(b []byte, keys uint32) []byte {
+	b = append(b, snapMagic...)
+	b = binary.BigEndian.AppendUint16(b, snapVersion)
+	return binary.BigEndian.AppendUint32(b, keys)
 }
 
-func (sw *snapWriter) write(b []byte) {
-	if sw.err == nil {
-		_, sw.err = sw.w.Write(b)
-	}
+// openRecord starts a record of type typ on b; closeRecord, given what
+// openRecord returned, frames the payload appended since.
+func openRecord(b []byte, typ byte) ([]byte, int) {
+	return append(b, 0, 0, 0, 0, typ), len(b)
 }
 
-// entry appends one rate key.
-func (sw *snapWriter) entry(e *SnapEntry) {
-	sw.buf = appendEntry(sw.buf[:0], e)
-	sw.write(sw.buf)
-	sw.n++
+func closeRecord(b []byte, start int) []byte {
+	body := b[start+4:]
+	binary.BigEndian.PutUint32(b[start:], uint32(len(body)))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(body, crcTable))
 }
 
-// appendEntry encodes one rate key record, its tag first, onto b.
+// appendKey encodes a key record.
+func appendKey(b []byte, e *SnapEntry) []byte {
+	b, start := openRecord(b, recKey)
+	return closeRecord(appendEntry(b, e), start)
+}
+
+// appendDel encodes a del record.
+func appendDel(b, key []byte) []byte {
+	b, start := openRecord(b, recDel)
+	return closeRecord(append(b, key...), start)
+}
+
+// appendBook encodes a book record.
+func appendBook(b []byte, k booking) []byte {
+	b, start := openRecord(b, recBook)
+	return closeRecord(appendBooking(b, k), start)
+}
+
+// appendMark encodes a mark record.
+func appendMark(b []byte, m mark) []byte {
+	b, start := openRecord(b, recMark)
+	b = binary.AppendVarint(append(b, m.flags), m.taken)
+	b = binary.AppendUvarint(binary.AppendUvarint(b, m.seq), m.from)
+	return closeRecord(binary.AppendUvarint(b, m.count), start)
+}
+
+// appendEntry encodes a key's payload.
 func appendEntry(b []byte, e *SnapEntry) []byte {
-	b = append(b, tagRate)
 	b = binary.AppendUvarint(b, uint64(len(e.Key)))
 	b = append(b, e.Key...)
 	b = append(b, byte(e.Algo))
@@ -159,224 +179,84 @@ func appendEntry(b []byte, e *SnapEntry) []byte {
 	return b
 }
 
-// rawEntries passes already encoded records (appendEntry) to the file.
-func (sw *snapWriter) rawEntries(b []byte, n int) {
-	sw.write(b)
-	sw.n += uint64(n)
+// appendBooking encodes a booking's payload.
+func appendBooking(b []byte, k booking) []byte {
+	b = binary.AppendUvarint(b, k.seq)
+	b = binary.AppendUvarint(b, uint64(len(k.key)))
+	b = append(b, k.key...)
+	b = binary.AppendVarint(b, k.at)
+	b = binary.AppendUvarint(b, uint64(k.n))
+	return binary.AppendVarint(b, k.exp)
 }
 
-// finish writes the end record and the checksum, and flushes.
-func (sw *snapWriter) finish(seq uint64) error {
-	sw.write(binary.AppendUvarint(binary.AppendUvarint([]byte{tagEnd}, sw.n), seq))
-	if sw.err == nil {
-		sw.err = sw.w.Flush()
-	}
-	if sw.err != nil {
-		return sw.err
-	}
-	sw.sum = sw.crc.Sum32()
-	_, err := sw.out.Write(binary.BigEndian.AppendUint32(nil, sw.sum))
-	return err
+// recordReader reads records from a file of size bytes through a window
+// of its bytes: a record is read only once its length fits what is left
+// of the file (so a hostile file costs a window, or one record of at most
+// maxBody bytes).
+type recordReader struct {
+	r         io.ReaderAt
+	size, off int64  // the file's size; the next record's offset
+	win, buf  []byte // file bytes from woff; the window's memory
+	woff      int64
 }
 
-// DecodeSnapshot parses a whole snapshot file. Any fault (foreign file,
-// other version, truncation, checksum mismatch, malformed or out-of-order
-// record, trailing bytes) returns an error wrapping ErrSnapshot and no
-// entries: a snapshot is used whole or not at all.
-func DecodeSnapshot(data []byte) (*Snapshot, error) { return decodeSnapshot(data, false) }
+const window = 256 << 10
 
-// The bounds of one record (appendEntry), which a snapshot's size must
-// keep within for the number of keys its end record counts: a smooth
-// key with an empty name takes minRecordLen bytes, an exact key of
-// maxKeyLen bytes holding maxEvents events in 10-byte varints
-// maxRecordLen; the end record and the trailer take at most maxTailLen.
-const (
-	minRecordLen = 5
-	maxRecordLen = 1 + binary.MaxVarintLen64 + maxKeyLen + 1 + 2*binary.MaxVarintLen64 +
-		binary.MaxVarintLen64 + maxEvents*binary.MaxVarintLen64 + binary.MaxVarintLen64
-	maxTailLen = 1 + 2*binary.MaxVarintLen64 + trailerLen
-)
-
-// endRecord parses, backwards, the end record that tail (a snapshot's
-// last bytes, at most maxTailLen) closes with before its trailer: it
-// returns the record count and how many bytes the end record and the
-// trailer take, or ok false when tail does not end that way. Backwards
-// is unambiguous: in a uvarint only the last byte has its high bit clear,
-// and the tag before the count is 0.
-func endRecord(tail []byte) (n uint64, tailLen int, ok bool) {
-	b := tail[:max(len(tail)-trailerLen, 0)]
-	i := len(b)
-	for range 2 { // the sequence number, then the count
-		last := i - 1
-		if last < 0 || b[last]&0x80 != 0 {
-			return 0, 0, false
+// bytesAt returns n bytes at off, refilling the window (grown for a
+// record larger than it).
+func (rr *recordReader) bytesAt(off int64, n int) ([]byte, error) {
+	if off < rr.woff || off+int64(n) > rr.woff+int64(len(rr.win)) {
+		if len(rr.buf) < max(n, window) {
+			rr.buf = make([]byte, max(n, window))
 		}
-		i = last
-		for i > 0 && b[i-1]&0x80 != 0 {
-			i--
-		}
-		if last+1-i > binary.MaxVarintLen64 {
-			return 0, 0, false
-		}
-	}
-	if i == 0 || b[i-1] != tagEnd {
-		return 0, 0, false
-	}
-	n, k := binary.Uvarint(b[i:])
-	if _, k2 := binary.Uvarint(b[i+max(k, 0):]); k <= 0 || k2 != len(b)-i-k {
-		return 0, 0, false // a uvarint that overflows
-	}
-	return n, len(tail) - (i - 1), true
-}
-
-// checkCount refuses a snapshot of size bytes (at least a header and a
-// trailer) unless tail, its last bytes, closes with an end record whose
-// count of keys fits the records' bytes: at least minRecordLen and at
-// most maxRecordLen each. It returns the count. A file cut short, a
-// corrupt one, or one that says it holds fewer (or more) keys than its
-// size allows is thus refused before its records are read, however
-// large it is.
-func checkCount(size int64, tail []byte) (uint64, error) {
-	n, tailLen, ok := endRecord(tail)
-	if !ok {
-		return 0, fmt.Errorf("%w: no end record before the checksum (truncated or corrupt)", ErrSnapshot)
-	}
-	records := uint64(max(size-int64(headerLen)-int64(tailLen), 0))
-	if n > records/minRecordLen {
-		return 0, fmt.Errorf("%w: the end record counts %d keys, more than %d bytes of records can hold", ErrSnapshot, n, records)
-	}
-	if (records+maxRecordLen-1)/maxRecordLen > n {
-		return 0, fmt.Errorf("%w: %d bytes of records, more than the %d keys the end record counts can take", ErrSnapshot, records, n)
-	}
-	return n, nil
-}
-
-// minEntryLen is about the smallest a common entry is (a smooth key of a
-// few bytes): the decoder sizes its tables by it, so that a large
-// snapshot is not copied over and over as they grow.
-const minEntryLen = 48
-
-// decodeSnapshot is DecodeSnapshot; with alias, the keys decoded share
-// data's memory (which must then never change) instead of each being a
-// copy, exact logs share one array, and a key held twice is left for
-// Restore to find (it refuses such a snapshot whole).
-func decodeSnapshot(data []byte, alias bool) (*Snapshot, error) {
-	if len(data) < len(snapMagic) || string(data[:len(snapMagic)]) != snapMagic {
-		return nil, fmt.Errorf("%w: not a sluice store snapshot (bad magic)", ErrSnapshot)
-	}
-	if len(data) < headerLen+2+trailerLen {
-		return nil, fmt.Errorf("%w: truncated (%d bytes)", ErrSnapshot, len(data))
-	}
-	if v := binary.BigEndian.Uint16(data[8:]); v != snapVersion {
-		return nil, fmt.Errorf("%w: format version %d; this sluice reads version %d", ErrSnapshot, v, snapVersion)
-	}
-	count, err := checkCount(int64(len(data)), data[max(len(data)-maxTailLen, 0):])
-	if err != nil {
-		return nil, err
-	}
-	body := data[:len(data)-trailerLen]
-	got, want := crc32.Checksum(body, crcTable), binary.BigEndian.Uint32(data[len(body):])
-	if got != want {
-		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", ErrSnapshot)
-	}
-	flags := binary.BigEndian.Uint16(data[10:])
-	if flags&^snapClean != 0 {
-		return nil, fmt.Errorf("%w: unknown flags %#x", ErrSnapshot, flags)
-	}
-	taken := int64(binary.BigEndian.Uint64(data[12:]))
-	snap := &Snapshot{
-		Taken: timeOf(taken),
-		Clean: flags&snapClean != 0,
-		ref:   baseRef{taken: taken, crc: got},
-	}
-	d := snapDecoder{b: body[headerLen:], alias: alias}
-	guess := int(min(count, uint64(len(d.b)/minEntryLen), 1<<24))
-	var seen *keySet // with alias, Restore finds a key held twice
-	if !alias {
-		seen = newKeySet(guess)
-	}
-	snap.Entries = make([]SnapEntry, 0, guess)
-	for {
-		tag := d.byte()
-		if d.err != nil {
-			return nil, d.fail("record tag")
-		}
-		if tag == tagEnd {
-			break
-		}
-		if tag != tagRate {
-			return nil, fmt.Errorf("%w: unknown record tag %d at offset %d", ErrSnapshot, tag, d.off(body))
-		}
-		e, err := d.entry()
-		if err != nil {
+		k, err := rr.r.ReadAt(rr.buf[:min(int64(len(rr.buf)), rr.size-off)], off)
+		if k < n {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			return nil, err
 		}
-		if seen != nil && seen.dup(e.Key, snap.Entries) {
-			return nil, fmt.Errorf("%w: key %q appears twice", ErrSnapshot, e.Key)
-		}
-		snap.Entries = append(snap.Entries, e)
+		rr.win, rr.woff = rr.buf[:k], off
 	}
-	n := d.uvarint()
-	if d.err != nil {
-		return nil, d.fail("record count")
-	}
-	if n != uint64(len(snap.Entries)) {
-		return nil, fmt.Errorf("%w: %d records, the end record says %d", ErrSnapshot, len(snap.Entries), n)
-	}
-	snap.Seq = d.uvarint()
-	if d.err != nil {
-		return nil, d.fail("booking sequence number")
-	}
-	for i := range snap.Entries {
-		if snap.Entries[i].Seq > snap.Seq {
-			return nil, fmt.Errorf("%w: key %s: booking %d above the last, %d", ErrSnapshot, quoteKey(snap.Entries[i].Key), snap.Entries[i].Seq, snap.Seq)
-		}
-	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the end record", ErrSnapshot, len(d.b))
-	}
-	return snap, nil
+	return rr.win[off-rr.woff : off-rr.woff+int64(n)], nil
 }
 
-// keySet tells a key seen before among a snapshot's entries: by a 64-bit
-// hash of each, and on a matching hash by the entry's key itself.
-type keySet struct {
-	seed  maphash.Seed
-	first map[uint64]int32    // hash -> the entry that has it
-	more  map[string]struct{} // keys whose hash another key had first
+// next returns the next record's type and payload, which stays valid
+// until the following call; io.EOF at the end of the file.
+func (rr *recordReader) next() (byte, []byte, error) {
+	left := rr.size - rr.off
+	if left == 0 {
+		return 0, nil, io.EOF
+	}
+	if left < frameLen+1 {
+		return 0, nil, fmt.Errorf("%d bytes at offset %d: a record cut short", left, rr.off)
+	}
+	h, err := rr.bytesAt(rr.off, 4)
+	if err != nil {
+		return 0, nil, err
+	}
+	n := int64(binary.BigEndian.Uint32(h))
+	if n < 1 || n > maxBody || n > left-frameLen {
+		return 0, nil, fmt.Errorf("record length %d at offset %d (%d bytes left)", n, rr.off, left)
+	}
+	rec, err := rr.bytesAt(rr.off, int(n+frameLen))
+	if err != nil {
+		return 0, nil, err
+	}
+	body := rec[4 : 4+n]
+	if crc32.Checksum(body, crcTable) != binary.BigEndian.Uint32(rec[4+n:]) {
+		return 0, nil, fmt.Errorf("record at offset %d: checksum mismatch", rr.off)
+	}
+	rr.off += n + frameLen
+	return body[0], body[1:], nil
 }
 
-func newKeySet(n int) *keySet {
-	return &keySet{seed: maphash.MakeSeed(), first: make(map[uint64]int32, n)}
-}
-
-// dup reports whether key is held by an entry before, and notes it as
-// the key of the entry about to be appended to entries.
-func (ks *keySet) dup(key string, entries []SnapEntry) bool {
-	h := maphash.String(ks.seed, key)
-	i, ok := ks.first[h]
-	if !ok {
-		ks.first[h] = int32(len(entries))
-		return false
-	}
-	if entries[i].Key == key {
-		return true
-	}
-	if _, ok := ks.more[key]; ok {
-		return true
-	}
-	if ks.more == nil {
-		ks.more = map[string]struct{}{}
-	}
-	ks.more[key] = struct{}{}
-	return false
-}
-
+// snapDecoder decodes payloads.
 type snapDecoder struct {
 	b   []byte
 	err error
 	// alias makes keys share b's memory; logs is where exact logs are
-	// cut from (see decodeSnapshot).
+	// cut from.
 	alias bool
 	logs  []int64
 }
@@ -390,9 +270,9 @@ func (d *snapDecoder) str(n uint64) string {
 }
 
 // logBuf returns an empty slice with room for n events, its own: cut
-// from a shared array when decoding with alias.
+// from a shared array.
 func (d *snapDecoder) logBuf(n int) []int64 {
-	if !d.alias || n > 256 {
+	if n > 256 {
 		return make([]int64, 0, n)
 	}
 	if len(d.logs)+n > cap(d.logs) {
@@ -404,8 +284,6 @@ func (d *snapDecoder) logBuf(n int) []int64 {
 }
 
 var errShort = errors.New("short")
-
-func (d *snapDecoder) off(body []byte) int { return len(body) - len(d.b) }
 
 func (d *snapDecoder) fail(what string) error {
 	return fmt.Errorf("%w: malformed %s: %v", ErrSnapshot, what, d.err)
@@ -450,18 +328,47 @@ func (d *snapDecoder) varint() int64 {
 	return v
 }
 
-// entry reads one rate key after its tag.
-func (d *snapDecoder) entry() (SnapEntry, error) {
-	var e SnapEntry
+// key reads a key's length and bytes.
+func (d *snapDecoder) key() string {
 	kl := d.uvarint()
 	if d.err == nil && (kl > maxKeyLen || kl > uint64(len(d.b))) {
 		d.err = fmt.Errorf("key length %d", kl)
 	}
 	if d.err != nil {
+		return ""
+	}
+	k := d.str(kl)
+	d.b = d.b[kl:]
+	return k
+}
+
+// end fails a payload with bytes left over.
+func (d *snapDecoder) end(what string) error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d bytes after it", len(d.b))
+	}
+	if d.err != nil {
+		return d.fail(what)
+	}
+	return nil
+}
+
+// keyRecord reads a key record's payload, and nothing after it.
+func (d *snapDecoder) keyRecord() (SnapEntry, error) {
+	e, err := d.entry()
+	if err == nil {
+		err = d.end("key")
+	}
+	return e, err
+}
+
+// entry reads a key's payload.
+func (d *snapDecoder) entry() (SnapEntry, error) {
+	var e SnapEntry
+	e.Key = d.key()
+	if d.err != nil {
 		return e, d.fail("key")
 	}
-	e.Key = d.str(kl)
-	d.b = d.b[kl:]
 	e.Algo = limiter.Algorithm(d.byte())
 	e.Exp = d.varint()
 	e.T = d.varint()
@@ -522,6 +429,38 @@ func (d *snapDecoder) events(e *SnapEntry) error {
 		return fmt.Errorf("%w: key %s: event time %d", ErrSnapshot, quoteKey(e.Key), e.Log[0])
 	}
 	return nil
+}
+
+// booking reads a booking's payload (its key a copy).
+func (d *snapDecoder) booking() (booking, error) {
+	var k booking
+	k.seq = d.uvarint()
+	k.key = strings.Clone(d.key())
+	k.at = d.varint()
+	n := d.uvarint()
+	k.exp = d.varint()
+	if err := d.end("booking"); err != nil {
+		return k, err
+	}
+	if k.seq == 0 || k.at <= 0 || k.at&1 != 1 || n == 0 || n > maxEvents || k.exp <= k.at&^1 {
+		return k, fmt.Errorf("%w: bad booking (seq %d, at %d, n %d, exp %d)", ErrSnapshot, k.seq, k.at, n, k.exp)
+	}
+	k.n = int64(n)
+	return k, nil
+}
+
+// mark reads a mark's payload.
+func (d *snapDecoder) mark() (mark, error) {
+	var m mark
+	m.flags, m.taken = d.byte(), d.varint()
+	m.seq, m.from, m.count = d.uvarint(), d.uvarint(), d.uvarint()
+	if err := d.end("mark"); err != nil {
+		return m, err
+	}
+	if m.flags&^(markClean|markBase) != 0 || m.from > m.seq {
+		return m, fmt.Errorf("%w: bad mark (flags %#x, bookings %d of %d)", ErrSnapshot, m.flags, m.from, m.seq)
+	}
+	return m, nil
 }
 
 // timeOf is the time of Unix ns t.

@@ -34,8 +34,22 @@ type SMTPConn struct {
 // dial. If ctx has a deadline, it also bounds every later exchange on the
 // connection.
 func DialSMTP(ctx context.Context, port int) (*SMTPConn, Reply, error) {
+	return DialSMTPFrom(ctx, port, "")
+}
+
+// DialSMTPFrom is DialSMTP from the local address from (a loopback
+// address such as "127.0.0.9", so that one test has many clients; ""
+// lets the kernel choose).
+func DialSMTPFrom(ctx context.Context, port int, from string) (*SMTPConn, Reply, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var d net.Dialer
+	if from != "" {
+		ip := net.ParseIP(from)
+		if ip == nil {
+			return nil, Reply{}, fmt.Errorf("dial smtp from %q: not an address", from)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, Reply{}, fmt.Errorf("dial smtp %s: %w", addr, err)

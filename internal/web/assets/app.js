@@ -92,6 +92,13 @@
       let t = st.store.backend + ", " + num(st.store.keys) + (st.store.max_keys ? " / " + num(st.store.max_keys) : "") + " keys";
       add("store", t + (st.store.healthy ? "" : " — failing"), !st.store.healthy);
     }
+    if (st.mta) {
+      const m = st.mta;
+      let t = num(m.open) + " open / " + (m.capacity ? num(m.capacity) : "capacity unknown");
+      if (m.reserved) t += " · " + num(m.reserved) + " reserved, " + num(m.reserved_unused || 0) + " unused";
+      if (m.capacity) t += " · " + num(m.free) + " free";
+      add("mta", t);
+    }
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
     add("refused", num(t.refusals || 0));

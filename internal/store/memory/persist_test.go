@@ -1,11 +1,8 @@
 package memory
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +10,6 @@ import (
 	"time"
 
 	"sluice/internal/limiter"
-	"sluice/internal/safefs"
 )
 
 // manyKeys gives s n keys of each algorithm at now and returns one check
@@ -46,57 +42,69 @@ func fileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
-// restored reads the files at path into a new store.
-func restored(t *testing.T, path string, now time.Time) (*Store, *Snapshot) {
+// restored reads the file at path into a new store.
+func restored(t *testing.T, path string, now time.Time) (*Store, SnapStats) {
 	t.Helper()
-	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
+	r := New(Options{})
+	t.Cleanup(func() { r.Close() })
+	st, err := r.Restore(path, SnapshotLimit(testMaxKeys), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(Options{})
-	t.Cleanup(func() { r.Close() })
-	if _, err := r.Restore(snap, now); err != nil {
+	return r, st
+}
+
+// crashed is the file at path as a kill -9 leaves it (appends are in the
+// page cache, which outlives the process): a copy, restored.
+func crashed(t *testing.T, path string, now time.Time) (*Store, SnapStats) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return r, snap
+	cp := filepath.Join(t.TempDir(), "copy")
+	if err := os.WriteFile(cp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return restored(t, cp, now)
 }
 
 // TestIdleWriteWritesNothing: with nothing changed, a write writes no
-// byte and leaves both files as they were; only the clean mark changing
-// costs a segment of its own, once.
+// byte and leaves the file as it was; only the clean mark changing costs
+// a record of its own, once.
 func TestIdleWriteWritesNothing(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	manyKeys(t, s, 1000, t0)
 	path := filepath.Join(t.TempDir(), "store.snapshot")
 	st, err := s.WriteSnapshot(path, t0.Add(time.Second), false)
-	if err != nil || !st.Full || st.Keys != 3000 {
+	if err != nil || !st.Full || st.Keys != 3000 || st.Bytes != fileSize(t, path) {
 		t.Fatalf("first write %+v %v, want a new base of 3000 keys", st, err)
 	}
-	base, log := fileSize(t, path), fileSize(t, path+changesSuffix)
+	size := fileSize(t, path)
 	for i := range 12 { // a minute of 5 s intervals
 		st, err := s.WriteSnapshot(path, t0.Add(time.Duration(2+5*i)*time.Second), false)
 		if err != nil || st.Bytes != 0 || st.Keys != 0 || st.Full {
 			t.Fatalf("idle write %d: %+v %v, want nothing written", i, st, err)
 		}
 	}
-	if fileSize(t, path) != base || fileSize(t, path+changesSuffix) != log {
-		t.Fatal("an idle write changed the files")
+	if fileSize(t, path) != size {
+		t.Fatal("an idle write changed the file")
 	}
 	st, err = s.WriteSnapshot(path, t0.Add(time.Minute), true)
 	if err != nil || st.Keys != 0 || st.Bytes == 0 || st.Bytes > 32 {
-		t.Fatalf("clean mark: %+v %v, want one small segment", st, err)
+		t.Fatalf("clean mark: %+v %v, want one small record", st, err)
 	}
 	if st, err = s.WriteSnapshot(path, t0.Add(time.Minute), true); err != nil || st.Bytes != 0 {
 		t.Fatalf("clean again: %+v %v, want nothing", st, err)
 	}
-	if _, snap := restored(t, path, t0.Add(time.Minute)); !snap.Clean || !snap.Taken.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("restored clean %v taken %v", snap.Clean, snap.Taken)
+	if _, st := restored(t, path, t0.Add(time.Minute)); !st.Clean || !st.Taken.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("restored clean %v taken %v", st.Clean, st.Taken)
 	}
 }
 
-// TestChangesFollowDecisions: after k decisions the write holds the k
-// keys changed, not the store; the files restored decide as the store.
+// TestChangesFollowDecisions: after k decisions the write appends the k
+// keys changed, not the store; the file restored decides as the store.
 func TestChangesFollowDecisions(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
@@ -113,13 +121,13 @@ func TestChangesFollowDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := fileSize(t, path+changesSuffix)
+	before := fileSize(t, path)
 	st, err := s.WriteSnapshot(path, now, false)
 	if err != nil || st.Full || st.Keys != 30 {
 		t.Fatalf("write after 30 decisions: %+v %v, want 30 keys appended", st, err)
 	}
-	if grew := fileSize(t, path+changesSuffix) - before; grew != st.Bytes || st.Bytes > full.Bytes/100 {
-		t.Fatalf("log grew %d, wrote %d; the base is %d", grew, st.Bytes, full.Bytes)
+	if grew := fileSize(t, path) - before; grew != st.Bytes || st.Bytes > full.Bytes/100 {
+		t.Fatalf("the file grew %d, wrote %d; the base is %d", grew, st.Bytes, full.Bytes)
 	}
 	t.Logf("base %d bytes for %d keys; 30 decisions: %d bytes", full.Bytes, full.Keys, st.Bytes)
 	r, _ := restored(t, path, now)
@@ -128,9 +136,9 @@ func TestChangesFollowDecisions(t *testing.T) {
 	}
 }
 
-// TestChangeLogOrderAndDeletions: later changes of a key win, and a key
-// an undo emptied is gone after a restore.
-func TestChangeLogOrderAndDeletions(t *testing.T) {
+// TestLogOrderAndDeletions: later records of a key win, and a key an
+// undo emptied is gone after a restore.
+func TestLogOrderAndDeletions(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
@@ -168,9 +176,9 @@ func TestChangeLogOrderAndDeletions(t *testing.T) {
 	}
 }
 
-// TestChangeLogCompacts: once the log passes the base (and minCompact),
-// the write is a new base and the log starts again.
-func TestChangeLogCompacts(t *testing.T) {
+// TestLogCompacts: once the log passes the base (and minCompact), the
+// write is a new base holding nothing else.
+func TestLogCompacts(t *testing.T) {
 	defer func(v int64) { minCompact = v }(minCompact)
 	minCompact = 0
 	s := New(Options{})
@@ -197,7 +205,7 @@ func TestChangeLogCompacts(t *testing.T) {
 		written += st.Bytes
 		if st.Full {
 			fulls++
-			if fileSize(t, path+changesSuffix) != int64(changesHeaderLen) {
+			if fileSize(t, path) != st.Bytes {
 				t.Fatal("a new base kept the old log")
 			}
 		} else {
@@ -215,10 +223,11 @@ func TestChangeLogCompacts(t *testing.T) {
 	}
 }
 
-// TestChangeLogTornTail: a segment cut short (a crash in the middle of a
-// write) ends the log: the segments before it are used, the snapshot is
-// not clean, and the next write keeps them.
-func TestChangeLogTornTail(t *testing.T) {
+// TestLogTornTail: a write cut short (a crash in the middle of it) ends
+// the log: the records before it are used, the file is not clean, and
+// the next write cuts the torn bytes off and appends after the last
+// whole record.
+func TestLogTornTail(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
@@ -230,47 +239,45 @@ func TestChangeLogTornTail(t *testing.T) {
 	s.WriteSnapshot(path, t0.Add(time.Millisecond), false)
 	s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{b}, out)
 	s.WriteSnapshot(path, t0.Add(2*time.Millisecond), true)
-	log := path + changesSuffix
-	if err := os.Truncate(log, fileSize(t, log)-3); err != nil {
+	s.Close()
+	// The last write's mark cut: b's record is whole, and used.
+	if err := os.Truncate(path, fileSize(t, path)-3); err != nil {
 		t.Fatal(err)
 	}
-	r, snap := restored(t, path, t0.Add(time.Second))
-	if snap.Clean || !snap.Taken.Equal(t0.Add(time.Millisecond)) || r.Len() != 1 {
-		t.Fatalf("clean %v taken %v keys %d; want the first change only, not clean", snap.Clean, snap.Taken, r.Len())
+	r, st := restored(t, path, t0.Add(time.Second))
+	if st.Clean || !st.Taken.Equal(t0.Add(time.Millisecond)) || r.Len() != 2 || st.Cut == 0 {
+		t.Fatalf("%+v, %d keys; want both keys, the first write's time, not clean, bytes cut", st, r.Len())
 	}
-	// Nothing changed since, and the files say not clean: nothing to write.
+	// Nothing changed since, and the file says not clean: nothing to
+	// write, the torn bytes are cut.
 	if st, err := r.WriteSnapshot(path, t0.Add(time.Second), false); err != nil || st.Bytes != 0 {
 		t.Fatalf("first write after the restore: %+v %v", st, err)
 	}
-	r.Hit(t.Context(), t0.Add(time.Second), 1, limiter.Leaky, []limiter.Check{b}, out)
+	c := limiter.Check{Key: "c", Limit: limSmooth}
+	r.Hit(t.Context(), t0.Add(time.Second), 1, limiter.Leaky, []limiter.Check{c}, out)
 	if st, err := r.WriteSnapshot(path, t0.Add(2*time.Second), false); err != nil || st.Full {
 		t.Fatalf("a change after the restore: %+v %v", st, err)
 	}
-	if r2, _ := restored(t, path, t0.Add(3*time.Second)); r2.Len() != 2 {
-		t.Fatalf("restored %d keys, want a and b", r2.Len())
+	if r2, st := restored(t, path, t0.Add(3*time.Second)); r2.Len() != 3 || st.Cut != 0 {
+		t.Fatalf("restored %d keys (%+v), want a, b and c", r2.Len(), st)
 	}
 }
 
-// TestChangeLogOfAnotherBase: a log that names another base (a crash
-// between a new base and its new log) is not applied.
-func TestChangeLogOfAnotherBase(t *testing.T) {
+// TestRestoredFileReplaced: a file put at the name after the restore read
+// it is not appended to: the next write is a new base.
+func TestRestoredFileReplaced(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
-	out := make([]limiter.Decision, 1)
-	s.WriteSnapshot(path, t0, false)
-	s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{{Key: "a", Limit: limSmooth}}, out)
-	s.WriteSnapshot(path, t0.Add(time.Millisecond), false)
-	old, err := os.ReadFile(path + changesSuffix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2 := New(Options{}) // another store, another base
-	defer s2.Close()
-	s2.WriteSnapshot(path, t0.Add(time.Second), false)
-	os.WriteFile(path+changesSuffix, old, 0o600)
-	if r, snap := restored(t, path, t0.Add(time.Second)); r.Len() != 0 || !snap.Taken.Equal(t0.Add(time.Second)) {
-		t.Fatalf("restored %d keys taken %v: the old log was applied", r.Len(), snap.Taken)
+	fill(t, s, t0)
+	s.WriteSnapshot(path, t0, true)
+	r, _ := restored(t, path, t0)
+	data, _ := os.ReadFile(path)
+	os.Remove(path)
+	os.WriteFile(path, data, 0o600)
+	st, err := r.WriteSnapshot(path, t0.Add(time.Millisecond), false)
+	if err != nil || !st.Full {
+		t.Fatalf("write after the file was replaced: %+v %v, want a new base", st, err)
 	}
 }
 
@@ -283,9 +290,9 @@ func TestWriteFailureWritesBase(t *testing.T) {
 	out := make([]limiter.Decision, 1)
 	s.WriteSnapshot(path, t0, false)
 	s.Hit(t.Context(), t0, 1, limiter.Leaky, []limiter.Check{{Key: "a", Limit: limSmooth}}, out)
-	s.persist.logf.Close() // the next append fails
+	s.persist.log.f.Close() // the next append fails
 	if _, err := s.WriteSnapshot(path, t0.Add(time.Millisecond), false); err == nil {
-		t.Fatal("a write to a closed log succeeded")
+		t.Fatal("a write to a closed file succeeded")
 	}
 	if st, err := s.WriteSnapshot(path, t0.Add(2*time.Millisecond), false); err != nil || !st.Full || st.Keys != 1 {
 		t.Fatalf("write after a failure: %+v %v, want a new base of 1 key", st, err)
@@ -295,120 +302,10 @@ func TestWriteFailureWritesBase(t *testing.T) {
 	}
 }
 
-// TestChangeLogHostile: a change log that is a link, or not a change log,
-// refuses the snapshot whole (ReadSnapshot's error), as a bad base does.
-func TestChangeLogHostile(t *testing.T) {
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "secret")
-	os.WriteFile(secret, []byte("SLUICEMC not yours"), 0o600)
-	for _, c := range []struct {
-		name string
-		make func(log string) error
-		want error
-	}{
-		{"symlink", func(p string) error { return os.Symlink(secret, p) }, safefs.ErrNotRegular},
-		{"bad magic", func(p string) error { return os.WriteFile(p, []byte("SLUICEMS and more bytes than a header"), 0o600) }, ErrSnapshot},
-		{"other version", func(p string) error {
-			return os.WriteFile(p, append([]byte(changesMagic), make([]byte, changesHeaderLen)...), 0o600)
-		}, ErrSnapshot},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := New(Options{})
-			defer s.Close()
-			path := filepath.Join(t.TempDir(), "store.snapshot")
-			s.WriteSnapshot(path, t0, false)
-			os.Remove(path + changesSuffix)
-			if err := c.make(path + changesSuffix); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys)); !errors.Is(err, c.want) {
-				t.Fatalf("%v, want %v", err, c.want)
-			}
-		})
-	}
-}
-
-// seal ends the body with the end record and returns the framed segment,
-// as segWriter writes it.
-func (sg *segment) seal(seq uint64) []byte {
-	sg.end(seq)
-	out := binary.BigEndian.AppendUint32(nil, uint32(len(sg.b)))
-	out = append(out, sg.b...)
-	return binary.BigEndian.AppendUint32(out, crc32.Checksum(sg.b, crcTable))
-}
-
-// logOf builds a change log of base ref holding segs.
-func logOf(ref baseRef, segs ...[]byte) []byte {
-	return append(changesHeader(ref), bytes.Join(segs, nil)...)
-}
-
-// TestDecodeChangesMalformed: every bad segment ends the log there, the
-// segments before it used, and the result is not clean.
-func TestDecodeChangesMalformed(t *testing.T) {
-	ref := baseRef{taken: 5, crc: 7}
-	var sg segment
-	sg.begin(10, true)
-	e := SnapEntry{Key: "k", Algo: limiter.Smooth, Exp: 99, T: 98}
-	sg.b = appendEntry(sg.b, &e)
-	sg.n++
-	good := sg.seal(3)
-	sg.begin(11, true)
-	sg.del([]byte("k"))
-	del := sg.seal(4)
-	if c, err := decodeChanges(logOf(ref, good, del), ref); err != nil || c.segs != 2 || !c.clean || len(c.list) != 2 || !c.list[1].del || c.seq != 4 {
-		t.Fatalf("good log: %+v %v", c, err)
-	}
-	flip := func(b []byte, i int) []byte { b = bytes.Clone(b); b[i] ^= 0x40; return b }
-	for _, c := range []struct {
-		name string
-		seg  []byte
-	}{
-		{"cut", del[:len(del)-1]},
-		{"checksum", flip(del, len(del)-1)},
-		{"body", flip(del, 3)},
-		{"length too long", append([]byte{0, 0, 0x7f, 0}, del[4:]...)},
-		{"length zero", []byte{0, 0, 0, 0, 0, 0, 0, 0}},
-		{"garbage", []byte("garbage garbage garbage")},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := decodeChanges(logOf(ref, good, c.seg), ref)
-			if err != nil || got.segs != 1 || got.clean || len(got.list) != 1 || got.taken != 10 {
-				t.Fatalf("%+v %v: want the first segment only, not clean", got, err)
-			}
-		})
-	}
-	if c, err := decodeChanges(logOf(baseRef{taken: 6, crc: 7}, good), ref); c != nil || err != nil {
-		t.Fatalf("another base's log: %+v %v, want ignored", c, err)
-	}
-}
-
-// FuzzDecodeChanges: the change log decoder never panics, and what it
-// accepts is the segments it read.
-func FuzzDecodeChanges(f *testing.F) {
-	ref := baseRef{taken: 5, crc: 7}
-	var sg segment
-	sg.begin(10, false)
-	e := SnapEntry{Key: "k", Algo: limiter.Exact, Exp: 99, Log: []int64{3, 5}, Seq: 1}
-	sg.b = appendEntry(sg.b, &e)
-	sg.n++
-	sg.del([]byte("x"))
-	f.Add(logOf(ref, sg.seal(2)))
-	f.Add(logOf(ref))
-	f.Fuzz(func(t *testing.T, in []byte) {
-		c, err := decodeChanges(in, ref)
-		if err != nil || c == nil {
-			return
-		}
-		if len(c.raw) > len(in) || (c.segs == 0 && len(c.list) != 0) {
-			t.Fatalf("%d segments, %d records, %d raw bytes of %d", c.segs, len(c.list), len(c.raw), len(in))
-		}
-	})
-}
-
-// TestChangeLogKeyGoneBeforeWrite: a key an undo emptied and the sweeper
+// TestLogKeyGoneBeforeWrite: a key an undo emptied and the sweeper
 // dropped before the next write is still written as gone: a restore does
 // not bring back the undone event.
-func TestChangeLogKeyGoneBeforeWrite(t *testing.T) {
+func TestLogKeyGoneBeforeWrite(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
@@ -451,24 +348,20 @@ func TestZeroHitsLeaveNothing(t *testing.T) {
 	}
 }
 
-// TestRestoreRefusesDuplicateKeys: a snapshot file holding a key twice
-// (ReadSnapshot leaves that to Restore) is refused whole: Restore returns
-// ErrSnapshot and leaves the store empty.
+// TestRestoreRefusesDuplicateKeys: a base holding a key twice is refused
+// whole: Restore returns ErrSnapshot and leaves the store empty and
+// usable.
 func TestRestoreRefusesDuplicateKeys(t *testing.T) {
 	exp := t0.Add(time.Hour).UnixNano()
-	a := rec("a", byte(limiter.Smooth), exp, exp)
-	k := rec("k", byte(limiter.Smooth), exp, exp)
+	a := keyRec("a", byte(limiter.Smooth), exp, exp)
+	k := keyRec("k", byte(limiter.Smooth), exp, exp)
 	path := filepath.Join(t.TempDir(), "store.snapshot")
-	if err := os.WriteFile(path, withCRC(cat(header(1, 0), a, k, k, end(3))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := ReadSnapshot(path, SnapshotLimit(testMaxKeys))
-	if err != nil {
+	if err := os.WriteFile(path, fileOf(a, k, k, markRec(markBase, 3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := New(Options{})
 	defer s.Close()
-	if _, err := s.Restore(snap, t0); !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
+	if _, err := s.Restore(path, SnapshotLimit(testMaxKeys), t0); !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
 		t.Fatalf("restore of a key held twice: %v, Len %d; want ErrSnapshot and nothing held", err, s.Len())
 	}
 	out := make([]limiter.Decision, 1)
@@ -477,41 +370,49 @@ func TestRestoreRefusesDuplicateKeys(t *testing.T) {
 	}
 }
 
-// TestChangeLogStaysReadable: with a small key cap (a small read limit)
-// and a base far smaller than minCompact, every log written is read back:
-// the reader's cap is the writer's compaction threshold.
-func TestChangeLogStaysReadable(t *testing.T) {
+// TestLogStaysReadable: with a small key cap (a small read limit) and a
+// base far smaller than minCompact, every file written is read back: the
+// reader's cap allows what the writer's compaction lets the log reach.
+func TestLogStaysReadable(t *testing.T) {
 	s := New(Options{MaxKeys: 10})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
 	out := make([]limiter.Decision, 1)
 	c := []limiter.Check{{Key: "e", Limit: limiter.Limit{Algorithm: limiter.Exact, N: limiter.MaxExactN, Period: time.Hour}}}
+	var biggest []byte
+	fulls := 0
 	for i := range 40 {
 		now := t0.Add(time.Duration(i) * time.Second)
-		if err := s.Hit(t.Context(), now, 5000, limiter.Leaky, c, out); err != nil {
+		if err := s.Hit(t.Context(), now, 10000, limiter.Leaky, c, out); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.WriteSnapshot(path, now, false); err != nil {
+		st, err := s.WriteSnapshot(path, now, false)
+		if err != nil {
 			t.Fatal(err)
 		}
+		if st.Full {
+			fulls++
+		}
+		if fileSize(t, path) > int64(len(biggest)) {
+			biggest, _ = os.ReadFile(path)
+		}
 	}
-	if fileSize(t, path+changesSuffix) <= SnapshotLimit(10) {
-		t.Fatalf("the log (%d bytes) stayed under the read limit: the case is not made", fileSize(t, path+changesSuffix))
+	// Past what 10 keys can fill (1 MiB and 10 KiB), and compacted.
+	if len(biggest) <= 2<<20 || fulls < 2 {
+		t.Fatalf("the file reached %d bytes, %d new bases: the case is not made", len(biggest), fulls)
 	}
-	snap, err := ReadSnapshot(path, SnapshotLimit(10))
-	if err != nil {
-		t.Fatalf("the log written is refused: %v", err)
-	}
+	os.WriteFile(path, biggest, 0o600)
 	r := New(Options{MaxKeys: 10})
 	defer r.Close()
-	if _, err := r.Restore(snap, t0.Add(time.Minute)); err != nil || r.Len() != 1 {
-		t.Fatalf("restored %d keys: %v", r.Len(), err)
+	if _, err := r.Restore(path, SnapshotLimit(10), t0.Add(time.Minute)); err != nil || r.Len() != 1 {
+		t.Fatalf("the largest file written (%d bytes) is refused: %v", len(biggest), err)
 	}
 }
 
-// TestLargeSegmentStreams: a change larger than the chunk a write holds
-// goes to the log in chunks, as one segment, and reads back whole.
-func TestLargeSegmentStreams(t *testing.T) {
+// TestLargeChangeStreams: a change larger than the chunk a write holds
+// goes to the file in chunks and reads back whole; the write does not
+// keep a large buffer.
+func TestLargeChangeStreams(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
 	path := filepath.Join(t.TempDir(), "store.snapshot")
@@ -521,16 +422,44 @@ func TestLargeSegmentStreams(t *testing.T) {
 	checks := manyKeys(t, s, 10000, t0) // 30,000 keys changed
 	st, err := s.WriteSnapshot(path, t0.Add(time.Millisecond), false)
 	if err != nil || st.Full || st.Keys != 30000 || st.Bytes <= 2*segChunk {
-		t.Fatalf("write: %+v %v, want one segment of 30,000 keys over %d bytes", st, err, 2*segChunk)
+		t.Fatalf("write: %+v %v, want 30,000 keys appended, over %d bytes", st, err, 2*segChunk)
 	}
-	if cap(s.persist.sg.b) > 2*segChunk {
-		t.Fatalf("the write kept a buffer of %d bytes", cap(s.persist.sg.b))
+	if cap(s.persist.buf) > 2*segChunk {
+		t.Fatalf("the write kept a buffer of %d bytes", cap(s.persist.buf))
 	}
-	r, snap := restored(t, path, t0.Add(time.Second))
-	if !snap.Taken.Equal(t0.Add(time.Millisecond)) {
-		t.Fatalf("taken %v: the segment was not read", snap.Taken)
+	r, rst := restored(t, path, t0.Add(time.Second))
+	if !rst.Taken.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("taken %v: the change was not read", rst.Taken)
 	}
 	if got, want := peekAll(t, r, t0.Add(time.Second), checks), peekAll(t, s, t0.Add(time.Second), checks); !reflect.DeepEqual(got, want) {
 		t.Fatal("the restored store decides otherwise")
+	}
+}
+
+// TestRestoreRefusesVersion1: the files of format version 1 (an older
+// sluice's) are refused with ErrOldFormat, the store starts empty, and
+// its first write replaces the base and removes the change log and the
+// booking journal.
+func TestRestoreRefusesVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.snapshot")
+	for _, p := range []string{path, path + ".changes", path + ".bookings"} {
+		os.WriteFile(p, []byte("SLUICEMS\x00\x01\x00\x00and the rest"), 0o600)
+	}
+	s := New(Options{})
+	defer s.Close()
+	if _, err := s.Restore(path, SnapshotLimit(testMaxKeys), t0); !errors.Is(err, ErrOldFormat) || !errors.Is(err, ErrSnapshot) || s.Len() != 0 {
+		t.Fatalf("%v, Len %d; want ErrOldFormat", err, s.Len())
+	}
+	fill(t, s, t0)
+	if st, err := s.WriteSnapshot(path, t0, false); err != nil || !st.Full {
+		t.Fatalf("first write: %+v %v", st, err)
+	}
+	for _, side := range []string{".changes", ".bookings"} {
+		if _, err := os.Lstat(path + side); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s kept: %v", side, err)
+		}
+	}
+	if r, _ := restored(t, path, t0); r.Len() != 4 {
+		t.Fatalf("restored %d keys", r.Len())
 	}
 }

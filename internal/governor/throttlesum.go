@@ -1,4 +1,4 @@
-package app
+package governor
 
 import (
 	"cmp"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"sluice/internal/governor"
+	"sluice/internal/clock"
 )
 
 // Bounds of the throttle summary.
@@ -22,12 +22,13 @@ const (
 	tallyTop = 10
 )
 
-// throttleTally counts the throttle's grants and deferrals per key
-// (destination), for a summary at info every governor.SummaryEvery:
+// ThrottleTally counts the throttle's grants and deferrals per key
+// (destination), for a summary at info every SummaryEvery:
 // grants are otherwise invisible at info, and deferrals are logged once
 // per key and minute. Its memory is bounded (maxTallyKeys) and an idle
 // period logs nothing.
-type throttleTally struct {
+type ThrottleTally struct {
+	clock clock.Clock
 	mu    sync.Mutex
 	keys  map[string]*tally
 	other tally // keys past maxTallyKeys
@@ -36,12 +37,13 @@ type throttleTally struct {
 
 type tally struct{ granted, deferred int64 }
 
-func newThrottleTally(now time.Time) *throttleTally {
-	return &throttleTally{keys: map[string]*tally{}, since: now}
+// NewThrottleTally returns a tally whose first period starts now by clk.
+func NewThrottleTally(clk clock.Clock) *ThrottleTally {
+	return &ThrottleTally{clock: clk, keys: map[string]*tally{}, since: clk.Now()}
 }
 
-// add counts one grant (granted) or deferral of key.
-func (t *throttleTally) add(key string, granted bool) {
+// Add counts one grant (granted) or deferral of key (nil: no tally).
+func (t *ThrottleTally) Add(key string, granted bool) {
 	if t == nil {
 		return
 	}
@@ -67,7 +69,7 @@ func (t *throttleTally) add(key string, granted bool) {
 // the next period: the totals, how many keys, and the tallyTop busiest
 // keys with their grants and deferrals. Nothing when the throttle had no
 // request.
-func (t *throttleTally) report(log *slog.Logger, now time.Time) {
+func (t *ThrottleTally) report(log *slog.Logger, now time.Time) {
 	t.mu.Lock()
 	keys, other, since := t.keys, t.other, t.since
 	t.keys, t.other, t.since = map[string]*tally{}, tally{}, now
@@ -104,17 +106,17 @@ func (t *throttleTally) report(log *slog.Logger, now time.Time) {
 	log.Info("throttle summary: grants/deferrals per key, busiest first", args...)
 }
 
-// run reports every governor.SummaryEvery until ctx ends, then once more.
-func (t *throttleTally) run(ctx context.Context, log *slog.Logger) {
-	tk := time.NewTicker(governor.SummaryEvery)
+// Run reports every SummaryEvery until ctx ends, then once more.
+func (t *ThrottleTally) Run(ctx context.Context, log *slog.Logger) {
+	tk := time.NewTicker(SummaryEvery)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			t.report(log, time.Now())
+			t.report(log, t.clock.Now())
 			return
-		case now := <-tk.C:
-			t.report(log, now)
+		case <-tk.C:
+			t.report(log, t.clock.Now())
 		}
 	}
 }

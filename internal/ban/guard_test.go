@@ -1,4 +1,4 @@
-package app
+package ban
 
 import (
 	"context"
@@ -7,22 +7,41 @@ import (
 	"testing"
 	"time"
 
-	"sluice/internal/config"
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
 	"sluice/internal/throttle"
 )
 
 // banGuardAt is a guard on in-memory marks, with its clock at *now.
-func banGuardAt(t *testing.T, now *time.Time) *banGuard {
+func banGuardAt(t *testing.T, now *time.Time) *Guard {
 	t.Helper()
-	clock := func() time.Time { return *now }
-	marks, err := limiter.NewMemoryMarks("", clock)
+	clk := ptrClock{now}
+	marks, err := limiter.NewMemoryMarks("", clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newBanGuard(marks, slog.New(slog.DiscardHandler))
-	g.now = clock
-	return g
+	return NewGuard(marks, slog.New(slog.DiscardHandler), clk)
+}
+
+// ptrClock is a clock whose time is *now, set by the test.
+type ptrClock struct{ now *time.Time }
+
+func (c ptrClock) Now() time.Time                       { return *c.now }
+func (c ptrClock) NewTimer(d time.Duration) clock.Timer { return clock.Real{}.NewTimer(d) }
+
+// judge reads a trusted send's result lines for id as the throttle's
+// handler does: the front end judges the lines by the policy's signs,
+// the guard the key, the front end the sender's verdict.
+func judge(ctx context.Context, g *Guard, id string, bp *Policy, lines []throttle.ResultLine) string {
+	signs := throttle.NewSigns(bp.Signs)
+	suspended := g.Judge(ctx, id, bp, Result(throttle.Judge(lines, signs)))
+	return throttle.Verdict(lines, signs, suspended)
+}
+
+// untrusted is the verdict for a report from a peer not trusted to steer
+// the key: its own lines as judge would rewrite them, nothing counted.
+func untrusted(g *Guard, id string, bp *Policy, lines []throttle.ResultLine) string {
+	return throttle.Verdict(lines, throttle.NewSigns(bp.Signs), g.SuspendedHere(id))
 }
 
 var (
@@ -37,10 +56,10 @@ var (
 func TestBanCoolOffGrows(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{CoolOff: time.Minute, MaxCoolOff: 3 * time.Minute}, signs: throttle.NewSigns([]string{"too many"}), limit: 10, period: time.Second}
+	bp := &Policy{CoolOff: time.Minute, MaxCoolOff: 3 * time.Minute, Signs: []string{"too many"}, Limit: 10, Period: time.Second}
 	ctx := context.Background()
 	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 3 * time.Minute} {
-		if v := g.judge(ctx, "p *", bp, resBanned); v != "T" {
+		if v := judge(ctx, g, "p *", bp, resBanned); v != "T" {
 			t.Fatalf("ban %d: verdict %q", i+1, v)
 		}
 		until, _ := g.admit(ctx, "p *")
@@ -48,7 +67,7 @@ func TestBanCoolOffGrows(t *testing.T) {
 			t.Errorf("ban %d: suspended for %s, want %s", i+1, got, want)
 		}
 		// A second report of the same ban changes nothing.
-		g.judge(ctx, "p *", bp, resBanned)
+		judge(ctx, g, "p *", bp, resBanned)
 		if again, _ := g.admit(ctx, "p *"); !again.Equal(until) {
 			t.Errorf("ban %d: a second report moved the suspension to %v", i+1, again)
 		}
@@ -58,7 +77,7 @@ func TestBanCoolOffGrows(t *testing.T) {
 		}
 	}
 	now = now.Add(3*time.Minute + time.Second) // quiet for max_cool_off
-	g.judge(ctx, "p *", bp, resBanned)
+	judge(ctx, g, "p *", bp, resBanned)
 	if until, _ := g.admit(ctx, "p *"); until.Sub(now) != time.Minute {
 		t.Errorf("after a quiet max_cool_off: suspended for %s, want the first cool-off again", until.Sub(now))
 	}
@@ -70,7 +89,7 @@ func TestBanCoolOffGrows(t *testing.T) {
 func TestBanAfterFailures(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{After: 3, CoolOff: time.Minute, MaxCoolOff: time.Hour}, limit: 10, period: time.Second}
+	bp := &Policy{After: 3, CoolOff: time.Minute, MaxCoolOff: time.Hour, Limit: 10, Period: time.Second}
 	ctx := context.Background()
 	steps := []struct {
 		res       []throttle.ResultLine
@@ -87,7 +106,7 @@ func TestBanAfterFailures(t *testing.T) {
 	}
 	for i, s := range steps {
 		now = now.Add(time.Millisecond)
-		if v := g.judge(ctx, "p *", bp, s.res); v != s.verdict {
+		if v := judge(ctx, g, "p *", bp, s.res); v != s.verdict {
 			t.Errorf("step %d: verdict %q, want %q", i+1, v, s.verdict)
 		}
 		if until, _ := g.admit(ctx, "p *"); !until.IsZero() != s.suspended {
@@ -105,33 +124,32 @@ func TestBanAfterFailures(t *testing.T) {
 func TestBanAdapt(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: 10 * time.Second, MaxCoolOff: time.Hour, AdaptWindow: 5 * time.Second},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 20, period: time.Second}
+	bp := &Policy{Adapt: true, CoolOff: 10 * time.Second, MaxCoolOff: time.Hour, AdaptWindow: 5 * time.Second, Signs: []string{"too many"}, Limit: 20, Period: time.Second}
 	ctx := context.Background()
 	for range 2 {
 		now = now.Add(50 * time.Millisecond)
-		g.judge(ctx, "p *", bp, resDelivered)
+		judge(ctx, g, "p *", bp, resDelivered)
 	}
-	g.judge(ctx, "p *", bp, resBanned)
-	if n := g.limit(ctx, "p *", bp); n != 10 {
+	judge(ctx, g, "p *", bp, resBanned)
+	if n := g.Limit(ctx, "p *", bp); n != 10 {
 		t.Fatalf("after a ban with 2 delivered in the period: limit %d, want 10 (half of 20: one event lowers by half at most)", n)
 	}
 	now = now.Add(10 * time.Second) // the cool-off ends
-	g.judge(ctx, "p *", bp, resBanned)
-	if n := g.limit(ctx, "p *", bp); n != 10 {
+	judge(ctx, g, "p *", bp, resBanned)
+	if n := g.Limit(ctx, "p *", bp); n != 10 {
 		t.Errorf("a ban right after the cool-off, nothing delivered: limit %d, want 10 (unchanged)", n)
 	}
 	now = now.Add(20 * time.Second) // the second cool-off (20 s) ends
-	g.judge(ctx, "p *", bp, resSlow)
-	g.judge(ctx, "p *", bp, resSlow)
-	if n := g.limit(ctx, "p *", bp); n != 5 {
+	judge(ctx, g, "p *", bp, resSlow)
+	judge(ctx, g, "p *", bp, resSlow)
+	if n := g.Limit(ctx, "p *", bp); n != 5 {
 		t.Errorf("after two throttling answers in one period: limit %d, want 5 (halved once)", n)
 	}
 	// Clean sends: nothing before adapt_window has passed, then up by
 	// 3 (an eighth of 20, rounded up) per window.
 	for i := range 12 {
 		now = now.Add(time.Second)
-		g.judge(ctx, "p *", bp, resDelivered)
+		judge(ctx, g, "p *", bp, resDelivered)
 		want := int64(5)
 		switch {
 		case i >= 9:
@@ -139,19 +157,19 @@ func TestBanAdapt(t *testing.T) {
 		case i >= 4:
 			want = 8
 		}
-		if n := g.limit(ctx, "p *", bp); n != want {
+		if n := g.Limit(ctx, "p *", bp); n != want {
 			t.Errorf("clean second %d: limit %d, want %d", i+1, n, want)
 		}
 	}
 	// Raised to the configured limit, the learned one goes.
 	k := g.key("p *")
 	k.mu.Lock()
-	k.learned = bp.limit - 1
+	k.learned = bp.Limit - 1
 	k.mu.Unlock()
 	now = now.Add(bp.AdaptWindow)
-	g.judge(ctx, "p *", bp, resDelivered)
-	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok || g.limit(ctx, "p *", bp) != bp.limit {
-		t.Errorf("at the configured limit the learned one stays: %d", g.limit(ctx, "p *", bp))
+	judge(ctx, g, "p *", bp, resDelivered)
+	if _, ok, _ := g.marks.Get(ctx, "p *", markLimit); ok || g.Limit(ctx, "p *", bp) != bp.Limit {
+		t.Errorf("at the configured limit the learned one stays: %d", g.Limit(ctx, "p *", bp))
 	}
 }
 
@@ -161,19 +179,18 @@ func TestBanAdapt(t *testing.T) {
 func TestBanAdaptRecoveryBound(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Second, MaxCoolOff: time.Hour, AdaptWindow: time.Minute},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	bp := &Policy{Adapt: true, CoolOff: time.Second, MaxCoolOff: time.Hour, AdaptWindow: time.Minute, Signs: []string{"too many"}, Limit: 100, Period: time.Second}
 	ctx := context.Background()
 	if err := g.marks.Put(ctx, "p *", markLimit, limiter.Mark{Value: 1, Since: now, Expires: now.Add(learnedTTL)}); err != nil {
 		t.Fatal(err)
 	}
 	windows := 0
-	for g.limit(ctx, "p *", bp) < bp.limit {
+	for g.Limit(ctx, "p *", bp) < bp.Limit {
 		if windows > 10 {
-			t.Fatalf("after %d clean windows the limit is %d, want 100 within 8", windows, g.limit(ctx, "p *", bp))
+			t.Fatalf("after %d clean windows the limit is %d, want 100 within 8", windows, g.Limit(ctx, "p *", bp))
 		}
 		now = now.Add(bp.AdaptWindow)
-		g.judge(ctx, "p *", bp, resDelivered)
+		judge(ctx, g, "p *", bp, resDelivered)
 		windows++
 	}
 	if windows != raiseSteps {
@@ -189,51 +206,50 @@ func TestBanAdaptRecoveryBound(t *testing.T) {
 func TestBanCorroboration(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	bp := &Policy{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second, Signs: []string{"too many"}, Limit: 100, Period: time.Second}
 	ctx := context.Background()
 	suspended := func() bool { u, _ := g.admit(ctx, "p *"); return !u.IsZero() }
-	g.judge(ctx, "p *", bp, resDelivered)
-	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() || g.limit(ctx, "p *", bp) != 100 {
-		t.Fatalf("one send's ban: verdict %q, suspended %v, limit %d; want T, not suspended, 100", v, suspended(), g.limit(ctx, "p *", bp))
+	judge(ctx, g, "p *", bp, resDelivered)
+	if v := judge(ctx, g, "p *", bp, resBanned); v != "T" || suspended() || g.Limit(ctx, "p *", bp) != 100 {
+		t.Fatalf("one send's ban: verdict %q, suspended %v, limit %d; want T, not suspended, 100", v, suspended(), g.Limit(ctx, "p *", bp))
 	}
 	now = now.Add(11 * time.Second) // past the window: the first sign is gone
-	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() {
+	if v := judge(ctx, g, "p *", bp, resBanned); v != "T" || suspended() {
 		t.Fatalf("a second sign past the window: verdict %q, suspended %v; want T, not suspended", v, suspended())
 	}
 	now = now.Add(5 * time.Second)
-	g.judge(ctx, "p *", bp, resDelivered) // the relay took one in the period
-	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || !suspended() {
+	judge(ctx, g, "p *", bp, resDelivered) // the relay took one in the period
+	if v := judge(ctx, g, "p *", bp, resBanned); v != "T" || !suspended() {
 		t.Fatalf("a second sign within the window: verdict %q, suspended %v; want T, suspended", v, suspended())
 	}
-	if n := g.limit(ctx, "p *", bp); n != 50 {
+	if n := g.Limit(ctx, "p *", bp); n != 50 {
 		t.Errorf("after the corroborated ban: limit %d, want 50", n)
 	}
-	g.judge(ctx, "p *", bp, resBanned) // a send under way during the ban
-	now = now.Add(time.Minute)         // the cool-off ends
+	judge(ctx, g, "p *", bp, resBanned) // a send under way during the ban
+	now = now.Add(time.Minute)          // the cool-off ends
 	if suspended() {
 		t.Fatal("still suspended after the cool-off")
 	}
-	if g.judge(ctx, "p *", bp, resBanned); suspended() {
+	if judge(ctx, g, "p *", bp, resBanned); suspended() {
 		t.Error("a sign during the suspension counted toward the next ban")
 	}
 	// Throttling answers lower the limit only when corroborated too.
 	now = now.Add(time.Hour)
-	g.judge(ctx, "p *", bp, resSlow)
-	if n := g.limit(ctx, "p *", bp); n != 50 {
+	judge(ctx, g, "p *", bp, resSlow)
+	if n := g.Limit(ctx, "p *", bp); n != 50 {
 		t.Errorf("one throttling answer: limit %d, want 50 (not corroborated)", n)
 	}
 	now = now.Add(time.Second)
-	g.judge(ctx, "p *", bp, resSlow)
-	if n := g.limit(ctx, "p *", bp); n != 25 {
+	judge(ctx, g, "p *", bp, resSlow)
+	if n := g.Limit(ctx, "p *", bp); n != 25 {
 		t.Errorf("two throttling answers: limit %d, want 25", n)
 	}
 	// ban_after at least corroborate: its failures in a row are distinct
 	// sends already.
 	bp.After, bp.Adapt = 2, false
 	now = now.Add(time.Hour)
-	g.judge(ctx, "p *", bp, resRefused)
-	if g.judge(ctx, "p *", bp, resRefused); !suspended() {
+	judge(ctx, g, "p *", bp, resRefused)
+	if judge(ctx, g, "p *", bp, resRefused); !suspended() {
 		t.Error("ban_after = 2 failures in a row did not suspend the key")
 	}
 }
@@ -244,14 +260,13 @@ func TestBanCorroboration(t *testing.T) {
 func TestBanUntrustedChangesNothing(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	bp := &Policy{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1, Signs: []string{"too many"}, Limit: 100, Period: time.Second}
 	ctx := context.Background()
 	for range 5 {
-		if v := g.untrusted("p *", bp, resBanned); v != "T" {
+		if v := untrusted(g, "p *", bp, resBanned); v != "T" {
 			t.Fatalf("an untrusted ban report: verdict %q, want T", v)
 		}
-		g.untrusted("p *", bp, resSlow)
+		untrusted(g, "p *", bp, resSlow)
 	}
 	if u, _ := g.admit(ctx, "p *"); !u.IsZero() {
 		t.Error("untrusted reports suspended the key")
@@ -266,31 +281,30 @@ func TestBanUntrustedChangesNothing(t *testing.T) {
 func TestBanReset(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
-	bp := &banPolicy{BanSpec: config.BanSpec{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	bp := &Policy{Adapt: true, CoolOff: time.Minute, MaxCoolOff: time.Hour, AdaptWindow: time.Hour, Corroborate: 1, Signs: []string{"too many"}, Limit: 100, Period: time.Second}
 	ctx := context.Background()
-	g.judge(ctx, "p *", bp, resDelivered)
-	g.judge(ctx, "p *", bp, resBanned)
+	judge(ctx, g, "p *", bp, resDelivered)
+	judge(ctx, g, "p *", bp, resBanned)
 	now = now.Add(time.Minute)
-	g.judge(ctx, "p *", bp, resDelivered)
-	g.judge(ctx, "p *", bp, resBanned) // the second ban: 2 minutes
-	if n := g.limit(ctx, "p *", bp); n != 25 {
+	judge(ctx, g, "p *", bp, resDelivered)
+	judge(ctx, g, "p *", bp, resBanned) // the second ban: 2 minutes
+	if n := g.Limit(ctx, "p *", bp); n != 25 {
 		t.Fatalf("after two bans: limit %d, want 25", n)
 	}
-	learned, bans, err := g.reset(ctx, "p *")
+	learned, bans, err := g.Reset(ctx, "p *")
 	if err != nil || learned != 25 || bans != 2 {
 		t.Fatalf("reset: %d %d %v, want 25 2", learned, bans, err)
 	}
-	if n := g.limit(ctx, "p *", bp); n != 100 {
+	if n := g.Limit(ctx, "p *", bp); n != 100 {
 		t.Errorf("after reset: limit %d, want 100", n)
 	}
 	if u, _ := g.admit(ctx, "p *"); u.IsZero() {
 		t.Error("reset ended the suspension (resume does that)")
 	}
-	if _, err := g.resume(ctx, "p *"); err != nil {
+	if _, err := g.Resume(ctx, "p *"); err != nil {
 		t.Fatal(err)
 	}
-	g.judge(ctx, "p *", bp, resBanned)
+	judge(ctx, g, "p *", bp, resBanned)
 	if u, _ := g.admit(ctx, "p *"); u.Sub(now) != time.Minute {
 		t.Errorf("the ban after a reset: suspended for %s, want the first cool-off (1m)", u.Sub(now))
 	}
@@ -315,8 +329,7 @@ func TestBanCorroborationMarksDown(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g := banGuardAt(t, &now)
 	g.marks = downMarks{g.marks}
-	bp := &banPolicy{BanSpec: config.BanSpec{CoolOff: time.Minute, MaxCoolOff: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second},
-		signs: throttle.NewSigns([]string{"too many"}), limit: 100, period: time.Second}
+	bp := &Policy{CoolOff: time.Minute, MaxCoolOff: time.Hour, Corroborate: 2, CorroborateWindow: 10 * time.Second, Signs: []string{"too many"}, Limit: 100, Period: time.Second}
 	ctx := context.Background()
 	suspended := func() bool {
 		k := g.key("p *")
@@ -324,15 +337,15 @@ func TestBanCorroborationMarksDown(t *testing.T) {
 		defer k.mu.Unlock()
 		return now.Before(k.until)
 	}
-	if v := g.judge(ctx, "p *", bp, resBanned); v != "T" || suspended() {
+	if v := judge(ctx, g, "p *", bp, resBanned); v != "T" || suspended() {
 		t.Fatalf("one sign, marks down: verdict %q, suspended %v", v, suspended())
 	}
 	now = now.Add(11 * time.Second)
-	if g.judge(ctx, "p *", bp, resBanned); suspended() {
+	if judge(ctx, g, "p *", bp, resBanned); suspended() {
 		t.Fatal("a second sign past the window suspended the key")
 	}
 	now = now.Add(time.Second)
-	if g.judge(ctx, "p *", bp, resBanned); !suspended() {
+	if judge(ctx, g, "p *", bp, resBanned); !suspended() {
 		t.Fatal("two signs within the window, marks down: not suspended on this daemon")
 	}
 }

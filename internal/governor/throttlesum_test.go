@@ -1,4 +1,4 @@
-package app
+package governor
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/testutil/logbuf"
 )
 
@@ -17,16 +18,16 @@ func TestThrottleSummary(t *testing.T) {
 	buf := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(buf, nil))
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	tl := newThrottleTally(t0)
+	tl := NewThrottleTally(clock.NewFake(t0))
 	for i := 0; i < 30; i++ {
-		tl.add("relay.example", true)
+		tl.Add("relay.example", true)
 	}
 	for i := 0; i < 5; i++ {
-		tl.add("relay.example", false)
+		tl.Add("relay.example", false)
 	}
-	tl.add("mx.small.example", true)
+	tl.Add("mx.small.example", true)
 	for i := 0; i < maxTallyKeys+2; i++ {
-		tl.add(fmt.Sprintf("host%05d.example", i), i%2 == 0)
+		tl.Add(fmt.Sprintf("host%05d.example", i), i%2 == 0)
 	}
 	tl.report(log, t0.Add(time.Minute))
 	line := buf.String()
@@ -48,6 +49,6 @@ func TestThrottleSummary(t *testing.T) {
 	if idle.String() != "" {
 		t.Errorf("an idle period logged: %s", idle.String())
 	}
-	var nilTally *throttleTally
-	nilTally.add("x", true) // a daemon without the throttle door
+	var nilTally *ThrottleTally
+	nilTally.Add("x", true) // a daemon without the throttle door
 }

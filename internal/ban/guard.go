@@ -1,4 +1,15 @@
-package app
+// Package ban is the throttle's ban guard: what a relay's ban does to a
+// throttle key. The throttle door judges each send's result (ban signs,
+// failures, deliveries) and hands the judgement here; the guard counts
+// it per key, corroborates a sign of a ban across distinct sends with
+// numbered marks, suspends a banned key for a cool-off that grows with
+// each ban, learns a lower limit (halved at most once per event, raised
+// back in bounded steps by clean sending), and takes an administrator's
+// suspend, resume and reset. Suspensions, ban streaks and learned limits
+// are marks (limiter.Marks), shared by every daemon on one Redis. Time is
+// the guard's clock.Clock; the policies are its Settings, never the
+// configuration itself.
+package ban
 
 import (
 	"context"
@@ -9,11 +20,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sluice/internal/config"
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
-	"sluice/internal/rules"
+	"sluice/internal/markset"
 	"sluice/internal/status"
-	"sluice/internal/throttle"
 )
 
 // Names of the marks the ban guard keeps per throttle key (policy name,
@@ -31,21 +41,23 @@ const (
 // the shared marks for a suspension another daemon made.
 const sharedPoll = 250 * time.Millisecond
 
-// banGuard reads the results of sends and acts on bans: a key whose relay
+// Guard reads the results of sends and acts on bans: a key whose relay
 // banned it is suspended for a cool-off (its waiting senders defer at
 // once, new ones too), the permanent failures the ban caused are reported
 // as temporary, and with adapt the key's limit is learned. What must
 // outlive the daemon or be shared (suspension, streak, learned limit)
 // are marks; consecutive failures and recent deliveries are this daemon's.
-type banGuard struct {
+// A key is "POLICY BUCKET" (the bucket "*" for a shared policy).
+type Guard struct {
 	marks limiter.Marks
 	log   *slog.Logger
-	now   func() time.Time
+	clock clock.Clock
 
 	mu   sync.Mutex
-	keys map[string]*banKey
-	cfg  *config.Config
-	pols map[string]*banPolicy
+	keys map[string]*keyState
+	// pols are the policies that read results, by name (Configure).
+	pols           atomic.Pointer[map[string]*Policy]
+	maxCorroborate atomic.Int64
 	// readWarned is when readFailed last logged; readErrs counts since
 	// (under warnMu: readFailed is called with a key's lock held).
 	warnMu     sync.Mutex
@@ -55,25 +67,48 @@ type banGuard struct {
 	// adminMu orders an administrator's suspensions and resumes (held
 	// across their marks calls; no sender waits on it).
 	adminMu sync.Mutex
-	// susp is the snapshot of suspended keys (throttlesuspend.go);
-	// suspGen, under suspMu, counts this daemon's changes to it.
-	susp    atomic.Pointer[suspendSet]
-	suspMu  sync.Mutex
-	suspGen uint64
+	// susp is the snapshot of suspended keys (suspended.go).
+	susp *markset.Set[suspension]
 }
 
-// banPolicy is a policy's ban settings with what the guard derives.
-type banPolicy struct {
-	config.BanSpec
-	name   string
-	signs  throttle.Signs
-	limit  int64         // the configured limit's N
-	period time.Duration // the configured period plus the margin
-	shown  string        // the configured period as the configuration writes it
+// Settings are what the guard is told of the configuration in force.
+type Settings struct {
+	// Policies are the throttle policies that read results (ban signs,
+	// ban_after or adapt); the others have no entry.
+	Policies []Policy
+	// MaxCorroborate is the most signs of a ban a key can hold (what a
+	// reset clears).
+	MaxCorroborate int
 }
 
-// banKey is one key's local state.
-type banKey struct {
+// Policy is one throttle policy's ban settings: what it does when the
+// relay bans anyway.
+type Policy struct {
+	Name string
+	// Signs are the ban signs (the front end matches them in results).
+	Signs []string
+	// After is how many failed sends in a row are a ban (0: off).
+	After int
+	// CoolOff is a key's first suspension; each ban within MaxCoolOff of
+	// the last one's end doubles it, up to MaxCoolOff.
+	CoolOff, MaxCoolOff time.Duration
+	// Adapt learns the key's limit: halved by a ban, raised back by
+	// AdaptWindow of clean sends.
+	Adapt       bool
+	AdaptWindow time.Duration
+	// Corroborate distinct sends must show a sign of a ban within
+	// CorroborateWindow before it suspends a key or lowers its limit.
+	Corroborate       int
+	CorroborateWindow time.Duration
+	// Limit is the configured limit's N per Period (the configured period
+	// plus the margin); Shown is the period as the configuration writes it.
+	Limit  int64
+	Period time.Duration
+	Shown  string
+}
+
+// keyState is one key's local state.
+type keyState struct {
 	mu         sync.Mutex
 	watchers   int
 	suspended  chan struct{} // closed when the key is suspended
@@ -93,11 +128,35 @@ type banKey struct {
 	epoch uint64
 }
 
-func newBanGuard(marks limiter.Marks, log *slog.Logger) *banGuard {
-	g := &banGuard{marks: boundedMarks{marks}, log: log, now: time.Now, keys: map[string]*banKey{}}
-	g.susp.Store(newSuspendSet(map[string]suspension{}))
+// NewGuard returns a guard keeping its marks in marks, on clk's time,
+// with no policy until Configure.
+func NewGuard(marks limiter.Marks, log *slog.Logger, clk clock.Clock) *Guard {
+	g := &Guard{marks: boundedMarks{marks}, log: log, clock: clk, keys: map[string]*keyState{}}
+	g.susp = markset.New[suspension](g.marks, markSuspend, decodeSuspension, clk)
+	g.Configure(Settings{})
 	return g
 }
+
+// Configure puts s in force (at start and on each reload).
+func (g *Guard) Configure(s Settings) {
+	pols := make(map[string]*Policy, len(s.Policies))
+	for i := range s.Policies {
+		p := s.Policies[i]
+		pols[p.Name] = &p
+	}
+	g.pols.Store(&pols)
+	g.maxCorroborate.Store(int64(s.MaxCorroborate))
+}
+
+// Policy returns the ban settings of the named policy, nil when it reads
+// no results.
+func (g *Guard) Policy(name string) *Policy { return (*g.pols.Load())[name] }
+
+// Now is the time by the guard's clock.
+func (g *Guard) Now() time.Time { return g.clock.Now() }
+
+// Shared says whether other daemons share the guard's marks.
+func (g *Guard) Shared() bool { return g.marks.Shared() }
 
 // markTimeout bounds each call to the marks (Redis down must not hold a
 // sender longer than this).
@@ -133,8 +192,8 @@ func (b boundedMarks) Delete(ctx context.Context, key, name string) error {
 // readFailed logs a failed read of the marks, at most once every
 // readWarnEvery with the count since (a Redis outage would otherwise log
 // once per sender).
-func (g *banGuard) readFailed(what, id string, err error) {
-	now := g.now()
+func (g *Guard) readFailed(what, id string, err error) {
+	now := g.clock.Now()
 	g.warnMu.Lock()
 	g.readErrs++
 	if now.Sub(g.readWarned) < readWarnEvery {
@@ -150,33 +209,16 @@ func (g *banGuard) readFailed(what, id string, err error) {
 // readWarnEvery spaces the warnings of readFailed.
 const readWarnEvery = 10 * time.Second
 
-// policy returns the ban settings of the named policy in cfg, nil when it
-// reads no results.
-func (g *banGuard) policy(cfg *config.Config, name string) *banPolicy {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cfg != cfg {
-		g.cfg, g.pols = cfg, map[string]*banPolicy{}
-		specs, _ := cfg.ThrottlePolicies()
-		for _, s := range specs {
-			if s.Ban.On() {
-				g.pols[s.Name] = &banPolicy{BanSpec: s.Ban, name: s.Name, signs: throttle.NewSigns(s.Ban.Signs), limit: s.Limit.N, period: s.Limit.Period + s.Margin, shown: rules.FormatPeriod(s.Limit.Period)}
-			}
-		}
-	}
-	return g.pols[name]
-}
-
-func (g *banGuard) key(id string) *banKey {
+func (g *Guard) key(id string) *keyState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := g.keys[id]
-	now := g.now()
+	now := g.clock.Now()
 	if k == nil {
 		if len(g.keys) >= 4096 {
 			g.prune(now)
 		}
-		k = &banKey{suspended: make(chan struct{})}
+		k = &keyState{suspended: make(chan struct{})}
 		g.keys[id] = k
 	}
 	k.used = now
@@ -186,7 +228,7 @@ func (g *banGuard) key(id string) *banKey {
 // prune forgets keys idle for an hour with nobody waiting (their marks
 // stay in the marks store). A key whose lock is held is in use: it is
 // skipped, not waited for (g.mu is held).
-func (g *banGuard) prune(now time.Time) {
+func (g *Guard) prune(now time.Time) {
 	for id, k := range g.keys {
 		if !k.mu.TryLock() {
 			continue
@@ -201,7 +243,7 @@ func (g *banGuard) prune(now time.Time) {
 
 // resumeNowLocked ends the key's suspension at once (an administrator's
 // resume).
-func (k *banKey) resumeNowLocked() {
+func (k *keyState) resumeNowLocked() {
 	k.until, k.reason = time.Time{}, ""
 	select {
 	case <-k.suspended:
@@ -210,23 +252,30 @@ func (k *banKey) resumeNowLocked() {
 	}
 }
 
+// The reasons of a suspension: an administrator's, or the relay's ban
+// (with why, when this daemon saw it).
+const (
+	reasonAdmin = "suspended by an administrator"
+	reasonBan   = "the relay banned it"
+)
+
 // suspendReason is why a suspension mark was set: a value below zero is
 // an administrator's, else the relay's ban (the value is the ban streak).
 func suspendReason(m limiter.Mark) string {
 	if m.Value < 0 {
-		return "suspended by an administrator"
+		return reasonAdmin
 	}
-	return "the relay banned it"
+	return reasonBan
 }
 
-// suspend suspends id until until, for an administrator: its waiting
+// Suspend suspends id until until, for an administrator: its waiting
 // senders defer at once, and new ones until then or a resume; with
 // shared marks every daemon's senders do.
-func (g *banGuard) suspend(ctx context.Context, id string, until time.Time) error {
+func (g *Guard) Suspend(ctx context.Context, id string, until time.Time) error {
 	g.adminMu.Lock()
 	defer g.adminMu.Unlock()
-	const why = "suspended by an administrator"
-	if err := g.marks.Put(ctx, id, markSuspend, limiter.Mark{Value: -1, Since: g.now(), Expires: until}); err != nil {
+	const why = reasonAdmin
+	if err := g.marks.Put(ctx, id, markSuspend, limiter.Mark{Value: -1, Since: g.clock.Now(), Expires: until}); err != nil {
 		return fmt.Errorf("suspend %s: %w", id, err)
 	}
 	k := g.key(id)
@@ -235,13 +284,13 @@ func (g *banGuard) suspend(ctx context.Context, id string, until time.Time) erro
 	k.until = time.Time{}
 	k.suspendLocked(until, why)
 	k.mu.Unlock()
-	g.setSuspended(id, until, why)
+	g.susp.Put(id, suspension{until, why})
 	return nil
 }
 
-// resume ends id's suspension, whoever set it, and says whether it was
+// Resume ends id's suspension, whoever set it, and says whether it was
 // suspended.
-func (g *banGuard) resume(ctx context.Context, id string) (bool, error) {
+func (g *Guard) Resume(ctx context.Context, id string) (bool, error) {
 	g.adminMu.Lock()
 	defer g.adminMu.Unlock()
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
@@ -253,18 +302,18 @@ func (g *banGuard) resume(ctx context.Context, id string) (bool, error) {
 	}
 	k := g.key(id)
 	k.mu.Lock()
-	now := g.now()
+	now := g.clock.Now()
 	was := (ok && now.Before(m.Expires)) || now.Before(k.until)
 	k.epoch++
 	k.resumeNowLocked()
 	k.mu.Unlock()
-	g.setSuspended(id, time.Time{}, "")
+	g.susp.Delete(id)
 	return was, nil
 }
 
 // resumeLocked starts a new suspension channel once the last suspension
 // is over.
-func (k *banKey) resumeLocked(now time.Time) {
+func (k *keyState) resumeLocked(now time.Time) {
 	select {
 	case <-k.suspended:
 		if !now.Before(k.until) {
@@ -276,7 +325,7 @@ func (k *banKey) resumeLocked(now time.Time) {
 
 // suspendLocked records a suspension until until and tells the waiting
 // senders.
-func (k *banKey) suspendLocked(until time.Time, reason string) {
+func (k *keyState) suspendLocked(until time.Time, reason string) {
 	if until.After(k.until) {
 		k.until, k.reason = until, reason
 	}
@@ -287,11 +336,17 @@ func (k *banKey) suspendLocked(until time.Time, reason string) {
 	}
 }
 
+// SuspendedUntil returns the end of id's suspension (zero when not
+// suspended) and its reason, reading the marks.
+func (g *Guard) SuspendedUntil(ctx context.Context, id string) (time.Time, string) {
+	return g.admit(ctx, id)
+}
+
 // admit returns the end of id's suspension (zero when not suspended) and
 // its reason. The key's lock is not held across the marks read.
-func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
+func (g *Guard) admit(ctx context.Context, id string) (time.Time, string) {
 	k := g.key(id)
-	now := g.now()
+	now := g.clock.Now()
 	k.mu.Lock()
 	k.resumeLocked(now)
 	if now.Before(k.until) && !g.marks.Shared() {
@@ -324,11 +379,11 @@ func (g *banGuard) admit(ctx context.Context, id string) (time.Time, string) {
 // watch returns a channel closed when id is suspended, and a function to
 // call when the sender is gone. With shared marks, a poller reads them
 // while anyone watches.
-func (g *banGuard) watch(id string) (<-chan struct{}, func()) {
+func (g *Guard) watch(id string) (<-chan struct{}, func()) {
 	k := g.key(id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.resumeLocked(g.now())
+	k.resumeLocked(g.clock.Now())
 	k.watchers++
 	if g.marks.Shared() && !k.polling {
 		k.polling = true
@@ -343,7 +398,7 @@ func (g *banGuard) watch(id string) (<-chan struct{}, func()) {
 
 // poll reads the shared suspension of id for as long as senders watch
 // it; it ends with the last of them.
-func (g *banGuard) poll(id string, k *banKey) {
+func (g *Guard) poll(id string, k *keyState) {
 	t := time.NewTicker(sharedPoll)
 	defer t.Stop()
 	for range t.C {
@@ -357,7 +412,7 @@ func (g *banGuard) poll(id string, k *banKey) {
 // administrator suspended or resumed the key during the read (a resume
 // must not be undone by a mark read before it). It says whether to poll
 // on: false once nobody watches.
-func (g *banGuard) pollOnce(id string, k *banKey) bool {
+func (g *Guard) pollOnce(id string, k *keyState) bool {
 	k.mu.Lock()
 	if k.watchers == 0 {
 		k.polling = false
@@ -369,7 +424,7 @@ func (g *banGuard) pollOnce(id string, k *banKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), sharedPoll)
 	m, ok, err := g.marks.Get(ctx, id, markSuspend)
 	cancel()
-	if err == nil && ok && g.now().Before(m.Expires) {
+	if err == nil && ok && g.clock.Now().Before(m.Expires) {
 		k.mu.Lock()
 		if k.epoch == epoch {
 			k.suspendLocked(m.Expires, suspendReason(m))
@@ -379,28 +434,42 @@ func (g *banGuard) pollOnce(id string, k *banKey) bool {
 	return true
 }
 
-// revokeReason is what a sender told to defer hears.
-func (g *banGuard) revokeReason(id string) string {
+// revoked is the deferral of a sender of id whose key was suspended
+// while it waited or sent.
+func (g *Guard) revoked(id string) *Deferral {
 	k := g.key(id)
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	return suspendedText(id, k.until, k.reason)
+	until, reason := k.until, k.reason
+	k.mu.Unlock()
+	return g.deferral(id, until, reason)
 }
 
-func suspendedText(id string, until time.Time, reason string) string {
-	return fmt.Sprintf("%s is suspended until %s: %s", id, until.UTC().Format(time.RFC3339), reason)
+// Result is what one send's result says about the relay, as the front
+// end read it from the sender's report.
+type Result struct {
+	// Delivered: the relay took the message (for some recipient).
+	Delivered bool
+	// Failed: the relay took nothing, and not for a recipient's own
+	// reason. Consecutive failures count toward a ban.
+	Failed bool
+	// Ban: a permanent failure matched a ban sign.
+	Ban bool
+	// Slow: a temporary failure matched a ban sign (a throttling answer).
+	Slow bool
+	// Sign is the sign that matched.
+	Sign string
 }
 
-// judge reads a trusted send's result for id: counts it, starts a ban,
-// adapts the limit, and returns the verdict flags for the sender. A sign
-// of a ban suspends the key or lowers its limit only once corroborated
+// Judge reads a trusted send's result for id: counts it, starts a ban,
+// adapts the limit, and says whether the key is suspended now (the
+// sender's failures are then reported as temporary). A sign of a ban
+// suspends the key or lowers its limit only once corroborated
 // (corroborated); the sender's own failure is made temporary at once.
-func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []throttle.ResultLine) string {
-	j := throttle.Judge(lines, bp.signs)
+func (g *Guard) Judge(ctx context.Context, id string, bp *Policy, j Result) bool {
 	k := g.key(id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	now := g.now()
+	now := g.clock.Now()
 	k.resumeLocked(now)
 	if bp.Adapt {
 		g.refreshLearnedLocked(ctx, id, k)
@@ -434,40 +503,39 @@ func (g *banGuard) judge(ctx context.Context, id string, bp *banPolicy, lines []
 			k.failures = 0
 			g.banLocked(ctx, id, bp, k, now, why)
 		}
-	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.period)):
+	case j.Slow && bp.Adapt && !now.Before(k.learnedAt.Add(bp.Period)):
 		why := fmt.Sprintf("throttling answer matching %q", j.Sign)
 		if g.corroborated(ctx, id, bp, k, now, why) {
 			g.lowerLocked(ctx, id, bp, k, now, why)
 		}
 	}
-	return throttle.Verdict(lines, bp.signs, now.Before(k.until))
+	return now.Before(k.until)
 }
 
-// untrusted returns the verdict for a report from a peer not trusted to
-// steer the key: its own lines as judge would rewrite them, with nothing
-// counted, suspended or learned.
-func (g *banGuard) untrusted(id string, bp *banPolicy, lines []throttle.ResultLine) string {
+// SuspendedHere says whether id is suspended as this daemon knows it,
+// without a marks read: what a report from a peer not trusted to steer
+// the key is judged by, with nothing counted, suspended or learned.
+func (g *Guard) SuspendedHere(id string) bool {
 	k := g.key(id)
 	k.mu.Lock()
-	suspended := g.now().Before(k.until)
-	k.mu.Unlock()
-	return throttle.Verdict(lines, bp.signs, suspended)
+	defer k.mu.Unlock()
+	return g.clock.Now().Before(k.until)
 }
 
-func (k *banKey) trimDelivered(now time.Time, bp *banPolicy) {
+func (k *keyState) trimDelivered(now time.Time, bp *Policy) {
 	i := 0
-	for i < len(k.delivered) && now.Sub(k.delivered[i]) > bp.period {
+	for i < len(k.delivered) && now.Sub(k.delivered[i]) > bp.Period {
 		i++
 	}
 	k.delivered = k.delivered[i:]
-	if n := len(k.delivered); int64(n) > bp.limit {
-		k.delivered = k.delivered[n-int(bp.limit):]
+	if n := len(k.delivered); int64(n) > bp.Limit {
+		k.delivered = k.delivered[n-int(bp.Limit):]
 	}
 }
 
 // banLocked suspends id, unless it is already: the cool-off doubles for
 // each ban within max_cool_off of the last one's end.
-func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
+func (g *Guard) banLocked(ctx context.Context, id string, bp *Policy, k *keyState, now time.Time, why string) {
 	if now.Before(k.until) {
 		return // the ban already on
 	}
@@ -488,14 +556,14 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 	}
 	if !added { // another daemon got there first
 		if m, ok, err := g.marks.Get(ctx, id, markSuspend); err == nil && ok {
-			k.suspendLocked(m.Expires, "the relay banned it")
+			k.suspendLocked(m.Expires, reasonBan)
 		}
 		return
 	}
 	if err := g.marks.Put(ctx, id, markBans, limiter.Mark{Value: streak, Since: now, Expires: until.Add(bp.MaxCoolOff)}); err != nil {
 		g.log.Warn("throttle: recording the ban streak failed", "key", id, "err", err)
 	}
-	k.suspendLocked(until, "the relay banned it ("+why+")")
+	k.suspendLocked(until, reasonBan+" ("+why+")")
 	g.log.Warn("throttle: relay ban; key suspended", "key", id, "until", until.UTC().Format(time.RFC3339Nano), "cool_off", cool.String(), "ban", streak, "why", why)
 	k.trimDelivered(now, bp)
 	if bp.Adapt && len(k.delivered) > 0 {
@@ -505,14 +573,14 @@ func (g *banGuard) banLocked(ctx context.Context, id string, bp *banPolicy, k *b
 	}
 }
 
-// states lists the keys with a mark: suspended, in a ban streak, or at a
+// States lists the keys with a mark: suspended, in a ban streak, or at a
 // learned limit, with their policy's configured limit.
-func (g *banGuard) states(ctx context.Context, cfg *config.Config) ([]status.ThrottleKey, error) {
+func (g *Guard) States(ctx context.Context) ([]status.ThrottleKey, error) {
 	list, err := g.marks.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := g.now()
+	now := g.clock.Now()
 	var out []status.ThrottleKey
 	for _, m := range list {
 		if strings.HasPrefix(m.Name, markSign) {
@@ -521,8 +589,8 @@ func (g *banGuard) states(ctx context.Context, cfg *config.Config) ([]status.Thr
 		if len(out) == 0 || out[len(out)-1].Key != m.Key {
 			out = append(out, status.ThrottleKey{Key: m.Key})
 			name, _, _ := strings.Cut(m.Key, " ")
-			if bp := g.policy(cfg, name); bp != nil {
-				out[len(out)-1].Configured, out[len(out)-1].Period = bp.limit, bp.shown
+			if bp := g.Policy(name); bp != nil {
+				out[len(out)-1].Configured, out[len(out)-1].Period = bp.Limit, bp.Shown
 			}
 		}
 		k := &out[len(out)-1]

@@ -1,4 +1,4 @@
-package app
+package ban
 
 import (
 	"context"
@@ -6,14 +6,13 @@ import (
 	"strconv"
 	"time"
 
-	"sluice/internal/config"
 	"sluice/internal/limiter"
 )
 
 // What the ban guard learns of a key: its learned limit (lowered by a
 // corroborated sign of a ban, raised back by clean sending, forgotten by
 // an administrator's reset) and the signs of a ban that corroborate one
-// another (throttleban.go reads the results and suspends).
+// another (guard.go reads the results and suspends).
 
 // raiseSteps is how many clean adapt_windows bring any learned limit
 // back to the configured one: each raises it by that share of it.
@@ -22,25 +21,25 @@ const raiseSteps = 8
 // learnedTTL is how long a learned limit is kept after its last change.
 const learnedTTL = 30 * 24 * time.Hour
 
-// limit is id's limit in force: the learned one, if lower than configured.
-func (g *banGuard) limit(ctx context.Context, id string, bp *banPolicy) int64 {
+// Limit is id's limit in force: the learned one, if lower than configured.
+func (g *Guard) Limit(ctx context.Context, id string, bp *Policy) int64 {
 	if !bp.Adapt {
-		return bp.limit
+		return bp.Limit
 	}
 	k := g.key(id)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	g.refreshLearnedLocked(ctx, id, k)
-	if k.learned > 0 && k.learned < bp.limit {
+	if k.learned > 0 && k.learned < bp.Limit {
 		return k.learned
 	}
-	return bp.limit
+	return bp.Limit
 }
 
 // refreshLearnedLocked reads the learned limit from the marks: once for
 // marks of this daemon's own, every second for shared ones.
-func (g *banGuard) refreshLearnedLocked(ctx context.Context, id string, k *banKey) {
-	now := g.now()
+func (g *Guard) refreshLearnedLocked(ctx context.Context, id string, k *keyState) {
+	now := g.clock.Now()
 	if !k.learnedChk.IsZero() && (!g.marks.Shared() || now.Sub(k.learnedChk) < time.Second) {
 		return
 	}
@@ -63,7 +62,7 @@ func (g *banGuard) refreshLearnedLocked(ctx context.Context, id string, k *banKe
 // free (Add: two daemons never take the same one), so the count is exact
 // across daemons. While the marks cannot be written (Redis down), this
 // daemon's own signs are counted instead. k's lock is held.
-func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) bool {
+func (g *Guard) corroborated(ctx context.Context, id string, bp *Policy, k *keyState, now time.Time, why string) bool {
 	n := bp.Corroborate
 	if n <= 1 {
 		return true
@@ -97,7 +96,7 @@ func (g *banGuard) corroborated(ctx context.Context, id string, bp *banPolicy, k
 
 // localSign counts a sign of a ban in k alone (the marks failing) and
 // says whether bp.Corroborate of them fell within the window.
-func (k *banKey) localSign(now time.Time, bp *banPolicy) bool {
+func (k *keyState) localSign(now time.Time, bp *Policy) bool {
 	i := 0
 	for i < len(k.signs) && now.Sub(k.signs[i]) >= bp.CorroborateWindow {
 		i++
@@ -111,7 +110,7 @@ func (k *banKey) localSign(now time.Time, bp *banPolicy) bool {
 }
 
 // clearSigns deletes id's first n sign marks.
-func (g *banGuard) clearSigns(ctx context.Context, id string, n int) {
+func (g *Guard) clearSigns(ctx context.Context, id string, n int) {
 	for i := 1; i <= n; i++ {
 		if err := g.marks.Delete(ctx, id, signMark(i)); err != nil {
 			g.log.Warn("throttle: clearing the signs of a ban failed", "key", id, "err", err)
@@ -125,8 +124,8 @@ func signMark(i int) string { return markSign + strconv.Itoa(i) }
 
 // lowerLocked halves id's limit in force (the learned one, or the
 // configured): one event never lowers it by more.
-func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time, why string) {
-	cur := bp.limit
+func (g *Guard) lowerLocked(ctx context.Context, id string, bp *Policy, k *keyState, now time.Time, why string) {
+	cur := bp.Limit
 	if k.learned > 0 && k.learned < cur {
 		cur = k.learned
 	}
@@ -135,21 +134,21 @@ func (g *banGuard) lowerLocked(ctx context.Context, id string, bp *banPolicy, k 
 		g.log.Warn("throttle: recording the learned limit failed", "key", id, "err", err)
 	}
 	k.learned, k.learnedAt, k.learnedChk = next, now, now
-	g.log.Warn("throttle: limit lowered", "key", id, "limit", next, "was", cur, "per", bp.period.String(), "why", why)
+	g.log.Warn("throttle: limit lowered", "key", id, "limit", next, "was", cur, "per", bp.Period.String(), "why", why)
 }
 
 // raiseLocked raises a learned limit by an eighth of the configured one
 // (at least one) after each adapt_window of clean sends; at the
 // configured limit the mark goes. From any learned limit the configured
 // one is back within raiseSteps windows of clean sending.
-func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k *banKey, now time.Time) {
+func (g *Guard) raiseLocked(ctx context.Context, id string, bp *Policy, k *keyState, now time.Time) {
 	// A window of clean sends: none during a suspension.
 	if k.learned <= 0 || now.Sub(k.learnedAt) < bp.AdaptWindow || now.Sub(k.trouble) < bp.AdaptWindow || now.Sub(k.until) < bp.AdaptWindow {
 		return
 	}
-	next := k.learned + max(1, (bp.limit+raiseSteps-1)/raiseSteps)
+	next := k.learned + max(1, (bp.Limit+raiseSteps-1)/raiseSteps)
 	var err error
-	if next >= bp.limit {
+	if next >= bp.Limit {
 		next = 0
 		err = g.marks.Delete(ctx, id, markLimit)
 	} else {
@@ -162,15 +161,15 @@ func (g *banGuard) raiseLocked(ctx context.Context, id string, bp *banPolicy, k 
 	k.learned, k.learnedAt, k.learnedChk = next, now, now
 	shown := next
 	if next == 0 {
-		shown = bp.limit
+		shown = bp.Limit
 	}
-	g.log.Info("throttle: limit raised", "key", id, "limit", shown, "configured", bp.limit)
+	g.log.Info("throttle: limit raised", "key", id, "limit", shown, "configured", bp.Limit)
 }
 
-// reset forgets id's learned limit, ban streak and signs of a ban (an
+// Reset forgets id's learned limit, ban streak and signs of a ban (an
 // administrator's word: the relay's limit is the configured one again),
 // on every daemon sharing the marks. A suspension stays: resume ends it.
-func (g *banGuard) reset(ctx context.Context, id string) (learned, bans int64, err error) {
+func (g *Guard) Reset(ctx context.Context, id string) (learned, bans int64, err error) {
 	g.adminMu.Lock()
 	defer g.adminMu.Unlock()
 	// Under the key's lock, as judge changes the marks: a result judged
@@ -189,7 +188,7 @@ func (g *banGuard) reset(ctx context.Context, id string) (learned, bans int64, e
 			return 0, 0, fmt.Errorf("reset %s: %w", id, err)
 		}
 	}
-	g.clearSigns(ctx, id, config.MaxCorroborate)
+	g.clearSigns(ctx, id, int(g.maxCorroborate.Load()))
 	k.learned, k.learnedAt, k.learnedChk = 0, time.Time{}, time.Time{}
 	k.failures, k.delivered, k.trouble, k.signs = 0, nil, time.Time{}, nil
 	g.log.Warn("throttle: learned limit and ban streak reset", "key", id, "learned_limit", learned, "bans", bans)

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"sluice/internal/app"
+	"sluice/internal/config"
+)
+
+// printCapacity explains the MTA's capacity check found, and from where,
+// and the reservations that divide it.
+func printCapacity(w io.Writer, cfg *config.Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := app.MTACapacity(ctx, cfg)
+	reserved := cfg.Reserved()
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "MTA capacity: cannot be read: %v\n", err)
+	case c.Sessions == 0:
+		fmt.Fprintln(w, "MTA capacity: unknown (set [mta] sessions, or anvil.postfix_config_dir to read Postfix's master.cf)")
+	default:
+		fmt.Fprintf(w, "MTA capacity: %d SMTP sessions (from %s)\n", c.Sessions, c.From)
+	}
+	if reserved == 0 {
+		return
+	}
+	fmt.Fprintf(w, "reservations: %d sessions", reserved)
+	for _, cl := range cfg.Classes {
+		if cl.Reserve > 0 {
+			fmt.Fprintf(w, " · %s %d", cl.Name, cl.Reserve)
+		}
+	}
+	switch {
+	case c.Sessions == 0:
+		fmt.Fprintln(w, "; NOT ENFORCED while the capacity is unknown")
+	case reserved >= c.Sessions:
+		fmt.Fprintf(w, "; ALL of the %d sessions or more: the other classes get none\n", c.Sessions)
+	default:
+		fmt.Fprintf(w, "; the other classes share at most %d\n", c.Sessions-reserved)
+	}
+}
+
+// capacityWarnings are check's and serve's warnings about reservations
+// the MTA's capacity cannot honour.
+func capacityWarnings(ctx context.Context, cfg *config.Config) []string {
+	reserved := cfg.Reserved()
+	if reserved == 0 {
+		return nil
+	}
+	c, err := app.MTACapacity(ctx, cfg)
+	switch {
+	case err != nil:
+		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity cannot be read (%v): reservations are not enforced; set [mta] sessions", reserved, err)}
+	case c.Sessions == 0:
+		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity is unknown: reservations are not enforced; set [mta] sessions or anvil.postfix_config_dir", reserved)}
+	case reserved >= c.Sessions:
+		return []string{fmt.Sprintf("the classes reserve %d sessions of the MTA's %d (from %s): the other classes get none; lower the reserves", reserved, c.Sessions, c.From)}
+	}
+	return nil
+}
