@@ -17,9 +17,8 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	s.closing.Store(true)
 	s.stopRunners()
 	s.mu.Lock()
-	for l, a := range s.listeners {
-		a.close()
-		l.Close()
+	for _, a := range s.listeners {
+		a.stop()
 	}
 	if wakeIdle {
 		for c := range s.conns {

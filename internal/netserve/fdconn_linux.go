@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"sluice/internal/rawio"
 )
 
 // fdConn is an accepted session socket served from the server's poller:
@@ -23,7 +25,6 @@ import (
 // touches a reused descriptor number.
 type fdConn struct {
 	fd     int
-	gen    uint32
 	p      *poller
 	laddr  net.Addr // nil for TCP until LocalAddr asks (getsockname)
 	raddr  net.Addr
@@ -33,7 +34,6 @@ type fdConn struct {
 	// state counts the calls using fd (2 each) and marks Close (bit 0).
 	state  atomic.Int64
 	rd, wr side
-	onGone func() // after the descriptor is closed (the poller's count)
 }
 
 // side is one direction: its calls one at a time, its deadline and the
@@ -94,14 +94,24 @@ func (s *side) stop() {
 
 // newFDConn makes the connection of an accepted descriptor and adds it
 // to p.
-func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr, gen uint32) (*fdConn, error) {
-	c := &fdConn{fd: fd, gen: gen, p: p, netw: netw, laddr: laddr, raddr: raddr}
+func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, error) {
+	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
 	c.rd.ch = make(chan struct{}, 1)
 	c.wr.ch = make(chan struct{}, 1)
-	if err := p.add(c); err != nil {
+	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLOUT, c); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ready is the poller's news of the socket: readable, writable, hung up.
+func (c *fdConn) ready(ev uint32) {
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.rd.wake()
+	}
+	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.wr.wake()
+	}
 }
 
 // acquire takes a use of the descriptor; false once Close was called.
@@ -129,11 +139,8 @@ func (c *fdConn) release() {
 func (c *fdConn) destroy() {
 	c.rd.stop()
 	c.wr.stop()
-	c.p.remove(c)
-	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(c.fd), 0, 0)
-	if c.onGone != nil {
-		c.onGone()
-	}
+	c.p.remove(c.fd, c, true)
+	rawio.CloseFD(c.fd)
 }
 
 // Close ends the connection: calls parked on it return net.ErrClosed,

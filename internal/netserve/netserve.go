@@ -25,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"sluice/internal/rawio"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -120,25 +122,20 @@ func (s *Server) Conns() int { return int(s.nconns.Load()) }
 // package, until Shutdown or Close, then returns ErrServerClosed.
 // Temporary accept errors back off up to a second.
 func (s *Server) Serve(l net.Listener) error {
-	if s.closing.Load() {
-		l.Close()
-		return ErrServerClosed
-	}
-	a, err := newAcceptor(l)
-	if err != nil {
-		l.Close()
-		return err
-	}
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
-		a.close()
 		l.Close()
 		return ErrServerClosed
 	}
 	if err := s.startPoller(); err != nil {
 		s.mu.Unlock()
-		a.close()
+		l.Close()
+		return err
+	}
+	a, err := newAcceptor(l, s.poll)
+	if err != nil {
+		s.mu.Unlock()
 		l.Close()
 		return err
 	}
@@ -148,8 +145,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Lock()
 		delete(s.listeners, l)
 		s.mu.Unlock()
-		a.close()
-		l.Close()
+		a.stop()
 	}()
 	var backoff time.Duration
 	for {
@@ -190,7 +186,7 @@ var errStopped = errors.New("stopped")
 // next accepts the next connection: on the poller, for a socket; nil
 // (and no error) when one was accepted that cannot be served.
 func (s *Server) next(a *acceptor) (net.Conn, error) {
-	if a.f == nil {
+	if a.lrc == nil {
 		return a.l.Accept()
 	}
 	fd, raddr, err := a.accept()
@@ -199,7 +195,7 @@ func (s *Server) next(a *acceptor) (net.Conn, error) {
 	}
 	c, err := s.newConn(a, fd, raddr)
 	if err != nil {
-		closeFD(fd)
+		rawio.CloseFD(fd)
 		if errors.Is(err, errStopped) {
 			return nil, err
 		}
@@ -296,9 +292,8 @@ func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.stopRunners()
 	s.mu.Lock()
-	for l, a := range s.listeners {
-		a.close()
-		l.Close()
+	for _, a := range s.listeners {
+		a.stop()
 	}
 	for c := range s.conns {
 		c.Conn.Close()
