@@ -22,7 +22,16 @@ import (
 type Stat struct {
 	Session      int    // field 6: the session id
 	UTime, STime uint64 // fields 14 and 15: user and system time, clock ticks
+	// CUTime and CSTime (fields 16 and 17) are the user and system time
+	// of the children the process has waited for, in clock ticks (0 when
+	// the line stops before them).
+	CUTime, CSTime uint64
 }
+
+// TreeTicks is Ticks plus the time of the children the process has
+// reaped: summed over a session at two moments, the difference is what
+// the session spent between them, children that came and went included.
+func (s Stat) TreeTicks() uint64 { return s.UTime + s.STime + s.CUTime + s.CSTime }
 
 // Ticks is the process's CPU time, user plus system, in clock ticks.
 func (s Stat) Ticks() uint64 { return s.UTime + s.STime }
@@ -51,7 +60,16 @@ func ParseStat(b []byte) (Stat, error) {
 	if err != nil {
 		return Stat{}, fmt.Errorf("procstat: stime %q: %w", f[12], err)
 	}
-	return Stat{Session: sid, UTime: ut, STime: st}, nil
+	out := Stat{Session: sid, UTime: ut, STime: st}
+	if len(f) >= 15 {
+		if out.CUTime, err = strconv.ParseUint(f[13], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("procstat: cutime %q: %w", f[13], err)
+		}
+		if out.CSTime, err = strconv.ParseUint(f[14], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("procstat: cstime %q: %w", f[14], err)
+		}
+	}
+	return out, nil
 }
 
 // ReadStat is ParseStat of pid's /proc/PID/stat.
@@ -195,6 +213,19 @@ func SessionPIDs(sid int) []int {
 		}
 	}
 	return pids
+}
+
+// SessionTreeTicks is the TreeTicks of every process of session sid,
+// summed: the session's CPU time so far, its reaped children's included
+// (a child that exited but was not yet reaped counts as itself).
+func SessionTreeTicks(sid int) uint64 {
+	var n uint64
+	for _, pid := range SessionPIDs(sid) {
+		if s, err := ReadStat(pid); err == nil {
+			n += s.TreeTicks()
+		}
+	}
+	return n
 }
 
 // Cmdline is pid's command line with its arguments joined by spaces

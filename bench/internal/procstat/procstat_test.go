@@ -20,6 +20,9 @@ func TestParseStat(t *testing.T) {
 		{"plain", "42 (sluice)" + tail, Stat{Session: 4242, UTime: 1234, STime: 567}, false},
 		{"spaces and parentheses in the name", "42 (a) b (c))" + tail, Stat{Session: 4242, UTime: 1234, STime: 567}, false},
 		{"trailing newline", "42 (x)" + tail + "\n", Stat{Session: 4242, UTime: 1234, STime: 567}, false},
+		{"children's times", "42 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 89 10 20", Stat{Session: 4242, UTime: 1234, STime: 567, CUTime: 89, CSTime: 10}, false},
+		{"cutime not a number", "42 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 x9 10 20", Stat{}, true},
+		{"cstime negative", "42 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 89 -1 20", Stat{}, true},
 		{"empty", "", Stat{}, true},
 		{"no command", "42 S 1 4242" + tail, Stat{}, true},
 		{"a closing parenthesis only", "42 x)" + tail, Stat{}, true},
@@ -36,6 +39,9 @@ func TestParseStat(t *testing.T) {
 	}
 	if got := (Stat{UTime: 3, STime: 4}).Ticks(); got != 7 {
 		t.Errorf("Ticks = %d", got)
+	}
+	if got := (Stat{UTime: 3, STime: 4, CUTime: 5, CSTime: 6}).TreeTicks(); got != 18 {
+		t.Errorf("TreeTicks = %d", got)
 	}
 }
 
