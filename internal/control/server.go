@@ -64,12 +64,11 @@ func NewServer(o Options) *Server {
 }
 
 func (s *Server) serve(c *netserve.Conn) {
-	uc, ok := c.Conn.(*net.UnixConn)
-	if !ok {
+	if _, ok := c.RemoteAddr().(*net.UnixAddr); !ok {
 		s.o.Logger.Error("control: a connection not on a unix socket; closed it", "remote", c.RemoteAddr().String())
 		return
 	}
-	peer, err := peercred.Unix(uc)
+	peer, err := peercred.Unix(c.Conn)
 	if err != nil {
 		s.o.Logger.Warn("control: the peer's credentials cannot be read; closed the connection", "err", err)
 		return

@@ -12,7 +12,6 @@ import (
 	"sluice/internal/milter/wire"
 	"sluice/internal/netserve"
 	"sluice/internal/peercred"
-	"sluice/internal/rawio"
 )
 
 // The delayed-ACK stall (docs/protocols/milter.md, "Delayed ACK"). When the milter negotiates
@@ -66,7 +65,6 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
-	rio  *rawio.Conn     // Linux unix and TCP sockets: packet I/O (internal/rawio)
 	sess *Session
 	pid  int // the MTA process at the other end of a unix socket (SO_PEERCRED), else 0
 
@@ -100,14 +98,10 @@ type conn struct {
 func (s *Server) serveConn(nc *netserve.Conn) {
 	c := &conn{srv: s, nc: nc.Conn}
 	c.pid, _ = peercred.PID(nc.Conn)
-	if tc, ok := nc.Conn.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-		if quickAckSupported && !s.noQuickAck {
-			c.raw, _ = tc.SyscallConn()
+	if _, tcp := nc.Conn.RemoteAddr().(*net.TCPAddr); tcp && quickAckSupported && !s.noQuickAck {
+		if sc, ok := nc.Conn.(syscall.Conn); ok { // TCP_NODELAY is set at accept
+			c.raw, _ = sc.SyscallConn()
 		}
-	}
-	if !s.noRawIO {
-		c.rio = rawio.New(nc.Conn)
 	}
 	c.sess = s.newSession(c)
 	defer c.releaseBig()
@@ -538,10 +532,6 @@ func (c *conn) write(b []byte) error {
 			c.nc.SetWriteDeadline(now.Add(t))
 			c.writeArmed = now
 		}
-	}
-	if c.rio != nil {
-		_, err := c.rio.Write(b)
-		return err
 	}
 	_, err := c.nc.Write(b)
 	return err

@@ -2,39 +2,39 @@ package milter
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
-	"sluice/internal/rawio"
 )
 
-// rioProbe records, at CONNECT, whether the session's connection does its
-// packet I/O with raw syscalls.
+// rioProbe records, at CONNECT, what the session knows of its
+// connection: the MTA's pid (unix sockets) and whether TCP_QUICKACK can be
+// re-armed on it (TCP).
 type rioProbe struct {
 	minimal
-	raw chan bool
+	raw chan [2]bool
 }
 
 func (p *rioProbe) Connect(s *Session, _ string, _ Family, _ uint16, _ string) Response {
-	p.raw <- s.c.rio != nil
+	p.raw <- [2]bool{s.c.pid == os.Getpid(), s.c.raw != nil}
 	return Continue
 }
 
-// TestRawIOSessions: over unix and TCP sockets the engine reads and
-// writes packets with raw syscalls where it can (Linux, not -race:
-// internal/rawio), a whole session works that way, and with noRawIO
-// through net.Conn as before.
+// TestRawIOSessions: over unix and TCP sockets a whole session runs on
+// the door's connections (internal/netserve's poller, raw system calls),
+// and what the engine asks of the descriptor works on them: the peer's
+// pid by SO_PEERCRED on a unix socket, TCP_QUICKACK on TCP.
 func TestRawIOSessions(t *testing.T) {
 	for _, tc := range []struct {
 		network string
-		noRaw   bool
-	}{{"unix", false}, {"tcp", false}, {"unix", true}} {
-		t.Run(tc.network+map[bool]string{true: "-noraw"}[tc.noRaw], func(t *testing.T) {
-			h := &rioProbe{raw: make(chan bool, 1)}
+		want    [2]bool
+	}{{"unix", [2]bool{true, false}}, {"tcp", [2]bool{false, quickAckSupported}}} {
+		t.Run(tc.network, func(t *testing.T) {
+			h := &rioProbe{raw: make(chan [2]bool, 1)}
 			s := NewServer(Options{Handler: h, Logger: quiet()})
-			s.noRawIO = tc.noRaw
 			addr := "127.0.0.1:0"
 			if tc.network == "unix" {
 				addr = filepath.Join(t.TempDir(), "m")
@@ -56,8 +56,8 @@ func TestRawIOSessions(t *testing.T) {
 			defer m.Close()
 			must(t, m.Negotiate(6, wire.AllActions, wire.AllProtocol))
 			connect(t, m)
-			if raw, want := <-h.raw, rawio.Supported && !tc.noRaw; raw != want {
-				t.Fatalf("raw packet I/O: %v, want %v", raw, want)
+			if got := <-h.raw; got != tc.want {
+				t.Fatalf("[peer pid is ours, quickack armed] = %v, want %v", got, tc.want)
 			}
 			c, err := m.Verdict(&wire.EOM{})
 			wantCode(t, c, err, wire.RespContinue)

@@ -24,13 +24,7 @@ func (c *conn) read(p []byte) (int, error) {
 			c.readArmed = now
 		}
 	}
-	var n int
-	var err error
-	if c.rio != nil {
-		n, err = c.rio.Read(p)
-	} else {
-		n, err = c.nc.Read(p)
-	}
+	n, err := c.nc.Read(p)
 	if n > 0 && c.raw != nil {
 		quickAck(c.raw)
 	}

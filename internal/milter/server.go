@@ -110,7 +110,6 @@ type Server struct {
 	// peer's packet has begun.
 	partials   atomic.Int64
 	noQuickAck bool // tests: show the delayed-ACK stall
-	noRawIO    bool // tests: packet I/O through net.Conn (internal/rawio)
 }
 
 // stepSet records which optional handler interfaces are implemented.

@@ -11,7 +11,6 @@ import (
 
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
-	"sluice/internal/rawio"
 	"sluice/internal/testutil/logbuf"
 )
 
@@ -22,46 +21,33 @@ import (
 // one line naming the malformed packet and closes the connection, with
 // the session's Close callback. The idle and request timeouts are off, so
 // only the length can end the session; the read deadline below is a guard
-// against a hang, not a measure. Run over TCP and unix sockets, with the
-// raw-syscall packet I/O where the build has it (Linux without -race) and
-// through net.Conn; scripts/test.sh runs this package with and without
-// -race.
+// against a hang, not a measure. Run over TCP and unix sockets;
+// scripts/test.sh runs this package with and without -race.
 func TestBadLengthAlone(t *testing.T) {
-	type packetIO struct {
-		name  string
-		noRaw bool
-	}
-	ios := []packetIO{{"netconn", true}}
-	if rawio.Supported {
-		ios = append(ios, packetIO{"raw", false})
-	}
 	for _, network := range []string{"tcp", "unix"} {
-		for _, pio := range ios {
-			for _, c := range []struct {
-				name   string
-				optneg bool
-				length []byte
-				want   string
-			}{
-				{"zero first", false, []byte{0, 0, 0, 0}, "malformed packet: zero length"},
-				{"zero after OPTNEG", true, []byte{0, 0, 0, 0}, "malformed packet: zero length"},
-				{"over the cap after OPTNEG", true, []byte{0, 0, 0x10, 0}, "packet too large: payload of 4095 bytes, cap 1024"},
-			} {
-				t.Run(network+"/"+pio.name+"/"+c.name, func(t *testing.T) {
-					badLengthAlone(t, network, pio.noRaw, c.optneg, c.length, c.want)
-				})
-			}
+		for _, c := range []struct {
+			name   string
+			optneg bool
+			length []byte
+			want   string
+		}{
+			{"zero first", false, []byte{0, 0, 0, 0}, "malformed packet: zero length"},
+			{"zero after OPTNEG", true, []byte{0, 0, 0, 0}, "malformed packet: zero length"},
+			{"over the cap after OPTNEG", true, []byte{0, 0, 0x10, 0}, "packet too large: payload of 4095 bytes, cap 1024"},
+		} {
+			t.Run(network+"/"+c.name, func(t *testing.T) {
+				badLengthAlone(t, network, c.optneg, c.length, c.want)
+			})
 		}
 	}
 }
 
 // badLengthAlone is one case of TestBadLengthAlone.
-func badLengthAlone(t *testing.T, network string, noRaw, optneg bool, length []byte, want string) {
+func badLengthAlone(t *testing.T, network string, optneg bool, length []byte, want string) {
 	logs := &logbuf.Buffer{}
 	rec := newRecorder()
 	s := NewServer(Options{Handler: rec, Logger: slog.New(slog.NewTextHandler(logs, nil)), MaxData: 1024,
 		IdleTimeout: -1, RequestTimeout: -1})
-	s.noRawIO = noRaw
 	addr := "127.0.0.1:0"
 	if network == "unix" {
 		addr = filepath.Join(t.TempDir(), "m")

@@ -17,14 +17,15 @@ func (s *Server) stop(ctx context.Context, wakeIdle bool) error {
 	s.closing.Store(true)
 	s.stopRunners()
 	s.mu.Lock()
-	for l := range s.listeners {
-		l.Close()
+	for _, a := range s.listeners {
+		a.stop()
 	}
 	if wakeIdle {
 		for c := range s.conns {
 			c.wakeIdle()
 		}
 	}
+	s.dropPoller()
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

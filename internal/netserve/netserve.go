@@ -5,6 +5,14 @@
 // users, a share for the peers outside it), idle and per-request read deadlines, a panic in one
 // connection's handler costing that connection only, and a two-stage
 // Shutdown in the shape of net/http's.
+//
+// The sessions are served from the server's own epoll set
+// (poller_linux.go): accepted with raw accept4(2) on a duplicate of the
+// listener's descriptor, read, written and closed with raw system calls,
+// parked between requests on a channel that the set's one waiter
+// goroutine signals. No call on a session enters the scheduler, so a
+// door between its peers' requests never wakes the runtime's monitor
+// thread.
 package netserve
 
 import (
@@ -63,7 +71,7 @@ type Server struct {
 	o         Options
 	handle    func(*Conn)
 	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
+	listeners map[net.Listener]*acceptor
 	conns     map[*Conn]struct{}
 	refusing  map[net.Conn]struct{} // being refused by Options.Refuse
 	gate      *Gate                 // PeerLimits
@@ -75,6 +83,11 @@ type Server struct {
 	quit      chan struct{} // closed when the server stops: runners return
 	quitOnce  sync.Once
 	idle      atomic.Int32 // runners waiting on handoff
+
+	poll        *poller      // the sessions' epoll set, made by the first Serve
+	pollRefs    atomic.Int64 // the server's (until it closes) and each connection's
+	pollDropped bool         // the server's reference is given back (mu)
+	gen         uint32       // connections made, to tell a reused descriptor (mu)
 }
 
 // New returns a Server that runs handle for each connection, in a
@@ -96,7 +109,7 @@ func New(o Options, handle func(*Conn)) *Server {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return &Server{
-		o: o, handle: handle, listeners: map[net.Listener]struct{}{}, conns: map[*Conn]struct{}{},
+		o: o, handle: handle, listeners: map[net.Listener]*acceptor{}, conns: map[*Conn]struct{}{},
 		refusing: map[net.Conn]struct{}{}, gate: NewGate(o.Name, o.Logger, o.PeerLimits),
 		handoff: make(chan *Conn), quit: make(chan struct{}),
 	}
@@ -105,8 +118,9 @@ func New(o Options, handle func(*Conn)) *Server {
 // Conns returns the number of open connections.
 func (s *Server) Conns() int { return int(s.nconns.Load()) }
 
-// Serve accepts connections on l until Shutdown or Close, then returns
-// ErrServerClosed. Temporary accept errors back off up to a second.
+// Serve accepts connections on l, a unix or TCP listener of the net
+// package, until Shutdown or Close, then returns ErrServerClosed.
+// Temporary accept errors back off up to a second.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -114,17 +128,31 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return ErrServerClosed
 	}
-	s.listeners[l] = struct{}{}
+	if err := s.startPoller(); err != nil {
+		s.mu.Unlock()
+		l.Close()
+		return err
+	}
+	a, err := newAcceptor(l, s.poll)
+	if err != nil {
+		s.mu.Unlock()
+		l.Close()
+		return err
+	}
+	s.listeners[l] = a
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, l)
 		s.mu.Unlock()
-		l.Close()
+		a.stop()
 	}()
 	var backoff time.Duration
 	for {
-		c, err := l.Accept()
+		c, err := s.next(a)
+		if errors.Is(err, errStopped) {
+			return ErrServerClosed
+		}
 		if err != nil {
 			if s.closing.Load() {
 				return ErrServerClosed
@@ -138,40 +166,76 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		if s.nconns.Load() >= int64(s.o.MaxConns) {
-			if n := s.refused.Add(1); n&(n-1) == 0 {
-				s.o.Logger.Warn(s.o.Name+": too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
-			}
-			s.refuse(c)
+		if c == nil {
 			continue
 		}
-		place, err := s.gate.Admit(c)
-		if errors.Is(err, ErrNotAllowed) {
-			continue // closed
-		}
-		if err != nil {
-			s.refuse(c)
-			continue
-		}
-		cn := &Conn{Conn: c, rio: rawio.New(c), s: s, place: place}
-		s.mu.Lock()
-		if s.closing.Load() {
-			s.mu.Unlock()
-			cn.place.Release()
-			c.Close()
+		if s.admit(c) == errStopped {
 			return ErrServerClosed
 		}
-		s.conns[cn] = struct{}{}
-		s.wg.Add(1)
-		s.nconns.Add(1)
-		s.mu.Unlock()
-		s.start(cn)
 		// Let the connection's goroutine answer its first request before
 		// this one accepts again: the peer waits for that answer, and
 		// nothing waits for an accept that would find nobody (on one
 		// thread the next accept, its park and the scheduler came first).
 		runtime.Gosched()
 	}
+}
+
+// errStopped is admit's answer once the server is closing.
+var errStopped = errors.New("stopped")
+
+// next accepts the next connection: on the poller, for a socket; nil
+// (and no error) when one was accepted that cannot be served.
+func (s *Server) next(a *acceptor) (net.Conn, error) {
+	if a.lrc == nil {
+		return a.l.Accept()
+	}
+	fd, raddr, err := a.accept()
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.newConn(a, fd, raddr)
+	if err != nil {
+		rawio.CloseFD(fd)
+		if errors.Is(err, errStopped) {
+			return nil, err
+		}
+		s.o.Logger.Warn(s.o.Name+": cannot serve an accepted connection; closed it", "err", err)
+		return nil, nil
+	}
+	return c, nil
+}
+
+// admit starts serving c, or refuses it under MaxConns and PeerLimits.
+func (s *Server) admit(c net.Conn) error {
+	if s.nconns.Load() >= int64(s.o.MaxConns) {
+		if n := s.refused.Add(1); n&(n-1) == 0 {
+			s.o.Logger.Warn(s.o.Name+": too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
+		}
+		s.refuse(c)
+		return nil
+	}
+	place, err := s.gate.Admit(c)
+	if errors.Is(err, ErrNotAllowed) {
+		return nil // closed
+	}
+	if err != nil {
+		s.refuse(c)
+		return nil
+	}
+	cn := &Conn{Conn: c, s: s, place: place}
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		cn.place.Release()
+		c.Close()
+		return errStopped
+	}
+	s.conns[cn] = struct{}{}
+	s.wg.Add(1)
+	s.nconns.Add(1)
+	s.mu.Unlock()
+	s.start(cn)
+	return nil
 }
 
 // refuse closes c, refused for MaxConns, MaxConnsPerPeer or
@@ -207,6 +271,9 @@ func (s *Server) refuse(c net.Conn) {
 }
 
 func isTemporary(err error) bool {
+	if errors.Is(err, errAcceptTemporary) {
+		return true
+	}
 	var t interface{ Temporary() bool }
 	if errors.As(err, &t) && t.Temporary() {
 		return true
@@ -225,8 +292,8 @@ func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.stopRunners()
 	s.mu.Lock()
-	for l := range s.listeners {
-		l.Close()
+	for _, a := range s.listeners {
+		a.stop()
 	}
 	for c := range s.conns {
 		c.Conn.Close()
@@ -234,29 +301,21 @@ func (s *Server) Close() error {
 	for c := range s.refusing {
 		c.Close()
 	}
+	s.dropPoller()
 	s.mu.Unlock()
 	return nil
 }
 
-// Conn is one accepted connection. Its Reader and Write use raw
-// syscalls where internal/rawio can (Linux, not under -race), so that a
+// Conn is one accepted connection. Its net.Conn is served from the
+// server's poller (poller_linux.go): every system call on it is raw, so a
 // door between its peer's requests does not wake the Go runtime's monitor
-// thread at every request.
+// thread.
 type Conn struct {
 	net.Conn
-	rio   *rawio.Conn // nil: reads and writes through net.Conn
 	s     *Server
 	busy  atomic.Bool // inside a request
 	held  atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
 	place Place       // its place under PeerLimits
-}
-
-// Write writes b whole to the connection.
-func (c *Conn) Write(b []byte) (int, error) {
-	if c.rio != nil {
-		return c.rio.Write(b)
-	}
-	return c.Conn.Write(b)
 }
 
 // Closing reports whether the server is shutting down; a handler checks it
@@ -343,13 +402,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 		c.SetReadDeadline(time.Now().Add(o.RequestTimeout))
 		r.deadline = true
 	}
-	var n int
-	var err error
-	if c.rio != nil {
-		n, err = c.rio.Read(p)
-	} else {
-		n, err = c.Conn.Read(p)
-	}
+	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.busy.Store(true)
 	}

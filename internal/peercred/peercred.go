@@ -25,14 +25,15 @@ var ErrNotLocal = errors.New("peercred: the peer is not on loopback, so it has n
 var ErrGone = errors.New("peercred: the peer's socket is gone")
 
 // UID returns the uid of the process that owns the socket at the other
-// end of c, an accepted (or dialled) *net.UnixConn or *net.TCPConn.
-// A TCP peer must be on loopback (127.0.0.0/8, ::1, or either mapped
-// into IPv6); any other gives ErrNotLocal without a query.
+// end of c, an accepted (or dialled) unix or TCP connection that gives its
+// descriptor (syscall.Conn: *net.UnixConn, *net.TCPConn, a door's
+// connection). A TCP peer must be on loopback (127.0.0.0/8, ::1, or either
+// mapped into IPv6); any other gives ErrNotLocal without a query.
 func UID(c net.Conn) (int, error) {
-	switch c := c.(type) {
-	case *net.UnixConn:
+	switch c.RemoteAddr().(type) {
+	case *net.UnixAddr:
 		return unixUID(c)
-	case *net.TCPConn:
+	case *net.TCPAddr:
 		local, remote, err := loopback(c)
 		if err != nil {
 			return -1, err
@@ -50,21 +51,26 @@ type Cred struct {
 
 // Unix returns the credentials of the process at the other end of a unix
 // socket connection (SO_PEERCRED): its uid, gid and pid.
-func Unix(c *net.UnixConn) (Cred, error) { return unixCred(c) }
+func Unix(c net.Conn) (Cred, error) {
+	if _, ok := c.RemoteAddr().(*net.UnixAddr); !ok {
+		return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: a connection on %s is not a unix socket's", c.RemoteAddr().Network())
+	}
+	return unixCred(c)
+}
 
 // PID returns the id of the process that connected to c, an accepted
-// *net.UnixConn (SO_PEERCRED, as seen from this process's pid namespace).
-// A TCP peer has none that the kernel records: an error.
+// unix socket connection (SO_PEERCRED, as seen from this process's pid
+// namespace). A TCP peer has none that the kernel records: an error.
 func PID(c net.Conn) (int, error) {
-	if u, ok := c.(*net.UnixConn); ok {
-		return unixPID(u)
+	if _, ok := c.RemoteAddr().(*net.UnixAddr); ok {
+		return unixPID(c)
 	}
 	return 0, fmt.Errorf("peercred: %T carries no process id", c)
 }
 
 // loopback returns c's local and remote address when the remote one is a
 // loopback address (unmapped from IPv6 when it is IPv4), else ErrNotLocal.
-func loopback(c *net.TCPConn) (local, remote netip.AddrPort, err error) {
+func loopback(c net.Conn) (local, remote netip.AddrPort, err error) {
 	ra, ok1 := c.RemoteAddr().(*net.TCPAddr)
 	la, ok2 := c.LocalAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {

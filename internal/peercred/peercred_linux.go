@@ -14,13 +14,13 @@ import (
 )
 
 // unixUID reads SO_PEERCRED: the peer's effective uid when it connected.
-func unixUID(c *net.UnixConn) (int, error) {
+func unixUID(c net.Conn) (int, error) {
 	cr, err := unixCred(c)
 	return cr.UID, err
 }
 
 // unixPID reads SO_PEERCRED: the process that connected.
-func unixPID(c *net.UnixConn) (int, error) {
+func unixPID(c net.Conn) (int, error) {
 	cr, err := unixCred(c)
 	if err != nil {
 		return 0, err
@@ -29,9 +29,13 @@ func unixPID(c *net.UnixConn) (int, error) {
 }
 
 // unixCred reads SO_PEERCRED: the peer's uid, gid and pid at connect.
-func unixCred(c *net.UnixConn) (Cred, error) {
+func unixCred(c net.Conn) (Cred, error) {
 	none := Cred{UID: -1, GID: -1, PID: -1}
-	rc, err := c.SyscallConn()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return none, fmt.Errorf("peercred: %T gives no descriptor", c)
+	}
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
 	}

@@ -10,17 +10,17 @@ import (
 )
 
 // unixCred: SO_PEERCRED is Linux's.
-func unixCred(*net.UnixConn) (Cred, error) {
+func unixCred(net.Conn) (Cred, error) {
 	return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
 }
 
 // unixUID: SO_PEERCRED is Linux's.
-func unixUID(*net.UnixConn) (int, error) {
+func unixUID(net.Conn) (int, error) {
 	return -1, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
 }
 
 // unixPID: SO_PEERCRED is Linux's.
-func unixPID(*net.UnixConn) (int, error) {
+func unixPID(net.Conn) (int, error) {
 	return 0, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
 }
 

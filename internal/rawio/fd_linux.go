@@ -7,13 +7,12 @@ import (
 	"unsafe"
 )
 
-// The descriptor-level calls below serve bare non-blocking descriptors
-// that are on no poller of the runtime's: the mux's connections on the
-// pool's owner (internal/mux) and the workers' pipes (internal/pool).
-// They cannot block, hence RawSyscall: no entersyscall/exitsyscall. They
-// are built under -race too: their descriptors' peers are other
-// processes, or connections whose ordering the tests learn by other
-// means.
+// The calls below serve bare non-blocking descriptors that are on no
+// poller of the runtime's. They cannot block, hence RawSyscall: no
+// entersyscall/exitsyscall. They are built under -race too, but carry no
+// race annotations: a reader that must learn from the race detector that
+// a peer in the same process wrote first uses the syscall package's
+// Read (internal/netserve does, under -race).
 
 // ReadFD is read(2) on the non-blocking descriptor fd, retried on EINTR;
 // end of file is a read of 0 bytes and no error.
@@ -51,6 +50,19 @@ func Accept4(lfd uintptr) (int, syscall.Errno) {
 		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, 0, 0, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
 		if e != syscall.EINTR && e != syscall.ECONNABORTED {
 			return int(r), e
+		}
+	}
+}
+
+// Accept4From is Accept4 that also returns the peer's address: rsa is
+// filled and n says how many of its bytes are the address.
+func Accept4From(lfd uintptr, rsa *syscall.RawSockaddrAny) (fd int, n uint32, errno syscall.Errno) {
+	for {
+		n = uint32(unsafe.Sizeof(*rsa))
+		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, lfd, uintptr(unsafe.Pointer(rsa)), uintptr(unsafe.Pointer(&n)),
+			syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0, 0)
+		if e != syscall.EINTR && e != syscall.ECONNABORTED {
+			return int(r), n, e
 		}
 	}
 }

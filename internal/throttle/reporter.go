@@ -23,8 +23,8 @@ type Reporter struct {
 func reporter(c net.Conn, trust func(peercred.Cred) bool) Reporter {
 	cred := peercred.Cred{UID: -1, GID: -1, PID: -1}
 	peer := c.RemoteAddr().String()
-	if uc, ok := c.(*net.UnixConn); ok {
-		if cr, err := peercred.Unix(uc); err == nil {
+	if _, ok := c.RemoteAddr().(*net.UnixAddr); ok {
+		if cr, err := peercred.Unix(c); err == nil {
 			cred = cr
 			peer = fmt.Sprintf("uid %d gid %d pid %d", cr.UID, cr.GID, cr.PID)
 		}

@@ -1,0 +1,359 @@
+package netserve
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"sluice/internal/rawio"
+)
+
+// fdConn is an accepted session socket served from the server's poller:
+// a net.Conn (and a syscall.Conn, for getsockopt and the like) whose every
+// system call is raw. A read that finds nothing, or a write that finds no
+// room, parks on its direction's wake channel until the poller reports
+// the socket ready, its deadline passes or Close is called. As on a
+// net.Conn, reads and writes may come from several goroutines at once:
+// each Read, and each Write, is whole and in order with the others of
+// its direction; Close may be called at any time, and the descriptor is
+// closed once the last call using it has returned, so that no call ever
+// touches a reused descriptor number.
+type fdConn struct {
+	fd     int
+	p      *poller
+	laddr  net.Addr // nil for TCP until LocalAddr asks (getsockname)
+	raddr  net.Addr
+	netw   string // "tcp" or "unix", for errors
+	laddrM sync.Mutex
+
+	// state counts the calls using fd (2 each) and marks Close (bit 0).
+	state  atomic.Int64
+	rd, wr side
+}
+
+// side is one direction: its calls one at a time, its deadline and the
+// channel its parked call waits on.
+type side struct {
+	mu       sync.Mutex    // one call at a time
+	ch       chan struct{} // capacity 1: ready, deadline or close
+	deadline atomic.Int64  // unix nanoseconds; 0: none
+	dmu      sync.Mutex    // guards timer
+	timer    *time.Timer
+}
+
+func (s *side) wake() {
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+// expired reports whether the side's deadline has passed.
+func (s *side) expired() bool {
+	dl := s.deadline.Load()
+	return dl != 0 && time.Now().UnixNano() >= dl
+}
+
+// set arms the side's deadline: a call parked now or later ends with
+// os.ErrDeadlineExceeded once t has passed; the zero t means none.
+func (s *side) set(t time.Time) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	if t.IsZero() {
+		s.deadline.Store(0)
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		return
+	}
+	s.deadline.Store(t.UnixNano())
+	d := time.Until(t)
+	if d <= 0 {
+		s.wake()
+		return
+	}
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.wake)
+	} else {
+		s.timer.Reset(d)
+	}
+}
+
+func (s *side) stop() {
+	s.dmu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.dmu.Unlock()
+}
+
+// newFDConn makes the connection of an accepted descriptor and adds it
+// to p.
+func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, error) {
+	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
+	c.rd.ch = make(chan struct{}, 1)
+	c.wr.ch = make(chan struct{}, 1)
+	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLOUT, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ready is the poller's news of the socket: readable, writable, hung up.
+func (c *fdConn) ready(ev uint32) {
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.rd.wake()
+	}
+	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.wr.wake()
+	}
+}
+
+// acquire takes a use of the descriptor; false once Close was called.
+func (c *fdConn) acquire() bool {
+	for {
+		s := c.state.Load()
+		if s&1 != 0 {
+			return false
+		}
+		if c.state.CompareAndSwap(s, s+2) {
+			return true
+		}
+	}
+}
+
+// release gives a use back; the last one after Close closes fd.
+func (c *fdConn) release() {
+	if c.state.Add(-2) == 1 {
+		c.destroy()
+	}
+}
+
+// destroy takes fd out of the poller and closes it (raw: close(2) on a
+// socket without SO_LINGER does not block).
+func (c *fdConn) destroy() {
+	c.rd.stop()
+	c.wr.stop()
+	c.p.remove(c.fd, c, true)
+	rawio.CloseFD(c.fd)
+}
+
+// Close ends the connection: calls parked on it return net.ErrClosed,
+// and the descriptor is closed when the last of them has.
+func (c *fdConn) Close() error {
+	old := c.state.Or(1)
+	if old&1 != 0 {
+		return c.opError("close", net.ErrClosed)
+	}
+	c.rd.wake()
+	c.wr.wake()
+	if old == 0 {
+		c.destroy()
+	}
+	return nil
+}
+
+func (c *fdConn) closed() bool { return c.state.Load()&1 != 0 }
+
+func (c *fdConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.netw, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// Read reads into p. End of stream is io.EOF.
+func (c *fdConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !c.acquire() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	defer c.release()
+	c.rd.mu.Lock()
+	defer c.rd.mu.Unlock()
+	for {
+		if c.closed() {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if c.rd.expired() {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		r, e := sysRead(c.fd, p)
+		switch e {
+		case 0:
+			if r == 0 {
+				return 0, io.EOF
+			}
+			return r, nil
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			<-c.rd.ch
+		default:
+			return 0, c.opError("read", os.NewSyscallError("read", e))
+		}
+	}
+}
+
+// Write writes all of b.
+func (c *fdConn) Write(b []byte) (int, error) {
+	if !c.acquire() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	defer c.release()
+	c.wr.mu.Lock()
+	defer c.wr.mu.Unlock()
+	n := 0
+	for n < len(b) {
+		if c.closed() {
+			return n, c.opError("write", net.ErrClosed)
+		}
+		if c.wr.expired() {
+			return n, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		r, e := sysWrite(c.fd, b[n:])
+		switch e {
+		case 0:
+			n += r
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			<-c.wr.ch
+		default:
+			return n, c.opError("write", os.NewSyscallError("write", e))
+		}
+	}
+	return n, nil
+}
+
+// LocalAddr is the socket's own address (for TCP, asked of the kernel the
+// first time: a listener on a wildcard address accepts on many).
+func (c *fdConn) LocalAddr() net.Addr {
+	c.laddrM.Lock()
+	defer c.laddrM.Unlock()
+	if c.laddr == nil && c.acquire() {
+		var rsa syscall.RawSockaddrAny
+		n := uint32(unsafe.Sizeof(rsa))
+		_, _, e := syscall.RawSyscall(syscall.SYS_GETSOCKNAME, uintptr(c.fd), uintptr(unsafe.Pointer(&rsa)), uintptr(unsafe.Pointer(&n)))
+		c.release()
+		if e == 0 {
+			c.laddr = sockaddrAddr(&rsa, n)
+		}
+	}
+	return c.laddr
+}
+
+// RemoteAddr is the peer's address as accept4(2) gave it.
+func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline sets both deadlines.
+func (c *fdConn) SetDeadline(t time.Time) error {
+	if c.closed() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rd.set(t)
+	c.wr.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the read deadline.
+func (c *fdConn) SetReadDeadline(t time.Time) error {
+	if c.closed() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rd.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the write deadline.
+func (c *fdConn) SetWriteDeadline(t time.Time) error {
+	if c.closed() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.wr.set(t)
+	return nil
+}
+
+// SyscallConn gives the descriptor to code that needs it (getsockopt,
+// setsockopt), as a net.Conn's does.
+func (c *fdConn) SyscallConn() (syscall.RawConn, error) { return rawConn{c}, nil }
+
+// rawConn is an fdConn's syscall.RawConn.
+type rawConn struct{ c *fdConn }
+
+func (r rawConn) Control(f func(fd uintptr)) error {
+	if !r.c.acquire() {
+		return r.c.opError("raw-control", net.ErrClosed)
+	}
+	defer r.c.release()
+	f(uintptr(r.c.fd))
+	return nil
+}
+
+func (r rawConn) Read(f func(fd uintptr) bool) error  { return r.c.rawWait(&r.c.rd, "raw-read", f) }
+func (r rawConn) Write(f func(fd uintptr) bool) error { return r.c.rawWait(&r.c.wr, "raw-write", f) }
+
+// rawWait calls f until it reports done, parking on s between calls.
+func (c *fdConn) rawWait(s *side, op string, f func(fd uintptr) bool) error {
+	if !c.acquire() {
+		return c.opError(op, net.ErrClosed)
+	}
+	defer c.release()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if c.closed() {
+			return c.opError(op, net.ErrClosed)
+		}
+		if s.expired() {
+			return c.opError(op, os.ErrDeadlineExceeded)
+		}
+		if f(uintptr(c.fd)) {
+			return nil
+		}
+		<-s.ch
+	}
+}
+
+// sockaddrAddr is the net.Addr of a raw socket address of n bytes (an
+// unnamed unix socket's is a *net.UnixAddr with no name, as the net
+// package gives it).
+func sockaddrAddr(rsa *syscall.RawSockaddrAny, n uint32) net.Addr {
+	switch rsa.Addr.Family {
+	case syscall.AF_INET:
+		sa := (*syscall.RawSockaddrInet4)(unsafe.Pointer(rsa))
+		port := int(sa.Port>>8 | sa.Port<<8)
+		return &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: port}
+	case syscall.AF_INET6:
+		sa := (*syscall.RawSockaddrInet6)(unsafe.Pointer(rsa))
+		port := int(sa.Port>>8 | sa.Port<<8)
+		a := &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: port}
+		if sa.Scope_id != 0 {
+			if ifi, err := net.InterfaceByIndex(int(sa.Scope_id)); err == nil {
+				a.Zone = ifi.Name
+			}
+		}
+		return a
+	case syscall.AF_UNIX:
+		sa := (*syscall.RawSockaddrUnix)(unsafe.Pointer(rsa))
+		l := int(n) - int(unsafe.Offsetof(sa.Path))
+		name := ""
+		if l > 0 {
+			b := make([]byte, 0, l)
+			for i := 0; i < l && i < len(sa.Path); i++ {
+				if sa.Path[i] == 0 && i > 0 {
+					break
+				}
+				b = append(b, byte(sa.Path[i]))
+			}
+			if len(b) > 0 && b[0] == 0 {
+				b[0] = '@' // abstract, as the net package shows it
+			}
+			name = string(b)
+		}
+		return &net.UnixAddr{Name: name, Net: "unix"}
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package netserve
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// poller is the doors' one epoll set: every listener a Server serves and
+// every session it accepts are in it, edge-triggered, once. A call that
+// finds nothing to read (or no room to write, or no connection to
+// accept) parks on its own wake channel, and the set's one waiter
+// goroutine, parked on the set's descriptor through the runtime's poller
+// (an epoll descriptor is readable while it holds events), takes the
+// events with raw epoll_pwait(2) calls and wakes each call they name.
+// Every call on a session or listener descriptor (accept4, read, write,
+// getsockopt, epoll_ctl, close) is a raw system call: none enters the
+// scheduler, so a session never wakes the runtime's monitor thread
+// (docs/milter.md, "What the per-session path is shaped by"), which the
+// standard library's accept, getsockname and close did once per session
+// each.
+//
+// There is one set per process while any Server serves: the first Serve
+// makes it, and it is closed, its waiter stopped, once no Server uses it
+// and no descriptor is left in it.
+type poller struct {
+	ep int
+	f  *os.File // ep on the runtime's poller, for the waiter
+	rc syscall.RawConn
+
+	mu      sync.Mutex
+	targets []entry // by descriptor number
+	n       int     // descriptors in the set
+	users   int     // Servers holding the set
+	gen     uint32  // descriptors added, to tell a reused number
+	closed  bool
+	evs     []syscall.EpollEvent
+
+	wg sync.WaitGroup // the waiter
+}
+
+// entry is what the set knows of one descriptor number.
+type entry struct {
+	t   target // nil: free
+	gen uint32
+}
+
+// target is what waits on a descriptor: told which events it got.
+type target interface {
+	ready(events uint32)
+}
+
+// pollerBatch is how many events one epoll_pwait takes.
+const pollerBatch = 128
+
+// epollET is EPOLLET as the uint32 of an epoll event (the syscall
+// package's constant is a negative int).
+const epollET = 1 << 31
+
+var (
+	sharedMu sync.Mutex
+	shared   *poller // the process's set, while one is in use
+)
+
+// usePoller returns the process's set, made if there is none, and counts
+// the caller (a Server) among its users until it calls unuse.
+func usePoller() (*poller, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil {
+		p, err := newPoller()
+		if err != nil {
+			return nil, err
+		}
+		shared = p
+	}
+	shared.mu.Lock()
+	shared.users++
+	shared.mu.Unlock()
+	return shared, nil
+}
+
+func newPoller() (*poller, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("netserve: epoll_create1: %w", err)
+	}
+	if err := syscall.SetNonblock(ep, true); err != nil {
+		syscall.Close(ep)
+		return nil, fmt.Errorf("netserve: epoll descriptor non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(ep), "netserve-poller")
+	// A descriptor the runtime's poller did not take has no deadlines: the
+	// waiter could never wait on it, and every parked call would sleep.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netserve: epoll descriptor on the poller: %w", err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netserve: epoll descriptor on the poller: %w", err)
+	}
+	p := &poller{ep: ep, f: f, rc: rc, evs: make([]syscall.EpollEvent, pollerBatch)}
+	p.wg.Add(1)
+	go p.wait()
+	return p, nil
+}
+
+// wait is the waiter: parked in the runtime's poller until the set has
+// events, it takes them all and wakes their targets, and parks again; it
+// returns when the set is closed.
+func (p *poller) wait() {
+	defer p.wg.Done()
+	_ = p.rc.Read(p.drain) // returns once f is closed
+}
+
+// drain takes every event the set holds and wakes the targets they name;
+// it returns false so that the waiter parks again (the set's descriptor
+// is edge-triggered on the runtime's poller: one that got events after
+// the last epoll_pwait here is reported again).
+func (p *poller) drain(uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(p.ep),
+			uintptr(unsafe.Pointer(unsafe.SliceData(p.evs))), uintptr(len(p.evs)), 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 || n == 0 {
+			return false
+		}
+		p.mu.Lock()
+		for _, ev := range p.evs[:n] {
+			fd, gen := int(ev.Fd), uint32(ev.Pad)
+			if fd < len(p.targets) && p.targets[fd].t != nil && p.targets[fd].gen == gen {
+				p.targets[fd].t.ready(ev.Events)
+			} // else removed since: its successor was not asked about
+		}
+		p.mu.Unlock()
+		if int(n) < len(p.evs) {
+			return false
+		}
+	}
+}
+
+// add puts fd into the set for events, edge-triggered, with t to wake.
+func (p *poller) add(fd int, events uint32, t target) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errStopped
+	}
+	if fd >= len(p.targets) {
+		p.targets = append(p.targets, make([]entry, fd+1-len(p.targets)+len(p.targets)/2)...)
+	}
+	if p.targets[fd].t != nil {
+		// A listener closed by its owner, not yet stopped: its number is
+		// this descriptor's now, and the kernel dropped its registration.
+		p.targets[fd] = entry{}
+		p.n--
+	}
+	p.gen++
+	ev := syscall.EpollEvent{Events: events | syscall.EPOLLRDHUP | epollET, Fd: int32(fd), Pad: int32(p.gen)}
+	if err := epollCtl(p.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("netserve: epoll_ctl ADD: %w", err)
+	}
+	p.targets[fd] = entry{t: t, gen: p.gen}
+	p.n++
+	return nil
+}
+
+// remove takes fd out of the set if t is what it holds (del: with
+// epoll_ctl, which its owner does while fd is surely open, so that a
+// later descriptor with the same number starts afresh). The set closes
+// when it was the last descriptor of a set no Server uses.
+func (p *poller) remove(fd int, t target, del bool) {
+	p.mu.Lock()
+	if fd >= len(p.targets) || p.targets[fd].t != t {
+		p.mu.Unlock()
+		return
+	}
+	p.targets[fd] = entry{}
+	if del {
+		var ev syscall.EpollEvent
+		_ = epollCtl(p.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
+	}
+	p.n--
+	idle := p.n == 0 && p.users == 0
+	p.mu.Unlock()
+	if idle {
+		p.closeIfIdle()
+	}
+}
+
+// unuse ends a Server's use of the set.
+func (p *poller) unuse() {
+	p.mu.Lock()
+	p.users--
+	idle := p.n == 0 && p.users == 0
+	p.mu.Unlock()
+	if idle {
+		p.closeIfIdle()
+	}
+}
+
+// closeIfIdle closes the set and stops its waiter if nothing uses it.
+func (p *poller) closeIfIdle() {
+	sharedMu.Lock()
+	p.mu.Lock()
+	idle := !p.closed && p.n == 0 && p.users == 0
+	if idle {
+		p.closed = true
+	}
+	p.mu.Unlock()
+	if idle && shared == p {
+		shared = nil
+	}
+	sharedMu.Unlock()
+	if idle {
+		p.f.Close() // ends the waiter's Read
+		p.wg.Wait()
+	}
+}
+
+// epollCtl is epoll_ctl(2), which cannot block: a raw system call.
+func epollCtl(ep, op, fd int, ev *syscall.EpollEvent) error {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// startPoller makes the server a user of the process's set if it is not
+// one yet (s.mu held); dropPoller ends that, once, when it closes.
+func (s *Server) startPoller() error {
+	if s.poll != nil {
+		return nil
+	}
+	p, err := usePoller()
+	if err != nil {
+		return err
+	}
+	s.poll = p
+	return nil
+}
+
+func (s *Server) dropPoller() {
+	if s.poll != nil && !s.pollDropped {
+		s.pollDropped = true
+		s.poll.unuse()
+	}
+}
+
+// newConn makes the connection of an accepted descriptor, in the set.
+func (s *Server) newConn(a *acceptor, fd int, raddr net.Addr) (net.Conn, error) {
+	if s.closing.Load() {
+		return nil, errStopped
+	}
+	return newFDConn(s.poll, fd, a.netw, a.laddr, raddr)
+}
