@@ -8,6 +8,7 @@ import (
 	"sluice/internal/config"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
+	"sluice/internal/postconf"
 )
 
 // The converters from a validated configuration to the governor's rules,
@@ -17,7 +18,28 @@ import (
 // buildGovernor turns the configuration into rules, with the capacity
 // [mta] sessions sets (the daemon reads the MTA's: newGovernor).
 func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
-	return newGovernor(cfg, configuredCapacity(cfg), lim, waiters, refusals, carried, exempt, pairs, obs, log)
+	return newGovernor(cfg, governor.Capacity(postconf.Configured(cfg)), lim, waiters, refusals, carried, exempt, pairs, obs, log)
+}
+
+// capacity finds the MTA's capacity for a start or a reload, and logs
+// what it found: a reservation without a capacity, or one that does not
+// leave a session to the other classes, is worth a warning.
+func (d *Daemon) capacity(cfg *config.Config, log *slog.Logger) governor.Capacity {
+	pc, err := postconf.MTACapacity(d.stop, cfg)
+	c := governor.Capacity(pc)
+	reserved := cfg.Reserved()
+	switch {
+	case err != nil:
+		log.Warn("cannot read the MTA's session capacity; reservations are not enforced (set [mta] sessions)", "err", err, "reserved", reserved)
+	case c.Sessions == 0 && reserved > 0:
+		log.Warn("the classes reserve sessions but the MTA's capacity is unknown; reservations are not enforced (set [mta] sessions or anvil.postfix_config_dir)", "reserved", reserved)
+	case c.Sessions > 0:
+		log.Info("MTA session capacity", "sessions", c.Sessions, "from", c.From, "reserved", reserved)
+		if reserved >= c.Sessions {
+			log.Warn("the classes reserve all of the MTA's sessions or more: the other classes get none", "sessions", c.Sessions, "reserved", reserved)
+		}
+	}
+	return c
 }
 
 // newGovernor turns the configuration into rules over the MTA's capacity.

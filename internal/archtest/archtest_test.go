@@ -30,7 +30,11 @@ var forbidden = map[string][]string{
 	// limittable reads a file format: rules and safefs, nothing above.
 	"limittable": append([]string{"limiter", "governor", "store", "app", "cli", "config", "hostmask", "clock"}, frontEnds...),
 	// rawio is a leaf every door's I/O may use.
-	"rawio":    append([]string{"limiter", "governor", "store", "app", "cli", "config", "rules"}, frontEnds...),
+	"rawio": append([]string{"limiter", "governor", "store", "app", "cli", "config", "rules"}, frontEnds...),
+	// confwatch watches files and calls a reload: nothing of sluice's.
+	"confwatch": append([]string{"limiter", "governor", "store", "app", "cli", "config"}, frontEnds...),
+	// postconf reads Postfix's configuration: config, nothing above.
+	"postconf": append([]string{"limiter", "governor", "store", "app", "cli"}, frontEnds...),
 	"clock":    {"limiter", "governor", "store", "app", "cli", "config"},
 	"hostmask": {"limiter", "governor", "store", "app", "cli", "config"},
 	// muxd, the multiplexor daemon, sits beside app: pool and its doors,

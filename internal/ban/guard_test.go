@@ -16,7 +16,7 @@ import (
 func banGuardAt(t *testing.T, now *time.Time) *Guard {
 	t.Helper()
 	clk := ptrClock{now}
-	marks, err := limiter.NewMemoryMarks("", clk.Now)
+	marks, err := limiter.NewMemoryMarks("", clk)
 	if err != nil {
 		t.Fatal(err)
 	}

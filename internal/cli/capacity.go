@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/postconf"
 )
 
 // printCapacity explains the MTA's capacity check found, and from where,
@@ -15,7 +15,7 @@ import (
 func printCapacity(w io.Writer, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := app.MTACapacity(ctx, cfg)
+	c, err := postconf.MTACapacity(ctx, cfg)
 	reserved := cfg.Reserved()
 	switch {
 	case err != nil:
@@ -51,7 +51,7 @@ func capacityWarnings(ctx context.Context, cfg *config.Config) []string {
 	if reserved == 0 {
 		return nil
 	}
-	c, err := app.MTACapacity(ctx, cfg)
+	c, err := postconf.MTACapacity(ctx, cfg)
 	switch {
 	case err != nil:
 		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity cannot be read (%v): reservations are not enforced; set [mta] sessions", reserved, err)}

@@ -6,8 +6,8 @@ import (
 	"os/user"
 	"path/filepath"
 
-	"sluice/internal/app"
 	"sluice/internal/config"
+	"sluice/internal/postconf"
 	"sluice/internal/sdlisten"
 )
 
@@ -51,7 +51,7 @@ func configWarnings(ctx context.Context, path string, cfg *config.Config, postfi
 	if filepath.Base(postfixDir) == "main.cf" {
 		postfixDir = filepath.Dir(postfixDir)
 	}
-	drift, err := app.PostfixDrift(ctx, cfg, postfixDir)
+	drift, err := postconf.Drift(ctx, cfg, postfixDir)
 	if err != nil {
 		return append(out, "cannot compare [anvil.smtpd] with Postfix's main.cf: "+err.Error())
 	}

@@ -19,7 +19,7 @@ import (
 
 func withExemptions(t *testing.T, f *fixture) *Exemptions {
 	t.Helper()
-	m, err := limiter.NewMemoryMarks("", f.clk.Now)
+	m, err := limiter.NewMemoryMarks("", f.clk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/safefs"
 )
 
@@ -72,7 +73,7 @@ var ErrMarks = errors.New("invalid marks file")
 // to that file (whole, atomically) at every change and read back at start.
 type MemoryMarks struct {
 	path string
-	now  func() time.Time
+	clk  clock.Clock
 	mu   sync.Mutex
 	m    map[[2]string]Mark
 }
@@ -81,12 +82,12 @@ type MemoryMarks struct {
 // only), reading what the file holds. The file must be a regular file
 // reached without following a symbolic link (safefs), at most
 // MarksFileLimit bytes, and start with the marks magic; a missing file is
-// an empty set.
-func NewMemoryMarks(path string, now func() time.Time) (*MemoryMarks, error) {
-	if now == nil {
-		now = time.Now
+// an empty set. clk tells the marks' expiry (nil: the real clock).
+func NewMemoryMarks(path string, clk clock.Clock) (*MemoryMarks, error) {
+	if clk == nil {
+		clk = clock.Real{}
 	}
-	mm := &MemoryMarks{path: path, now: now, m: map[[2]string]Mark{}}
+	mm := &MemoryMarks{path: path, clk: clk, m: map[[2]string]Mark{}}
 	if path == "" {
 		return mm, nil
 	}
@@ -106,7 +107,7 @@ func NewMemoryMarks(path string, now func() time.Time) (*MemoryMarks, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marks %s: %w", path, err)
 	}
-	t := now()
+	t := clk.Now()
 	for _, k := range list {
 		if k.Live(t) {
 			mm.m[[2]string{k.Key, k.Name}] = k.Mark
@@ -120,7 +121,7 @@ func (mm *MemoryMarks) Get(_ context.Context, key, name string) (Mark, bool, err
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
 	m, ok := mm.m[[2]string{key, name}]
-	if !ok || !m.Live(mm.now()) {
+	if !ok || !m.Live(mm.clk.Now()) {
 		return Mark{}, false, nil
 	}
 	return m, true, nil
@@ -137,7 +138,7 @@ func (mm *MemoryMarks) Put(_ context.Context, key, name string, m Mark) error {
 func (mm *MemoryMarks) Add(_ context.Context, key, name string, m Mark) (bool, error) {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
-	if old, ok := mm.m[[2]string{key, name}]; ok && old.Live(mm.now()) {
+	if old, ok := mm.m[[2]string{key, name}]; ok && old.Live(mm.clk.Now()) {
 		return false, nil
 	}
 	return true, mm.set(key, name, m)
@@ -171,7 +172,7 @@ func (mm *MemoryMarks) List(context.Context) ([]KeyMark, error) {
 func (mm *MemoryMarks) Shared() bool { return false }
 
 func (mm *MemoryMarks) live() []KeyMark {
-	t := mm.now()
+	t := mm.clk.Now()
 	out := make([]KeyMark, 0, len(mm.m))
 	for k, m := range mm.m {
 		if m.Live(t) {
@@ -209,7 +210,7 @@ func (mm *MemoryMarks) set(key, name string, m Mark) error {
 }
 
 func (mm *MemoryMarks) prune() {
-	t := mm.now()
+	t := mm.clk.Now()
 	for k, m := range mm.m {
 		if !m.Live(t) {
 			delete(mm.m, k)

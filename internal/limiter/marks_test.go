@@ -10,14 +10,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/internal/clock"
 )
 
 func TestMemoryMarks(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	clock := func() time.Time { return now }
+	clk := clock.NewFake(now)
 	path := filepath.Join(t.TempDir(), "throttle.marks")
-	mm, err := NewMemoryMarks(path, clock)
+	mm, err := NewMemoryMarks(path, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func TestMemoryMarks(t *testing.T) {
 		t.Fatal("Add over a live mark")
 	}
 	// Read back from the file, as after a restart.
-	back, err := NewMemoryMarks(path, clock)
+	back, err := NewMemoryMarks(path, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,8 @@ func TestMemoryMarks(t *testing.T) {
 	if len(list) != 2 || list[0].Name != "limit" || list[0].Value != 7 || !list[0].Since.Equal(now) || list[1].Name != "suspend" || !list[1].Expires.Equal(now.Add(time.Minute)) {
 		t.Fatalf("read back: %+v", list)
 	}
-	now = now.Add(2 * time.Minute) // the suspension expires
+	clk.Advance(2 * time.Minute) // the suspension expires
+	now = clk.Now()
 	if _, ok, _ := back.Get(ctx, "relay *", "suspend"); ok {
 		t.Fatal("an expired mark reads as present")
 	}
@@ -52,7 +55,7 @@ func TestMemoryMarks(t *testing.T) {
 	if err := back.Delete(ctx, "relay *", "limit"); err != nil {
 		t.Fatal(err)
 	}
-	again, _ := NewMemoryMarks(path, clock)
+	again, _ := NewMemoryMarks(path, clk)
 	if l, _ := again.List(ctx); len(l) != 1 || l[0].Value != 2 {
 		t.Fatalf("after Delete and Add: %+v", l)
 	}

@@ -36,7 +36,7 @@ func decodeValue(k limiter.KeyMark) (int64, bool) { return k.Value, k.Value != 0
 func TestSet(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := clock.NewFake(t0)
-	m, err := limiter.NewMemoryMarks("", clk.Now)
+	m, err := limiter.NewMemoryMarks("", clk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,9 @@
-package app
+// Package postconf reads Postfix's configuration as sluice needs it,
+// only through postconf(1): the smtpd limits of main.cf compared with
+// [anvil.smtpd] (Drift), and the MTA's session capacity from master.cf's
+// smtpd process limits (MTACapacity). Its output is bounded and refused
+// whole when malformed or cut short.
+package postconf
 
 import (
 	"bufio"
@@ -34,13 +39,13 @@ const (
 	postconfTimeout   = 10 * time.Second
 )
 
-// PostfixDrift compares [anvil.smtpd] and anvil.rate_time_unit with
+// Drift compares [anvil.smtpd] and anvil.rate_time_unit with
 // Postfix's main.cf in dir ("" for postconf's default, /etc/postfix), as
 // postconf(1) reports them (defaults and $name expanded), and returns one
 // warning per value that differs: smtpd compares the figures sluice
 // reports with its own limits, so a limit that drifted scales every class
 // limit wrongly. Per-service overrides in master.cf (-o) are not seen.
-func PostfixDrift(ctx context.Context, cfg *config.Config, dir string) ([]string, error) {
+func Drift(ctx context.Context, cfg *config.Config, dir string) ([]string, error) {
 	bin, err := exec.LookPath("postconf")
 	if err != nil {
 		bin = "/usr/sbin/postconf"

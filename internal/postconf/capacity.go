@@ -1,17 +1,15 @@
-package app
+package postconf
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 
 	"sluice/internal/config"
-	"sluice/internal/governor"
 )
 
 // The MTA's capacity: how many SMTP sessions it serves at once, which the
@@ -31,32 +29,41 @@ const (
 	maxMasterOutput   = 4 << 20
 )
 
-// configuredCapacity is the capacity [mta] sessions sets (zero: none).
-func configuredCapacity(cfg *config.Config) governor.Capacity {
+// Capacity is the MTA's capacity and where it was found; its fields are
+// governor.Capacity's, which it converts to.
+type Capacity struct {
+	// Sessions is the capacity; 0 when unknown.
+	Sessions int64
+	// From says where it was found: "mta.sessions" or the MTA file.
+	From string
+}
+
+// Configured is the capacity [mta] sessions sets (zero: none).
+func Configured(cfg *config.Config) Capacity {
 	if cfg.MTA.Sessions > 0 {
-		return governor.Capacity{Sessions: cfg.MTA.Sessions, From: "mta.sessions"}
+		return Capacity{Sessions: cfg.MTA.Sessions, From: "mta.sessions"}
 	}
-	return governor.Capacity{}
+	return Capacity{}
 }
 
 // MTACapacity finds the MTA's capacity: [mta] sessions, else Postfix's
 // smtpd process limits when anvil.postfix_config_dir is set. The zero
 // Capacity and no error: nowhere to read it from.
-func MTACapacity(ctx context.Context, cfg *config.Config) (governor.Capacity, error) {
-	if c := configuredCapacity(cfg); c.Sessions > 0 {
+func MTACapacity(ctx context.Context, cfg *config.Config) (Capacity, error) {
+	if c := Configured(cfg); c.Sessions > 0 {
 		return c, nil
 	}
 	dir := cfg.Anvil.PostfixConfigDir
 	if dir == "" || !cfg.Anvil.Enabled {
-		return governor.Capacity{}, nil
+		return Capacity{}, nil
 	}
 	fields, err := runPostconf(ctx, dir, "-F", "*/inet/command", "*/inet/process_limit", "*/pass/command", "*/pass/process_limit")
 	if err != nil {
-		return governor.Capacity{}, err
+		return Capacity{}, err
 	}
 	def, err := runPostconf(ctx, dir, "default_process_limit")
 	if err != nil {
-		return governor.Capacity{}, err
+		return Capacity{}, err
 	}
 	return smtpdCapacity(fields, def, dir)
 }
@@ -86,18 +93,18 @@ func runPostconf(ctx context.Context, dir string, args ...string) ([]byte, error
 // smtpdCapacity adds up the process limits of the smtpd services in
 // postconf -F's output, "-" standing for default_process_limit (def is
 // postconf's "default_process_limit = N" line).
-func smtpdCapacity(fields, def []byte, dir string) (governor.Capacity, error) {
+func smtpdCapacity(fields, def []byte, dir string) (Capacity, error) {
 	dv, err := parsePostconf(def)
 	if err != nil {
-		return governor.Capacity{}, err
+		return Capacity{}, err
 	}
 	defLimit, err := strconv.ParseInt(dv["default_process_limit"], 10, 64)
 	if err != nil || defLimit < 0 {
-		return governor.Capacity{}, fmt.Errorf("postconf: default_process_limit = %q is not a process limit", dv["default_process_limit"])
+		return Capacity{}, fmt.Errorf("postconf: default_process_limit = %q is not a process limit", dv["default_process_limit"])
 	}
 	svcs, err := parseMasterFields(fields)
 	if err != nil {
-		return governor.Capacity{}, err
+		return Capacity{}, err
 	}
 	var total int64
 	var parts []string
@@ -115,20 +122,20 @@ func smtpdCapacity(fields, def []byte, dir string) (governor.Capacity, error) {
 		if s.limit != "-" {
 			n, err = strconv.ParseInt(s.limit, 10, 64)
 			if err != nil || n < 0 || n > 1<<30 {
-				return governor.Capacity{}, fmt.Errorf("postconf: %s/process_limit = %q is not a process limit", name, s.limit)
+				return Capacity{}, fmt.Errorf("postconf: %s/process_limit = %q is not a process limit", name, s.limit)
 			}
 		}
 		if n == 0 { // no limit: smtpd processes are not capped
-			return governor.Capacity{}, fmt.Errorf("master.cf service %s runs smtpd without a process limit (0): there is no capacity to divide; set [mta] sessions", name)
+			return Capacity{}, fmt.Errorf("master.cf service %s runs smtpd without a process limit (0): there is no capacity to divide; set [mta] sessions", name)
 		}
 		total += n
 		parts = append(parts, fmt.Sprintf("%s %d", name, n))
 	}
 	if total == 0 {
-		return governor.Capacity{}, fmt.Errorf("%s/master.cf has no smtpd service", strings.TrimSuffix(dir, "/"))
+		return Capacity{}, fmt.Errorf("%s/master.cf has no smtpd service", strings.TrimSuffix(dir, "/"))
 	}
 	from := fmt.Sprintf("%s/master.cf through postconf: smtpd process limits %s", strings.TrimSuffix(dir, "/"), strings.Join(parts, " + "))
-	return governor.Capacity{Sessions: total, From: from}, nil
+	return Capacity{Sessions: total, From: from}, nil
 }
 
 // masterService is one master.cf service's command and process limit.
@@ -168,24 +175,4 @@ func parseMasterFields(b []byte) (map[string]masterService, error) {
 		}
 	}
 	return out, nil
-}
-
-// capacity finds the MTA's capacity for a start or a reload, and logs
-// what it found: a reservation without a capacity, or one that does not
-// leave a session to the other classes, is worth a warning.
-func (d *Daemon) capacity(cfg *config.Config, log *slog.Logger) governor.Capacity {
-	c, err := MTACapacity(d.stop, cfg)
-	reserved := cfg.Reserved()
-	switch {
-	case err != nil:
-		log.Warn("cannot read the MTA's session capacity; reservations are not enforced (set [mta] sessions)", "err", err, "reserved", reserved)
-	case c.Sessions == 0 && reserved > 0:
-		log.Warn("the classes reserve sessions but the MTA's capacity is unknown; reservations are not enforced (set [mta] sessions or anvil.postfix_config_dir)", "reserved", reserved)
-	case c.Sessions > 0:
-		log.Info("MTA session capacity", "sessions", c.Sessions, "from", c.From, "reserved", reserved)
-		if reserved >= c.Sessions {
-			log.Warn("the classes reserve all of the MTA's sessions or more: the other classes get none", "sessions", c.Sessions, "reserved", reserved)
-		}
-	}
-	return c
 }

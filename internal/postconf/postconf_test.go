@@ -1,4 +1,4 @@
-package app
+package postconf
 
 import (
 	"os"
@@ -83,7 +83,7 @@ func TestPostfixDriftFromPostconf(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.cf"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	warns, err := PostfixDrift(t.Context(), config.Default(), dir)
+	warns, err := Drift(t.Context(), config.Default(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +95,10 @@ func TestPostfixDriftFromPostconf(t *testing.T) {
 	cfg := config.Default()
 	n30, n7 := int64(30), int64(7)
 	cfg.Anvil.SMTPD.ConnectionCount, cfg.Anvil.SMTPD.MessageRate = &n30, &n7
-	if warns, err := PostfixDrift(t.Context(), cfg, dir); err != nil || len(warns) != 0 {
+	if warns, err := Drift(t.Context(), cfg, dir); err != nil || len(warns) != 0 {
 		t.Fatalf("matching limits: %v %v", warns, err)
 	}
-	if _, err := PostfixDrift(t.Context(), cfg, filepath.Join(dir, "nowhere")); err == nil || !strings.Contains(err.Error(), "main.cf") {
+	if _, err := Drift(t.Context(), cfg, filepath.Join(dir, "nowhere")); err == nil || !strings.Contains(err.Error(), "main.cf") {
 		t.Fatalf("no main.cf: %v", err)
 	}
 }
