@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sluice/internal/tally"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,7 +84,7 @@ type Daemon struct {
 	generation   atomic.Int64              // 1 for the first configuration, +1 per reload
 	reloadedAt   atomic.Pointer[time.Time] // when the configuration in force was loaded
 	reloadFailed atomic.Pointer[time.Time] // the last failed reload
-	obs          *observer                 // nil without a web listener
+	obs          *tally.Tally              // nil without a web listener
 	metrics      *metrics.Metrics          // nil without /metrics
 	registry     *prometheus.Registry
 	milterGate   *gate
@@ -155,7 +156,7 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 			d.metrics = m
 			m.Reload(true, now) // the initial load counts as a success
 		}
-		d.obs = newObserver(d.metrics)
+		d.obs = tally.New(d.metrics)
 	}
 	store, failOpen, err := openStore(d.stop, cfg, log)
 	if err != nil {
@@ -380,7 +381,7 @@ func (d *Daemon) reload() error {
 	if d.throttleBan != nil {
 		d.throttleBan.Configure(banSettings(cfg))
 	}
-	d.obs.relimit(gov)
+	d.obs.Relimit(gov)
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}

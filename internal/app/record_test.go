@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sluice/internal/tally"
 	"strings"
 	"sync"
 	"testing"
@@ -68,7 +69,7 @@ func logTally(t *testing.T, log string) (verdictTally, map[string]int) {
 		}
 		door, ok1 := rec["door"].(string)
 		verdict, ok2 := rec["verdict"].(string)
-		if rec["level"] != "DEBUG" || !ok1 || !ok2 || !slices.Contains(verdictWords[:], verdict) {
+		if rec["level"] != "DEBUG" || !ok1 || !ok2 || !slices.Contains(tally.VerdictWords[:], verdict) {
 			continue
 		}
 		out[door+"/"+verdict]++

@@ -29,7 +29,7 @@ func (d *Daemon) Status() status.Status {
 		Started: d.started,
 		Reload:  status.Reload{Generation: int(d.generation.Load())},
 		Store:   &status.Store{Backend: cfg.Store.Kind, Keys: int64(d.store.Len()), Healthy: d.lim.Healthy(), Degraded: d.state.degraded()},
-		Totals:  d.obs.totals(),
+		Totals:  d.obs.Totals(),
 	}
 	if t := d.reloadedAt.Load(); t != nil {
 		st.Reload.At = *t
@@ -73,7 +73,7 @@ func (d *Daemon) Status() status.Status {
 	}
 	d.metrics.Classes(mc)
 	d.metrics.StateDegraded(st.Store.Degraded != "")
-	st.Talkers, st.Refusals = d.obs.top(now, statusRows)
+	st.Talkers, st.Refusals = d.obs.Top(now, statusRows)
 	if d.throttleBan != nil {
 		st.ThrottleKeys, _ = d.throttleBan.States(ctx)
 	}
