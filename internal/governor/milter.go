@@ -31,6 +31,7 @@ const milterTrouble = "421 4.3.0 Session limiter temporarily unavailable; try ag
 // reports through it, the class slot it holds and the policy transaction.
 type MilterSession struct {
 	lease   limiter.Lease
+	share   shareLease // the session's count in its network's fair share
 	class   string
 	queue   int64 // the class's queue cap
 	req     PolicyRequest
@@ -66,7 +67,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	peer := hostmask.PeerAddr(host, addr.Unmap())
 	cls := g.classes.Match(peer)
 	ms.class, ms.queue = cls.Name, cls.Queue
-	found, moved, movedQueue := g.pairs.adopt(ms.pid, addr.Unmap(), cls.Name)
+	found, moved, movedQueue, shared := g.pairs.adopt(ms.pid, addr.Unmap(), cls.Name)
 	if found && moved.ID == 0 {
 		return g.milterAdopted(ctx, ms, cls, host)
 	}
@@ -101,6 +102,13 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 			g.observe(v)
 			return v.Reply
 		}
+		if !shared {
+			net, ok := limiter.ShareNet(addr)
+			var r *shareRefusal
+			if ms.share, r = g.shareAdmits(ctx, cls, net, ok); r != nil {
+				return g.milterShareRefused(ctx, ms, cls, lease, r, host)
+			}
+		}
 		ms.lease = lease
 		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	}
@@ -108,6 +116,18 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		g.log.Debug("milter connect", "class", cls.Name, "sessions", held, "refuse", cls.Refuse, "client", ms.req.ClientAddress, "name", host)
 	}
 	return g.milterPolicy(ctx, ms)
+}
+
+// milterShareRefused refuses a session its network's fair share has no
+// room for, giving back the class slot it took.
+func (g *Governor) milterShareRefused(ctx context.Context, ms *MilterSession, cls *limiter.Class, lease limiter.Lease, r *shareRefusal, host string) string {
+	g.releaseClass(ctx, lease, cls.Queue)
+	ms.refused = true
+	v := shareVerdict("milter", cls, r)
+	g.refused(ctx, "milter", "share", cls.Name, SummaryEvery, "milter: the network holds its fair share of the sessions; refusing the session",
+		"class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share, "client", ms.req.ClientAddress, "name", host)
+	g.observe(v)
+	return v.Reply
 }
 
 // milterAdopted admits a session whose class slot the anvil door took:
@@ -213,6 +233,7 @@ func (g *Governor) MilterClose(ctx context.Context, ms *MilterSession) {
 func (g *Governor) milterRelease(ctx context.Context, ms *MilterSession) {
 	g.releaseClass(ctx, ms.lease, ms.queue)
 	ms.lease = limiter.Lease{}
+	ms.share.release()
 }
 
 // milterPolicy runs the policy rules for the session's current request,
