@@ -203,7 +203,8 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 		return false, 0, ""
 	}
 	if ok {
-		if admit, o := g.reserveAdmits(ctx, cls, held); !admit {
+		admit, o := g.reserveAdmits(ctx, cls, held)
+		if !admit {
 			g.releaseClass(ctx, cl, cls.Queue)
 			g.refused(ctx, "anvil", "reserve", cls.Name, SummaryEvery, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
 				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused)
@@ -211,7 +212,7 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 			return true, held - 1, "reserve"
 		}
 		net, netOK := anvilNet(ident)
-		share, r := g.shareAdmits(ctx, cls, net, netOK)
+		share, r := g.shareAdmits(cls, net, netOK, o)
 		if r != nil {
 			g.releaseClass(ctx, cl, cls.Queue)
 			g.refused(ctx, "anvil", "share", cls.Name, SummaryEvery, "anvil: the network holds its fair share of the sessions; smtpd will refuse the connection",

@@ -92,7 +92,8 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		g.observe(Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply})
 		return reply
 	default:
-		if ok, o := g.reserveAdmits(ctx, cls, held); !ok {
+		admit, o := g.reserveAdmits(ctx, cls, held)
+		if !admit {
 			g.releaseClass(ctx, lease, cls.Queue)
 			ms.refused = true
 			v := g.reserveVerdict("milter", cls, o)
@@ -105,7 +106,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		if !shared {
 			net, ok := limiter.ShareNet(addr)
 			var r *shareRefusal
-			if ms.share, r = g.shareAdmits(ctx, cls, net, ok); r != nil {
+			if ms.share, r = g.shareAdmits(cls, net, ok, o); r != nil {
 				return g.milterShareRefused(ctx, ms, cls, lease, r, host)
 			}
 		}

@@ -1,7 +1,6 @@
 package governor
 
 import (
-	"context"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -152,30 +151,6 @@ func (g *Governor) reserveExcess(held []int64) int64 {
 	return n
 }
 
-// shareBudget returns the budget of the classes without a reservation:
-// without a store read while the table is well within it.
-func (g *Governor) shareBudget(ctx context.Context) int64 {
-	c := g.capacity.Sessions
-	upper := limiter.ShareBudget(c, g.reserved, 0)
-	if upper <= 0 || g.reserved == 0 || g.shares.Total() < upper {
-		return upper
-	}
-	all := g.classes.All()
-	held := make([]int64, len(all))
-	for i := range all {
-		if all[i].Reserve == 0 {
-			continue
-		}
-		n, err := g.lim.Held(ctx, all[i].LeaseKey())
-		if err != nil {
-			g.log.Warn("fair share: class count failed", "class", all[i].Name, "err", err)
-			continue // counted as holding nothing beyond its reservation
-		}
-		held[i] = n
-	}
-	return limiter.ShareBudget(c, g.reserved, g.reserveExcess(held))
-}
-
 // shareRefusal is a session the fair share refused.
 type shareRefusal struct {
 	net   netip.Prefix
@@ -186,11 +161,16 @@ type shareRefusal struct {
 // shareAdmits counts a session of cls from net in the fair shares and
 // decides it: sessions of a class with a reservation, with no capacity
 // known, or without a network (ok false) are admitted and not counted.
-func (g *Governor) shareAdmits(ctx context.Context, cls *limiter.Class, net netip.Prefix, ok bool) (shareLease, *shareRefusal) {
+// o is the occupancy reserveAdmits read for the session: the classes'
+// sessions when some class reserves (and so the sessions they hold beyond
+// their reservations, which the budget leaves out), none otherwise. So
+// the share costs no store read of its own.
+func (g *Governor) shareAdmits(cls *limiter.Class, net netip.Prefix, ok bool, o Occupancy) (shareLease, *shareRefusal) {
 	if !ok || cls.Reserve > 0 || g.capacity.Sessions <= 0 || g.shares == nil {
 		return shareLease{}, nil
 	}
-	admit, held, share := g.shares.take(net, g.shareBudget(ctx))
+	budget := limiter.ShareBudget(g.capacity.Sessions, g.reserved, g.reserveExcess(o.Held))
+	admit, held, share := g.shares.take(net, budget)
 	if !admit {
 		return shareLease{}, &shareRefusal{net: net, held: held - 1, share: share}
 	}

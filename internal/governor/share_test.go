@@ -169,3 +169,30 @@ func TestShareUnknownCapacity(t *testing.T) {
 		t.Fatalf("counted %d without a capacity", n)
 	}
 }
+
+// TestShareBudgetLessReservedExcess: sessions a reserved class holds
+// beyond its reservation come out of the budget. Capacity 13, 3 reserved
+// for "known": the budget is 4/5 of 10, 8; known holding 5 takes 2 of
+// the unreserved sessions, so one /24 of strangers gets 6, not 8.
+func TestShareBudgetLessReservedExcess(t *testing.T) {
+	f, obs := shareFixture(t, 13)
+	var known [5]MilterSession
+	for i := range known {
+		if got := f.g.MilterConnect(f.ctx, &known[i], "", netip.MustParseAddr(fmt.Sprintf("192.0.2.%d", i+1)), "1"); got != "" {
+			t.Fatalf("known %d: %q", i+1, got)
+		}
+	}
+	var bots [8]MilterSession
+	admitted := 0
+	for i := range bots {
+		if f.g.MilterConnect(f.ctx, &bots[i], "", floodNet(3, i), "1") == "" {
+			admitted++
+		}
+	}
+	if admitted != 6 {
+		t.Fatalf("one /24 opened %d sessions, want 6 (the budget 8 less known's 2 beyond its reservation)", admitted)
+	}
+	if last := obs.v[len(obs.v)-1]; last.Rule != "share" || last.Limit.N != 6 {
+		t.Fatalf("verdict %+v, want a share refusal at 6", last)
+	}
+}
