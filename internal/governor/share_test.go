@@ -196,3 +196,22 @@ func TestShareBudgetLessReservedExcess(t *testing.T) {
 		t.Fatalf("verdict %+v, want a share refusal at 6", last)
 	}
 }
+
+// BenchmarkShareTake: one admission under pressure with 1000 networks
+// holding 2 sessions each over a budget of 1600 (a capacity of 2000): the
+// pass over the networks that computes the share.
+func BenchmarkShareTake(b *testing.B) {
+	s := NewShares()
+	for n := range 1000 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
+		s.take(p, 0)
+		s.take(p, 0)
+	}
+	lone := netip.MustParsePrefix("203.0.113.0/24")
+	for b.Loop() {
+		if ok, _, share := s.take(lone, 1600); !ok || share != 1 {
+			b.Fatalf("lone sender: ok %v share %d", ok, share)
+		}
+		s.give(lone)
+	}
+}
