@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/config"
 	"sluice/internal/governor"
+	"sluice/internal/limiter"
 )
 
 // The MTA's capacity: how many SMTP sessions it serves at once, which the
@@ -38,6 +39,12 @@ func configuredCapacity(cfg *config.Config) governor.Capacity {
 	}
 	return governor.Capacity{}
 }
+
+// ShareBudget returns the sessions the classes without a reservation may
+// hold, out of capacity with reserved sessions reserved, before each of
+// their networks is held to a fair share (see limiter.ShareBudget); 0
+// with an unknown capacity.
+func ShareBudget(capacity, reserved int64) int64 { return limiter.ShareBudget(capacity, reserved, 0) }
 
 // MTACapacity finds the MTA's capacity: [mta] sessions, else Postfix's
 // smtpd process limits when anvil.postfix_config_dir is set. The zero

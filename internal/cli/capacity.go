@@ -8,7 +8,6 @@ import (
 
 	"sluice/internal/app"
 	"sluice/internal/config"
-	"sluice/internal/limiter"
 )
 
 // printCapacity explains the MTA's capacity check found, and from where,
@@ -29,7 +28,7 @@ func printCapacity(w io.Writer, cfg *config.Config) {
 	}
 	if err == nil && c.Sessions > reserved {
 		fmt.Fprintf(w, "fair share: past %d sessions of the classes without a reservation, each /24 or /48 is held to a max-min share of them\n",
-			limiter.ShareBudget(c.Sessions, reserved, 0))
+			app.ShareBudget(c.Sessions, reserved))
 	}
 	if reserved == 0 {
 		return
