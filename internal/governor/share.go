@@ -10,7 +10,7 @@ import (
 
 // Shares counts, on this daemon, the SMTP sessions of each network (IPv4
 // /24, IPv6 /48) of the classes without a reservation: what their fair
-// shares are computed from (see limiter.FairShare). A network is in the
+// shares are computed from (see limiter.FairShareHist). A network is in the
 // table only while it holds a session, and a refused session leaves it at
 // once, so the table never holds more networks than there are open
 // sessions: a flood from a million /24s costs the sessions the MTA
@@ -22,10 +22,12 @@ import (
 //
 // A Shares must outlive reloads: the daemon makes one.
 type Shares struct {
-	mu     sync.Mutex
-	nets   map[netip.Prefix]int64
-	total  int64
-	counts []int64 // scratch for FairShare, under mu
+	mu    sync.Mutex
+	nets  map[netip.Prefix]int64
+	total int64
+	// hist[c] is how many networks hold c sessions, up to the largest
+	// (see limiter.FairShareHist): a share costs a walk over the counts.
+	hist []int64
 }
 
 // NewShares returns an empty table.
@@ -54,6 +56,7 @@ func (s *Shares) take(net netip.Prefix, budget int64) (ok bool, held, share int6
 	defer s.mu.Unlock()
 	held = s.nets[net] + 1
 	s.nets[net] = held
+	s.moved(held-1, held)
 	s.total++
 	if s.total > budget {
 		share = s.shareLocked(budget)
@@ -82,25 +85,34 @@ func (s *Shares) giveLocked(net netip.Prefix) {
 	} else {
 		s.nets[net] = n - 1
 	}
+	s.moved(n, n-1)
 	s.total--
 }
 
-func (s *Shares) shareLocked(budget int64) int64 {
-	s.counts = s.counts[:0]
-	for _, n := range s.nets {
-		s.counts = append(s.counts, n)
+// moved notes a network going from holding from sessions to holding to.
+func (s *Shares) moved(from, to int64) {
+	if from > 0 {
+		s.hist[from]--
 	}
-	return limiter.FairShare(s.counts, budget)
+	if to > 0 {
+		for int64(len(s.hist)) <= to {
+			s.hist = append(s.hist, 0)
+		}
+		s.hist[to]++
+	}
+	for len(s.hist) > 0 && s.hist[len(s.hist)-1] == 0 {
+		s.hist = s.hist[:len(s.hist)-1]
+	}
 }
+
+func (s *Shares) shareLocked(budget int64) int64 { return limiter.FairShareHist(s.hist, budget) }
 
 // state returns the networks holding sessions, their sessions, the
 // largest network's and the fair share of budget now.
 func (s *Shares) state(budget int64) (nets int, sessions, largest, share int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range s.nets {
-		largest = max(largest, n)
-	}
+	largest = max(int64(len(s.hist))-1, 0)
 	if budget > 0 && s.total > budget {
 		share = s.shareLocked(budget)
 	}

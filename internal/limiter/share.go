@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"net/netip"
-	"slices"
 )
 
 // Fair shares under pressure. The classes without a reservation share the
@@ -28,33 +27,37 @@ func ShareBudget(capacity, reserved, excess int64) int64 {
 	return max((capacity-reserved)*4/5-max(excess, 0), 1)
 }
 
-// FairShare returns the max-min fair share of budget among networks
-// holding counts[i] sessions each: the largest s >= 1 with
-// sum(min(counts[i], s)) <= budget. It returns 0 (no share: nothing to
-// shed) when every network fits as it is, sum(counts) <= budget, or when
-// budget is 0. counts is sorted in place; counts below 1 count as 0.
-func FairShare(counts []int64, budget int64) int64 {
+// FairShareHist returns the max-min fair share of budget among networks
+// where nets[c] networks hold c sessions each (nets[0] is ignored): the
+// largest s >= 1 with the sum over the networks of min(sessions, s) within
+// budget. It returns 0 (no share: nothing to shed) when every network fits
+// as it is, or when budget is 0. It walks the counts, not the networks: a
+// table of open sessions keeps such a histogram up to date cheaply.
+func FairShareHist(nets []int64, budget int64) int64 {
 	if budget <= 0 {
 		return 0
 	}
-	var sum int64
-	for _, c := range counts {
-		sum += max(c, 0)
+	var sum, k int64
+	for c := 1; c < len(nets); c++ {
+		sum += int64(c) * nets[c]
+		k += nets[c]
 	}
 	if sum <= budget {
 		return 0
 	}
-	slices.Sort(counts)
 	left := budget
-	for i, c := range counts {
-		c = max(c, 0)
-		k := int64(len(counts) - i) // the networks not yet served
-		if c*k > left {
-			// The others all hold more than an equal split of what is
-			// left: that split is the share.
+	for c := 1; c < len(nets); c++ {
+		if nets[c] == 0 {
+			continue
+		}
+		// Serving the smallest first: when the k networks left all hold
+		// more than an equal split of what is left, that split is the
+		// share. (The networks holding c all fit if the first does.)
+		if int64(c)*k > left {
 			return max(left/k, 1)
 		}
-		left -= c
+		left -= int64(c) * nets[c]
+		k -= nets[c]
 	}
 	return 0 // not reached: the sum exceeds the budget
 }

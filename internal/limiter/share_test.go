@@ -1,10 +1,13 @@
 package limiter
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 )
 
+// TestFairShare: the max-min share of budget among networks holding
+// counts sessions each.
 func TestFairShare(t *testing.T) {
 	flood := func(n int, each int64, extra ...int64) []int64 {
 		c := make([]int64, 0, n+len(extra))
@@ -37,9 +40,9 @@ func TestFairShare(t *testing.T) {
 		{"negative counts as 0", []int64{-3, 12}, 10, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := FairShare(append([]int64(nil), tc.counts...), tc.budget)
+			got := FairShareHist(hist(tc.counts), tc.budget)
 			if got != tc.want {
-				t.Fatalf("FairShare(%v, %d) = %d, want %d", tc.counts, tc.budget, got, tc.want)
+				t.Fatalf("FairShareHist(%v (from %v), %d) = %d, want %d", hist(tc.counts), tc.counts, tc.budget, got, tc.want)
 			}
 			if got == 0 {
 				return
@@ -104,6 +107,52 @@ func TestShareNet(t *testing.T) {
 		got, ok := ShareNetOf(netip.MustParsePrefix(tc.in))
 		if !ok || got.String() != tc.want {
 			t.Errorf("ShareNetOf(%s) = %v, %v; want %s", tc.in, got, ok, tc.want)
+		}
+	}
+}
+
+// hist turns counts into FairShareHist's histogram.
+func hist(counts []int64) []int64 {
+	var h []int64
+	for _, c := range counts {
+		if c <= 0 {
+			continue
+		}
+		for int64(len(h)) <= c {
+			h = append(h, 0)
+		}
+		h[c]++
+	}
+	return h
+}
+
+// TestFairShareByDefinition: on random small populations the share is
+// the definition's, found by trying every s.
+func TestFairShareByDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		counts := make([]int64, r.IntN(12))
+		var sum int64
+		for i := range counts {
+			counts[i] = 1 + r.Int64N(9)
+			sum += counts[i]
+		}
+		budget := r.Int64N(60)
+		var want int64
+		if budget > 0 && sum > budget {
+			want = 1
+			for s := int64(2); s <= 10; s++ {
+				var n int64
+				for _, c := range counts {
+					n += min(c, s)
+				}
+				if n <= budget {
+					want = s
+				}
+			}
+		}
+		if got := FairShareHist(hist(counts), budget); got != want {
+			t.Fatalf("counts %v budget %d: %d, want %d", counts, budget, got, want)
 		}
 	}
 }
