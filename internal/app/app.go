@@ -58,6 +58,7 @@ type Daemon struct {
 	// this daemon hands to the next (see Shutdown).
 	carried  *governor.AnvilCarried
 	pairs    *governor.SessionPairs // the anvil and milter views of one SMTP session
+	shares   *governor.Shares       // the open sessions of each network, for the fair shares
 	carryMu  sync.Mutex
 	carryOut []string
 
@@ -182,7 +183,8 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 		log.Error("exemptions cannot be read; none apply until they can", "err", err)
 	}
 	d.pairs = governor.NewSessionPairs()
-	gov, err := newGovernor(cfg, d.capacity(cfg, log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), log)
+	d.shares = governor.NewShares()
+	gov, err := newGovernor(cfg, d.capacity(cfg, log), d.lasting(log))
 	if err != nil {
 		d.store.Close()
 		return nil, err
@@ -241,6 +243,13 @@ func (d *Daemon) observer() governor.Observer {
 		return nil
 	}
 	return d.obs
+}
+
+// lasting returns what every governor of the daemon shares across
+// reloads: the counts, the queues and the tables of the open sessions.
+func (d *Daemon) lasting(log *slog.Logger) governor.Options {
+	return governor.Options{Limiter: d.lim, Waiters: d.waiters, Refusals: d.refusals, Carried: d.carried, Exemptions: d.exempt,
+		Pairs: d.pairs, Shares: d.shares, Observer: d.observer(), Logger: log}
 }
 
 // SetVersion sets the version the status page shows. Call it before Start.
@@ -367,7 +376,7 @@ func (d *Daemon) reload() error {
 			cfg.StateDir = d.stateDirFlag
 		}
 	}
-	gov, err := newGovernor(cfg, d.capacity(cfg, d.log), d.lim, d.waiters, d.refusals, d.carried, d.exempt, d.pairs, d.observer(), d.log)
+	gov, err := newGovernor(cfg, d.capacity(cfg, d.log), d.lasting(d.log))
 	if err != nil {
 		return fmt.Errorf("reload %s: keeping the running configuration: %w", d.path, err)
 	}

@@ -18,7 +18,8 @@ import (
 // buildGovernor turns the configuration into rules, with the capacity
 // [mta] sessions sets (the daemon reads the MTA's: newGovernor).
 func buildGovernor(cfg *config.Config, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
-	return newGovernor(cfg, governor.Capacity(postconf.Configured(cfg)), lim, waiters, refusals, carried, exempt, pairs, obs, log)
+	return newGovernor(cfg, governor.Capacity(postconf.Configured(cfg)), governor.Options{Limiter: lim, Waiters: waiters, Refusals: refusals,
+		Carried: carried, Exemptions: exempt, Pairs: pairs, Observer: obs, Logger: log})
 }
 
 // capacity finds the MTA's capacity for a start or a reload, and logs
@@ -42,8 +43,10 @@ func (d *Daemon) capacity(cfg *config.Config, log *slog.Logger) governor.Capacit
 	return c
 }
 
-// newGovernor turns the configuration into rules over the MTA's capacity.
-func newGovernor(cfg *config.Config, capacity governor.Capacity, lim *limiter.Limiter, waiters *limiter.Waiters, refusals *governor.RefusalLog, carried *governor.AnvilCarried, exempt *governor.Exemptions, pairs *governor.SessionPairs, obs governor.Observer, log *slog.Logger) (*governor.Governor, error) {
+// newGovernor turns the configuration into rules over the MTA's capacity;
+// keep holds what outlives reloads (the limiter, the queues, the open
+// sessions' tables, the observer and the logger), which it fills in.
+func newGovernor(cfg *config.Config, capacity governor.Capacity, keep governor.Options) (*governor.Governor, error) {
 	table, rules, err := classRules(cfg)
 	if err != nil {
 		return nil, err
@@ -56,9 +59,9 @@ func newGovernor(cfg *config.Config, capacity governor.Capacity, lim *limiter.Li
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return governor.New(governor.Options{Limiter: lim, Classes: table, Anvil: rules, Policy: prules,
-		Throttle: trules, Waiters: waiters, Refusals: refusals, Carried: carried, Exemptions: exempt, Pairs: pairs, Logger: log, Observer: obs, Capacity: capacity,
-		Milter: governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}}), nil
+	keep.Classes, keep.Anvil, keep.Policy, keep.Throttle, keep.Capacity = table, rules, prules, trules, capacity
+	keep.Milter = governor.MilterRules{RefuseText: cfg.Milter.RefuseText, PolicyRules: cfg.Milter.PolicyRules}
+	return governor.New(keep), nil
 }
 
 func anvilLimits(l config.SMTPDLimits) governor.AnvilLimits {

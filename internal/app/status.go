@@ -69,7 +69,12 @@ func (d *Daemon) Status() status.Status {
 		capa := gov.Capacity()
 		st.MTA = &status.MTA{Capacity: capa.Sessions, From: capa.From, Open: occ.Sessions, Reserved: gov.Classes().Reserved(),
 			ReservedUnused: occ.Unused, Free: occ.Free(capa.Sessions)}
-		d.metrics.MTA(metrics.MTAState{Capacity: capa.Sessions, Open: occ.Sessions, ReservedUnused: occ.Unused, Free: st.MTA.Free})
+		ms := metrics.MTAState{Capacity: capa.Sessions, Open: occ.Sessions, ReservedUnused: occ.Unused, Free: st.MTA.Free}
+		if sh := gov.ShareState(occ); sh.Budget > 0 {
+			st.MTA.Share = &status.Share{Budget: sh.Budget, Networks: sh.Networks, Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share}
+			ms.Share = &metrics.ShareState{Budget: sh.Budget, Networks: int64(sh.Networks), Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share}
+		}
+		d.metrics.MTA(ms)
 	}
 	d.metrics.Classes(mc)
 	d.metrics.StateDegraded(st.Store.Degraded != "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sluice/internal/limiter"
 	"time"
 
 	"sluice/internal/config"
@@ -11,7 +12,8 @@ import (
 )
 
 // printCapacity explains the MTA's capacity check found, and from where,
-// and the reservations that divide it.
+// the budget past which the classes without a reservation are held to
+// fair shares, and the reservations that divide it.
 func printCapacity(w io.Writer, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -24,6 +26,10 @@ func printCapacity(w io.Writer, cfg *config.Config) {
 		fmt.Fprintln(w, "MTA capacity: unknown (set [mta] sessions, or anvil.postfix_config_dir to read Postfix's master.cf)")
 	default:
 		fmt.Fprintf(w, "MTA capacity: %d SMTP sessions (from %s)\n", c.Sessions, c.From)
+	}
+	if err == nil && c.Sessions > reserved {
+		fmt.Fprintf(w, "fair share: past %d sessions of the classes without a reservation, each /24 or /48 is held to a max-min share of them\n",
+			limiter.ShareBudget(c.Sessions, reserved, 0))
 	}
 	if reserved == 0 {
 		return

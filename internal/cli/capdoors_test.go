@@ -70,3 +70,24 @@ func TestCheckComparesMainCF(t *testing.T) {
 		t.Errorf("anvil.postfix_config_dir: exit %d, %q", code, errs)
 	}
 }
+
+// TestCheckPrintsFairShare: with a capacity, check says past how many
+// sessions the classes without a reservation are held to fair shares:
+// 4/5 of what nobody reserved.
+func TestCheckPrintsFairShare(t *testing.T) {
+	dir := t.TempDir()
+	classes := "[[class]]\nname = \"partners\"\nmatch = [\"192.0.2.0/24\"]\nreserve = 10\n[[class]]\nname = \"rest\"\nmatch = [\"*\"]\n"
+	for _, c := range []struct{ name, body, line string }{
+		{"plain", "[mta]\nsessions = 50\n", "fair share: past 40 sessions of the classes without a reservation"},
+		{"reserve", "[mta]\nsessions = 50\n" + classes, "fair share: past 32 sessions of the classes without a reservation"},
+	} {
+		path := filepath.Join(dir, c.name+".toml")
+		if err := os.WriteFile(path, []byte("state_dir = \""+dir+"\"\n"+c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := run("check", "-c", path)
+		if code != 0 || !strings.Contains(out, c.line) {
+			t.Errorf("%s: exit %d, output lacks %q:\n%s%s", c.name, code, c.line, out, errs)
+		}
+	}
+}

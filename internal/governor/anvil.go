@@ -67,6 +67,7 @@ type AnvilStream struct {
 	ident      string
 	lease      limiter.Lease
 	classLease limiter.Lease
+	share      shareLease // the session's count in its network's fair share
 	class      string
 	classQueue int64     // the class's queue cap, for handing the slot to a waiting send
 	pid        int       // the smtpd process at the other end (0: unknown)
@@ -108,6 +109,19 @@ func AnvilPeer(ident string) hostmask.Peer {
 		return hostmask.PeerAddr("", a)
 	}
 	return hostmask.Peer{}
+}
+
+// anvilNet returns the network of an ident's client, for the fair shares.
+func anvilNet(ident string) (netip.Prefix, bool) {
+	client := anvilClient(ident)
+	if p, err := netip.ParsePrefix(client); err == nil {
+		return limiter.ShareNetOf(p)
+	}
+	a, err := netip.ParseAddr(client)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	return limiter.ShareNet(a)
 }
 
 // anvilClient returns the client part of an ident.
@@ -187,12 +201,22 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 		return false, 0, ""
 	}
 	if ok {
-		if admit, o := g.reserveAdmits(ctx, cls, held); !admit {
+		admit, o := g.reserveAdmits(ctx, cls, held)
+		if !admit {
 			g.releaseClass(ctx, cl, cls.Queue)
 			g.observe(ctx, g.reserveVerdict("anvil", cls, o, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
 				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused))
 			return true, held - 1, "reserve"
 		}
+		net, netOK := anvilNet(ident)
+		share, r := g.shareAdmits(cls, net, netOK, o)
+		if r != nil {
+			g.releaseClass(ctx, cl, cls.Queue)
+			g.observe(ctx, shareVerdict("anvil", cls, r, "anvil: the network holds its fair share of the sessions; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share))
+			return true, held - 1, "share"
+		}
+		st.share = share
 		st.classLease, st.class, st.classQueue = cl, cls.Name, cls.Queue
 		g.pairAnvil(st, ident)
 	}
@@ -214,6 +238,7 @@ func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 		}
 	}
 	g.releaseClass(ctx, st.classLease, st.classQueue)
+	st.share.release()
 	g.unpairAnvil(ctx, st)
 	*st = AnvilStream{pid: st.pid}
 }

@@ -24,6 +24,7 @@ type Governor struct {
 	carried  *AnvilCarried
 	exempt   *Exemptions
 	pairs    *SessionPairs
+	shares   *Shares
 	capacity Capacity
 	reserved int64 // the sum of the classes' reservations
 	log      *slog.Logger
@@ -54,6 +55,9 @@ type Options struct {
 	// Pairs links the anvil and milter doors' views of one SMTP session;
 	// it must outlive reloads (nil: each door takes its own slot).
 	Pairs *SessionPairs
+	// Shares counts the sessions of each network for the fair shares; it
+	// must outlive reloads (nil: a new one).
+	Shares *Shares
 	// Capacity is the MTA's session capacity the classes' reservations
 	// divide (zero: unknown, reservations are not enforced).
 	Capacity Capacity
@@ -69,11 +73,14 @@ func New(o Options) *Governor {
 	if o.Policy.Default == "" {
 		o.Policy.Default = "DUNNO"
 	}
+	if o.Shares == nil {
+		o.Shares = NewShares()
+	}
 	if o.Waiters == nil {
 		o.Waiters = limiter.NewWaiters(o.Limiter)
 	}
 	return &Governor{lim: o.Limiter, classes: o.Classes, anvil: o.Anvil, policy: o.Policy,
-		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, pairs: o.Pairs, log: o.Logger,
+		throttle: o.Throttle, milter: o.Milter, obs: o.Observer, waiters: o.Waiters, refusals: o.Refusals, carried: o.Carried, exempt: o.Exemptions, pairs: o.Pairs, shares: o.Shares, log: o.Logger,
 		capacity: o.Capacity, reserved: o.Classes.Reserved()}
 }
 

@@ -31,6 +31,7 @@ const milterTrouble = "421 4.3.0 Session limiter temporarily unavailable; try ag
 // reports through it, the class slot it holds and the policy transaction.
 type MilterSession struct {
 	lease   limiter.Lease
+	share   shareLease // the session's count in its network's fair share
 	class   string
 	queue   int64 // the class's queue cap
 	req     PolicyRequest
@@ -66,7 +67,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	peer := hostmask.PeerAddr(host, addr.Unmap())
 	cls := g.classes.Match(peer)
 	ms.class, ms.queue = cls.Name, cls.Queue
-	found, moved, movedQueue := g.pairs.adopt(ms.pid, addr.Unmap(), cls.Name)
+	found, moved, movedQueue, shared := g.pairs.adopt(ms.pid, addr.Unmap(), cls.Name)
 	if found && moved.ID == 0 {
 		return g.milterAdopted(ctx, ms, cls, host)
 	}
@@ -92,7 +93,8 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 			Args: []any{"class", cls.Name, "refuse", cls.Refuse, "sessions", held, "client", ms.req.ClientAddress, "name", host}})
 		return reply
 	default:
-		if ok, o := g.reserveAdmits(ctx, cls, held); !ok {
+		admit, o := g.reserveAdmits(ctx, cls, held)
+		if !admit {
 			g.releaseClass(ctx, lease, cls.Queue)
 			ms.refused = true
 			v := g.reserveVerdict("milter", cls, o, "milter: the free sessions are reserved for other classes; refusing the session",
@@ -101,6 +103,13 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 			g.observe(ctx, v)
 			return v.Reply
 		}
+		if !shared {
+			net, ok := limiter.ShareNet(addr)
+			var r *shareRefusal
+			if ms.share, r = g.shareAdmits(cls, net, ok, o); r != nil {
+				return g.milterShareRefused(ctx, ms, cls, lease, r, host)
+			}
+		}
 		ms.lease = lease
 		g.observe(ctx, Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse)})
 	}
@@ -108,6 +117,17 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		g.log.Debug("milter connect", "class", cls.Name, "sessions", held, "refuse", cls.Refuse, "client", ms.req.ClientAddress, "name", host)
 	}
 	return g.milterPolicy(ctx, ms)
+}
+
+// milterShareRefused refuses a session its network's fair share has no
+// room for, giving back the class slot it took.
+func (g *Governor) milterShareRefused(ctx context.Context, ms *MilterSession, cls *limiter.Class, lease limiter.Lease, r *shareRefusal, host string) string {
+	g.releaseClass(ctx, lease, cls.Queue)
+	ms.refused = true
+	v := shareVerdict("milter", cls, r, "milter: the network holds its fair share of the sessions; refusing the session",
+		"class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share, "client", ms.req.ClientAddress, "name", host)
+	g.observe(ctx, v)
+	return v.Reply
 }
 
 // milterAdopted admits a session whose class slot the anvil door took:
@@ -213,6 +233,7 @@ func (g *Governor) MilterClose(ctx context.Context, ms *MilterSession) {
 func (g *Governor) milterRelease(ctx context.Context, ms *MilterSession) {
 	g.releaseClass(ctx, ms.lease, ms.queue)
 	ms.lease = limiter.Lease{}
+	ms.share.release()
 }
 
 // milterPolicy runs the policy rules for the session's current request,

@@ -44,6 +44,7 @@ type pairSlot struct {
 	lease   limiter.Lease
 	queue   int64 // the class's queue cap
 	adopted bool  // a milter session holds it too
+	shared  bool  // anvil counted the session in its network's fair share
 }
 
 // Len returns how many sessions anvil holds for a milter to adopt.
@@ -57,8 +58,8 @@ func (p *SessionPairs) Len() int {
 }
 
 // put records the slot anvil took for process pid's session with addr.
-func (p *SessionPairs) put(pid int, addr netip.Addr, class string, lease limiter.Lease, queue int64) *pairSlot {
-	s := &pairSlot{addr: addr, class: class, lease: lease, queue: queue}
+func (p *SessionPairs) put(pid int, addr netip.Addr, class string, lease limiter.Lease, queue int64, shared bool) *pairSlot {
+	s := &pairSlot{addr: addr, class: class, lease: lease, queue: queue, shared: shared}
 	p.mu.Lock()
 	p.byPID[pid] = s
 	p.mu.Unlock()
@@ -82,23 +83,25 @@ func (p *SessionPairs) drop(pid int, s *pairSlot) (limiter.Lease, int64) {
 // not yet adopted, and marks it adopted. It returns the slot's class and,
 // when that is not class (the milter's), takes its lease out for the
 // caller to release once the session holds a slot of its own class.
-func (p *SessionPairs) adopt(pid int, addr netip.Addr, class string) (found bool, moved limiter.Lease, queue int64) {
+// shared reports that anvil counted the session in its network's fair
+// share (it stays counted there until anvil's disconnect).
+func (p *SessionPairs) adopt(pid int, addr netip.Addr, class string) (found bool, moved limiter.Lease, queue int64, shared bool) {
 	if p == nil || pid <= 0 || !addr.IsValid() {
-		return false, limiter.Lease{}, 0
+		return false, limiter.Lease{}, 0, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.byPID[pid]
 	if s == nil || s.adopted || s.addr != addr || s.lease.ID == 0 {
-		return false, limiter.Lease{}, 0
+		return false, limiter.Lease{}, 0, false
 	}
 	s.adopted = true
 	if s.class == class {
-		return true, limiter.Lease{}, 0
+		return true, limiter.Lease{}, 0, s.shared
 	}
 	moved, queue = s.lease, s.queue
 	s.lease = limiter.Lease{}
-	return true, moved, queue
+	return true, moved, queue, s.shared
 }
 
 // pairAnvil records the class slot the stream's session took, when its
@@ -112,7 +115,7 @@ func (g *Governor) pairAnvil(st *AnvilStream, ident string) {
 	if err != nil {
 		return // Postfix 3.8's network idents name no one client
 	}
-	st.slot = g.pairs.put(st.pid, addr.Unmap(), st.class, st.classLease, st.classQueue)
+	st.slot = g.pairs.put(st.pid, addr.Unmap(), st.class, st.classLease, st.classQueue, st.share.s != nil)
 	st.classLease = limiter.Lease{}
 }
 

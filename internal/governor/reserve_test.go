@@ -36,7 +36,8 @@ func TestReserveMilter(t *testing.T) {
 	f, obs := reserveFixture(t, 10)
 	var strangers [8]MilterSession
 	for i := range strangers {
-		a := netip.MustParseAddr(fmt.Sprintf("198.51.100.%d", i+1))
+		// each from a /24 of its own, so the fair share never binds
+		a := netip.MustParseAddr(fmt.Sprintf("198.51.%d.1", 100+i))
 		got := f.g.MilterConnect(f.ctx, &strangers[i], "", a, "1000")
 		if i < 7 && got != "" {
 			t.Fatalf("stranger %d refused: %q", i+1, got)

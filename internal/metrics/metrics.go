@@ -117,6 +117,7 @@ type Metrics struct {
 	classSessions *prometheus.GaugeVec // class, direction
 	classCap      *prometheus.GaugeVec // class, direction
 	mtaSessions   *prometheus.GaugeVec // state
+	mtaShare      *prometheus.GaugeVec // figure
 	classMu       sync.Mutex
 	classNames    map[string]struct{}
 
@@ -161,6 +162,9 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 		mtaSessions: gaugeVec("mta", "sessions",
 			"The MTA's SMTP sessions: capacity (absent when unknown), open (every class's), reserved_unused (reservations their classes do not use), free (neither open nor reserved).",
 			"state"),
+		mtaShare: gaugeVec("mta", "share",
+			"The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits); absent without a capacity.",
+			"figure"),
 		classNames: map[string]struct{}{},
 		poolSlots: gaugeVec("pool", "slots",
 			"Worker slots by state (stopped, idle, busy, killed).",
@@ -254,7 +258,7 @@ func counterVec(subsystem, name, help string, labels ...string) *prometheus.Coun
 func (m *Metrics) collectors() map[Part][]prometheus.Collector {
 	return map[Part][]prometheus.Collector{
 		PartDecisions:  {m.decisions.vec},
-		PartClasses:    {m.classSessions, m.classCap, m.mtaSessions},
+		PartClasses:    {m.classSessions, m.classCap, m.mtaSessions, m.mtaShare},
 		PartPool:       {m.poolSlots, m.poolQueued, m.poolQueueSize, m.poolActivations},
 		PartPoolEvents: {m.poolKills, m.poolBusyTimeout},
 		PartThrottle:   {m.throttleWaiters, m.throttleGrant, &m.throttleKeys},
@@ -319,10 +323,16 @@ func (m *Metrics) Classes(list []ClassState) {
 
 // MTAState is the MTA's sessions as sluice counts them.
 type MTAState struct {
-	Capacity       int64 // sessions the MTA serves at once (0: unknown)
-	Open           int64 // every class's open sessions
-	ReservedUnused int64 // reserved sessions their classes do not use
-	Free           int64 // neither open nor reserved (with a capacity)
+	Capacity       int64       // sessions the MTA serves at once (0: unknown)
+	Open           int64       // every class's open sessions
+	ReservedUnused int64       // reserved sessions their classes do not use
+	Free           int64       // neither open nor reserved (with a capacity)
+	Share          *ShareState // the fair share (nil without a capacity)
+}
+
+// ShareState is the fair share of the classes without a reservation.
+type ShareState struct {
+	Budget, Networks, Sessions, Largest, PerNet int64
 }
 
 // MTA sets the MTA's session gauges; capacity and free are absent while
@@ -339,6 +349,16 @@ func (m *Metrics) MTA(s MTAState) {
 	} else {
 		m.mtaSessions.DeleteLabelValues("capacity")
 		m.mtaSessions.DeleteLabelValues("free")
+	}
+	if sh := s.Share; sh != nil {
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"budget", sh.Budget}, {"networks", sh.Networks}, {"sessions", sh.Sessions}, {"largest", sh.Largest}, {"per_net", sh.PerNet}} {
+			m.mtaShare.WithLabelValues(f.name).Set(float64(f.v))
+		}
+	} else {
+		m.mtaShare.Reset()
 	}
 }
 

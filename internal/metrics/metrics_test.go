@@ -423,3 +423,26 @@ type fastFail bool
 
 func (f fastFail) Error() string  { return "fast fail" }
 func (f fastFail) FastFail() bool { return bool(f) }
+
+// TestMTAShare: the fair share's figures are set with a capacity and
+// dropped without one.
+func TestMTAShare(t *testing.T) {
+	m, reg := newTest(t)
+	m.MTA(MTAState{Capacity: 100, Open: 81, Free: 19, Share: &ShareState{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7}})
+	want := `
+# HELP sluice_mta_share The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits); absent without a capacity.
+# TYPE sluice_mta_share gauge
+sluice_mta_share{figure="budget"} 80
+sluice_mta_share{figure="largest"} 8
+sluice_mta_share{figure="networks"} 11
+sluice_mta_share{figure="per_net"} 7
+sluice_mta_share{figure="sessions"} 81
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_mta_share"); err != nil {
+		t.Fatal(err)
+	}
+	m.MTA(MTAState{Open: 3})
+	if n := testutil.CollectAndCount(m.mtaShare); n != 0 {
+		t.Fatalf("%d share series without a capacity", n)
+	}
+}

@@ -84,7 +84,9 @@ func Printable(r rune) bool {
 }
 
 // MTAText is the MTA's sessions on one line, as `sluice status` and the
-// status page show them: "37 open / 50 · 10 reserved, 3 unused · 10 free".
+// status page show them: "37 open / 50 · 10 reserved, 3 unused · 10 free
+// · 12 networks hold 30 of 32 unreserved" (", shedding: 4 per network"
+// once they hold more than that budget).
 func MTAText(m *MTA) string {
 	t := Count(m.Open) + " open / "
 	if m.Capacity > 0 {
@@ -97,6 +99,12 @@ func MTAText(m *MTA) string {
 	}
 	if m.Capacity > 0 {
 		t += " · " + Count(m.Free) + " free"
+	}
+	if sh := m.Share; sh != nil {
+		t += " · " + Count(int64(sh.Networks)) + " networks hold " + Count(sh.Sessions) + " of " + Count(sh.Budget) + " unreserved"
+		if sh.PerNet > 0 {
+			t += ", shedding: " + Count(sh.PerNet) + " per network"
+		}
 	}
 	return t
 }

@@ -19,3 +19,20 @@ func TestCountAndDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestMTATextShare(t *testing.T) {
+	for _, c := range []struct {
+		m    MTA
+		want string
+	}{
+		{MTA{Open: 3}, "3 open / capacity unknown"},
+		{MTA{Capacity: 100, Open: 30, Free: 70, Share: &Share{Budget: 80, Networks: 4, Sessions: 30, Largest: 20}},
+			"30 open / 100 · 70 free · 4 networks hold 30 of 80 unreserved"},
+		{MTA{Capacity: 100, Open: 81, Free: 19, Share: &Share{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7}},
+			"81 open / 100 · 19 free · 11 networks hold 81 of 80 unreserved, shedding: 7 per network"},
+	} {
+		if got := MTAText(&c.m); got != c.want {
+			t.Errorf("MTAText(%+v) = %q, want %q", c.m, got, c.want)
+		}
+	}
+}

@@ -122,6 +122,19 @@ type MTA struct {
 	// Free are the sessions neither open nor reserved: what a class
 	// beyond its reservation may still open (0 without a capacity).
 	Free int64 `json:"free"`
+	// Share is the fair share of the classes without a reservation (nil
+	// without a capacity).
+	Share *Share `json:"share,omitempty"`
+}
+
+// Share is how the classes without a reservation share the sessions
+// nobody reserved among their networks (IPv4 /24, IPv6 /48).
+type Share struct {
+	Budget   int64 `json:"budget"`   // the sessions they hold before each network is held to a share
+	Networks int   `json:"networks"` // networks holding their sessions
+	Sessions int64 `json:"sessions"` // those networks' sessions
+	Largest  int64 `json:"largest"`  // the most one network holds
+	PerNet   int64 `json:"per_net"`  // each network's share now; 0 while everyone fits
 }
 
 // Talker is one busy key under a rate rule.

@@ -98,7 +98,11 @@
       let t = num(m.open) + " open / " + (m.capacity ? num(m.capacity) : "capacity unknown");
       if (m.reserved) t += " · " + num(m.reserved) + " reserved, " + num(m.reserved_unused || 0) + " unused";
       if (m.capacity) t += " · " + num(m.free) + " free";
-      add("mta", t);
+      if (m.share) {
+        t += " · " + num(m.share.networks) + " networks hold " + num(m.share.sessions) + " of " + num(m.share.budget) + " unreserved";
+        if (m.share.per_net) t += ", shedding: " + num(m.share.per_net) + " per network";
+      }
+      add("mta", t, !!(m.share && m.share.per_net));
     }
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
