@@ -143,3 +143,9 @@ func ThrottleRulesText(cfg *config.Config) (string, error) {
 	}
 	return rules.Table(), nil
 }
+
+// ShareBudget returns the sessions the classes without a reservation may
+// hold, out of capacity with reserved sessions reserved, before each of
+// their networks is held to a fair share (limiter.ShareBudget); 0 with an
+// unknown capacity. sluice check prints it.
+func ShareBudget(capacity, reserved int64) int64 { return limiter.ShareBudget(capacity, reserved, 0) }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sluice/internal/limiter"
+	"sluice/internal/app"
 	"time"
 
 	"sluice/internal/config"
@@ -29,7 +29,7 @@ func printCapacity(w io.Writer, cfg *config.Config) {
 	}
 	if err == nil && c.Sessions > reserved {
 		fmt.Fprintf(w, "fair share: past %d sessions of the classes without a reservation, each /24 or /48 is held to a max-min share of them\n",
-			limiter.ShareBudget(c.Sessions, reserved, 0))
+			app.ShareBudget(c.Sessions, reserved))
 	}
 	if reserved == 0 {
 		return

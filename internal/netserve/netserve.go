@@ -84,10 +84,8 @@ type Server struct {
 	quitOnce  sync.Once
 	idle      atomic.Int32 // runners waiting on handoff
 
-	poll        *poller      // the sessions' epoll set, made by the first Serve
-	pollRefs    atomic.Int64 // the server's (until it closes) and each connection's
-	pollDropped bool         // the server's reference is given back (mu)
-	gen         uint32       // connections made, to tell a reused descriptor (mu)
+	poll        *poller // the process's epoll set, taken by the first Serve
+	pollDropped bool    // the server no longer uses it (mu)
 }
 
 // New returns a Server that runs handle for each connection, in a
