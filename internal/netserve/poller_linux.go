@@ -3,11 +3,10 @@ package netserve
 import (
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"syscall"
-	"time"
-	"unsafe"
+
+	"sluice/internal/rawio"
 )
 
 // poller is the doors' one epoll set: every listener a Server serves and
@@ -28,9 +27,7 @@ import (
 // makes it, and it is closed, its waiter stopped, once no Server uses it
 // and no descriptor is left in it.
 type poller struct {
-	ep int
-	f  *os.File // ep on the runtime's poller, for the waiter
-	rc syscall.RawConn
+	ep *rawio.Epoll
 
 	mu      sync.Mutex
 	targets []entry // by descriptor number
@@ -85,27 +82,11 @@ func usePoller() (*poller, error) {
 }
 
 func newPoller() (*poller, error) {
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	ep, err := rawio.NewEpoll("netserve")
 	if err != nil {
-		return nil, fmt.Errorf("netserve: epoll_create1: %w", err)
+		return nil, err
 	}
-	if err := syscall.SetNonblock(ep, true); err != nil {
-		syscall.Close(ep)
-		return nil, fmt.Errorf("netserve: epoll descriptor non-blocking: %w", err)
-	}
-	f := os.NewFile(uintptr(ep), "netserve-poller")
-	// A descriptor the runtime's poller did not take has no deadlines: the
-	// waiter could never wait on it, and every parked call would sleep.
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("netserve: epoll descriptor on the poller: %w", err)
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("netserve: epoll descriptor on the poller: %w", err)
-	}
-	p := &poller{ep: ep, f: f, rc: rc, evs: make([]syscall.EpollEvent, pollerBatch)}
+	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch)}
 	p.wg.Add(1)
 	go p.wait()
 	return p, nil
@@ -116,7 +97,7 @@ func newPoller() (*poller, error) {
 // returns when the set is closed.
 func (p *poller) wait() {
 	defer p.wg.Done()
-	_ = p.rc.Read(p.drain) // returns once f is closed
+	_ = p.ep.Wait(p.drain) // returns once the set is closed
 }
 
 // drain takes every event the set holds and wakes the targets they name;
@@ -125,12 +106,8 @@ func (p *poller) wait() {
 // the last epoll_pwait here is reported again).
 func (p *poller) drain(uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(p.ep),
-			uintptr(unsafe.Pointer(unsafe.SliceData(p.evs))), uintptr(len(p.evs)), 0, 0, 0)
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 || n == 0 {
+		n := p.ep.Poll(p.evs)
+		if n == 0 {
 			return false
 		}
 		p.mu.Lock()
@@ -141,7 +118,7 @@ func (p *poller) drain(uintptr) bool {
 			} // else removed since: its successor was not asked about
 		}
 		p.mu.Unlock()
-		if int(n) < len(p.evs) {
+		if n < len(p.evs) {
 			return false
 		}
 	}
@@ -165,7 +142,7 @@ func (p *poller) add(fd int, events uint32, t target) error {
 	}
 	p.gen++
 	ev := syscall.EpollEvent{Events: events | syscall.EPOLLRDHUP | epollET, Fd: int32(fd), Pad: int32(p.gen)}
-	if err := epollCtl(p.ep, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := p.ep.Ctl(syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return fmt.Errorf("netserve: epoll_ctl ADD: %w", err)
 	}
 	p.targets[fd] = entry{t: t, gen: p.gen}
@@ -186,7 +163,7 @@ func (p *poller) remove(fd int, t target, del bool) {
 	p.targets[fd] = entry{}
 	if del {
 		var ev syscall.EpollEvent
-		_ = epollCtl(p.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
+		_ = p.ep.Ctl(syscall.EPOLL_CTL_DEL, fd, &ev)
 	}
 	p.n--
 	idle := p.n == 0 && p.users == 0
@@ -221,18 +198,9 @@ func (p *poller) closeIfIdle() {
 	}
 	sharedMu.Unlock()
 	if idle {
-		p.f.Close() // ends the waiter's Read
+		p.ep.Close() // ends the waiter's Wait
 		p.wg.Wait()
 	}
-}
-
-// epollCtl is epoll_ctl(2), which cannot block: a raw system call.
-func epollCtl(ep, op, fd int, ev *syscall.EpollEvent) error {
-	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
 }
 
 // startPoller makes the server a user of the process's set if it is not

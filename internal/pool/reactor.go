@@ -2,11 +2,11 @@ package pool
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
+
+	"sluice/internal/rawio"
 )
 
 // reactor is the owner loop's epoll set: the workers' stdin and stdout,
@@ -24,9 +24,7 @@ import (
 //
 // Everything but the waiter's wait is the owner goroutine's.
 type reactor struct {
-	ep int      // the epoll instance
-	f  *os.File // ep on the runtime's poller, for the waiter
-	rc syscall.RawConn
+	ep *rawio.Epoll // on the runtime's poller, for the waiter
 
 	// fds holds, by descriptor number, what the owner does when an armed
 	// descriptor is ready (fn, cleared when its watch fires) and whether
@@ -54,29 +52,12 @@ const (
 )
 
 func newReactor() (*reactor, error) {
-	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	ep, err := rawio.NewEpoll("pool")
 	if err != nil {
-		return nil, fmt.Errorf("pool: epoll_create1: %w", err)
-	}
-	if err := syscall.SetNonblock(ep, true); err != nil {
-		syscall.Close(ep)
-		return nil, fmt.Errorf("pool: epoll descriptor non-blocking: %w", err)
-	}
-	f := os.NewFile(uintptr(ep), "pool-reactor")
-	// A descriptor the runtime's poller did not take has no deadlines:
-	// the waiter could never wait on it, and the owner would sleep with
-	// replies unread.
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("pool: epoll descriptor on the poller: %w", err)
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("pool: epoll descriptor on the poller: %w", err)
+		return nil, err
 	}
 	return &reactor{
-		ep: ep, f: f, rc: rc,
+		ep:    ep,
 		evs:   make([]syscall.EpollEvent, reactorBatch),
 		kick:  make(chan struct{}, 1),
 		again: make(chan struct{}, 1),
@@ -95,7 +76,7 @@ func (r *reactor) start() {
 func (r *reactor) wait() {
 	defer r.wg.Done()
 	for {
-		if err := r.rc.Read(epollReady); err != nil {
+		if err := r.ep.Wait(epollReady); err != nil {
 			return // closed
 		}
 		select {
@@ -151,7 +132,7 @@ func (r *reactor) watch(fd int, out bool, fn func()) error {
 	if !w.added {
 		op = syscall.EPOLL_CTL_ADD
 	}
-	if err := epollCtl(r.ep, op, fd, &ev); err != nil {
+	if err := r.ep.Ctl(op, fd, &ev); err != nil {
 		return fmt.Errorf("pool: watch descriptor %d: %w", fd, err)
 	}
 	w.added = true
@@ -169,7 +150,7 @@ func (r *reactor) forget(fd int) {
 		return
 	}
 	var ev syscall.EpollEvent
-	_ = epollCtl(r.ep, syscall.EPOLL_CTL_DEL, fd, &ev)
+	_ = r.ep.Ctl(syscall.EPOLL_CTL_DEL, fd, &ev)
 	if r.fds[fd].fn != nil {
 		r.armN--
 	}
@@ -179,9 +160,8 @@ func (r *reactor) forget(fd int) {
 // poll runs the handlers of the watches that have fired, without waiting.
 func (r *reactor) poll() {
 	for range pollRounds {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(r.ep),
-			uintptr(unsafe.Pointer(unsafe.SliceData(r.evs))), uintptr(len(r.evs)), 0, 0, 0)
-		if e != 0 || n == 0 {
+		n := r.ep.Poll(r.evs)
+		if n == 0 {
 			return
 		}
 		for _, ev := range r.evs[:n] {
@@ -193,7 +173,7 @@ func (r *reactor) poll() {
 				}
 			}
 		}
-		if int(n) < len(r.evs) {
+		if n < len(r.evs) {
 			return
 		}
 	}
@@ -216,16 +196,6 @@ func (r *reactor) kicked() {
 // close stops the waiter and closes the set (owner only, once).
 func (r *reactor) close() {
 	close(r.stop)
-	r.f.Close() // wakes the waiter's Read
+	r.ep.Close() // ends the waiter's Wait
 	r.wg.Wait()
-}
-
-// epollCtl is epoll_ctl(2), which cannot block: a raw system call, without
-// the runtime's entersyscall/exitsyscall that syscall.EpollCtl costs.
-func epollCtl(ep, op, fd int, ev *syscall.EpollEvent) error {
-	_, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(ep), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
 }

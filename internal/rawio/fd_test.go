@@ -78,3 +78,46 @@ func TestAccept4From(t *testing.T) {
 		t.Fatalf("the accepted descriptor blocks or fails: %v, want EAGAIN (non-blocking, nothing sent)", e)
 	}
 }
+
+// An Epoll parks its waiter in the runtime's poller until a descriptor in
+// it is ready, gives the ready events to Poll, and ends Wait on Close.
+func TestEpollWaitPollClose(t *testing.T) {
+	ep, err := NewEpoll("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseFD(fds[0])
+	defer CloseFD(fds[1])
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fds[0])}
+	if err := ep.Ctl(syscall.EPOLL_CTL_ADD, fds[0], &ev); err != nil {
+		t.Fatal(err)
+	}
+	evs := make([]syscall.EpollEvent, 4)
+	if n := ep.Poll(evs); n != 0 {
+		t.Fatalf("%d events before anything was written", n)
+	}
+	got := make(chan int32, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- ep.Wait(func(uintptr) bool {
+			if n := ep.Poll(evs); n > 0 {
+				got <- evs[0].Fd
+			}
+			return false
+		})
+	}()
+	if _, e := WriteFD(fds[1], []byte("x")); e != 0 {
+		t.Fatal(e)
+	}
+	if fd := <-got; fd != int32(fds[0]) {
+		t.Fatalf("event for descriptor %d, want %d", fd, fds[0])
+	}
+	ep.Close()
+	if err := <-done; err == nil {
+		t.Fatal("Wait returned no error after Close")
+	}
+}
