@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"sluice/internal/rawio"
@@ -23,6 +24,7 @@ type acceptor struct {
 	p       *poller
 	fd      int
 	ch      chan struct{} // capacity 1: a connection is queued, or stop
+	check   *time.Timer   // wakes a parked accept to look whether the listener was closed
 	stopped atomic.Bool
 	laddr   net.Addr // for unix sockets: the listener's (what getsockname says)
 	netw    string
@@ -39,7 +41,8 @@ type acceptor struct {
 // listener that is not a socket of the net package is accepted from with
 // its own Accept, and its connections served as they are.
 func newAcceptor(l net.Listener, p *poller) (*acceptor, error) {
-	a := &acceptor{l: l, p: p, fd: -1, ch: make(chan struct{}, 1)}
+	a := &acceptor{l: l, p: p, fd: -1, ch: make(chan struct{}, 1), check: time.NewTimer(time.Hour)}
+	a.check.Stop()
 	sc, ok := l.(syscall.Conn)
 	if !ok {
 		return a, nil
@@ -79,6 +82,11 @@ func (a *acceptor) ready(uint32) {
 	}
 }
 
+// listenerCheck bounds how long a parked accept takes to notice that its
+// listener was closed by other code than the Server (Serve then returns
+// the error, as for any broken listener).
+const listenerCheck = time.Second
+
 // errAcceptTemporary marks an accept4 error worth retrying after a pause
 // (out of descriptors or memory).
 var errAcceptTemporary = errors.New("temporary")
@@ -94,7 +102,14 @@ func (a *acceptor) accept() (fd int, raddr net.Addr, err error) {
 			return -1, nil, err
 		}
 		if a.errno == syscall.EAGAIN {
-			<-a.ch
+			// A listener its owner closes (not through the Server) leaves
+			// the set without an event: look again within listenerCheck.
+			a.check.Reset(listenerCheck)
+			select {
+			case <-a.ch:
+			case <-a.check.C:
+			}
+			a.check.Stop()
 			continue
 		}
 		if a.errno != 0 {
