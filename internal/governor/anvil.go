@@ -202,13 +202,14 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 	}
 	if ok {
 		admit, o := g.reserveAdmits(ctx, cls, held)
+		net, netOK := anvilNet(ident)
 		if !admit {
+			g.markRefused(cls, net, netOK)
 			g.releaseClass(ctx, cl, cls.Queue)
 			g.observe(ctx, g.reserveVerdict("anvil", cls, o, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
 				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused))
 			return true, held - 1, "reserve"
 		}
-		net, netOK := anvilNet(ident)
 		share, r := g.shareAdmits(cls, net, netOK, o)
 		if r != nil {
 			g.releaseClass(ctx, cl, cls.Queue)

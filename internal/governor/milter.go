@@ -95,6 +95,10 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 	default:
 		admit, o := g.reserveAdmits(ctx, cls, held)
 		if !admit {
+			if !shared {
+				net, ok := limiter.ShareNet(addr)
+				g.markRefused(cls, net, ok)
+			}
 			g.releaseClass(ctx, lease, cls.Queue)
 			ms.refused = true
 			v := g.reserveVerdict("milter", cls, o, "milter: the free sessions are reserved for other classes; refusing the session",

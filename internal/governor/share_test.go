@@ -8,6 +8,7 @@ import (
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
+	"sluice/internal/store/storetest"
 )
 
 func shareFixture(t *testing.T, capacity int64) (*fixture, *observed) {
@@ -110,6 +111,94 @@ func TestShareFlood(t *testing.T) {
 	}
 }
 
+// TestShareHeadroom: a flood from more networks than there are unreserved
+// sessions. Capacity 13, 3 reserved: the budget is 8 of the 10
+// unreserved, and the 2 between are the headroom. Twelve networks of 3
+// bots each fill all 10; the networks refused (for their share or for
+// the reservation) are remembered. When the flood's sessions end (the
+// MTA's idle timeout), those networks reconnect: they get the budget, not
+// the headroom, which single senders from networks of their own then
+// take, one after the other. A minute later the marks are gone.
+func TestShareHeadroom(t *testing.T) {
+	f, obs := shareFixture(t, 13)
+	const nets, tries = 12, 3
+	var bots [nets][tries]MilterSession
+	held := 0
+	for i := range tries {
+		for n := range nets {
+			if f.g.MilterConnect(f.ctx, &bots[n][i], "", floodNet(n, i), "1") == "" {
+				held++
+			}
+		}
+	}
+	if held != 10 {
+		t.Fatalf("the flood holds %d sessions, want all 10 unreserved (a first session from a network of its own fits the headroom)", held)
+	}
+	if st := f.g.ShareState(Occupancy{}); st.Refused != nets {
+		t.Fatalf("%d networks remembered as refused, want all %d (each had a bot refused)", st.Refused, nets)
+	}
+	// The idle timeout ends every flood session; the bots reconnect.
+	for n := range nets {
+		for i := range tries {
+			f.g.MilterClose(f.ctx, &bots[n][i])
+		}
+	}
+	held = 0
+	var again [nets][tries]MilterSession
+	for i := range tries {
+		for n := range nets {
+			if f.g.MilterConnect(f.ctx, &again[n][i], "", floodNet(n, 10+i), "1") == "" {
+				held++
+			}
+		}
+	}
+	if held != 8 {
+		t.Fatalf("the refused networks took %d sessions again, want the budget 8 (the headroom is kept)", held)
+	}
+	last := obs.v[len(obs.v)-1]
+	if last.Rule != "share" || !last.Refused || !strings.Contains(last.Reply, "kept for networks not refused") {
+		t.Fatalf("last verdict %+v, want the headroom refusal", last)
+	}
+	// Single senders, each from a /24 of its own, one after another.
+	for k := range 5 {
+		var lone MilterSession
+		a := netip.MustParseAddr(fmt.Sprintf("203.0.%d.9", k))
+		if got := f.g.MilterConnect(f.ctx, &lone, "", a, "1"); got != "" {
+			t.Fatalf("single sender %d under the flood: %q", k, got)
+		}
+		f.g.MilterClose(f.ctx, &lone)
+	}
+	// After RefusedFor without a refusal a network is forgotten.
+	f.clk.Advance(RefusedFor)
+	var late MilterSession
+	if got := f.g.MilterConnect(f.ctx, &late, "", floodNet(11, 100), "1"); got != "" {
+		t.Fatalf("a network refused over a minute ago: %q, want the headroom", got)
+	}
+	if st := f.g.ShareState(Occupancy{}); st.Refused != 0 || st.Sessions != 9 {
+		t.Fatalf("share state a minute on %+v, want no network remembered and 9 sessions", st)
+	}
+}
+
+// TestShareRefusedBounded: the networks remembered as refused stay within
+// RefusedMax however many networks are refused.
+func TestShareRefusedBounded(t *testing.T) {
+	s := NewShares()
+	now := storetest.T0
+	for n := range RefusedMax + 5000 {
+		s.mark(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24), now)
+	}
+	if len(s.refused) != RefusedMax {
+		t.Fatalf("%d networks remembered, want RefusedMax %d", len(s.refused), RefusedMax)
+	}
+	// Once they expire, a sweep makes room for new ones.
+	now = now.Add(RefusedFor)
+	fresh := netip.MustParsePrefix("203.0.113.0/24")
+	s.mark(fresh, now)
+	if len(s.refused) != 1 || !s.refusedLocked(fresh, now) {
+		t.Fatalf("after expiry %d remembered (want 1, the new one)", len(s.refused))
+	}
+}
+
 // TestShareAnvil: at anvil a network beyond its share gets a count over
 // smtpd's limit, and a session anvil counted counts once when the milter
 // adopts it.
@@ -204,12 +293,12 @@ func BenchmarkShareTake(b *testing.B) {
 	s := NewShares()
 	for n := range 1000 {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24)
-		s.take(p, 0)
-		s.take(p, 0)
+		s.take(p, 0, storetest.T0)
+		s.take(p, 0, storetest.T0)
 	}
 	lone := netip.MustParsePrefix("203.0.113.0/24")
 	for b.Loop() {
-		if ok, _, share := s.take(lone, 1600); !ok || share != 1 {
+		if ok, _, share, _ := s.take(lone, 1600, storetest.T0); !ok || share != 1 {
 			b.Fatalf("lone sender: ok %v share %d", ok, share)
 		}
 		s.give(lone)
