@@ -295,6 +295,8 @@ if [[ $MODE != cost ]]; then
 				die "floodload round against $r failed"
 			fi
 			say "round $round: $out"
+			# Why known peers' messages failed (floodload's first few).
+			while IFS= read -r line; do say "  $line"; done < <(grep '^failure: ' "$tmp/round.err" || true)
 			good[$r]+=" $(field "$out" goodput)"
 			p99[$r]+=" $(field "$out" p99_ms)"
 			fails[$r]+=" $(field "$out" fails)"

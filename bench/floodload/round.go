@@ -8,6 +8,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,7 +94,12 @@ type phase struct {
 	fail atomic.Int64 // messages refused, or not accepted within the timeout
 	mu   sync.Mutex
 	lat  hist.Hist // every message's latency, late ones included, a failed one's at the timeout
+	errs []string  // the first maxFailures failures' errors, for stderr
 }
+
+// maxFailures is how many known peers' failures a phase keeps the error
+// of (printed to stderr, "failure: ...", so the wrapper can show why).
+const maxFailures = 5
 
 // peers runs the known peers until period ends: each sends one message
 // after another. A message still under way when period ends gets its
@@ -118,6 +125,9 @@ func (f *roundFlags) peers(ctx, period context.Context, ph *phase) {
 					ph.fail.Add(1)
 					ph.mu.Lock()
 					ph.lat.Record(f.timeout)
+					if len(ph.errs) < maxFailures {
+						ph.errs = append(ph.errs, err.Error())
+					}
 					ph.mu.Unlock()
 					sleep(period, f.failPause)
 					continue
@@ -173,10 +183,31 @@ func (f *roundFlags) bot(ctx context.Context, src net.IP, st *botStats) {
 	}
 }
 
+// failures counts the single senders' failures by their error's first
+// words (a reply's code and text up to its first digit after them, so
+// that addresses and counts do not split one kind).
+type failures struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *failures) add(err error) {
+	s := err.Error()
+	if i := strings.IndexAny(s[min(len(s), 12):], "0123456789("); i >= 0 {
+		s = s[:min(len(s), 12)+i]
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = map[string]int{}
+	}
+	w.n[strings.TrimSpace(s)]++
+}
+
 // singles starts a single sender every f.singleEvery until ctx ends; each
 // sends one message with f.singleTimeout, whatever ctx does. It returns
 // once every one has finished.
-func (f *roundFlags) singles(ctx context.Context, ok, n *atomic.Int64) {
+func (f *roundFlags) singles(ctx context.Context, ok, n *atomic.Int64, why *failures) {
 	if f.singleEvery <= 0 {
 		return
 	}
@@ -196,6 +227,8 @@ func (f *roundFlags) singles(ctx context.Context, ok, n *atomic.Int64) {
 			defer wg.Done()
 			if _, err := send(context.Background(), singleAddr(k), f.addr, f.singleTimeout); err == nil {
 				ok.Add(1)
+			} else {
+				why.add(err)
 			}
 		}()
 	}
@@ -261,7 +294,8 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); f.peers(ctx, fctx, &flood) }()
-	go func() { defer wg.Done(); f.singles(fctx, &singleOK, &singleN) }()
+	var singleWhy failures
+	go func() { defer wg.Done(); f.singles(fctx, &singleOK, &singleN, &singleWhy) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
@@ -289,5 +323,16 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 		botConns: conns, botRefused: refused, botDropped: dropped, bots: f.bots,
 	}
 	fmt.Fprintln(stdout, res.line())
+	for _, ph := range []struct {
+		name string
+		p    *phase
+	}{{"base", &base}, {"flood", &flood}} {
+		for _, e := range ph.p.errs {
+			fmt.Fprintf(os.Stderr, "failure: %s: %s\n", ph.name, e)
+		}
+	}
+	for s, n := range singleWhy.n {
+		fmt.Fprintf(os.Stderr, "failure: singles: %d x %s\n", n, s)
+	}
 	return nil
 }

@@ -23,7 +23,7 @@ func printCapacity(w io.Writer, cfg *config.Config) {
 	case err != nil:
 		fmt.Fprintf(w, "MTA capacity: cannot be read: %v\n", err)
 	case c.Sessions == 0:
-		fmt.Fprintln(w, "MTA capacity: unknown (set [mta] sessions, or anvil.postfix_config_dir to read Postfix's master.cf)")
+		fmt.Fprintln(w, "MTA capacity: unknown (set [mta] sessions, mta.sendmail_cf to read Sendmail's MaxDaemonChildren, or anvil.postfix_config_dir to read Postfix's master.cf)")
 	default:
 		fmt.Fprintf(w, "MTA capacity: %d SMTP sessions (from %s)\n", c.Sessions, c.From)
 	}
@@ -62,7 +62,7 @@ func capacityWarnings(ctx context.Context, cfg *config.Config) []string {
 	case err != nil:
 		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity cannot be read (%v): reservations are not enforced; set [mta] sessions", reserved, err)}
 	case c.Sessions == 0:
-		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity is unknown: reservations are not enforced; set [mta] sessions or anvil.postfix_config_dir", reserved)}
+		return []string{fmt.Sprintf("the classes reserve %d sessions, but the MTA's capacity is unknown: reservations are not enforced; set [mta] sessions, mta.sendmail_cf or anvil.postfix_config_dir", reserved)}
 	case reserved >= c.Sessions:
 		return []string{fmt.Sprintf("the classes reserve %d sessions of the MTA's %d (from %s): the other classes get none; lower the reserves", reserved, c.Sessions, c.From)}
 	}

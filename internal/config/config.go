@@ -246,6 +246,10 @@ type MTA struct {
 	// set. Set it when the MTA's own figure is not the one to divide, or
 	// to check a configuration without the MTA's files.
 	Sessions int64 `toml:"sessions"`
+	// SendmailCF is Sendmail's configuration file, whose MaxDaemonChildren
+	// is the capacity when sessions is 0 (relative: to this file's
+	// directory). It wins over anvil.postfix_config_dir.
+	SendmailCF string `toml:"sendmail_cf"`
 }
 
 // SMTPDLimits are smtpd's anvil-enforced limits (main.cf names without

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"sluice/internal/config"
+	"sluice/internal/sendmailcf"
 )
 
 // The MTA's capacity: how many SMTP sessions it serves at once, which the
@@ -46,12 +47,21 @@ func Configured(cfg *config.Config) Capacity {
 	return Capacity{}
 }
 
-// MTACapacity finds the MTA's capacity: [mta] sessions, else Postfix's
-// smtpd process limits when anvil.postfix_config_dir is set. The zero
-// Capacity and no error: nowhere to read it from.
+// MTACapacity finds the MTA's capacity: [mta] sessions, else Sendmail's
+// MaxDaemonChildren when mta.sendmail_cf is set, else Postfix's smtpd
+// process limits when anvil.postfix_config_dir is set. The zero Capacity
+// and no error: nowhere to read it from.
 func MTACapacity(ctx context.Context, cfg *config.Config) (Capacity, error) {
 	if c := Configured(cfg); c.Sessions > 0 {
 		return c, nil
+	}
+	if p := cfg.MTA.SendmailCF; p != "" {
+		p = cfg.Relative(p)
+		n, err := sendmailcf.MaxDaemonChildren(p)
+		if err != nil {
+			return Capacity{}, err
+		}
+		return Capacity{Sessions: n, From: p + ": MaxDaemonChildren"}, nil
 	}
 	dir := cfg.Anvil.PostfixConfigDir
 	if dir == "" || !cfg.Anvil.Enabled {
