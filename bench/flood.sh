@@ -75,7 +75,7 @@
 #   ROUNDS=5 DURATION=60s BOTS=400 bench/flood.sh
 # Environment: QUICK, MODE (all), ROUNDS (3), BASE (10s), WARMUP (5s),
 # DURATION (40s), TIMEOUT (30s), SINGLE_TIMEOUT (30s), BOT_RETRY (1s),
-# IDLE_TIMEOUT (10s),
+# IDLE_TIMEOUT (10s), ROWS (all four: a subset, in that order),
 # COST_DURATION (10s), BOTS (200),
 # KNOWN (4), PROCS (50), RESERVE (10), RESULTS (the file the results are
 # also written to: bench/results/<UTC date and time>-flood.txt; "-" for
@@ -215,7 +215,10 @@ start_sluice() {
 
 # --- configurations ------------------------------------------------------------
 milter_set=(-set milter_default_action=tempfail)
-rows=(postfix-alone xla-static reserve-milter reserve-anvil)
+read -r -a rows <<<"${ROWS:-postfix-alone xla-static reserve-milter reserve-anvil}"
+for r in "${rows[@]}"; do
+	case $r in postfix-alone | xla-static | reserve-milter | reserve-anvil) ;; *) die "ROWS: no row $r" ;; esac
+done
 declare -A skip=()
 write_sluice xla-static milter "$tmp/xla.sock" "" "$(classes "" "refuse = $CAP")"
 reserve_head=$(printf '[mta]\nsessions = %s\n' "$PROCS")

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,18 +184,20 @@ func (f *roundFlags) bot(ctx context.Context, src net.IP, st *botStats) {
 	}
 }
 
-// failures counts the single senders' failures by their error's first
-// words (a reply's code and text up to its first digit after them, so
-// that addresses and counts do not split one kind).
+// failures counts the single senders' failures by their error, its
+// numbers (addresses, ports, counts, a reply's code) each made "#" so
+// that they do not split one kind.
+var numbers = regexp.MustCompile(`[0-9][0-9.:/]*`)
+
 type failures struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
 func (w *failures) add(err error) {
-	s := err.Error()
-	if i := strings.IndexAny(s[min(len(s), 12):], "0123456789("); i >= 0 {
-		s = s[:min(len(s), 12)+i]
+	s := numbers.ReplaceAllString(err.Error(), "#")
+	if len(s) > 120 {
+		s = s[:120]
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -63,6 +63,9 @@ func renderMC(i *Instance, o Options, t *tree) string {
 	if i.milterSocket != "" {
 		w("INPUT_MAIL_FILTER(`%s', `S=unix:%s, F=%s, T=%s')dnl", MilterName, i.milterSocket, o.MilterFlags, o.MilterTimeouts)
 	}
+	if o.MaxDaemonChildren > 0 {
+		w("define(`confMAX_DAEMON_CHILDREN', `%d')dnl", o.MaxDaemonChildren)
+	}
 	w("MAILER(`local')dnl")
 	w("MAILER(`smtp')dnl")
 	return b.String()

@@ -147,6 +147,11 @@ type Options struct {
 	// unless mapped here. Unmapped addresses appear as "[127.0.0.9]".
 	Hosts map[string]string
 
+	// MaxDaemonChildren, if above 0, is sendmail.mc's
+	// confMAX_DAEMON_CHILDREN (the O MaxDaemonChildren line of the
+	// sendmail.cf built).
+	MaxDaemonChildren int
+
 	// Logf, if set, receives progress messages. If nil, progress is
 	// logged with slog at debug level.
 	Logf func(format string, args ...any)
@@ -339,6 +344,9 @@ func checkSocketDirs(dir string) error {
 
 // Paths of the instance.
 func (i *Instance) cfPath() string        { return filepath.Join(i.dir, "sendmail.cf") }
+
+// CFPath is the sendmail.cf the instance built.
+func (i *Instance) CFPath() string { return i.cfPath() }
 func (i *Instance) queueDir() string      { return filepath.Join(i.dir, "queue") }
 func (i *Instance) hostsPath() string     { return filepath.Join(i.dir, "hosts") }
 func (i *Instance) oldDevDir() string     { return filepath.Join(i.dir, "olddev") }
