@@ -71,8 +71,8 @@ func (d *Daemon) Status() status.Status {
 			ReservedUnused: occ.Unused, Free: occ.Free(capa.Sessions)}
 		ms := metrics.MTAState{Capacity: capa.Sessions, Open: occ.Sessions, ReservedUnused: occ.Unused, Free: st.MTA.Free}
 		if sh := gov.ShareState(occ); sh.Budget > 0 {
-			st.MTA.Share = &status.Share{Budget: sh.Budget, Networks: sh.Networks, Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share, Refused: sh.Refused}
-			ms.Share = &metrics.ShareState{Budget: sh.Budget, Networks: int64(sh.Networks), Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share, Refused: int64(sh.Refused)}
+			st.MTA.Share = &status.Share{Budget: sh.Budget, Networks: sh.Networks, Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share, Busy: sh.Busy}
+			ms.Share = &metrics.ShareState{Budget: sh.Budget, Networks: int64(sh.Networks), Sessions: sh.Sessions, Largest: sh.Largest, PerNet: sh.Share, Busy: int64(sh.Busy)}
 		}
 		d.metrics.MTA(ms)
 	}

@@ -30,28 +30,30 @@ type Shares struct {
 	// (see limiter.FairShareHist): a share costs a walk over the counts.
 	hist []int64
 
-	// refused holds when each network was last refused a session of the
-	// classes without a reservation (for its share, for the sessions the
-	// reservations keep, or for the headroom), for RefusedFor: past the
-	// budget such a network gets no session (see take). At most
-	// RefusedMax networks; a sweep of the expired makes room, at most
-	// once a second, and a network that finds no room is not remembered.
-	refused map[netip.Prefix]time.Time
+	// busy holds when each busy network was last refused a session of
+	// the classes without a reservation (for its share, for the sessions
+	// the reservations keep, or for the headroom) or admitted one beyond
+	// its first; it is busy for BusyFor after: past the budget it gets no
+	// session (see take). At most BusyMax networks; a sweep of the
+	// expired makes room, at most once a second, and a network that
+	// finds no room is not remembered.
+	busy map[netip.Prefix]time.Time
 	swept   time.Time
 }
 
-// RefusedFor is how long a network refused a session stays out of the
-// headroom between the share budget and the unreserved capacity.
-const RefusedFor = time.Minute
+// BusyFor is how long a busy network (refused a session, or holding more
+// than one) stays out of the headroom between the share budget and the
+// unreserved capacity.
+const BusyFor = time.Minute
 
-// RefusedMax bounds the networks remembered as refused (about 80 bytes
-// each): a flood from more networks than this leaves the newest
-// unremembered, which only lets them into the headroom as before.
-const RefusedMax = 16384
+// BusyMax bounds the busy networks remembered (about 80 bytes each): a
+// flood from more networks than this leaves the newest unremembered,
+// which lets them into the headroom as if they were not busy.
+const BusyMax = 16384
 
 // NewShares returns an empty table.
 func NewShares() *Shares {
-	return &Shares{nets: map[netip.Prefix]int64{}, refused: map[netip.Prefix]time.Time{}}
+	return &Shares{nets: map[netip.Prefix]int64{}, busy: map[netip.Prefix]time.Time{}}
 }
 
 // shareLease is one session counted in a Shares; the zero value counts
@@ -71,13 +73,14 @@ func (s *Shares) Total() int64 {
 // take counts a session of net and decides it against the fair share of
 // budget: it returns whether it is admitted, the network's sessions with
 // it, the share (0: none, everyone fits), and for a refused session
-// whether it was refused as a network refused within RefusedFor before
-// now (recent) rather than for its share. A session past the budget is
-// admitted only for a network not refused recently: the sessions between
-// the budget and the unreserved capacity are the headroom of networks
-// that ask for no more than their share, such as a single sender's,
-// while a flood's networks, refused over and over, keep to the budget.
-// A refused session is not counted, and its network is marked refused.
+// whether it was refused as a busy network (recent) rather than for its
+// share. A network is busy for BusyFor after a session of it is
+// refused, or admitted as its second or more: a session past the budget
+// is admitted only for a network that is not busy, so the
+// sessions between the budget and the unreserved capacity are the
+// headroom of networks that asked for no more than one session in the
+// last minute, such as a single sender's, while a flood's networks keep
+// to the budget. A refused session is not counted.
 func (s *Shares) take(net netip.Prefix, budget int64, now time.Time) (ok bool, held, share int64, recent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,17 +90,20 @@ func (s *Shares) take(net netip.Prefix, budget int64, now time.Time) (ok bool, h
 	s.total++
 	if s.total > budget {
 		share = s.shareLocked(budget)
-		recent = s.refusedLocked(net, now)
+		recent = s.busyLocked(net, now)
 	}
 	if share > 0 && (held > share || recent) {
 		s.giveLocked(net)
 		s.markLocked(net, now)
 		return false, held, share, recent && held <= share
 	}
+	if held > 1 {
+		s.markLocked(net, now)
+	}
 	return true, held, share, false
 }
 
-// mark notes that a session of net was refused at now.
+// mark notes that net is busy at now (a session of it refused).
 func (s *Shares) mark(net netip.Prefix, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,31 +111,31 @@ func (s *Shares) mark(net netip.Prefix, now time.Time) {
 }
 
 func (s *Shares) markLocked(net netip.Prefix, now time.Time) {
-	if _, ok := s.refused[net]; !ok && len(s.refused) >= RefusedMax {
+	if _, ok := s.busy[net]; !ok && len(s.busy) >= BusyMax {
 		if now.Sub(s.swept) < time.Second {
 			return
 		}
 		s.swept = now
-		for n, at := range s.refused {
-			if now.Sub(at) >= RefusedFor {
-				delete(s.refused, n)
+		for n, at := range s.busy {
+			if now.Sub(at) >= BusyFor {
+				delete(s.busy, n)
 			}
 		}
-		if len(s.refused) >= RefusedMax {
+		if len(s.busy) >= BusyMax {
 			return
 		}
 	}
-	s.refused[net] = now
+	s.busy[net] = now
 }
 
-// refusedLocked reports whether net was refused within RefusedFor of now.
-func (s *Shares) refusedLocked(net netip.Prefix, now time.Time) bool {
-	at, ok := s.refused[net]
+// busyLocked reports whether net was busy within BusyFor of now.
+func (s *Shares) busyLocked(net netip.Prefix, now time.Time) bool {
+	at, ok := s.busy[net]
 	if !ok {
 		return false
 	}
-	if now.Sub(at) >= RefusedFor {
-		delete(s.refused, net)
+	if now.Sub(at) >= BusyFor {
+		delete(s.busy, net)
 		return false
 	}
 	return true
@@ -176,20 +182,20 @@ func (s *Shares) shareLocked(budget int64) int64 { return limiter.FairShareHist(
 
 // state returns the networks holding sessions, their sessions, the
 // largest network's, the fair share of budget now and the networks
-// refused within RefusedFor before now.
-func (s *Shares) state(budget int64, now time.Time) (nets int, sessions, largest, share int64, refused int) {
+// busy within BusyFor before now.
+func (s *Shares) state(budget int64, now time.Time) (nets int, sessions, largest, share int64, busy int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	largest = max(int64(len(s.hist))-1, 0)
 	if budget > 0 && s.total > budget {
 		share = s.shareLocked(budget)
 	}
-	for _, at := range s.refused {
-		if now.Sub(at) < RefusedFor {
-			refused++
+	for _, at := range s.busy {
+		if now.Sub(at) < BusyFor {
+			busy++
 		}
 	}
-	return len(s.nets), s.total, largest, share, refused
+	return len(s.nets), s.total, largest, share, busy
 }
 
 // release ends the counted session, if any.
@@ -209,9 +215,10 @@ type ShareState struct {
 	Sessions int64 // their sessions (on this daemon)
 	Largest  int64 // the most any one network holds
 	Share    int64 // each network's share now; 0 while everyone fits
-	// Refused is the networks refused a session within RefusedFor:
-	// past the budget they get none (the headroom is the others').
-	Refused int
+	// Busy is the networks refused a session, or holding more than one,
+	// within BusyFor: past the budget they get none (the headroom is the
+	// others').
+	Busy int
 }
 
 // ShareState returns the fair share now; o is the occupancy the status
@@ -222,8 +229,8 @@ func (g *Governor) ShareState(o Occupancy) ShareState {
 	if b <= 0 {
 		return ShareState{}
 	}
-	n, sessions, largest, share, refused := g.shares.state(b, g.lim.Clock().Now())
-	return ShareState{Budget: b, Networks: n, Sessions: sessions, Largest: largest, Share: share, Refused: refused}
+	n, sessions, largest, share, busy := g.shares.state(b, g.lim.Clock().Now())
+	return ShareState{Budget: b, Networks: n, Sessions: sessions, Largest: largest, Share: share, Busy: busy}
 }
 
 // reserveExcess returns the sessions the classes with a reservation hold
@@ -244,7 +251,7 @@ type shareRefusal struct {
 	net    netip.Prefix
 	held   int64 // the network's sessions without it
 	share  int64
-	recent bool // within its share, but past the budget and refused recently
+	recent bool // within its share, but past the budget and busy
 }
 
 // shareAdmits counts a session of cls from net in the fair shares and
@@ -267,8 +274,8 @@ func (g *Governor) shareAdmits(cls *limiter.Class, net netip.Prefix, ok bool, o 
 }
 
 // markRefused notes that the reservations refused a session of cls from
-// net: a network of a class without a reservation is then kept out of the
-// headroom past the share budget for RefusedFor.
+// net: a network of a class without a reservation is then busy, kept out
+// of the headroom past the share budget for BusyFor.
 func (g *Governor) markRefused(cls *limiter.Class, net netip.Prefix, ok bool) {
 	if ok && cls.Reserve == 0 && g.shares != nil && g.capacity.Sessions > 0 {
 		g.shares.mark(net, g.lim.Clock().Now())
@@ -281,9 +288,9 @@ func shareVerdict(door string, cls *limiter.Class, r *shareRefusal, msg string, 
 	reply := "421 4.7.0 Server busy: too many sessions from your network (" + r.net.String() + " holds " +
 		strconv.FormatInt(r.held, 10) + ", its share is " + strconv.FormatInt(r.share, 10) + "); try again later"
 	if r.recent {
-		reply = "421 4.7.0 Server busy: the sessions left are kept for networks not refused in the last minute (" +
-			r.net.String() + " was); try again later"
-		args = append(args, "refused_recently", true)
+		reply = "421 4.7.0 Server busy: the sessions left are kept for networks that asked for at most one in the last minute (" +
+			r.net.String() + " asked for more); try again later"
+		args = append(args, "busy_network", true)
 	}
 	return Verdict{Door: door, Rule: "share", Key: cls.Name, Count: r.held, Limit: sessionCap(r.share), Refused: true,
 		Reply: reply, Reason: ReasonShare, Window: SummaryEvery, Msg: msg, Args: args}

@@ -114,11 +114,11 @@ func TestShareFlood(t *testing.T) {
 // TestShareHeadroom: a flood from more networks than there are unreserved
 // sessions. Capacity 13, 3 reserved: the budget is 8 of the 10
 // unreserved, and the 2 between are the headroom. Twelve networks of 3
-// bots each fill all 10; the networks refused (for their share or for
-// the reservation) are remembered. When the flood's sessions end (the
+// bots each fill all 10; every network is busy (a bot refused, for its
+// share or for the reservation). When the flood's sessions end (the
 // MTA's idle timeout), those networks reconnect: they get the budget, not
 // the headroom, which single senders from networks of their own then
-// take, one after the other. A minute later the marks are gone.
+// take, one after the other. A minute later no network is busy.
 func TestShareHeadroom(t *testing.T) {
 	f, obs := shareFixture(t, 13)
 	const nets, tries = 12, 3
@@ -134,8 +134,8 @@ func TestShareHeadroom(t *testing.T) {
 	if held != 10 {
 		t.Fatalf("the flood holds %d sessions, want all 10 unreserved (a first session from a network of its own fits the headroom)", held)
 	}
-	if st := f.g.ShareState(Occupancy{}); st.Refused != nets {
-		t.Fatalf("%d networks remembered as refused, want all %d (each had a bot refused)", st.Refused, nets)
+	if st := f.g.ShareState(Occupancy{}); st.Busy != nets {
+		t.Fatalf("%d busy networks, want all %d (each had a bot refused)", st.Busy, nets)
 	}
 	// The idle timeout ends every flood session; the bots reconnect.
 	for n := range nets {
@@ -153,10 +153,10 @@ func TestShareHeadroom(t *testing.T) {
 		}
 	}
 	if held != 8 {
-		t.Fatalf("the refused networks took %d sessions again, want the budget 8 (the headroom is kept)", held)
+		t.Fatalf("the busy networks took %d sessions again, want the budget 8 (the headroom is kept)", held)
 	}
 	last := obs.v[len(obs.v)-1]
-	if last.Rule != "share" || !last.Refused || !strings.Contains(last.Reply, "kept for networks not refused") {
+	if last.Rule != "share" || !last.Refused || !strings.Contains(last.Reply, "kept for networks that asked for at most one") {
 		t.Fatalf("last verdict %+v, want the headroom refusal", last)
 	}
 	// Single senders, each from a /24 of its own, one after another.
@@ -168,34 +168,74 @@ func TestShareHeadroom(t *testing.T) {
 		}
 		f.g.MilterClose(f.ctx, &lone)
 	}
-	// After RefusedFor without a refusal a network is forgotten.
-	f.clk.Advance(RefusedFor)
+	// After BusyFor without a refusal a network is forgotten.
+	f.clk.Advance(BusyFor)
 	var late MilterSession
 	if got := f.g.MilterConnect(f.ctx, &late, "", floodNet(11, 100), "1"); got != "" {
 		t.Fatalf("a network refused over a minute ago: %q, want the headroom", got)
 	}
-	if st := f.g.ShareState(Occupancy{}); st.Refused != 0 || st.Sessions != 9 {
+	if st := f.g.ShareState(Occupancy{}); st.Busy != 0 || st.Sessions != 9 {
 		t.Fatalf("share state a minute on %+v, want no network remembered and 9 sessions", st)
 	}
 }
 
-// TestShareRefusedBounded: the networks remembered as refused stay within
-// RefusedMax however many networks are refused.
-func TestShareRefusedBounded(t *testing.T) {
+// TestShareBusyWithoutRefusal: a network that took several sessions while
+// everyone fitted (the first arrivals of a flood, never refused) is busy
+// too: once its sessions end it gets the budget, not the headroom. A
+// network that held one session is not.
+func TestShareBusyWithoutRefusal(t *testing.T) {
+	f, _ := shareFixture(t, 13) // budget 8, headroom 2
+	var early [4]MilterSession
+	for i := range early {
+		if got := f.g.MilterConnect(f.ctx, &early[i], "", floodNet(0, i), "1"); got != "" {
+			t.Fatalf("early bot %d within the budget: %q", i, got)
+		}
+	}
+	var ones [4]MilterSession
+	for n := range ones {
+		if got := f.g.MilterConnect(f.ctx, &ones[n], "", floodNet(1+n, 0), "1"); got != "" {
+			t.Fatalf("network %d's one session within the budget: %q", 1+n, got)
+		}
+	}
+	if st := f.g.ShareState(Occupancy{}); st.Busy != 1 || st.Sessions != 8 {
+		t.Fatalf("share state %+v, want 1 busy network (the one holding 4) and 8 sessions", st)
+	}
+	for i := range early { // the idle timeout ends them
+		f.g.MilterClose(f.ctx, &early[i])
+	}
+	var more [4]MilterSession // four more networks of one: the budget is full again
+	for n := range more {
+		if got := f.g.MilterConnect(f.ctx, &more[n], "", floodNet(5+n, 0), "1"); got != "" {
+			t.Fatalf("network %d's one session within the budget: %q", 5+n, got)
+		}
+	}
+	var past MilterSession // 9 > 8, within its share of 1, but busy
+	if got := f.g.MilterConnect(f.ctx, &past, "", floodNet(0, 11), "1"); !strings.Contains(got, "asked for more") {
+		t.Fatalf("the busy network past the budget: %q, want the headroom refusal", got)
+	}
+	var fresh MilterSession
+	if got := f.g.MilterConnect(f.ctx, &fresh, "", floodNet(9, 0), "1"); got != "" {
+		t.Fatalf("a network not busy past the budget: %q, want the headroom", got)
+	}
+}
+
+// TestShareBusyBounded: the busy networks remembered stay within BusyMax
+// however many networks are busy.
+func TestShareBusyBounded(t *testing.T) {
 	s := NewShares()
 	now := storetest.T0
-	for n := range RefusedMax + 5000 {
+	for n := range BusyMax + 5000 {
 		s.mark(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0}), 24), now)
 	}
-	if len(s.refused) != RefusedMax {
-		t.Fatalf("%d networks remembered, want RefusedMax %d", len(s.refused), RefusedMax)
+	if len(s.busy) != BusyMax {
+		t.Fatalf("%d networks remembered, want BusyMax %d", len(s.busy), BusyMax)
 	}
 	// Once they expire, a sweep makes room for new ones.
-	now = now.Add(RefusedFor)
+	now = now.Add(BusyFor)
 	fresh := netip.MustParsePrefix("203.0.113.0/24")
 	s.mark(fresh, now)
-	if len(s.refused) != 1 || !s.refusedLocked(fresh, now) {
-		t.Fatalf("after expiry %d remembered (want 1, the new one)", len(s.refused))
+	if len(s.busy) != 1 || !s.busyLocked(fresh, now) {
+		t.Fatalf("after expiry %d remembered (want 1, the new one)", len(s.busy))
 	}
 }
 

@@ -163,7 +163,7 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 			"The MTA's SMTP sessions: capacity (absent when unknown), open (every class's), reserved_unused (reservations their classes do not use), free (neither open nor reserved).",
 			"state"),
 		mtaShare: gaugeVec("mta", "share",
-			"The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), refused_networks (networks refused a session in the last minute: past the budget they get none); absent without a capacity.",
+			"The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or holding more than one, in the last minute: past the budget they get none); absent without a capacity.",
 			"figure"),
 		classNames: map[string]struct{}{},
 		poolSlots: gaugeVec("pool", "slots",
@@ -332,7 +332,7 @@ type MTAState struct {
 
 // ShareState is the fair share of the classes without a reservation.
 type ShareState struct {
-	Budget, Networks, Sessions, Largest, PerNet, Refused int64
+	Budget, Networks, Sessions, Largest, PerNet, Busy int64
 }
 
 // MTA sets the MTA's session gauges; capacity and free are absent while
@@ -354,7 +354,7 @@ func (m *Metrics) MTA(s MTAState) {
 		for _, f := range []struct {
 			name string
 			v    int64
-		}{{"budget", sh.Budget}, {"networks", sh.Networks}, {"sessions", sh.Sessions}, {"largest", sh.Largest}, {"per_net", sh.PerNet}, {"refused_networks", sh.Refused}} {
+		}{{"budget", sh.Budget}, {"networks", sh.Networks}, {"sessions", sh.Sessions}, {"largest", sh.Largest}, {"per_net", sh.PerNet}, {"busy_networks", sh.Busy}} {
 			m.mtaShare.WithLabelValues(f.name).Set(float64(f.v))
 		}
 	} else {

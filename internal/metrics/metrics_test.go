@@ -428,15 +428,15 @@ func (f fastFail) FastFail() bool { return bool(f) }
 // dropped without one.
 func TestMTAShare(t *testing.T) {
 	m, reg := newTest(t)
-	m.MTA(MTAState{Capacity: 100, Open: 81, Free: 19, Share: &ShareState{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7, Refused: 12}})
+	m.MTA(MTAState{Capacity: 100, Open: 81, Free: 19, Share: &ShareState{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7, Busy: 12}})
 	want := `
-# HELP sluice_mta_share The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), refused_networks (networks refused a session in the last minute: past the budget they get none); absent without a capacity.
+# HELP sluice_mta_share The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or holding more than one, in the last minute: past the budget they get none); absent without a capacity.
 # TYPE sluice_mta_share gauge
 sluice_mta_share{figure="budget"} 80
 sluice_mta_share{figure="largest"} 8
 sluice_mta_share{figure="networks"} 11
 sluice_mta_share{figure="per_net"} 7
-sluice_mta_share{figure="refused_networks"} 12
+sluice_mta_share{figure="busy_networks"} 12
 sluice_mta_share{figure="sessions"} 81
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_mta_share"); err != nil {

@@ -86,8 +86,9 @@ func Printable(r rune) bool {
 // MTAText is the MTA's sessions on one line, as `sluice status` and the
 // status page show them: "37 open / 50 · 10 reserved, 3 unused · 10 free
 // · 12 networks hold 30 of 32 unreserved" (", shedding: 4 per network"
-// once they hold more than that budget; ", 40 networks refused in the
-// last minute" while some are).
+// once they hold more than that budget; ", 40 busy networks" while some
+// networks were refused a session or held more than one in the last
+// minute).
 func MTAText(m *MTA) string {
 	t := Count(m.Open) + " open / "
 	if m.Capacity > 0 {
@@ -106,8 +107,8 @@ func MTAText(m *MTA) string {
 		if sh.PerNet > 0 {
 			t += ", shedding: " + Count(sh.PerNet) + " per network"
 		}
-		if sh.Refused > 0 {
-			t += ", " + Count(int64(sh.Refused)) + " networks refused in the last minute"
+		if sh.Busy > 0 {
+			t += ", " + Count(int64(sh.Busy)) + " busy networks"
 		}
 	}
 	return t

@@ -343,10 +343,10 @@ func checkSocketDirs(dir string) error {
 }
 
 // Paths of the instance.
-func (i *Instance) cfPath() string        { return filepath.Join(i.dir, "sendmail.cf") }
+func (i *Instance) cfPath() string { return filepath.Join(i.dir, "sendmail.cf") }
 
 // CFPath is the sendmail.cf the instance built.
-func (i *Instance) CFPath() string { return i.cfPath() }
+func (i *Instance) CFPath() string        { return i.cfPath() }
 func (i *Instance) queueDir() string      { return filepath.Join(i.dir, "queue") }
 func (i *Instance) hostsPath() string     { return filepath.Join(i.dir, "hosts") }
 func (i *Instance) oldDevDir() string     { return filepath.Join(i.dir, "olddev") }
