@@ -37,8 +37,8 @@ type Shares struct {
 	// session (see take). At most BusyMax networks; a sweep of the
 	// expired makes room, at most once a second, and a network that
 	// finds no room is not remembered.
-	busy map[netip.Prefix]time.Time
-	swept   time.Time
+	busy  map[netip.Prefix]time.Time
+	swept time.Time
 }
 
 // BusyFor is how long a busy network (refused a session, or holding more
