@@ -216,6 +216,7 @@ start_sluice() {
 # --- configurations ------------------------------------------------------------
 milter_set=(-set milter_default_action=tempfail)
 read -r -a rows <<<"${ROWS:-postfix-alone xla-static reserve-milter reserve-anvil}"
+((${#rows[@]})) || die "ROWS: no rows"
 for r in "${rows[@]}"; do
 	case $r in postfix-alone | xla-static | reserve-milter | reserve-anvil) ;; *) die "ROWS: no row $r" ;; esac
 done
@@ -298,7 +299,8 @@ if [[ $MODE != cost ]]; then
 				die "floodload round against $r failed"
 			fi
 			say "round $round: $out"
-			# Why known peers' messages failed (floodload's first few).
+			# Why messages failed: the known peers' first few, the single
+			# senders' by kind (floodload's "failure:" lines).
 			while IFS= read -r line; do say "  $line"; done < <(grep '^failure: ' "$tmp/round.err" || true)
 			good[$r]+=" $(field "$out" goodput)"
 			p99[$r]+=" $(field "$out" p99_ms)"

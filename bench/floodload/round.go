@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,11 +185,11 @@ func (f *roundFlags) bot(ctx context.Context, src net.IP, st *botStats) {
 	}
 }
 
+var numbers = regexp.MustCompile(`[0-9][0-9.:/]*`)
+
 // failures counts the single senders' failures by their error, its
 // numbers (addresses, ports, counts, a reply's code) each made "#" so
 // that they do not split one kind.
-var numbers = regexp.MustCompile(`[0-9][0-9.:/]*`)
-
 type failures struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -334,8 +335,13 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 			fmt.Fprintf(os.Stderr, "failure: %s: %s\n", ph.name, e)
 		}
 	}
-	for s, n := range singleWhy.n {
-		fmt.Fprintf(os.Stderr, "failure: singles: %d x %s\n", n, s)
+	kinds := make([]string, 0, len(singleWhy.n))
+	for k := range singleWhy.n {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return singleWhy.n[kinds[i]] > singleWhy.n[kinds[j]] })
+	for _, k := range kinds {
+		fmt.Fprintf(os.Stderr, "failure: singles: %d x %s\n", singleWhy.n[k], k)
 	}
 	return nil
 }

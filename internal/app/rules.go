@@ -33,7 +33,7 @@ func (d *Daemon) capacity(cfg *config.Config, log *slog.Logger) governor.Capacit
 	case err != nil:
 		log.Warn("cannot read the MTA's session capacity; reservations are not enforced (set [mta] sessions)", "err", err, "reserved", reserved)
 	case c.Sessions == 0 && reserved > 0:
-		log.Warn("the classes reserve sessions but the MTA's capacity is unknown; reservations are not enforced (set [mta] sessions or anvil.postfix_config_dir)", "reserved", reserved)
+		log.Warn("the classes reserve sessions but the MTA's capacity is unknown; reservations are not enforced (set [mta] sessions, mta.sendmail_cf or anvil.postfix_config_dir)", "reserved", reserved)
 	case c.Sessions > 0:
 		log.Info("MTA session capacity", "sessions", c.Sessions, "from", c.From, "reserved", reserved)
 		if reserved >= c.Sessions {

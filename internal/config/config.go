@@ -241,7 +241,8 @@ type Class struct {
 // serves at once (its capacity), which the classes' reservations divide.
 type MTA struct {
 	// Sessions is the number of SMTP sessions the MTA serves at once
-	// (0: read it from the MTA). Postfix: the smtpd process limits of
+	// (0: read it from the MTA). Sendmail: MaxDaemonChildren from
+	// sendmail_cf when set; Postfix: the smtpd process limits of
 	// master.cf, read through postconf when anvil.postfix_config_dir is
 	// set. Set it when the MTA's own figure is not the one to divide, or
 	// to check a configuration without the MTA's files.

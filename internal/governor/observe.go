@@ -50,6 +50,7 @@ const (
 	ReasonClass      = "class"            // a class's session cap
 	ReasonReserve    = "reserve"          // the free sessions are reserved for other classes
 	ReasonShare      = "share"            // the network holds its fair share of the sessions under pressure
+	ReasonHeadroom   = "headroom"         // past the share budget, the network holds a session or was busy in the last minute
 	ReasonMaxWait    = "max_wait"         // no throttle slot within the policy's max_wait
 	ReasonBan        = "ban"              // the key is suspended after the relay banned it
 	ReasonSuspended  = "suspended"        // an administrator suspended the key

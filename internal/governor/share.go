@@ -12,10 +12,11 @@ import (
 // Shares counts, on this daemon, the SMTP sessions of each network (IPv4
 // /24, IPv6 /48) of the classes without a reservation: what their fair
 // shares are computed from (see limiter.FairShareHist). A network is in the
-// table only while it holds a session, and a refused session leaves it at
-// once, so the table never holds more networks than there are open
-// sessions: a flood from a million /24s costs the sessions the MTA
-// serves, not a million entries.
+// counts only while it holds a session, and a refused session leaves them
+// at once, so they never hold more networks than there are open sessions;
+// the busy networks are a table of at most BusyMax. A flood from a
+// million /24s costs the sessions the MTA serves and that bound, not a
+// million entries.
 //
 // The table is in memory because a max-min share needs every network's
 // count, which a store cannot give cheaply. Daemons sharing a Redis store
@@ -41,9 +42,9 @@ type Shares struct {
 	swept time.Time
 }
 
-// BusyFor is how long a busy network (refused a session, or holding more
-// than one) stays out of the headroom between the share budget and the
-// unreserved capacity.
+// BusyFor is how long a busy network (refused a session, or admitted one
+// beyond its first) stays out of the headroom between the share budget
+// and the unreserved capacity.
 const BusyFor = time.Minute
 
 // BusyMax bounds the busy networks remembered (about 80 bytes each): a
@@ -70,37 +71,45 @@ func (s *Shares) Total() int64 {
 	return s.total
 }
 
-// take counts a session of net and decides it against the fair share of
-// budget: it returns whether it is admitted, the network's sessions with
-// it, the share (0: none, everyone fits), and for a refused session
-// whether it was refused as a busy network (recent) rather than for its
-// share. A network is busy for BusyFor after a session of it is
-// refused, or admitted as its second or more: a session past the budget
-// is admitted only for a network that is not busy, so the
-// sessions between the budget and the unreserved capacity are the
-// headroom of networks that asked for no more than one session in the
-// last minute, such as a single sender's, while a flood's networks keep
-// to the budget. A refused session is not counted.
-func (s *Shares) take(net netip.Prefix, budget int64, now time.Time) (ok bool, held, share int64, recent bool) {
+// shareTake is what take decided.
+type shareTake struct {
+	ok       bool
+	held     int64 // the network's sessions with the new one
+	share    int64 // the fair share; 0: none, everyone fits the budget
+	total    int64 // the sessions counted without the new one
+	headroom bool  // refused past the budget as a network holding one or busy
+}
+
+// take counts a session of net and decides it against budget. Within
+// the budget every session is admitted. Past it, a network is held to
+// its max-min fair share, and only a network that holds no session and
+// was not busy in the last BusyFor gets one: the sessions between the
+// budget and the unreserved capacity are the headroom of networks that
+// asked for at most one, such as a single sender's, while a flood's
+// networks keep to the budget. A network is busy when a session of it is
+// refused, or admitted as its second or more. A refused session is not
+// counted.
+func (s *Shares) take(net netip.Prefix, budget int64, now time.Time) shareTake {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held = s.nets[net] + 1
-	s.nets[net] = held
-	s.moved(held-1, held)
+	t := shareTake{held: s.nets[net] + 1, total: s.total}
+	s.nets[net] = t.held
+	s.moved(t.held-1, t.held)
 	s.total++
 	if s.total > budget {
-		share = s.shareLocked(budget)
-		recent = s.busyLocked(net, now)
+		t.share = s.shareLocked(budget)
+		t.headroom = t.held <= t.share && (t.held > 1 || s.busyLocked(net, now))
 	}
-	if share > 0 && (held > share || recent) {
+	if t.share > 0 && (t.held > t.share || t.headroom) {
 		s.giveLocked(net)
 		s.markLocked(net, now)
-		return false, held, share, recent && held <= share
+		return t
 	}
-	if held > 1 {
+	if t.held > 1 {
 		s.markLocked(net, now)
 	}
-	return true, held, share, false
+	t.ok, t.headroom = true, false
+	return t
 }
 
 // mark notes that net is busy at now (a session of it refused).
@@ -190,9 +199,11 @@ func (s *Shares) state(budget int64, now time.Time) (nets int, sessions, largest
 	if budget > 0 && s.total > budget {
 		share = s.shareLocked(budget)
 	}
-	for _, at := range s.busy {
+	for n, at := range s.busy {
 		if now.Sub(at) < BusyFor {
 			busy++
+		} else {
+			delete(s.busy, n)
 		}
 	}
 	return len(s.nets), s.total, largest, share, busy
@@ -215,9 +226,9 @@ type ShareState struct {
 	Sessions int64 // their sessions (on this daemon)
 	Largest  int64 // the most any one network holds
 	Share    int64 // each network's share now; 0 while everyone fits
-	// Busy is the networks refused a session, or holding more than one,
-	// within BusyFor: past the budget they get none (the headroom is the
-	// others').
+	// Busy is the networks refused a session, or admitted one beyond
+	// their first, within BusyFor: past the budget they get none (the
+	// headroom is the others').
 	Busy int
 }
 
@@ -248,10 +259,12 @@ func (g *Governor) reserveExcess(held []int64) int64 {
 
 // shareRefusal is a session the fair share refused.
 type shareRefusal struct {
-	net    netip.Prefix
-	held   int64 // the network's sessions without it
-	share  int64
-	recent bool // within its share, but past the budget and busy
+	net      netip.Prefix
+	held     int64 // the network's sessions without it
+	share    int64
+	headroom bool  // within its share, but past the budget: the headroom's rule
+	total    int64 // the sessions counted without it
+	budget   int64
 }
 
 // shareAdmits counts a session of cls from net in the fair shares and
@@ -266,9 +279,9 @@ func (g *Governor) shareAdmits(cls *limiter.Class, net netip.Prefix, ok bool, o 
 		return shareLease{}, nil
 	}
 	budget := limiter.ShareBudget(g.capacity.Sessions, g.reserved, g.reserveExcess(o.Held))
-	admit, held, share, recent := g.shares.take(net, budget, g.lim.Clock().Now())
-	if !admit {
-		return shareLease{}, &shareRefusal{net: net, held: held - 1, share: share, recent: recent}
+	t := g.shares.take(net, budget, g.lim.Clock().Now())
+	if !t.ok {
+		return shareLease{}, &shareRefusal{net: net, held: t.held - 1, share: t.share, headroom: t.headroom, total: t.total, budget: budget}
 	}
 	return shareLease{s: g.shares, net: net}, nil
 }
@@ -283,15 +296,18 @@ func (g *Governor) markRefused(cls *limiter.Class, net netip.Prefix, ok bool) {
 }
 
 // shareVerdict is the verdict of a session the fair share refused: its
-// count is the network's sessions without it, its limit the share.
+// count is the network's sessions without it, its limit the share; for
+// the headroom's rule (reason headroom), the sessions of the classes
+// without a reservation and the budget.
 func shareVerdict(door string, cls *limiter.Class, r *shareRefusal, msg string, args ...any) Verdict {
-	reply := "421 4.7.0 Server busy: too many sessions from your network (" + r.net.String() + " holds " +
-		strconv.FormatInt(r.held, 10) + ", its share is " + strconv.FormatInt(r.share, 10) + "); try again later"
-	if r.recent {
-		reply = "421 4.7.0 Server busy: the sessions left are kept for networks that asked for at most one in the last minute (" +
-			r.net.String() + " asked for more); try again later"
-		args = append(args, "busy_network", true)
+	if r.headroom {
+		return Verdict{Door: door, Rule: "share", Key: cls.Name, Count: r.total, Limit: sessionCap(r.budget), Refused: true,
+			Reply: "421 4.7.0 Server busy: the sessions left are kept for networks that asked for at most one in the last minute (" +
+				r.net.String() + " asked for more); try again later",
+			Reason: ReasonHeadroom, Window: SummaryEvery, Msg: msg, Args: append(args, "headroom", true, "budget", r.budget)}
 	}
 	return Verdict{Door: door, Rule: "share", Key: cls.Name, Count: r.held, Limit: sessionCap(r.share), Refused: true,
-		Reply: reply, Reason: ReasonShare, Window: SummaryEvery, Msg: msg, Args: args}
+		Reply: "421 4.7.0 Server busy: too many sessions from your network (" + r.net.String() + " holds " +
+			strconv.FormatInt(r.held, 10) + ", its share is " + strconv.FormatInt(r.share, 10) + "); try again later",
+		Reason: ReasonShare, Window: SummaryEvery, Msg: msg, Args: args}
 }

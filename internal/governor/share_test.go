@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/internal/hostmask"
 	"sluice/internal/limiter"
@@ -156,7 +157,7 @@ func TestShareHeadroom(t *testing.T) {
 		t.Fatalf("the busy networks took %d sessions again, want the budget 8 (the headroom is kept)", held)
 	}
 	last := obs.v[len(obs.v)-1]
-	if last.Rule != "share" || !last.Refused || !strings.Contains(last.Reply, "kept for networks that asked for at most one") {
+	if last.Rule != "share" || last.Reason != ReasonHeadroom || !last.Refused || !strings.Contains(last.Reply, "kept for networks that asked for at most one") || last.Limit.N != 8 {
 		t.Fatalf("last verdict %+v, want the headroom refusal", last)
 	}
 	// Single senders, each from a /24 of its own, one after another.
@@ -216,6 +217,11 @@ func TestShareBusyWithoutRefusal(t *testing.T) {
 	var fresh MilterSession
 	if got := f.g.MilterConnect(f.ctx, &fresh, "", floodNet(9, 0), "1"); got != "" {
 		t.Fatalf("a network not busy past the budget: %q, want the headroom", got)
+	}
+	// Past the budget a network holding one gets no second.
+	var second MilterSession
+	if got := f.g.MilterConnect(f.ctx, &second, "", floodNet(9, 1), "1"); !strings.HasPrefix(got, "421 ") {
+		t.Fatalf("a second session past the budget: %q, want a refusal", got)
 	}
 }
 
@@ -338,9 +344,30 @@ func BenchmarkShareTake(b *testing.B) {
 	}
 	lone := netip.MustParsePrefix("203.0.113.0/24")
 	for b.Loop() {
-		if ok, _, share, _ := s.take(lone, 1600, storetest.T0); !ok || share != 1 {
-			b.Fatalf("lone sender: ok %v share %d", ok, share)
+		if t := s.take(lone, 1600, storetest.T0); !t.ok || t.share != 1 {
+			b.Fatalf("lone sender: %+v", t)
 		}
 		s.give(lone)
+	}
+}
+
+// TestShareHeadroomIsForTheFirst: past the budget, a network within its
+// share that already holds a session gets no second (the headroom's
+// rule, not the share's), and one holding none gets its first.
+func TestShareHeadroomIsForTheFirst(t *testing.T) {
+	s := NewShares()
+	a, b, c := netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("192.0.2.0/24")
+	now := storetest.T0.Add(time.Hour)
+	for _, n := range []netip.Prefix{a, b, b, b} { // within the budget of 4
+		if d := s.take(n, 4, now); !d.ok {
+			t.Fatalf("within the budget: %+v", d)
+		}
+	}
+	// a's second: 5 > 4, the share of 4 between a (2) and b (3) is 2.
+	if d := s.take(a, 4, now); d.ok || !d.headroom || d.share != 2 || d.held != 2 || d.total != 4 {
+		t.Fatalf("a's second past the budget: %+v, want a headroom refusal within the share 2", d)
+	}
+	if d := s.take(c, 4, now); !d.ok {
+		t.Fatalf("a network's first past the budget: %+v", d)
 	}
 }

@@ -163,7 +163,7 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 			"The MTA's SMTP sessions: capacity (absent when unknown), open (every class's), reserved_unused (reservations their classes do not use), free (neither open nor reserved).",
 			"state"),
 		mtaShare: gaugeVec("mta", "share",
-			"The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or holding more than one, in the last minute: past the budget they get none); absent without a capacity.",
+			"The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or admitted one beyond their first, in the last minute: past the budget they get none); absent without a capacity.",
 			"figure"),
 		classNames: map[string]struct{}{},
 		poolSlots: gaugeVec("pool", "slots",

@@ -430,7 +430,7 @@ func TestMTAShare(t *testing.T) {
 	m, reg := newTest(t)
 	m.MTA(MTAState{Capacity: 100, Open: 81, Free: 19, Share: &ShareState{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7, Busy: 12}})
 	want := `
-# HELP sluice_mta_share The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or holding more than one, in the last minute: past the budget they get none); absent without a capacity.
+# HELP sluice_mta_share The fair share of the classes without a reservation: budget (the sessions they hold before each network is held to a share), networks and sessions (theirs), largest (one network's most), per_net (the share now, 0 while everyone fits), busy_networks (networks refused a session, or admitted one beyond their first, in the last minute: past the budget they get none); absent without a capacity.
 # TYPE sluice_mta_share gauge
 sluice_mta_share{figure="budget"} 80
 sluice_mta_share{figure="largest"} 8

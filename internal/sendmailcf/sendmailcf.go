@@ -4,11 +4,14 @@
 // divide (docs/flood.md).
 //
 // A sendmail.cf is long (about 2,000 lines, most of them rules); only its
-// option lines matter here. An option is set on a line "O Name=value"
-// (the long form every sendmail.cf that m4 builds uses, the name matched
-// without regard to case, as Sendmail matches it); a later line overrides
-// an earlier one; "#" starts a comment line. The one-letter form of old
-// configurations has no letter for MaxDaemonChildren.
+// option lines matter here. An option is set on a line "O Name=value":
+// the long form every sendmail.cf that m4 builds uses, "O" and one space,
+// spaces allowed around "=", the name matched without regard to case, as
+// Sendmail's readcf.c reads it; a later line overrides an earlier one; a
+// line starting with "#" is a comment, and so is what follows a "#" after
+// a space in the value. The one-letter form of old configurations has no
+// letter for MaxDaemonChildren. Not read: a per-daemon "children=" in
+// DaemonPortOptions, and abbreviated option names.
 package sendmailcf
 
 import (
@@ -80,17 +83,21 @@ func Parse(b []byte) (int64, error) {
 }
 
 // option returns the value a line "O name=value" sets for name (spaces
-// around "=" and the value allowed, the name without regard to case).
+// around "=" allowed, the name without regard to case, a " #" comment
+// after the value dropped).
 func option(l, name string) (string, bool) {
-	rest, ok := strings.CutPrefix(l, "O")
-	if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
+	rest, ok := strings.CutPrefix(l, "O ")
+	if !ok {
 		return "", false
 	}
-	k, v, ok := strings.Cut(strings.TrimLeft(rest, " \t"), "=")
-	if !ok || !strings.EqualFold(strings.TrimRight(k, " \t"), name) {
+	k, v, ok := strings.Cut(strings.TrimLeft(rest, " "), "=")
+	if !ok || !strings.EqualFold(strings.TrimRight(k, " "), name) {
 		return "", false
 	}
-	return strings.TrimSpace(v), true
+	if i := strings.Index(v, " #"); i >= 0 {
+		v = v[:i]
+	}
+	return strings.Trim(v, " \r"), true
 }
 
 // clip shortens a value for an error message.

@@ -17,7 +17,8 @@ func TestParse(t *testing.T) {
 	}{
 		{"m4's line", "O QueueLA=8\nO MaxDaemonChildren=12\nO RefuseLA=12\n", 12, ""},
 		{"spaces around", "O  MaxDaemonChildren = 30 \n", 30, ""},
-		{"tab", "O\tMaxDaemonChildren=7\n", 7, ""},
+		{"tab after O: not an option line", "O\tMaxDaemonChildren=7\n", 0, "no MaxDaemonChildren"},
+		{"a comment after the value", "O MaxDaemonChildren=12 # at most\n", 12, ""},
 		{"case", "O maxdaemonchildren=5\n", 5, ""},
 		{"the last wins", "O MaxDaemonChildren=5\nO MaxDaemonChildren=9\n", 9, ""},
 		{"commented", "#O MaxDaemonChildren=12\n", 0, "no MaxDaemonChildren"},

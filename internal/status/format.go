@@ -107,7 +107,10 @@ func MTAText(m *MTA) string {
 		if sh.PerNet > 0 {
 			t += ", shedding: " + Count(sh.PerNet) + " per network"
 		}
-		if sh.Busy > 0 {
+		switch {
+		case sh.Busy == 1:
+			t += ", 1 busy network"
+		case sh.Busy > 1:
 			t += ", " + Count(int64(sh.Busy)) + " busy networks"
 		}
 	}

@@ -30,6 +30,10 @@ func TestMTATextShare(t *testing.T) {
 			"30 open / 100 · 70 free · 4 networks hold 30 of 80 unreserved"},
 		{MTA{Capacity: 100, Open: 81, Free: 19, Share: &Share{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7}},
 			"81 open / 100 · 19 free · 11 networks hold 81 of 80 unreserved, shedding: 7 per network"},
+		{MTA{Capacity: 100, Open: 81, Free: 19, Share: &Share{Budget: 80, Networks: 11, Sessions: 81, Largest: 8, PerNet: 7, Busy: 40}},
+			"81 open / 100 · 19 free · 11 networks hold 81 of 80 unreserved, shedding: 7 per network, 40 busy networks"},
+		{MTA{Capacity: 100, Open: 3, Free: 97, Share: &Share{Budget: 80, Networks: 2, Sessions: 3, Largest: 2, Busy: 1}},
+			"3 open / 100 · 97 free · 2 networks hold 3 of 80 unreserved, 1 busy network"},
 	} {
 		if got := MTAText(&c.m); got != c.want {
 			t.Errorf("MTAText(%+v) = %q, want %q", c.m, got, c.want)

@@ -135,9 +135,9 @@ type Share struct {
 	Sessions int64 `json:"sessions"` // those networks' sessions
 	Largest  int64 `json:"largest"`  // the most one network holds
 	PerNet   int64 `json:"per_net"`  // each network's share now; 0 while everyone fits
-	// Busy is the networks refused a session, or holding more than one,
-	// in the last minute: past the budget they get none, the rest is kept
-	// for the others.
+	// Busy is the networks refused a session, or admitted one beyond
+	// their first, in the last minute: past the budget they get none, the
+	// rest is kept for the others.
 	Busy int `json:"busy_networks"`
 }
 

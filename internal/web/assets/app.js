@@ -101,6 +101,7 @@
       if (m.share) {
         t += " · " + num(m.share.networks) + " networks hold " + num(m.share.sessions) + " of " + num(m.share.budget) + " unreserved";
         if (m.share.per_net) t += ", shedding: " + num(m.share.per_net) + " per network";
+        if (m.share.busy_networks) t += ", " + num(m.share.busy_networks) + (m.share.busy_networks === 1 ? " busy network" : " busy networks");
       }
       add("mta", t, !!(m.share && m.share.per_net));
     }
