@@ -24,6 +24,7 @@ import (
 	"sluice/internal/ban"
 	"sluice/internal/clock"
 	"sluice/internal/config"
+	"sluice/internal/escalate"
 	"sluice/internal/control"
 	"sluice/internal/governor"
 	"sluice/internal/limiter"
@@ -86,6 +87,7 @@ type Daemon struct {
 	reloadedAt   atomic.Pointer[time.Time] // when the configuration in force was loaded
 	reloadFailed atomic.Pointer[time.Time] // the last failed reload
 	obs          *tally.Tally              // nil without a web listener
+	escalator    *escalate.Escalator       // nil without [mta.escalate] socket
 	metrics      *metrics.Metrics          // nil without /metrics
 	registry     *prometheus.Registry
 	milterGate   *gate
@@ -158,6 +160,9 @@ func New(cfg *config.Config, path string, log *slog.Logger, level *slog.LevelVar
 			m.Reload(true, now) // the initial load counts as a success
 		}
 		d.obs = tally.New(d.metrics)
+	}
+	if d.escalator, err = newEscalator(cfg, d.metrics, log); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	store, failOpen, err := openStore(d.stop, cfg, log)
 	if err != nil {
@@ -239,10 +244,15 @@ func WithHandoff(h *sdlisten.Handoff) Option {
 // observer returns the verdict observer, or nil (not a nil *observer,
 // which would be a non-nil interface) when nothing shows verdicts.
 func (d *Daemon) observer() governor.Observer {
-	if d.obs == nil {
+	switch {
+	case d.escalator == nil && d.obs == nil:
 		return nil
+	case d.escalator == nil:
+		return d.obs
+	case d.obs == nil:
+		return d.escalator
 	}
-	return d.obs
+	return observers{d.obs, d.escalator}
 }
 
 // lasting returns what every governor of the daemon shares across
@@ -323,6 +333,7 @@ func (d *Daemon) Start() {
 		defer d.wg.Done()
 		d.throttleTally.Run(ctx, d.log)
 	}()
+	d.runEscalator(ctx)
 	if ban := d.throttleBan; ban != nil && ban.Shared() {
 		// Suspensions and resumes other daemons make reach the
 		// snapshot policies without ban settings read within a second.
@@ -391,6 +402,9 @@ func (d *Daemon) reload() error {
 		d.throttleBan.Configure(banSettings(cfg))
 	}
 	d.obs.Relimit(gov)
+	if d.escalator != nil {
+		d.escalator.Update(escalateSettings(cfg))
+	}
 	if d.level != nil {
 		d.level.Set(logLevel(cfg.Log.Level))
 	}

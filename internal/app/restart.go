@@ -24,11 +24,17 @@ var reloadable = map[string]bool{
 	"throttle.policy":       true,
 	"milter.refuse_text":    true,
 	"web.mux_socket":        true, // the status page reads it per request
+	"mta.escalate.after":    true, // the escalator's settings, replaced
+	"mta.escalate.within":   true,
+	"mta.escalate.for":      true,
 }
 
 // restartNotes explains settings that a reload applies only in part.
 var restartNotes = map[string]string{
-	"milter.policy_rules": "milter.policy_rules (the steps the MTA is asked for are negotiated per session; new sessions get the new rules, but the steps change only after a restart)",
+	"mta.escalate.ports":   "mta.escalate.ports (sluice escalate-helper reads it when it starts: restart the helper)",
+	"mta.escalate.size":    "mta.escalate.size (sluice escalate-helper reads it when it starts: restart the helper)",
+	"mta.escalate.max_for": "mta.escalate.max_for (sluice escalate-helper reads it when it starts: restart the helper)",
+	"milter.policy_rules":  "milter.policy_rules (the steps the MTA is asked for are negotiated per session; new sessions get the new rules, but the steps change only after a restart)",
 }
 
 // restartNeeded names the settings that changed from old to cur and that

@@ -77,6 +77,7 @@ func (d *Daemon) Status() status.Status {
 		d.metrics.MTA(ms)
 	}
 	d.metrics.Classes(mc)
+	st.Escalation = d.escalationStatus()
 	d.metrics.StateDegraded(st.Store.Degraded != "")
 	st.Talkers, st.Refusals = d.obs.Top(now, statusRows)
 	if d.throttleBan != nil {

@@ -44,6 +44,7 @@ func commands() []command {
 		{"exempt", "let a key through a rule, or raise its limit, for a while", exemptCmd},
 		{"mux", "mimedefang-multiplexor: run a pool of filter workers (also as that name)", muxCmd},
 		{"ctl", "md-mx-ctrl: query and command a mimedefang multiplexor", ctlCmd},
+		{"escalate-helper", "as root: drop in the kernel the addresses the daemon escalates ([mta.escalate])", escalateHelper},
 		{"version", "print the version", version},
 	}
 }

@@ -240,6 +240,9 @@ func writeStatus(w io.Writer, st *status.Status) {
 	if m := st.MTA; m != nil {
 		fmt.Fprintf(tw, "mta\t%s\n", status.Safe(status.MTAText(m)))
 	}
+	if e := st.Escalation; e != nil {
+		fmt.Fprintf(tw, "escalation\t%s\n", status.Safe(status.EscalationText(e)))
+	}
 	var deferred uint64
 	for _, v := range st.Totals.Doors {
 		deferred += v["deferred"]

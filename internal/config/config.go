@@ -251,6 +251,8 @@ type MTA struct {
 	// is the capacity when sessions is 0 (relative: to this file's
 	// directory). It wins over anvil.postfix_config_dir.
 	SendmailCF string `toml:"sendmail_cf"`
+	// Escalate hands the addresses refused again and again to the kernel.
+	Escalate Escalate `toml:"escalate"`
 }
 
 // SMTPDLimits are smtpd's anvil-enforced limits (main.cf names without
@@ -491,6 +493,7 @@ func Default() *Config {
 			MaxConns:       4096,
 			RequestTimeout: Duration(10 * time.Second),
 		},
+		MTA:     MTA{Escalate: defaultEscalate()},
 		Milter:  defaultMilter(),
 		Web:     defaultWeb(),
 		Control: defaultControl(),

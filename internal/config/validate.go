@@ -85,6 +85,7 @@ func (c *Config) Validate() []error {
 	errs = append(errs, classErrs...)
 	errs = append(errs, c.validateAnvil()...)
 	errs = append(errs, c.validateMTA()...)
+	errs = append(errs, c.validateEscalate()...)
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.validateThrottle()...)
 	errs = append(errs, c.validateMilter()...)

@@ -124,6 +124,20 @@ func anvilNet(ident string) (netip.Prefix, bool) {
 	return limiter.ShareNet(a)
 }
 
+// anvilAddr returns the address of an ident's client (invalid for a
+// network, which Postfix reports when it counts clients by prefix).
+func anvilAddr(ident string) netip.Addr {
+	client := anvilClient(ident)
+	if p, err := netip.ParsePrefix(client); err == nil && p.IsSingleIP() {
+		return p.Addr().Unmap()
+	}
+	a, err := netip.ParseAddr(client)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
 // anvilClient returns the client part of an ident.
 func anvilClient(ident string) string {
 	first, rest, ok := strings.Cut(ident, ":")
@@ -206,15 +220,19 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 		if !admit {
 			g.markRefused(cls, net, netOK)
 			g.releaseClass(ctx, cl, cls.Queue)
-			g.observe(ctx, g.reserveVerdict("anvil", cls, o, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
-				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused))
+			v := g.reserveVerdict("anvil", cls, o, "anvil: the free sessions are reserved for other classes; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused)
+			v.Client = anvilAddr(ident)
+			g.observe(ctx, v)
 			return true, held - 1, "reserve"
 		}
 		share, r := g.shareAdmits(cls, net, netOK, o)
 		if r != nil {
 			g.releaseClass(ctx, cl, cls.Queue)
-			g.observe(ctx, shareVerdict("anvil", cls, r, "anvil: the network holds its fair share of the sessions; smtpd will refuse the connection",
-				"ident", ident, "class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share))
+			v := shareVerdict("anvil", cls, r, "anvil: the network holds its fair share of the sessions; smtpd will refuse the connection",
+				"ident", ident, "class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share)
+			v.Client = anvilAddr(ident)
+			g.observe(ctx, v)
 			return true, held - 1, "share"
 		}
 		st.share = share
@@ -224,7 +242,7 @@ func (g *Governor) anvilClass(ctx context.Context, st *AnvilStream, ident string
 	v := Verdict{Door: "anvil", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: !ok}
 	if !ok {
 		v.Reply = "421 4.7.0 Error: too many connections (class " + cls.Name + " full)"
-		v.Reason, v.Window = ReasonClass, SummaryEvery
+		v.Reason, v.Window, v.Client = ReasonClass, SummaryEvery, anvilAddr(ident)
 		v.Msg, v.Args = "anvil: class full; smtpd will refuse the connection", []any{"ident", ident, "class", cls.Name, "refuse", cls.Refuse, "class_sessions", held}
 	}
 	g.observe(ctx, v)

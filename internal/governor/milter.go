@@ -89,7 +89,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 		ms.refused = true
 		reply := MilterRefusal(g.milter.RefuseText, cls, held)
 		g.observe(ctx, Verdict{Door: "milter", Rule: "class", Key: cls.Name, Count: held, Limit: sessionCap(cls.Refuse), Refused: true, Reply: reply,
-			Reason: ReasonClass, Window: SummaryEvery, Msg: "milter: class full; refusing the session",
+			Reason: ReasonClass, Client: addr.Unmap(), Window: SummaryEvery, Msg: "milter: class full; refusing the session",
 			Args: []any{"class", cls.Name, "refuse", cls.Refuse, "sessions", held, "client", ms.req.ClientAddress, "name", host}})
 		return reply
 	default:
@@ -104,6 +104,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 			v := g.reserveVerdict("milter", cls, o, "milter: the free sessions are reserved for other classes; refusing the session",
 				"class", cls.Name, "class_sessions", held-1, "sessions", o.Sessions, "capacity", g.capacity.Sessions, "unused_reserved", o.Unused,
 				"client", ms.req.ClientAddress, "name", host)
+			v.Client = addr.Unmap()
 			g.observe(ctx, v)
 			return v.Reply
 		}
@@ -111,7 +112,7 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 			net, ok := limiter.ShareNet(addr)
 			var r *shareRefusal
 			if ms.share, r = g.shareAdmits(cls, net, ok, o); r != nil {
-				return g.milterShareRefused(ctx, ms, cls, lease, r, host)
+				return g.milterShareRefused(ctx, ms, cls, lease, r, host, addr.Unmap())
 			}
 		}
 		ms.lease = lease
@@ -125,11 +126,12 @@ func (g *Governor) MilterConnect(ctx context.Context, ms *MilterSession, name st
 
 // milterShareRefused refuses a session its network's fair share has no
 // room for, giving back the class slot it took.
-func (g *Governor) milterShareRefused(ctx context.Context, ms *MilterSession, cls *limiter.Class, lease limiter.Lease, r *shareRefusal, host string) string {
+func (g *Governor) milterShareRefused(ctx context.Context, ms *MilterSession, cls *limiter.Class, lease limiter.Lease, r *shareRefusal, host string, client netip.Addr) string {
 	g.releaseClass(ctx, lease, cls.Queue)
 	ms.refused = true
 	v := shareVerdict("milter", cls, r, "milter: the network holds its fair share of the sessions; refusing the session",
 		"class", cls.Name, "network", r.net.String(), "network_sessions", r.held, "share", r.share, "client", ms.req.ClientAddress, "name", host)
+	v.Client = client
 	g.observe(ctx, v)
 	return v.Reply
 }

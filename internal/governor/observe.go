@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"sluice/internal/limiter"
@@ -18,8 +19,11 @@ type Verdict struct {
 	// session cap, or "report" for a throttle result report.
 	Rule string
 	// Key is what was counted: the rule's key, a class name, a throttle key.
-	Key   string
-	Count int64 // the count the decision saw
+	Key string
+	// Client is the SMTP client's address of a session decision at the
+	// anvil or milter door (invalid when unknown or for other decisions).
+	Client netip.Addr
+	Count  int64 // the count the decision saw
 	// Limit is the limit decided against; for a session cap, N is the cap
 	// and Period is 0.
 	Limit limiter.Limit

@@ -83,6 +83,22 @@ func Printable(r rune) bool {
 	return r != utf8.RuneError && unicode.IsPrint(r)
 }
 
+// EscalationText is the escalation on one line, as `sluice status` and
+// the status page show it: "3 addresses dropped by the kernel · 40
+// counted · 12 added, 0 failed" (", helper: ERROR" while its last
+// request failed).
+func EscalationText(e *Escalation) string {
+	t := Count(int64(e.Dropping)) + " addresses dropped by the kernel · " + Count(int64(e.Tracked)) + " counted · " +
+		Count(int64(e.Added)) + " added, " + Count(int64(e.Failed)) + " failed"
+	if e.QueueFull > 0 {
+		t += ", " + Count(int64(e.QueueFull)) + " lost to a full queue"
+	}
+	if e.Error != "" {
+		t += ", helper: " + e.Error
+	}
+	return t
+}
+
 // MTAText is the MTA's sessions on one line, as `sluice status` and the
 // status page show them: "37 open / 50 · 10 reserved, 3 unused · 10 free
 // · 12 networks hold 30 of 32 unreserved" (", shedding: 4 per network"

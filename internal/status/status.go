@@ -30,6 +30,9 @@ type Status struct {
 	// MTA is the MTA's sessions against its capacity and the classes'
 	// reservations; nil when the classes count no session.
 	MTA *MTA `json:"mta,omitempty"`
+	// Escalation is what the escalation to the kernel did ([mta.escalate]);
+	// nil when it is off.
+	Escalation *Escalation `json:"escalation,omitempty"`
 	// Talkers are the busiest keys, highest rate first.
 	Talkers []Talker `json:"talkers,omitempty"`
 	// Refusals are the most recent refusals, newest first.
@@ -139,6 +142,18 @@ type Share struct {
 	// their first, in the last minute: past the budget they get none, the
 	// rest is kept for the others.
 	Busy int `json:"busy_networks"`
+}
+
+// Escalation is the addresses handed to the kernel, through the
+// escalation helper, after their sessions were refused again and again.
+type Escalation struct {
+	Dropping  int    `json:"dropping"`        // addresses whose connections the kernel drops now
+	Tracked   int    `json:"tracked"`         // addresses whose refused sessions are counted
+	Added     uint64 `json:"added"`           // addresses the helper added since the start
+	Failed    uint64 `json:"failed"`          // requests the helper did not carry out
+	QueueFull uint64 `json:"queue_full"`      // escalations dropped before reaching the helper
+	Error     string `json:"error,omitempty"` // the helper's last failure, while it lasts
+	Socket    string `json:"socket"`          // the helper's socket
 }
 
 // Talker is one busy key under a rate rule.

@@ -101,6 +101,9 @@ func facts(st *status.Status) []pageFact {
 	if m := st.MTA; m != nil {
 		out = append(out, pageFact{K: "mta", V: status.MTAText(m)})
 	}
+	if e := st.Escalation; e != nil {
+		out = append(out, pageFact{K: "escalation", V: status.EscalationText(e), Bad: e.Error != ""})
+	}
 	out = append(out, pageFact{K: "decisions", V: status.Count(int64(st.Totals.Decisions))},
 		pageFact{K: "refused", V: status.Count(int64(st.Totals.Refusals))})
 	return out

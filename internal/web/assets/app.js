@@ -105,6 +105,13 @@
       }
       add("mta", t, !!(m.share && m.share.per_net));
     }
+    if (st.escalation) {
+      const e = st.escalation;
+      let t = num(e.dropping) + " addresses dropped by the kernel · " + num(e.tracked) + " counted · " + num(e.added) + " added, " + num(e.failed) + " failed";
+      if (e.queue_full) t += ", " + num(e.queue_full) + " lost to a full queue";
+      if (e.error) t += ", helper: " + e.error;
+      add("escalation", t, !!e.error);
+    }
     const t = st.totals || {};
     add("decisions", num(t.decisions || 0));
     add("refused", num(t.refusals || 0));
