@@ -27,7 +27,8 @@ step() { printf '\n== %s\n' "$*"; }
 packages=(postfix:/usr/sbin/postfix postfix:/usr/sbin/smtp-source redis-server:/usr/bin/redis-server redis-tools:/usr/bin/redis-cli
 	mimedefang:/usr/bin/mimedefang-multiplexor miltertest:/usr/bin/miltertest m4:/usr/bin/m4
 	chromium:/usr/bin/chromium systemd:/usr/bin/systemd-socket-activate systemd:/usr/bin/systemd-analyze
-	libnet-dns-perl:/usr/share/perl5/Net/DNS.pm man-db:/usr/bin/man iproute2:/usr/sbin/ip adduser:/usr/sbin/adduser)
+	libnet-dns-perl:/usr/share/perl5/Net/DNS.pm man-db:/usr/bin/man iproute2:/usr/sbin/ip adduser:/usr/sbin/adduser
+	nftables:/usr/sbin/nft)
 # One run at a time on a host, as root: what scripts/installed-host.sh
 # sets up below is the host's. The lock (on descriptor 9, closed for the
 # commands below that start daemons or run long) goes with this process,

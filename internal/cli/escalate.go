@@ -30,7 +30,7 @@ func escalateHelper(ctx context.Context, args []string, stdout, stderr io.Writer
 		w := fs.Output()
 		fmt.Fprintln(w, "usage: sluice escalate-helper -c FILE")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Runs as root beside the daemon: makes the nftables table \"inet sluice\" (sets flood4 and")
+		fmt.Fprintln(w, "Runs as root beside the daemon: makes the nftables table [mta.escalate] table (sets flood4 and")
 		fmt.Fprintln(w, "flood6, a rule dropping their members' connections to [mta.escalate] ports), adds the")
 		fmt.Fprintln(w, "addresses the daemon's user asks for on [mta.escalate] socket, each for at most max_for,")
 		fmt.Fprintln(w, "and deletes the table when it stops (SIGTERM, SIGINT). See docs/flood.md, \"Escalation\".")
@@ -73,7 +73,7 @@ func escalateHelper(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fail(err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	return runHelper(ctx, log, e, peer, &nftset.Nft{Path: nftPath}, fail)
+	return runHelper(ctx, log, e, peer, &nftset.Nft{Path: nftPath, Table: cfg.MTA.Escalate.Table}, fail)
 }
 
 // lookNft finds nft(8) in the system's directories only.
@@ -114,7 +114,7 @@ func runHelper(ctx context.Context, log *slog.Logger, e config.Escalate, peer pr
 	srv := nftset.NewServer(nft, nftset.Options{UID: peer.UID, MaxFor: e.MaxFor.D(), Logger: log})
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
-	log.Info("escalate helper: serving", "socket", e.Socket, "user", peer.Name, "ports", e.Ports, "size", e.Size, "max_for", e.MaxFor.D().String())
+	log.Info("escalate helper: serving", "socket", e.Socket, "user", peer.Name, "table", "inet "+e.Table, "ports", e.Ports, "size", e.Size, "max_for", e.MaxFor.D().String())
 	if n, err := sdnotify.FromEnv(); err == nil && n != nil {
 		n.Ready("serving " + e.Socket)
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"time"
 )
 
@@ -37,7 +38,13 @@ type Escalate struct {
 	Size int `toml:"size"`
 	// MaxFor caps, in the helper, what one request may ask.
 	MaxFor Duration `toml:"max_for"`
+	// Table is the nftables table (family inet) the helper makes at its
+	// start and deletes at its stop: no other table's rules are touched.
+	Table string `toml:"table"`
 }
+
+// nftName is a table name nft(8) takes as it is.
+var nftName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,31}$`)
 
 func defaultEscalate() Escalate {
 	return Escalate{
@@ -47,6 +54,7 @@ func defaultEscalate() Escalate {
 		Ports:  []int{25},
 		Size:   65536,
 		MaxFor: Duration(time.Hour),
+		Table:  "sluice",
 	}
 }
 
@@ -79,6 +87,9 @@ func (c *Config) validateEscalate() []error {
 		if p < 1 || p > 65535 {
 			add("ports", "%d is not a TCP port", p)
 		}
+	}
+	if !nftName.MatchString(e.Table) {
+		add("table", "%q is not a table name: a letter, then up to 31 letters, digits or _", e.Table)
 	}
 	if e.Size < 1 || e.Size > 1<<20 {
 		add("size", "must be between 1 and %s", fmt.Sprint(1<<20))

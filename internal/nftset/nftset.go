@@ -1,6 +1,6 @@
 // Package nftset is the privileged half of the escalation (see
 // internal/escalate): sluice escalate-helper, run as root, owns the
-// nftables table "inet sluice", whose sets flood4 and flood6 hold the
+// nftables table of [mta.escalate] table ("inet sluice"), whose sets flood4 and flood6 hold the
 // addresses whose connections to the SMTP ports are dropped, each with a
 // timeout. It answers one peer, the daemon's user, on a unix socket, and
 // does one thing for it: add an address to a set for a bounded time.
@@ -21,11 +21,9 @@ import (
 	"time"
 )
 
-// Table is the nftables table the helper owns (family inet).
-const Table = "sluice"
-
 // Ruleset says what the helper's table holds.
 type Ruleset struct {
+	Table string // its name (family inet), checked by config as a plain name
 	Ports []int // the TCP ports whose connections from the sets' addresses are dropped
 	Size  int   // each set's most addresses; an add past it fails
 }
@@ -39,8 +37,8 @@ func (r Ruleset) Text() string {
 	}
 	size := strconv.Itoa(r.Size)
 	var b strings.Builder
-	b.WriteString("add table inet " + Table + "\ndelete table inet " + Table + "\n")
-	b.WriteString("table inet " + Table + " {\n")
+	b.WriteString("add table inet " + r.Table + "\ndelete table inet " + r.Table + "\n")
+	b.WriteString("table inet " + r.Table + " {\n")
 	b.WriteString("\tset flood4 { type ipv4_addr; flags timeout; size " + size + "; }\n")
 	b.WriteString("\tset flood6 { type ipv6_addr; flags timeout; size " + size + "; }\n")
 	b.WriteString("\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n")
@@ -50,10 +48,12 @@ func (r Ruleset) Text() string {
 	return b.String()
 }
 
-// Nft runs nft(8): Path is its absolute path.
+// Nft runs nft(8) on one table: Path is nft's absolute path, Table the
+// table's name.
 type Nft struct {
-	Path string
-	mu   sync.Mutex // one nft at a time
+	Path  string
+	Table string
+	mu    sync.Mutex // one nft at a time
 }
 
 // runTimeout bounds one run of nft.
@@ -85,12 +85,13 @@ func (n *Nft) run(ctx context.Context, in string, args ...string) error {
 
 // Install makes the helper's table anew, with empty sets.
 func (n *Nft) Install(ctx context.Context, r Ruleset) error {
+	r.Table = n.Table
 	return n.run(ctx, r.Text(), "-f", "-")
 }
 
 // Remove deletes the helper's table, and with it every drop.
 func (n *Nft) Remove(ctx context.Context) error {
-	return n.run(ctx, "add table inet "+Table+"\ndelete table inet "+Table+"\n", "-f", "-")
+	return n.run(ctx, "add table inet "+n.Table+"\ndelete table inet "+n.Table+"\n", "-f", "-")
 }
 
 // Add puts addr in its family's set for d (whole seconds, at least 1).
@@ -104,5 +105,5 @@ func (n *Nft) Add(ctx context.Context, addr netip.Addr, d time.Duration) error {
 	}
 	secs := max(int64(d/time.Second), 1)
 	elem := addr.String() + " timeout " + strconv.FormatInt(secs, 10) + "s"
-	return n.run(ctx, "add element inet "+Table+" "+set+" { "+elem+" }\n", "-f", "-")
+	return n.run(ctx, "add element inet "+n.Table+" "+set+" { "+elem+" }\n", "-f", "-")
 }
