@@ -37,6 +37,13 @@
 #                    class's reserve = RESERVE (10), catch-all uncapped
 #   reserve-anvil    the same configuration, sluice as Postfix's anvil
 #                    (class caps at smtpd's anvil check), no milter
+#   escalate-milter  reserve-milter with [mta.escalate]: an address refused
+#                    10 times in a minute is dropped by the kernel for
+#                    ESCALATE_FOR (60s: every escalation of a round ends
+#                    before that row's next round), through its own
+#                    `sluice escalate-helper` (its own nftables table, the
+#                    row's port only)
+#   escalate-anvil   reserve-anvil with the same escalation
 # A sluice whose "sluice check" rejects the reserve configuration (before
 # [mta] sessions and [[class]] reserve exist) has its two rows skipped,
 # with the reason printed in the results.
@@ -75,7 +82,7 @@
 #   ROUNDS=5 DURATION=60s BOTS=400 bench/flood.sh
 # Environment: QUICK, MODE (all), ROUNDS (3), BASE (10s), WARMUP (5s),
 # DURATION (40s), TIMEOUT (30s), SINGLE_TIMEOUT (30s), BOT_RETRY (1s),
-# IDLE_TIMEOUT (10s), ROWS (all four: a subset, in that order),
+# IDLE_TIMEOUT (10s), ROWS (all six: a subset, in that order), ESCALATE_FOR (60s),
 # COST_DURATION (10s), BOTS (200),
 # KNOWN (4), PROCS (50), RESERVE (10), RESULTS (the file the results are
 # also written to: bench/results/<UTC date and time>-flood.txt; "-" for
@@ -105,7 +112,7 @@ if [[ ${QUICK:-0} == 1 ]]; then
 fi
 ROUNDS=${ROUNDS:-3} BASE=${BASE:-10s} WARMUP=${WARMUP:-5s} DURATION=${DURATION:-40s}
 TIMEOUT=${TIMEOUT:-30s} SINGLE_TIMEOUT=${SINGLE_TIMEOUT:-30s} BOT_RETRY=${BOT_RETRY:-1s}
-IDLE_TIMEOUT=${IDLE_TIMEOUT:-10s}
+IDLE_TIMEOUT=${IDLE_TIMEOUT:-10s} ESCALATE_FOR=${ESCALATE_FOR:-60s}
 COST_DURATION=${COST_DURATION:-10s}
 BOTS=${BOTS:-200} KNOWN=${KNOWN:-4} PROCS=${PROCS:-50} RESERVE=${RESERVE:-10}
 CAP=30 # xla-static's catch-all refuse, and the sessions held in the cost runs
@@ -113,7 +120,7 @@ CAP=30 # xla-static's catch-all refuse, and the sessions held in the cost runs
 tmp=$(mktemp -d /tmp/sluice-bench-flood.XXXXXX)
 chmod 0711 "$tmp"
 watch_pid=
-declare -A pf_pid=() port=() master=() sluice_pid=()
+declare -A pf_pid=() port=() master=() sluice_pid=() helper_pid=()
 map_pid=
 declare -a pf_names=()
 
@@ -121,6 +128,9 @@ cleanup() {
 	local n
 	for n in "${!sluice_pid[@]}"; do
 		stop_pid "${sluice_pid[$n]}" 10
+	done
+	for n in "${!helper_pid[@]}"; do
+		stop_pid "${helper_pid[$n]}" 10 # SIGTERM: the helper deletes its table
 	done
 	exec 7>&- # closes the liveness pipe: every floodload postfix and socketmap stops
 	if [[ -n $map_pid ]]; then
@@ -213,12 +223,32 @@ start_sluice() {
 	fi
 }
 
+# escalate_head NAME SOCKET — reserve_head with NAME's escalation: its own
+# helper socket and nftables table, its Postfix's port.
+escalate_head() {
+	printf '%s\n[mta.escalate]\nsocket = "%s"\nports = [%s]\ntable = "sluicebench_%s"\nfor = "%s"\n' \
+		"$reserve_head" "$tmp/$1-helper.sock" "${port[$1]}" "${1//-/_}" "$ESCALATE_FOR"
+}
+
+# start_helper NAME — sluice escalate-helper with NAME's configuration.
+start_helper() {
+	"$tmp/sluice" escalate-helper -c "$tmp/$1.toml" </dev/null >"$tmp/$1-helper.log" 2>&1 7>&- &
+	helper_pid[$1]=$!
+	echo "pid ${helper_pid[$1]}" >>"$tmp/daemons"
+	if ! wait_for_socket "$tmp/$1-helper.sock" 20 "${helper_pid[$1]}"; then
+		tail -n 30 "$tmp/$1-helper.log" >&2
+		die "sluice escalate-helper ($1) did not create its socket"
+	fi
+}
+
 # --- configurations ------------------------------------------------------------
 milter_set=(-set milter_default_action=tempfail)
-read -r -a rows <<<"${ROWS:-postfix-alone xla-static reserve-milter reserve-anvil}"
+read -r -a rows <<<"${ROWS:-postfix-alone xla-static reserve-milter reserve-anvil escalate-milter escalate-anvil}"
 ((${#rows[@]})) || die "ROWS: no rows"
 for r in "${rows[@]}"; do
-	case $r in postfix-alone | xla-static | reserve-milter | reserve-anvil) ;; *) die "ROWS: no row $r" ;; esac
+	case $r in postfix-alone | xla-static | reserve-milter | reserve-anvil | escalate-milter | escalate-anvil) ;;
+	*) die "ROWS: no row $r" ;;
+	esac
 done
 declare -A skip=()
 write_sluice xla-static milter "$tmp/xla.sock" "" "$(classes "" "refuse = $CAP")"
@@ -248,6 +278,18 @@ start_postfix xla-static "${milter_set[@]}" -set "smtpd_milters=unix:$tmp/xla.so
 if [[ $MODE != cost ]]; then
 	[[ -n ${skip[reserve-milter]:-} ]] || start_postfix reserve-milter "${milter_set[@]}" -set "smtpd_milters=unix:$tmp/rm.sock"
 	[[ -n ${skip[reserve-anvil]:-} ]] || start_postfix reserve-anvil -own-anvil=false
+	# The escalation's rule names its Postfix's port, known from here.
+	start_postfix escalate-milter "${milter_set[@]}" -set "smtpd_milters=unix:$tmp/em.sock"
+	start_postfix escalate-anvil -own-anvil=false
+	write_sluice escalate-milter milter "$tmp/em.sock" "$(escalate_head escalate-milter)" "$reserve_classes"
+	write_sluice escalate-anvil anvil "$tmp/pf-escalate-anvil/queue/private/anvil" "$(escalate_head escalate-anvil)" "$reserve_classes"
+	for name in escalate-milter escalate-anvil; do
+		sed "s#unix:$tmp/pf-escalate-anvil/queue/private/anvil#unix:$tmp/check.sock#" "$tmp/$name.toml" >"$tmp/check.toml"
+		if ! msg=$("$tmp/sluice" check -c "$tmp/check.toml" 2>&1 </dev/null 7>&-); then
+			skip[$name]="skipped: sluice check rejects [mta.escalate]: $(printf '%s' "$msg" | grep -m1 -v '^$' || true)"
+		fi
+	done
+	rm -f "$tmp/check.toml"
 fi
 if [[ $MODE != flood ]]; then
 	start_postfix cost-anvil -own-anvil=false
@@ -272,6 +314,13 @@ log "starting sluice"
 start_sluice xla-static "$tmp/xla.sock"
 [[ -z ${pf_pid[reserve-milter]:-} ]] || start_sluice reserve-milter "$tmp/rm.sock"
 [[ -z ${pf_pid[reserve-anvil]:-} ]] || start_sluice reserve-anvil "$tmp/pf-reserve-anvil/queue/private/anvil"
+for name in escalate-milter escalate-anvil; do
+	if [[ -n ${pf_pid[$name]:-} && -z ${skip[$name]:-} ]]; then
+		start_helper "$name"
+	fi
+done
+[[ -z ${pf_pid[escalate-milter]:-} || -n ${skip[escalate-milter]:-} ]] || start_sluice escalate-milter "$tmp/em.sock"
+[[ -z ${pf_pid[escalate-anvil]:-} || -n ${skip[escalate-anvil]:-} ]] || start_sluice escalate-anvil "$tmp/pf-escalate-anvil/queue/private/anvil"
 [[ -z ${pf_pid[cost-anvil]:-} ]] || start_sluice cost-anvil "$tmp/pf-cost-anvil/queue/private/anvil"
 
 # spread VALUE... — "median (min-max)".
@@ -302,6 +351,10 @@ if [[ $MODE != cost ]]; then
 			# Why messages failed: the known peers' first few, the single
 			# senders' by kind (floodload's "failure:" lines).
 			while IFS= read -r line; do say "  $line"; done < <(grep '^failure: ' "$tmp/round.err" || true)
+			if [[ -n ${helper_pid[$r]:-} ]]; then
+				# How many bots the kernel drops at the end of the round.
+				say "  escalation: $(/usr/sbin/nft list set inet "sluicebench_${r//-/_}" flood4 2>/dev/null | grep -o ' expires ' | wc -l) addresses in the kernel's set"
+			fi
 			good[$r]+=" $(field "$out" goodput)"
 			p99[$r]+=" $(field "$out" p99_ms)"
 			fails[$r]+=" $(field "$out" fails)"
