@@ -6,8 +6,9 @@
 # and prints its path. It holds
 #   /usr/bin/sluice                   go build of ./cmd/sluice (the revision Go embeds)
 #   /usr/share/man/man8/sluice.8.gz, man5/sluice.toml.5.gz   from packaging/man
-#   /lib/systemd/system/              examples/systemd's sluice.service, sluice.socket and
-#                                     sluice-web.socket, with the binary at /usr/bin and those
+#   /lib/systemd/system/              examples/systemd's sluice.service, sluice.socket,
+#                                     sluice-web.socket and sluice-escalate.service (the
+#                                     escalation helper), with the binary at /usr/bin and those
 #                                     socket units at /lib/systemd/system (neither enabled nor
 #                                     started: the administrator decides, sluice(8))
 #   /etc/sluice/sluice.toml           examples/sluice.toml, a conffile
@@ -47,7 +48,7 @@ fi
 gzip -9n <"$root/packaging/man/sluice.8" >"$pkg/usr/share/man/man8/sluice.8.gz"
 gzip -9n <"$root/packaging/man/sluice.toml.5" >"$pkg/usr/share/man/man5/sluice.toml.5.gz"
 
-for u in sluice.service sluice.socket sluice-web.socket; do
+for u in sluice.service sluice.socket sluice-web.socket sluice-escalate.service; do
 	sed -e 's|/usr/local/bin/sluice|/usr/bin/sluice|g' \
 		-e 's|-socket-unit /etc/systemd/system/sluice\.socket|-socket-unit /lib/systemd/system/sluice.socket|' \
 		-e 's|-socket-unit /etc/systemd/system/sluice-web\.socket|-socket-unit /lib/systemd/system/sluice-web.socket|' \

@@ -50,7 +50,12 @@ func escalateHelper(ctx context.Context, args []string, stdout, stderr io.Writer
 	if os.Geteuid() != 0 {
 		return fail(errors.New("must run as root: it changes the nftables ruleset (the daemon stays unprivileged)"))
 	}
-	cfg, errs := config.Load(*path)
+	// Root reads the file as serve does: refused unless root owns it and
+	// neither group nor others may write it or a directory above it.
+	cfg, errs := loadConfig(*path)
+	if len(errs) == 0 {
+		errs = cfg.CheckFileOwners()
+	}
 	if len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e)

@@ -112,3 +112,42 @@ func TestEscalationAsDeployed(t *testing.T) {
 		t.Fatal("the helper's socket still answers")
 	}
 }
+
+// TestEscalateHelperRefuses: the helper starts nothing, and makes no
+// table, for a configuration another user may write (root would be
+// steered by it), one without [mta.escalate] socket, or without -c; each
+// with one line that says why.
+func TestEscalateHelperRefuses(t *testing.T) {
+	peer.Root(t, "the helper runs as root")
+	nft := peer.Binary(t, "nftables", "/usr/sbin/nft")
+	bin, _ := muxBinaries(t)
+	dir := deployDir(t)
+	table := fmt.Sprintf("sluicetest%d_refused", os.Getpid())
+	body := fmt.Sprintf("[mta.escalate]\nsocket = %q\ntable = %q\n", filepath.Join(dir, "esc", "escalate.sock"), table)
+	writable := filepath.Join(dir, "writable.toml")
+	if err := os.WriteFile(writable, []byte(body), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(writable, 0o666)
+	off := filepath.Join(dir, "off.toml")
+	if err := os.WriteFile(off, []byte("[anvil]\nenabled = false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"escalate-helper", "-c", writable}, "writable"},
+		{[]string{"escalate-helper", "-c", off}, "[mta.escalate] socket is not set"},
+		{[]string{"escalate-helper"}, "-c FILE is required"},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%q: %v\n%s\nwant a failure saying %q", c.args, err, out, c.want)
+		}
+	}
+	if out, err := exec.Command(nft, "list", "table", "inet", table).CombinedOutput(); err == nil {
+		exec.Command(nft, "delete", "table", "inet", table).Run()
+		t.Fatalf("a refused helper made its table:\n%s", out)
+	}
+}

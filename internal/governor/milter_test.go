@@ -41,6 +41,8 @@ var dialup = netip.MustParseAddr("203.0.113.7")
 
 func TestMilterClassRefusesBeyondCap(t *testing.T) {
 	f := milterFixture(t, MilterRules{})
+	obs := &observed{}
+	f.g.obs = obs
 	var s1, s2, s3, other MilterSession
 	if a := f.g.MilterConnect(f.ctx, &s1, "[203.0.113.7]", dialup, "1001"); a != "" {
 		t.Fatalf("first session: %q", a)
@@ -54,6 +56,9 @@ func TestMilterClassRefusesBeyondCap(t *testing.T) {
 	}
 	if s3.class != "dialup" {
 		t.Fatalf("class %q", s3.class)
+	}
+	if v := obs.v[len(obs.v)-1]; !v.Refused || v.Reason != ReasonClass || v.Client != netip.MustParseAddr("203.0.113.8") {
+		t.Fatalf("verdict %+v, want a class refusal naming the client (what the escalation counts)", v)
 	}
 	// Another class is not touched by dialup's cap.
 	if a := f.g.MilterConnect(f.ctx, &other, "mx.example.org", netip.MustParseAddr("192.0.2.1"), "25"); a != "" {

@@ -50,7 +50,8 @@ func TestReserveMilter(t *testing.T) {
 		t.Fatalf("rest holds %d after the refusal, want 7 (the refused session's slot given back)", n)
 	}
 	last := obs.v[len(obs.v)-1]
-	if last.Rule != "reserve" || !last.Refused || last.Key != "rest" || last.Limit.N != 10 || last.Count != 7 {
+	if last.Rule != "reserve" || !last.Refused || last.Key != "rest" || last.Limit.N != 10 || last.Count != 7 ||
+		last.Client != netip.MustParseAddr("198.51.107.1") {
 		t.Fatalf("verdict %+v", last)
 	}
 	var known [4]MilterSession

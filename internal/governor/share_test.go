@@ -57,8 +57,8 @@ func TestShareFlood(t *testing.T) {
 		t.Fatalf("class rest holds %d, want 80 (refused sessions give their slots back)", n)
 	}
 	last := obs.v[len(obs.v)-1]
-	if last.Rule != "share" || !last.Refused || last.Key != "rest" || last.Limit.N != 1 {
-		t.Fatalf("last verdict %+v, want a share refusal with share 1", last)
+	if last.Rule != "share" || !last.Refused || last.Key != "rest" || last.Limit.N != 1 || last.Client != floodNet(nets-1, tries-1) {
+		t.Fatalf("last verdict %+v, want a share refusal with share 1 naming the client", last)
 	}
 	st := f.g.ShareState(Occupancy{})
 	if st.Budget != 80 || st.Networks != 50 || st.Sessions != 80 || st.Share != 0 || st.Largest != 2 {
@@ -272,7 +272,8 @@ func TestShareAnvil(t *testing.T) {
 	if count, _ := f.connect(t, &st[4], "smtp:198.18.1.77"); count <= 50 {
 		t.Fatalf("fifth bot of one /24 over a budget of 4: count %d, want over smtpd's 50", count)
 	}
-	if last := obs.v[len(obs.v)-1]; last.Rule != "share" || last.Door != "anvil" || last.Limit.N != 4 || last.Count != 4 {
+	if last := obs.v[len(obs.v)-1]; last.Rule != "share" || last.Door != "anvil" || last.Limit.N != 4 || last.Count != 4 ||
+		last.Client != netip.MustParseAddr("198.18.1.77") {
 		t.Fatalf("verdict %+v", last)
 	}
 	if count, _ := f.connect(t, &st[5], "[2001:db8::1]:25:2001:db8:5:1::9"); count > 50 {

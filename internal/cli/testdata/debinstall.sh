@@ -36,6 +36,7 @@ echo "== installed"
 command -v sluice
 id sluice
 stat -c "%n %U:%G %a" /etc/sluice/sluice.toml /var/lib/sluice
+test -f /lib/systemd/system/sluice-escalate.service || { echo "the escalation helper's unit is not installed" >&2; exit 1; }
 dpkg-query -W -f="\${Package} \${Version} \${Status}\n" sluice
 echo "== start"
 unit=/lib/systemd/system/sluice.service
@@ -100,7 +101,7 @@ echo "== purge"
 install -d -o sluice -g sluice -m 0755 /run/sluice # as a later start by hand would leave it
 dpkg --purge sluice
 if getent passwd sluice >/dev/null; then echo "the user sluice outlived the purge" >&2; exit 1; fi
-for f in /usr/bin/sluice /etc/sluice /var/lib/sluice /run/sluice /lib/systemd/system/sluice.service; do
+for f in /usr/bin/sluice /etc/sluice /var/lib/sluice /run/sluice /lib/systemd/system/sluice.service /lib/systemd/system/sluice-escalate.service; do
 	if [ -e $f ]; then echo "$f outlived the purge" >&2; exit 1; fi
 done
 left=$(find /etc /run /tmp /var -xdev -uid $uid)
