@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sluice/internal/app"
+	"os"
+	"strings"
 	"time"
 
+	"sluice/internal/app"
 	"sluice/internal/config"
 	"sluice/internal/postconf"
 )
@@ -67,4 +69,29 @@ func capacityWarnings(ctx context.Context, cfg *config.Config) []string {
 		return []string{fmt.Sprintf("the classes reserve %d sessions of the MTA's %d (from %s): the other classes get none; lower the reserves", reserved, c.Sessions, c.From)}
 	}
 	return nil
+}
+
+// printEscalation says what [mta.escalate] does: off, or which refusals
+// escalate, for how long, through which helper, and whether it answers.
+func printEscalation(w io.Writer, cfg *config.Config) {
+	e := cfg.MTA.Escalate
+	if e.Socket == "" {
+		fmt.Fprintln(w, "escalation: off ([mta.escalate] socket not set)")
+		return
+	}
+	var spared []string
+	for _, cl := range cfg.Classes {
+		if cl.Reserve > 0 {
+			spared = append(spared, cl.Name)
+		}
+	}
+	fmt.Fprintf(w, "escalation: an address refused %d sessions within %s is dropped by the kernel for %s, through sluice escalate-helper on %s",
+		e.After, e.Within.D(), e.For.D(), e.Socket)
+	if len(spared) > 0 {
+		fmt.Fprintf(w, "; never a class with a reservation: %s", strings.Join(spared, ", "))
+	}
+	fmt.Fprintf(w, "\n  the helper's table: inet %s, TCP ports %v, at most %d addresses a family, each for at most %s\n", e.Table, e.Ports, e.Size, e.MaxFor.D())
+	if fi, err := os.Stat(e.Socket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		fmt.Fprintf(w, "  no helper's socket at %s: escalations fail, and sessions are refused as without them, until it runs\n", e.Socket)
+	}
 }

@@ -305,6 +305,7 @@ func printConfig(w io.Writer, cfg *config.Config) {
 	doors, _ := cfg.CapDoors()
 	fmt.Fprintf(w, "refuse caps enforced by: %s\n", doors)
 	printCapacity(w, cfg)
+	printEscalation(w, cfg)
 	printPolicy(w, cfg)
 	printThrottle(w, cfg)
 	printMilter(w, cfg)

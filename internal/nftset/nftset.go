@@ -24,8 +24,8 @@ import (
 // Ruleset says what the helper's table holds.
 type Ruleset struct {
 	Table string // its name (family inet), checked by config as a plain name
-	Ports []int // the TCP ports whose connections from the sets' addresses are dropped
-	Size  int   // each set's most addresses; an add past it fails
+	Ports []int  // the TCP ports whose connections from the sets' addresses are dropped
+	Size  int    // each set's most addresses; an add past it fails
 }
 
 // Text returns the table as nft -f reads it: made anew (an old one from

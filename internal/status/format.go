@@ -88,7 +88,11 @@ func Printable(r rune) bool {
 // counted · 12 added, 0 failed" (", helper: ERROR" while its last
 // request failed).
 func EscalationText(e *Escalation) string {
-	t := Count(int64(e.Dropping)) + " addresses dropped by the kernel · " + Count(int64(e.Tracked)) + " counted · " +
+	addrs := " addresses"
+	if e.Dropping == 1 {
+		addrs = " address"
+	}
+	t := Count(int64(e.Dropping)) + addrs + " dropped by the kernel · " + Count(int64(e.Tracked)) + " counted · " +
 		Count(int64(e.Added)) + " added, " + Count(int64(e.Failed)) + " failed"
 	if e.QueueFull > 0 {
 		t += ", " + Count(int64(e.QueueFull)) + " lost to a full queue"

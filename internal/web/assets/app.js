@@ -107,7 +107,7 @@
     }
     if (st.escalation) {
       const e = st.escalation;
-      let t = num(e.dropping) + " addresses dropped by the kernel · " + num(e.tracked) + " counted · " + num(e.added) + " added, " + num(e.failed) + " failed";
+      let t = num(e.dropping) + (e.dropping === 1 ? " address" : " addresses") + " dropped by the kernel · " + num(e.tracked) + " counted · " + num(e.added) + " added, " + num(e.failed) + " failed";
       if (e.queue_full) t += ", " + num(e.queue_full) + " lost to a full queue";
       if (e.error) t += ", helper: " + e.error;
       add("escalation", t, !!e.error);
