@@ -36,7 +36,7 @@ echo "== installed"
 command -v sluice
 id sluice
 stat -c "%n %U:%G %a" /etc/sluice/sluice.toml /var/lib/sluice
-test -f /lib/systemd/system/sluice-escalate.service || { echo "the escalation helper's unit is not installed" >&2; exit 1; }
+test -f /lib/systemd/system/sluice-escalate.service || { echo "the unit of the escalation helper is not installed" >&2; exit 1; }
 dpkg-query -W -f="\${Package} \${Version} \${Status}\n" sluice
 echo "== start"
 unit=/lib/systemd/system/sluice.service
