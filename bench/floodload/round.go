@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"sluice/bench/internal/hist"
+	"sluice/bench/internal/procstat"
 )
 
 // roundFlags are the settings of one round.
@@ -35,6 +36,7 @@ type roundFlags struct {
 	botRetry      time.Duration
 	singleEvery   time.Duration
 	singleTimeout time.Duration
+	sid, pid      int // the Postfix instance's master (session) and sluice, whose CPU time is read (0: not read)
 }
 
 func (f *roundFlags) register(fs *flag.FlagSet) {
@@ -52,6 +54,21 @@ func (f *roundFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.botRetry, "bot-retry", time.Second, "a bot's pause before it reconnects (jittered by up to half of it)")
 	fs.DurationVar(&f.singleEvery, "single-every", 250*time.Millisecond, "a new single sender (its own /24 from 127.60.0.0 on) every this long during the flood, one message each (0: none)")
 	fs.DurationVar(&f.singleTimeout, "single-timeout", 30*time.Second, "a single sender's message fails if not accepted within this")
+	fs.IntVar(&f.sid, "sid", 0, "the Postfix instance's master pid: the CPU time of its session (every Postfix process, reaped children included) is read over the calm and the flood (0: not read)")
+	fs.IntVar(&f.pid, "pid", 0, "sluice's pid, whose CPU time is added (0: none)")
+}
+
+// cpu is the CPU time, in clock ticks, of the Postfix instance and of
+// sluice (0 without -sid).
+func (f *roundFlags) cpu() uint64 {
+	if f.sid == 0 {
+		return 0
+	}
+	t := procstat.SessionTreeTicks(f.sid)
+	if f.pid != 0 {
+		t += procstat.Ticks(f.pid)
+	}
+	return t
 }
 
 func (f *roundFlags) check() error {
@@ -268,7 +285,9 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	f.peers(ctx, wctx, &warm)
 	cancel()
 	bctx, cancel := context.WithTimeout(ctx, f.base)
+	cpu0 := f.cpu()
 	f.peers(ctx, bctx, &base)
+	baseCPU := f.cpu() - cpu0
 	cancel()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -291,6 +310,7 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 	}
 
 	c0, r0, d0 := st.connects.Load(), st.refused.Load(), st.dropped.Load()
+	cpu0 = f.cpu()
 	fctx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
 	var singleOK, singleN atomic.Int64
@@ -314,6 +334,7 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 		}
 	}()
 	<-fctx.Done()
+	floodCPU := f.cpu() - cpu0
 	conns, refused, dropped := st.connects.Load()-c0, st.refused.Load()-r0, st.dropped.Load()-d0
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -325,6 +346,7 @@ func runRound(ctx context.Context, f roundFlags, stdout io.Writer) error {
 		floodOK: flood.ok.Load(), floodLate: flood.late.Load(), floodFail: flood.fail.Load(), floodP99: flood.lat.Quantile(0.99),
 		singleOK: singleOK.Load(), singleN: singleN.Load(), held: held,
 		botConns: conns, botRefused: refused, botDropped: dropped, bots: f.bots,
+		cpuRead: f.sid != 0, baseCPU: baseCPU, floodCPU: floodCPU, tick: procstat.ClockTick(),
 	}
 	fmt.Fprintln(stdout, res.line())
 	for _, ph := range []struct {
