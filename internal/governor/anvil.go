@@ -101,39 +101,54 @@ func (g *Governor) anvilCheck(ident string, ev AnvilEvent) limiter.Check {
 // address. The client is an address, or from Postfix 3.8 a network
 // ("2001:db8::/84"); anything else matches only "*".
 func AnvilPeer(ident string) hostmask.Peer {
-	client := anvilClient(ident)
-	if p, err := netip.ParsePrefix(client); err == nil {
+	a, p := anvilClientOf(ident)
+	switch {
+	case p.IsValid():
 		return hostmask.Peer{Net: p.Masked()}
-	}
-	if a, err := netip.ParseAddr(client); err == nil {
+	case a.IsValid():
 		return hostmask.PeerAddr("", a)
 	}
 	return hostmask.Peer{}
 }
 
-// anvilNet returns the network of an ident's client, for the fair shares.
-func anvilNet(ident string) (netip.Prefix, bool) {
+// anvilClientOf parses an ident's client: an address, or a network
+// (prefix valid); neither for anything else. It is on every request's
+// path: a network is parsed only when the client has a '/', so that an
+// address costs no failed ParsePrefix (and its error).
+func anvilClientOf(ident string) (netip.Addr, netip.Prefix) {
 	client := anvilClient(ident)
-	if p, err := netip.ParsePrefix(client); err == nil {
-		return limiter.ShareNetOf(p)
+	if strings.IndexByte(client, '/') >= 0 {
+		p, err := netip.ParsePrefix(client)
+		if err != nil {
+			return netip.Addr{}, netip.Prefix{}
+		}
+		return netip.Addr{}, p
 	}
 	a, err := netip.ParseAddr(client)
 	if err != nil {
-		return netip.Prefix{}, false
+		return netip.Addr{}, netip.Prefix{}
 	}
-	return limiter.ShareNet(a)
+	return a, netip.Prefix{}
+}
+
+// anvilNet returns the network of an ident's client, for the fair shares.
+func anvilNet(ident string) (netip.Prefix, bool) {
+	a, p := anvilClientOf(ident)
+	switch {
+	case p.IsValid():
+		return limiter.ShareNetOf(p)
+	case a.IsValid():
+		return limiter.ShareNet(a)
+	}
+	return netip.Prefix{}, false
 }
 
 // anvilAddr returns the address of an ident's client (invalid for a
 // network, which Postfix reports when it counts clients by prefix).
 func anvilAddr(ident string) netip.Addr {
-	client := anvilClient(ident)
-	if p, err := netip.ParsePrefix(client); err == nil && p.IsSingleIP() {
+	a, p := anvilClientOf(ident)
+	if p.IsValid() && p.IsSingleIP() {
 		return p.Addr().Unmap()
-	}
-	a, err := netip.ParseAddr(client)
-	if err != nil {
-		return netip.Addr{}
 	}
 	return a.Unmap()
 }
