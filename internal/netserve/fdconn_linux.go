@@ -42,8 +42,13 @@ type side struct {
 	mu       sync.Mutex    // one call at a time
 	ch       chan struct{} // capacity 1: ready, deadline or close
 	deadline atomic.Int64  // unix nanoseconds; 0: none
-	dmu      sync.Mutex    // guards timer
-	timer    *time.Timer
+	// fired is set when the deadline's timer fires (or a deadline is set
+	// in the past) and cleared when a new one is armed: a call reads the
+	// clock only once it is set, as the runtime's poller marks an expired
+	// deadline from its timer instead of reading the clock per call.
+	fired atomic.Bool
+	dmu   sync.Mutex // guards timer
+	timer *time.Timer
 }
 
 func (s *side) wake() {
@@ -53,10 +58,21 @@ func (s *side) wake() {
 	}
 }
 
-// expired reports whether the side's deadline has passed.
+// expired reports whether the side's deadline has passed: its timer
+// fired, and the clock agrees (a timer of an earlier deadline may fire
+// after a later one was armed).
 func (s *side) expired() bool {
+	if !s.fired.Load() {
+		return false
+	}
 	dl := s.deadline.Load()
 	return dl != 0 && time.Now().UnixNano() >= dl
+}
+
+// expire is the deadline timer's function.
+func (s *side) expire() {
+	s.fired.Store(true)
+	s.wake()
 }
 
 // set arms the side's deadline: a call parked now or later ends with
@@ -74,11 +90,15 @@ func (s *side) set(t time.Time) {
 	s.deadline.Store(t.UnixNano())
 	d := time.Until(t)
 	if d <= 0 {
-		s.wake()
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.expire()
 		return
 	}
+	s.fired.Store(false)
 	if s.timer == nil {
-		s.timer = time.AfterFunc(d, s.wake)
+		s.timer = time.AfterFunc(d, s.expire)
 	} else {
 		s.timer.Reset(d)
 	}
