@@ -68,27 +68,33 @@ func (s *Server) Close() error {
 
 func (s *Server) serveConn(c *netserve.Conn) {
 	r := bufio.NewReaderSize(c.Reader(), escalate.MaxLine)
+	answer := func(err error) bool {
+		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, werr := c.Write([]byte(escalate.Answer(err)))
+		return werr == nil
+	}
 	for {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			c.Write([]byte(escalate.Answer(escalate.ErrLine)))
+			answer(escalate.ErrLine)
 			return // the rest of the line cannot be told from a request
 		}
 		if err != nil {
 			return
 		}
 		req, err := escalate.ParseRequest(string(line))
-		if err == nil {
+		switch {
+		case err != nil:
+			s.o.Logger.Warn("escalate helper: a malformed request; nothing done", "err", err)
+		default:
 			req.For = min(req.For, s.o.MaxFor)
-			err = s.add.Add(s.ctx, req.Addr, req.For)
-			if err != nil {
+			if err = s.add.Add(s.ctx, req.Addr, req.For); err != nil {
 				s.o.Logger.Warn("escalate helper: adding an address failed", "client", req.Addr.String(), "err", err)
 			} else {
 				s.o.Logger.Debug("escalate helper: dropping the address's connections", "client", req.Addr.String(), "for", req.For.String())
 			}
 		}
-		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, werr := c.Write([]byte(escalate.Answer(err))); werr != nil {
+		if !answer(err) {
 			return
 		}
 		c.Done()
