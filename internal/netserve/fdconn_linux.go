@@ -1,6 +1,7 @@
 package netserve
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"sluice/internal/peercred"
 	"sluice/internal/rawio"
 )
 
@@ -17,7 +19,18 @@ import (
 // a net.Conn (and a syscall.Conn, for getsockopt and the like) whose every
 // system call is raw. A read that finds nothing, or a write that finds no
 // room, parks on its direction's wake channel until the poller reports
-// the socket ready, its deadline passes or Close is called. As on a
+// the socket ready, its deadline passes or Close is called.
+//
+// The socket is in the set for reading only until a write first finds no
+// room: a peer reading a reply frees room in the socket's buffer, and an
+// edge-triggered EPOLLOUT then would wake the set's waiter once per reply
+// for nothing (three times in a milter session). A read that returned
+// less than asked left the socket empty, so the next read parks before
+// it calls read(2): the edge-triggered set reports any data that comes
+// after, and a wake left by data already read costs one read that finds
+// nothing. Once the set reported the peer's end (EPOLLRDHUP), which may
+// have come with data in one event, reads go on to the end of stream
+// (nginx's pending_eof). As on a
 // net.Conn, reads and writes may come from several goroutines at once:
 // each Read, and each Write, is whole and in order with the others of
 // its direction; Close may be called at any time, and the descriptor is
@@ -34,6 +47,14 @@ type fdConn struct {
 	// state counts the calls using fd (2 each) and marks Close (bit 0).
 	state  atomic.Int64
 	rd, wr side
+	// outArmed: fd is in the set for EPOLLOUT too (under wr.mu).
+	outArmed bool
+	// empty: the last read left the socket empty (under rd.mu).
+	empty bool
+	// hup: the set reported the peer's end of writing, or an error.
+	hup atomic.Bool
+	// cred: a unix peer's credentials, once read (PeerCred).
+	cred atomic.Pointer[peercred.Cred]
 }
 
 // side is one direction: its calls one at a time, its deadline and the
@@ -118,7 +139,7 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
 	c.rd.ch = make(chan struct{}, 1)
 	c.wr.ch = make(chan struct{}, 1)
-	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLOUT, c); err != nil {
+	if err := p.add(fd, syscall.EPOLLIN, c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -126,6 +147,9 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 
 // ready is the poller's news of the socket: readable, writable, hung up.
 func (c *fdConn) ready(ev uint32) {
+	if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.hup.Store(true)
+	}
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
 		c.rd.wake()
 	}
@@ -155,11 +179,14 @@ func (c *fdConn) release() {
 }
 
 // destroy takes fd out of the poller and closes it (raw: close(2) on a
-// socket without SO_LINGER does not block).
+// socket without SO_LINGER does not block). The close takes the socket
+// out of the kernel's set: no epoll_ctl is needed (a copy of the
+// descriptor in a child between fork and exec keeps it there a moment;
+// its events carry an old generation, which the set drops).
 func (c *fdConn) destroy() {
 	c.rd.stop()
 	c.wr.stop()
-	c.p.remove(c.fd, c, true)
+	c.p.remove(c.fd, c, false)
 	rawio.CloseFD(c.fd)
 }
 
@@ -202,12 +229,20 @@ func (c *fdConn) Read(p []byte) (int, error) {
 		if c.rd.expired() {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
+		if c.empty {
+			c.empty = false
+			if !c.hup.Load() {
+				<-c.rd.ch
+				continue
+			}
+		}
 		r, e := sysRead(c.fd, p)
 		switch e {
 		case 0:
 			if r == 0 {
 				return 0, io.EOF
 			}
+			c.empty = r < len(p)
 			return r, nil
 		case syscall.EINTR:
 		case syscall.EAGAIN:
@@ -240,12 +275,28 @@ func (c *fdConn) Write(b []byte) (int, error) {
 			n += r
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			if !c.outArmed {
+				if err := c.armOut(); err != nil {
+					return n, c.opError("write", err)
+				}
+				continue // the room may have come before the set knew to tell
+			}
 			<-c.wr.ch
 		default:
 			return n, c.opError("write", os.NewSyscallError("write", e))
 		}
 	}
 	return n, nil
+}
+
+// armOut adds EPOLLOUT to the socket's events in the set (wr.mu held,
+// fd in use): from now on the set reports room to write.
+func (c *fdConn) armOut() error {
+	if err := c.p.modify(c.fd, syscall.EPOLLIN|syscall.EPOLLOUT, c); err != nil {
+		return err
+	}
+	c.outArmed = true
+	return nil
 }
 
 // LocalAddr is the socket's own address (for TCP, asked of the kernel the
@@ -267,6 +318,28 @@ func (c *fdConn) LocalAddr() net.Addr {
 
 // RemoteAddr is the peer's address as accept4(2) gave it.
 func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
+
+// PeerCred returns a unix socket peer's credentials (SO_PEERCRED),
+// read once: it makes the connection a peercred.Keeper, so that a door
+// and its gate asking about one session cost one getsockopt.
+func (c *fdConn) PeerCred() (peercred.Cred, error) {
+	if cr := c.cred.Load(); cr != nil {
+		return *cr, nil
+	}
+	if c.netw != "unix" {
+		return peercred.Cred{UID: -1, GID: -1, PID: -1}, c.opError("getsockopt", errors.New("SO_PEERCRED of a TCP connection"))
+	}
+	if !c.acquire() {
+		return peercred.Cred{UID: -1, GID: -1, PID: -1}, c.opError("getsockopt", net.ErrClosed)
+	}
+	cr, err := peercred.FDCred(uintptr(c.fd))
+	c.release()
+	if err != nil {
+		return cr, err
+	}
+	c.cred.Store(&cr)
+	return cr, nil
+}
 
 // SetDeadline sets both deadlines.
 func (c *fdConn) SetDeadline(t time.Time) error {
@@ -323,6 +396,9 @@ func (c *fdConn) rawWait(s *side, op string, f func(fd uintptr) bool) error {
 	defer c.release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s == &c.rd {
+		c.empty = false // f may leave data behind: the next Read tries first
+	}
 	for {
 		if c.closed() {
 			return c.opError(op, net.ErrClosed)
@@ -332,6 +408,12 @@ func (c *fdConn) rawWait(s *side, op string, f func(fd uintptr) bool) error {
 		}
 		if f(uintptr(c.fd)) {
 			return nil
+		}
+		if s == &c.wr && !c.outArmed {
+			if err := c.armOut(); err != nil {
+				return c.opError(op, err)
+			}
+			continue
 		}
 		<-s.ch
 	}

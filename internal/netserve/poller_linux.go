@@ -150,6 +150,23 @@ func (p *poller) add(fd int, events uint32, t target) error {
 	return nil
 }
 
+// modify changes the events fd is in the set for (edge-triggered), if t
+// is what it holds; its owner calls it while fd is surely open. The
+// kernel looks at fd's state when the events change: one already ready
+// for a new event is reported at once.
+func (p *poller) modify(fd int, events uint32, t target) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if fd >= len(p.targets) || p.targets[fd].t != t {
+		return errStopped
+	}
+	ev := syscall.EpollEvent{Events: events | syscall.EPOLLRDHUP | epollET, Fd: int32(fd), Pad: int32(p.targets[fd].gen)}
+	if err := p.ep.Ctl(syscall.EPOLL_CTL_MOD, fd, &ev); err != nil {
+		return fmt.Errorf("netserve: epoll_ctl MOD: %w", err)
+	}
+	return nil
+}
+
 // remove takes fd out of the set if t is what it holds (del: with
 // epoll_ctl, which its owner does while fd is surely open, so that a
 // later descriptor with the same number starts afresh). The set closes

@@ -24,6 +24,14 @@ var ErrNotLocal = errors.New("peercred: the peer is not on loopback, so it has n
 // state that carries no owner (TIME_WAIT).
 var ErrGone = errors.New("peercred: the peer's socket is gone")
 
+// Keeper is a connection that keeps its unix peer's credentials once
+// read (netserve's door connections): the kernel fixes them at connect,
+// so the doors and their gates asking about one session cost one
+// getsockopt. Unix, UID and PID ask a Keeper instead of the socket.
+type Keeper interface {
+	PeerCred() (Cred, error)
+}
+
 // UID returns the uid of the process that owns the socket at the other
 // end of c, an accepted (or dialled) unix or TCP connection that gives its
 // descriptor (syscall.Conn: *net.UnixConn, *net.TCPConn, a door's

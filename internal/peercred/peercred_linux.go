@@ -28,8 +28,12 @@ func unixPID(c net.Conn) (int, error) {
 	return cr.PID, nil
 }
 
-// unixCred reads SO_PEERCRED: the peer's uid, gid and pid at connect.
+// unixCred reads SO_PEERCRED: the peer's uid, gid and pid at connect
+// (a Keeper's, kept).
 func unixCred(c net.Conn) (Cred, error) {
+	if k, ok := c.(Keeper); ok {
+		return k.PeerCred()
+	}
 	none := Cred{UID: -1, GID: -1, PID: -1}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -39,20 +43,26 @@ func unixCred(c net.Conn) (Cred, error) {
 	if err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
 	}
-	var cred unix.Ucred
-	var errno syscall.Errno
-	if err := rc.Control(func(fd uintptr) {
-		// A raw call: getsockopt never blocks, and unlike
-		// unix.GetsockoptUcred it does not enter the scheduler, which on an
-		// idle daemon wakes the runtime's monitor thread (internal/rawio).
-		size := uint32(unsafe.Sizeof(cred))
-		_, _, errno = unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_PEERCRED,
-			uintptr(unsafe.Pointer(&cred)), uintptr(unsafe.Pointer(&size)), 0)
-	}); err != nil {
+	var cr Cred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cr, cerr = FDCred(fd) }); err != nil {
 		return none, fmt.Errorf("peercred: %w", err)
 	}
+	return cr, cerr
+}
+
+// FDCred reads SO_PEERCRED of the unix socket fd: its peer's uid, gid
+// and pid at connect. The caller holds fd open.
+func FDCred(fd uintptr) (Cred, error) {
+	var cred unix.Ucred
+	// A raw call: getsockopt never blocks, and unlike
+	// unix.GetsockoptUcred it does not enter the scheduler, which on an
+	// idle daemon wakes the runtime's monitor thread (internal/rawio).
+	size := uint32(unsafe.Sizeof(cred))
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_PEERCRED,
+		uintptr(unsafe.Pointer(&cred)), uintptr(unsafe.Pointer(&size)), 0)
 	if errno != 0 {
-		return none, fmt.Errorf("peercred: SO_PEERCRED: %w", errno)
+		return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: SO_PEERCRED: %w", errno)
 	}
 	return Cred{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid)}, nil
 }

@@ -14,6 +14,11 @@ func unixCred(net.Conn) (Cred, error) {
 	return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
 }
 
+// FDCred: SO_PEERCRED is Linux's.
+func FDCred(uintptr) (Cred, error) {
+	return Cred{UID: -1, GID: -1, PID: -1}, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)
+}
+
 // unixUID: SO_PEERCRED is Linux's.
 func unixUID(net.Conn) (int, error) {
 	return -1, fmt.Errorf("peercred: a unix socket's peer: %w", errors.ErrUnsupported)

@@ -1,0 +1,173 @@
+package netserve
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/peercred"
+	"sluice/internal/rawio"
+)
+
+// eventPair is a connection on one end of a unix socket pair, in a set
+// whose events the test takes itself (no waiter goroutine), and the
+// pair's other end as a raw descriptor.
+func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := rawio.NewEpoll("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
+	c, err = newFDConn(p, fds[0], "unix", &net.UnixAddr{Net: "unix"}, &net.UnixAddr{Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		syscall.Close(fds[1])
+		ep.Close()
+	})
+	return c, p, fds[1]
+}
+
+// events takes the set's pending events without waking anything.
+func events(p *poller) []syscall.EpollEvent {
+	n := p.ep.Poll(p.evs)
+	return append([]syscall.EpollEvent(nil), p.evs[:n]...)
+}
+
+// A reply the peer reads raises no event: the socket is in the set for
+// EPOLLOUT only once a write found no room (the peer's read freeing room
+// would otherwise wake the set's waiter once per reply). A write that
+// fills the buffer arms it, and the room the peer's reading makes then
+// finishes the write.
+func TestConnWriteRaisesNoEvent(t *testing.T) {
+	c, p, peer := eventPair(t)
+	events(p) // the initial state
+	if _, err := c.Write([]byte("250 ok\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := syscall.Read(peer, buf); err != nil || string(buf[:n]) != "250 ok\n" {
+		t.Fatalf("peer read %q, %v", buf[:n], err)
+	}
+	if evs := events(p); len(evs) != 0 {
+		t.Fatalf("after a reply the peer read, the set reported %+v; want nothing", evs)
+	}
+
+	big := make([]byte, 8<<20)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(big)
+		done <- err
+	}()
+	read := 0
+	for read < len(big) {
+		for _, ev := range events(p) {
+			c.ready(ev.Events)
+		}
+		n, err := syscall.Read(peer, make([]byte, 1<<20))
+		if err == syscall.EAGAIN {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the write the peer read all of: %v", err)
+	}
+	if !c.outArmed {
+		t.Fatal("a write that found no room did not put the socket in the set for EPOLLOUT")
+	}
+}
+
+// Data and the peer's end reported in one event: the read the event woke
+// takes the data (less than it asked for), and the next read returns
+// io.EOF at once instead of waiting for an event that will not come.
+func TestConnShortReadThenEnd(t *testing.T) {
+	c, p, peer := eventPair(t)
+	events(p)
+	if _, err := syscall.Write(peer, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Shutdown(peer, syscall.SHUT_WR)
+	evs := events(p)
+	if len(evs) != 1 || evs[0].Events&syscall.EPOLLRDHUP == 0 {
+		t.Fatalf("the set reported %+v; want one event with EPOLLRDHUP", evs)
+	}
+	c.ready(evs[0].Events)
+	<-c.rd.ch // as a read parked before the data came takes the wake
+	buf := make([]byte, 64)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang fails, not blocks
+	if n, err := c.Read(buf); !errors.Is(err, io.EOF) {
+		t.Fatalf("read after the peer's end: %d bytes, %v; want io.EOF", n, err)
+	}
+}
+
+// After a short read the next read waits for the set's news before it
+// calls read(2), and still gets data that came after.
+func TestConnShortReadWaits(t *testing.T) {
+	c, p, peer := eventPair(t)
+	events(p)
+	syscall.Write(peer, []byte("a"))
+	buf := make([]byte, 64)
+	if n, err := c.Read(buf); err != nil || n != 1 {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if !c.empty {
+		t.Fatal("a short read did not mark the socket empty")
+	}
+	got := make(chan string, 1)
+	go func() {
+		n, _ := c.Read(buf)
+		got <- string(buf[:n])
+	}()
+	syscall.Write(peer, []byte("b"))
+	for {
+		select {
+		case s := <-got:
+			if s != "b" {
+				t.Fatalf("read %q, want b", s)
+			}
+			return
+		default:
+		}
+		for _, ev := range events(p) {
+			c.ready(ev.Events)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A unix peer's credentials are read once and kept: a door and its gate
+// asking about one session cost one getsockopt, and the answer is the
+// kernel's.
+func TestConnPeerCredKept(t *testing.T) {
+	c, _, _ := eventPair(t)
+	cr, err := peercred.Unix(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.PID != os.Getpid() || cr.UID != os.Geteuid() {
+		t.Fatalf("credentials %+v; want this process's pid %d and uid %d", cr, os.Getpid(), os.Geteuid())
+	}
+	c.Close()
+	if again, err := peercred.Unix(c); err != nil || again != cr {
+		t.Fatalf("after Close: %+v, %v; want the kept %+v", again, err, cr)
+	}
+}
