@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/limiter"
 	"sluice/internal/metrics"
 )
@@ -16,54 +17,54 @@ type instrumentedStore struct {
 }
 
 func (s instrumentedStore) Hit(ctx context.Context, now time.Time, n int64, mode limiter.Mode, checks []limiter.Check, out []limiter.Decision) error {
-	t := time.Now()
+	t := clock.Mono()
 	err := s.Store.Hit(ctx, now, n, mode, checks, out)
-	s.m.StoreOp("hit", time.Since(t), err)
+	s.m.StoreOp("hit", clock.Mono()-t, err)
 	return err
 }
 
 func (s instrumentedStore) Peek(ctx context.Context, now time.Time, n int64, checks []limiter.Check, out []limiter.Decision) error {
-	t := time.Now()
+	t := clock.Mono()
 	err := s.Store.Peek(ctx, now, n, checks, out)
-	s.m.StoreOp("peek", time.Since(t), err)
+	s.m.StoreOp("peek", clock.Mono()-t, err)
 	return err
 }
 
 func (s instrumentedStore) Undo(ctx context.Context, now, at time.Time, n int64, checks []limiter.Check) error {
-	t := time.Now()
+	t := clock.Mono()
 	err := s.Store.Undo(ctx, now, at, n, checks)
-	s.m.StoreOp("undo", time.Since(t), err)
+	s.m.StoreOp("undo", clock.Mono()-t, err)
 	return err
 }
 
 func (s instrumentedStore) Reserve(ctx context.Context, now time.Time, key string, lim limiter.Limit, n int64, maxWait time.Duration) (limiter.Reservation, error) {
-	t := time.Now()
+	t := clock.Mono()
 	r, err := s.Store.Reserve(ctx, now, key, lim, n, maxWait)
 	if errors.Is(err, limiter.ErrTooLong) {
-		s.m.StoreOp("reserve", time.Since(t), nil) // an answer, not a failure
+		s.m.StoreOp("reserve", clock.Mono()-t, nil) // an answer, not a failure
 	} else {
-		s.m.StoreOp("reserve", time.Since(t), err)
+		s.m.StoreOp("reserve", clock.Mono()-t, err)
 	}
 	return r, err
 }
 
 func (s instrumentedStore) Cancel(ctx context.Context, now time.Time, r limiter.Reservation) error {
-	t := time.Now()
+	t := clock.Mono()
 	err := s.Store.Cancel(ctx, now, r)
-	s.m.StoreOp("cancel", time.Since(t), err)
+	s.m.StoreOp("cancel", clock.Mono()-t, err)
 	return err
 }
 
 func (s instrumentedStore) Acquire(ctx context.Context, now time.Time, key string, capacity int64, ttl time.Duration) (limiter.Lease, int64, bool, error) {
-	t := time.Now()
+	t := clock.Mono()
 	l, held, ok, err := s.Store.Acquire(ctx, now, key, capacity, ttl)
-	s.m.StoreOp("acquire", time.Since(t), err)
+	s.m.StoreOp("acquire", clock.Mono()-t, err)
 	return l, held, ok, err
 }
 
 func (s instrumentedStore) Release(ctx context.Context, now time.Time, l limiter.Lease) (int64, error) {
-	t := time.Now()
+	t := clock.Mono()
 	held, err := s.Store.Release(ctx, now, l)
-	s.m.StoreOp("release", time.Since(t), err)
+	s.m.StoreOp("release", clock.Mono()-t, err)
 	return held, err
 }

@@ -122,3 +122,20 @@ func (t *fakeTimer) Stop() bool {
 	}
 	return false
 }
+
+// origin is the monotonic clock's origin for Mono.
+var origin = time.Now()
+
+// Mono reads the monotonic clock alone: the time since this process's
+// start. It is one clock read where time.Now is two (the wall clock too),
+// for timing an operation or arming a deadline on a per-request path.
+func Mono() time.Duration { return time.Since(origin) }
+
+// MonoTime is the time.Time of the Mono reading d, with its monotonic
+// reading: a deadline set with it does not move when the wall clock is
+// stepped.
+func MonoTime(d time.Duration) time.Time { return origin.Add(d) }
+
+// MonoOf is t as a Mono reading (monotonic when t has a monotonic
+// reading, as time.Now's and MonoTime's do).
+func MonoOf(t time.Time) time.Duration { return t.Sub(origin) }

@@ -72,6 +72,14 @@ type AnvilStream struct {
 	classQueue int64     // the class's queue cap, for handing the slot to a waiting send
 	pid        int       // the smtpd process at the other end (0: unknown)
 	slot       *pairSlot // the class slot, when paired for the milter (see SessionPairs)
+
+	// The rate key of the last ident counted, and one check and its
+	// decision: a stream's requests are one at a time, and most name the
+	// ident of its connection, so a request's count builds no key and
+	// allocates nothing.
+	rateIdent, rateKey string
+	check              [1]limiter.Check
+	out                [1]limiter.Decision
 }
 
 // SetPeerPID tells the stream which smtpd process it serves (SO_PEERCRED
@@ -87,12 +95,28 @@ func anvilCountKey(ident string) string { return "anvil\x00c\x00" + ident }
 func anvilRateKey(ident string) string  { return "anvil\x00r\x00" + ident }
 
 func (g *Governor) anvilCheck(ident string, ev AnvilEvent) limiter.Check {
+	return g.anvilCheckKey(anvilRateKey(ident), ev)
+}
+
+func (g *Governor) anvilCheckKey(key string, ev AnvilEvent) limiter.Check {
 	return limiter.Check{
-		Key:     anvilRateKey(ident),
+		Key:     key,
 		Counter: uint8(ev),
 		Limit:   limiter.Limit{Algorithm: limiter.Anvil, N: limiter.Unlimited, Period: g.anvil.Unit},
 		Stat:    anvilStats[ev],
 	}
+}
+
+// anvilHit counts one ev for ident and returns its decision, with the
+// stream's own check and decision.
+func (g *Governor) anvilHit(ctx context.Context, st *AnvilStream, ident string, ev AnvilEvent) (limiter.Decision, error) {
+	if st.rateIdent != ident || st.rateKey == "" {
+		st.rateIdent, st.rateKey = ident, anvilRateKey(ident)
+	}
+	st.check[0] = g.anvilCheckKey(st.rateKey, ev)
+	st.out[0] = limiter.Decision{}
+	err := g.lim.Hit(ctx, 1, limiter.Leaky, st.check[:], st.out[:])
+	return st.out[0], err
 }
 
 // AnvilPeer turns an anvil ident, "service:client", into the peer that
@@ -198,23 +222,23 @@ func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident stri
 	if !g.anvil.NoClassCaps {
 		classFull, _, _ = g.anvilClass(ctx, st, ident, cls)
 	}
-	var out [1]limiter.Decision
-	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, AnvilConn)}, out[:]); err != nil {
-		out[0].Count = 0 // the connection is counted; its rate is unknown
+	out, err := g.anvilHit(ctx, st, ident, AnvilConn)
+	if err != nil {
+		out.Count = 0 // the connection is counted; its rate is unknown
 	}
 	count = g.scaleCount(cls, held)
-	rate = g.scaleRate(cls, AnvilConn, out[0].Count)
+	rate = g.scaleRate(cls, AnvilConn, out.Count)
 	if !classFull {
 		g.anvilClassRefusal(ctx, cls, ident, anvilCount, held, count)
 	}
-	g.anvilClassRefusal(ctx, cls, ident, AnvilConn, out[0].Count, rate)
+	g.anvilClassRefusal(ctx, cls, ident, AnvilConn, out.Count, rate)
 	if classFull {
 		if pf := g.anvil.Postfix.Count; pf > 0 {
 			count = max(count, pf+1)
 		}
 	}
 	if g.log.Enabled(ctx, slog.LevelDebug) {
-		g.log.Debug("anvil connect", "ident", ident, "class", cls.Name, "count", held, "rate", out[0].Count, "reported_count", count, "reported_rate", rate)
+		g.log.Debug("anvil connect", "ident", ident, "class", cls.Name, "count", held, "rate", out.Count, "reported_count", count, "reported_rate", rate)
 	}
 	return count, rate, nil
 }
@@ -311,8 +335,8 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 			}
 		}
 	}
-	var out [1]limiter.Decision
-	if err := g.lim.Hit(ctx, 1, limiter.Leaky, []limiter.Check{g.anvilCheck(ident, ev)}, out[:]); err != nil {
+	out, err := g.anvilHit(ctx, st, ident, ev)
+	if err != nil {
 		// The store cannot count: report per the fail mode.
 		cls := g.classes.Match(AnvilPeer(ident))
 		if g.lim.FailOpen() || g.anvil.Postfix.Rates[ev] <= 0 {
@@ -323,8 +347,8 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
 	cls := g.classes.Match(AnvilPeer(ident))
-	rate := g.scaleRate(cls, ev, out[0].Count)
-	g.anvilClassRefusal(ctx, cls, ident, ev, out[0].Count, rate)
+	rate := g.scaleRate(cls, ev, out.Count)
+	g.anvilClassRefusal(ctx, cls, ident, ev, out.Count, rate)
 	return rate, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/milter/wire"
 	"sluice/internal/netserve"
 	"sluice/internal/peercred"
@@ -78,10 +79,10 @@ type conn struct {
 
 	rbuf       [rbufSize]byte
 	rpos, rend int
-	big        *[]byte // pooled payload of the last packet
-	readArmed  time.Time
-	inPacket   bool // a packet's request deadline is armed
-	writeArmed time.Time
+	big        *[]byte       // pooled payload of the last packet
+	readArmed  time.Duration // clock.Mono when the idle deadline was armed; 0: not armed
+	inPacket   bool          // a packet's request deadline is armed
+	writeArmed time.Duration // clock.Mono when the write deadline was armed; 0: not armed
 
 	// The pending call and its result.
 	call     callKind
@@ -528,8 +529,8 @@ func (c *conn) writeResponse(r Response, mods []byte) error {
 
 func (c *conn) write(b []byte) error {
 	if t := c.srv.o.WriteTimeout; t > 0 {
-		if now := time.Now(); now.Sub(c.writeArmed) >= t/4 {
-			c.nc.SetWriteDeadline(now.Add(t))
+		if now := clock.Mono(); c.writeArmed == 0 || now-c.writeArmed >= t/4 {
+			c.nc.SetWriteDeadline(clock.MonoTime(now + t))
 			c.writeArmed = now
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/milter/wire"
 )
 
@@ -19,8 +20,8 @@ import (
 // stays in force instead.
 func (c *conn) read(p []byte) (int, error) {
 	if t := c.srv.o.IdleTimeout; t > 0 && !c.inPacket {
-		if now := time.Now(); now.Sub(c.readArmed) >= t/4 {
-			c.nc.SetReadDeadline(now.Add(t))
+		if now := clock.Mono(); c.readArmed == 0 || now-c.readArmed >= t/4 {
+			c.nc.SetReadDeadline(clock.MonoTime(now + t))
 			c.readArmed = now
 		}
 	}
@@ -54,7 +55,7 @@ func (c *conn) partial() {
 func (c *conn) packetDone() {
 	if c.inPacket {
 		c.inPacket = false
-		c.readArmed = time.Time{}
+		c.readArmed = 0
 		if c.srv.o.IdleTimeout <= 0 {
 			c.nc.SetReadDeadline(time.Time{})
 		}

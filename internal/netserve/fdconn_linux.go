@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"sluice/internal/clock"
 	"sluice/internal/peercred"
 	"sluice/internal/rawio"
 )
@@ -62,7 +63,7 @@ type fdConn struct {
 type side struct {
 	mu       sync.Mutex    // one call at a time
 	ch       chan struct{} // capacity 1: ready, deadline or close
-	deadline atomic.Int64  // unix nanoseconds; 0: none
+	deadline atomic.Int64  // a clock.Mono reading; 0: none
 	// fired is set when the deadline's timer fires (or a deadline is set
 	// in the past) and cleared when a new one is armed: a call reads the
 	// clock only once it is set, as the runtime's poller marks an expired
@@ -87,7 +88,7 @@ func (s *side) expired() bool {
 		return false
 	}
 	dl := s.deadline.Load()
-	return dl != 0 && time.Now().UnixNano() >= dl
+	return dl != 0 && int64(clock.Mono()) >= dl
 }
 
 // expire is the deadline timer's function.
@@ -108,8 +109,9 @@ func (s *side) set(t time.Time) {
 		}
 		return
 	}
-	s.deadline.Store(t.UnixNano())
-	d := time.Until(t)
+	dl := clock.MonoOf(t) // monotonic, as a net.Conn's: a step of the wall clock moves no deadline
+	s.deadline.Store(max(int64(dl), 1))
+	d := dl - clock.Mono()
 	if d <= 0 {
 		if s.timer != nil {
 			s.timer.Stop()

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/rawio"
 )
 
@@ -369,8 +370,8 @@ func (c *Conn) run() {
 // arrive in one read.
 type Reader struct {
 	c        *Conn
-	idleSet  time.Time // when the idle deadline was last armed
-	deadline bool      // a request deadline is armed
+	idleSet  time.Duration // when the idle deadline was last armed (clock.Mono)
+	deadline bool          // a request deadline is armed
 }
 
 // Read reads from the connection, arming the idle or request deadline
@@ -383,10 +384,10 @@ func (r *Reader) Read(p []byte) (int, error) {
 		if c.s.closing.Load() && !c.held.Load() {
 			return 0, os.ErrDeadlineExceeded
 		}
-		now := time.Now()
-		if r.deadline || now.Sub(r.idleSet) >= time.Second {
+		now := clock.Mono()
+		if r.deadline || now-r.idleSet >= time.Second || r.idleSet == 0 {
 			if o.IdleTimeout > 0 {
-				c.SetReadDeadline(now.Add(o.IdleTimeout))
+				c.SetReadDeadline(clock.MonoTime(now + o.IdleTimeout))
 			} else {
 				c.SetReadDeadline(time.Time{})
 			}
