@@ -171,3 +171,79 @@ func TestConnPeerCredKept(t *testing.T) {
 		t.Fatalf("after Close: %+v, %v; want the kept %+v", again, err, cr)
 	}
 }
+
+// Urgent data stops a TCP read at its mark with data behind it, and
+// raises no new EPOLLIN for what is behind: the EPOLLPRI the set reports
+// keeps the next read from waiting for news that will not come.
+func TestConnUrgentDataDoesNotStall(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client := dialConn(t, "tcp", l.Addr().String())
+	sc, err := l.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	var aerr error
+	sc.Control(func(lfd uintptr) {
+		fd, _, aerr = syscall.Accept4(int(lfd), syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+	})
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	ep, err := rawio.NewEpoll("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
+	c, err := newFDConn(p, fd, "tcp", l.Addr(), client.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	events(p)
+
+	rc, err := client.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	rc.Control(func(cfd uintptr) {
+		for _, s := range []struct {
+			b     string
+			flags int
+		}{{"ab", 0}, {"!", syscall.MSG_OOB}, {"cd", 0}} {
+			if serr == nil {
+				serr = syscall.Sendto(int(cfd), []byte(s.b), s.flags, nil)
+			}
+		}
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	var ev uint32
+	for ev&syscall.EPOLLPRI == 0 { // loopback delivers at once; the events may come in more than one
+		for _, e := range events(p) {
+			ev |= e.Events
+		}
+	}
+	c.ready(ev)
+	<-c.rd.ch // as a read parked before the data came takes the wake
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a stall fails, not blocks
+	var got []byte
+	buf := make([]byte, 64)
+	for len(got) < 4 {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %q: %v; want abcd", got, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "abcd" {
+		t.Fatalf("read %q, want abcd (the urgent byte out of band)", got)
+	}
+}

@@ -31,7 +31,8 @@ import (
 // after, and a wake left by data already read costs one read that finds
 // nothing. Once the set reported the peer's end (EPOLLRDHUP), which may
 // have come with data in one event, reads go on to the end of stream
-// (nginx's pending_eof). As on a
+// (nginx's pending_eof); so they do once it reported urgent data
+// (EPOLLPRI), which stops a TCP read at its mark with data behind it. As on a
 // net.Conn, reads and writes may come from several goroutines at once:
 // each Read, and each Write, is whole and in order with the others of
 // its direction; Close may be called at any time, and the descriptor is
@@ -52,7 +53,8 @@ type fdConn struct {
 	outArmed bool
 	// empty: the last read left the socket empty (under rd.mu).
 	empty bool
-	// hup: the set reported the peer's end of writing, or an error.
+	// hup: the set reported the peer's end of writing, an error or
+	// urgent data: reads no longer park after a short one.
 	hup atomic.Bool
 	// cred: a unix peer's credentials, once read (PeerCred).
 	cred atomic.Pointer[peercred.Cred]
@@ -141,7 +143,7 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
 	c.rd.ch = make(chan struct{}, 1)
 	c.wr.ch = make(chan struct{}, 1)
-	if err := p.add(fd, syscall.EPOLLIN, c); err != nil {
+	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLPRI, c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -149,10 +151,10 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 
 // ready is the poller's news of the socket: readable, writable, hung up.
 func (c *fdConn) ready(ev uint32) {
-	if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+	if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLPRI) != 0 {
 		c.hup.Store(true)
 	}
-	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLPRI) != 0 {
 		c.rd.wake()
 	}
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
@@ -294,7 +296,7 @@ func (c *fdConn) Write(b []byte) (int, error) {
 // armOut adds EPOLLOUT to the socket's events in the set (wr.mu held,
 // fd in use): from now on the set reports room to write.
 func (c *fdConn) armOut() error {
-	if err := c.p.modify(c.fd, syscall.EPOLLIN|syscall.EPOLLOUT, c); err != nil {
+	if err := c.p.modify(c.fd, syscall.EPOLLIN|syscall.EPOLLPRI|syscall.EPOLLOUT, c); err != nil {
 		return err
 	}
 	c.outArmed = true
