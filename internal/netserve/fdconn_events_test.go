@@ -233,7 +233,8 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 	}
 	c.ready(ev)
 	<-c.rd.ch // as a read parked before the data came takes the wake
-	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a stall fails, not blocks
+	// A stall fails, not blocks.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var got []byte
 	buf := make([]byte, 64)
 	for len(got) < 4 {
