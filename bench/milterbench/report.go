@@ -63,7 +63,7 @@ var ratioPairs = []ratioPair{
 func writeTable(w io.Writer, r *results, nRounds, msgSize, cpus int, loadavg string) {
 	fmt.Fprintf(w, "medians over %d round(s), one message of %d bytes per SMTP session, %d CPUs shared by smtp-source, Postfix and the milters\n", nRounds, msgSize, cpus)
 	fmt.Fprintln(w, "(milter_cpu_us: CPU time of the milter process per message, user + system;")
-	fmt.Fprintln(w, "milter_cs: its context switches per message, threads alive at the end of the run only;")
+	fmt.Fprintln(w, "milter_cs: its context switches per message, of the threads alive at the run's end (one born during the run counts whole, one gone before its end not at all);")
 	fmt.Fprintln(w, "msgs_min, msgs_max: the slowest and the fastest round's msgs_per_s;")
 	fmt.Fprintf(w, "load average at the end: %s):\n", loadavg)
 	fmt.Fprintf(w, "%-4s %-18s %12s %14s %10s %10s %10s\n", "c=", "target", "msgs_per_s", "milter_cpu_us", "milter_cs", "msgs_min", "msgs_max")

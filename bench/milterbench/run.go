@@ -167,10 +167,10 @@ func oneDecimal(v float64) float64 {
 // messages, then a wait until Postfix has delivered every message.
 func (b *bench) run(ctx context.Context, t string, c, n int) (measure, error) {
 	var k0, k1 uint64
-	var s0, s1 uint64
+	var s0, s1 map[int]uint64
 	p := b.procs[t]
 	if p != nil {
-		k0, s0 = procstat.Ticks(p.PID()), procstat.Switches(p.PID())
+		k0, s0 = procstat.Ticks(p.PID()), procstat.ThreadSwitches(p.PID())
 	}
 	t0 := time.Now()
 	// A Postfix that stops answering (once, its postlogd died of a watchdog
@@ -194,7 +194,7 @@ func (b *bench) run(ctx context.Context, t string, c, n int) (measure, error) {
 		return measure{}, fmt.Errorf("smtp-source against %s at c=%d failed: %w", t, c, err)
 	}
 	if p != nil {
-		k1, s1 = procstat.Ticks(p.PID()), procstat.Switches(p.PID())
+		k1, s1 = procstat.Ticks(p.PID()), procstat.ThreadSwitches(p.PID())
 	}
 	b.sent[t] += n
 	if err := b.waitDelivered(ctx, t, b.sent[t]); err != nil {
@@ -203,7 +203,7 @@ func (b *bench) run(ctx context.Context, t string, c, n int) (measure, error) {
 	return measure{
 		mps: oneDecimal(float64(n) / secs),
 		cpu: oneDecimal((float64(k1) - float64(k0)) / b.hz / float64(n) * 1e6),
-		cs:  oneDecimal((float64(s1) - float64(s0)) / float64(n)),
+		cs:  oneDecimal(float64(procstat.SwitchesSince(s0, s1)) / float64(n)),
 	}, nil
 }
 

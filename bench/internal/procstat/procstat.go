@@ -251,3 +251,43 @@ func ClockTick() float64 {
 	}
 	return v
 }
+
+// ThreadSwitches is the context switches so far of each of pid's live
+// threads, by thread id (/proc/PID/task/*/status); empty if none can be
+// read.
+func ThreadSwitches(pid int) map[int]uint64 {
+	dirs, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*")
+	m := make(map[int]uint64, len(dirs))
+	for _, d := range dirs {
+		tid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(d + "/status")
+		if err != nil {
+			continue // the thread exited
+		}
+		if v, err := ParseSwitches(b); err == nil {
+			m[tid] = v
+		}
+	}
+	return m
+}
+
+// SwitchesSince is the context switches that the threads of now made
+// since before (two ThreadSwitches readings of one process): a thread
+// born in between counts whole (so does one under a reused id), and one that exited in between is not
+// counted (what it switched went with it), so that a process whose
+// threads come and go (libmilter's, one per session) is undercounted,
+// never counted below zero.
+func SwitchesSince(before, now map[int]uint64) uint64 {
+	var n uint64
+	for tid, v := range now {
+		if b, ok := before[tid]; ok && b <= v {
+			n += v - b
+		} else {
+			n += v // born in between (a lower count under a known id: the id reused)
+		}
+	}
+	return n
+}

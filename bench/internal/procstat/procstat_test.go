@@ -154,3 +154,23 @@ func TestHostReadings(t *testing.T) {
 		t.Errorf("ClockTick = %v", hz)
 	}
 }
+
+// SwitchesSince counts the live threads' switches since the first
+// reading: a new thread whole, a gone one not at all, never below zero.
+func TestSwitchesSince(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		before, now map[int]uint64
+		want        uint64
+	}{
+		{"same threads", map[int]uint64{1: 10, 2: 5}, map[int]uint64{1: 15, 2: 7}, 7},
+		{"a thread born", map[int]uint64{1: 10}, map[int]uint64{1: 12, 3: 4}, 6},
+		{"a thread gone", map[int]uint64{1: 10, 2: 500}, map[int]uint64{1: 12}, 2},
+		{"a thread id reused by a younger thread", map[int]uint64{1: 10, 2: 500}, map[int]uint64{1: 12, 2: 3}, 5},
+		{"nothing read", nil, nil, 0},
+	} {
+		if got := SwitchesSince(tc.before, tc.now); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
