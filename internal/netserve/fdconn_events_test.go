@@ -22,11 +22,7 @@ func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := rawio.NewEpoll("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p = &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
+	p = waiterlessPoller(t)
 	c, err = newFDConn(p, fds[0], "unix", &net.UnixAddr{Net: "unix"}, &net.UnixAddr{Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -34,9 +30,20 @@ func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
 	t.Cleanup(func() {
 		c.Close()
 		syscall.Close(fds[1])
-		ep.Close()
 	})
 	return c, p, fds[1]
+}
+
+// waiterlessPoller is a set with no waiter goroutine: the test takes its
+// events with events and hands them to its targets itself.
+func waiterlessPoller(t *testing.T) *poller {
+	t.Helper()
+	ep, err := rawio.NewEpoll("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	return &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
 }
 
 // events takes the set's pending events without waking anything.
@@ -194,12 +201,7 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
-	ep, err := rawio.NewEpoll("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
-	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
+	p := waiterlessPoller(t)
 	c, err := newFDConn(p, fd, "tcp", l.Addr(), client.LocalAddr())
 	if err != nil {
 		t.Fatal(err)

@@ -115,16 +115,9 @@ func ParseSwitches(b []byte) (uint64, error) {
 // over /proc/PID/task/*/status; a thread that has exited is not counted.
 // 0 if none can be read.
 func Switches(pid int) uint64 {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
 	var n uint64
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread exited
-		}
-		if v, err := ParseSwitches(b); err == nil {
-			n += v
-		}
+	for _, v := range ThreadSwitches(pid) {
+		n += v
 	}
 	return n
 }
