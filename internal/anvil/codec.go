@@ -83,6 +83,7 @@ var ErrProtocol = errors.New("anvil: protocol error")
 type Decoder struct {
 	r       *bufio.Reader
 	maxLine int
+	ident   string // the last request's ident: the next is most often the same
 }
 
 // NewDecoder returns a Decoder reading r, with lines capped at maxLine
@@ -131,7 +132,10 @@ func (d *Decoder) Decode() (Msg, error) {
 	if err != nil {
 		return m, err
 	}
-	m.Ident = string(v)
+	if string(v) != d.ident {
+		d.ident = string(v)
+	}
+	m.Ident = d.ident
 	line, err = d.line()
 	if err != nil {
 		return m, truncated(err)

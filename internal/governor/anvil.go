@@ -73,13 +73,36 @@ type AnvilStream struct {
 	pid        int       // the smtpd process at the other end (0: unknown)
 	slot       *pairSlot // the class slot, when paired for the milter (see SessionPairs)
 
-	// The rate key of the last ident counted, and one check and its
-	// decision: a stream's requests are one at a time, and most name the
-	// ident of its connection, so a request's count builds no key and
-	// allocates nothing.
-	rateIdent, rateKey string
-	check              [1]limiter.Check
-	out                [1]limiter.Decision
+	// What the stream's last ident derives to (its keys and class), and
+	// one check and its decision: a stream's requests are one at a time,
+	// and a session's name the ident of its connection, so a request
+	// builds no key, parses no address and allocates nothing. It outlives
+	// the connection (anvilDrop keeps it): smtpd's next request is most
+	// often about the same client.
+	last  anvilIdent
+	check [1]limiter.Check
+	out   [1]limiter.Decision
+}
+
+// anvilIdent is what one ident derives to: its store keys, and its class
+// in one class table.
+type anvilIdent struct {
+	ident, rateKey, countKey string
+	classes                  *limiter.Classes // the table cls was matched in
+	cls                      *limiter.Class
+}
+
+// anvilIdentOf returns what ident derives to, from the stream's last when
+// it is the same ident and g's class table.
+func (g *Governor) anvilIdentOf(st *AnvilStream, ident string) *anvilIdent {
+	l := &st.last
+	if l.ident != ident || l.rateKey == "" {
+		*l = anvilIdent{ident: ident, rateKey: anvilRateKey(ident), countKey: anvilCountKey(ident)}
+	}
+	if l.classes != g.classes {
+		l.classes, l.cls = g.classes, g.classes.Match(AnvilPeer(ident))
+	}
+	return l
 }
 
 // SetPeerPID tells the stream which smtpd process it serves (SO_PEERCRED
@@ -110,10 +133,7 @@ func (g *Governor) anvilCheckKey(key string, ev AnvilEvent) limiter.Check {
 // anvilHit counts one ev for ident and returns its decision, with the
 // stream's own check and decision.
 func (g *Governor) anvilHit(ctx context.Context, st *AnvilStream, ident string, ev AnvilEvent) (limiter.Decision, error) {
-	if st.rateIdent != ident || st.rateKey == "" {
-		st.rateIdent, st.rateKey = ident, anvilRateKey(ident)
-	}
-	st.check[0] = g.anvilCheckKey(st.rateKey, ev)
+	st.check[0] = g.anvilCheckKey(g.anvilIdentOf(st, ident).rateKey, ev)
 	st.out[0] = limiter.Decision{}
 	err := g.lim.Hit(ctx, 1, limiter.Leaky, st.check[:], st.out[:])
 	return st.out[0], err
@@ -205,8 +225,9 @@ func anvilClient(ident string) string {
 // the count and rate to report (see scale).
 func (g *Governor) AnvilConnect(ctx context.Context, st *AnvilStream, ident string) (count, rate int64, err error) {
 	g.anvilDrop(ctx, st)
-	cls := g.classes.Match(AnvilPeer(ident))
-	lease, held, _, err := g.lim.Acquire(ctx, anvilCountKey(ident), 0, 0, "connection count")
+	id := g.anvilIdentOf(st, ident)
+	cls := id.cls
+	lease, held, _, err := g.lim.Acquire(ctx, id.countKey, 0, 0, "connection count")
 	if err != nil {
 		// The store cannot count: answer per the fail mode. smtpd refuses
 		// only when the count is over its limit.
@@ -298,7 +319,7 @@ func (g *Governor) anvilDrop(ctx context.Context, st *AnvilStream) {
 	g.releaseClass(ctx, st.classLease, st.classQueue)
 	st.share.release()
 	g.unpairAnvil(ctx, st)
-	*st = AnvilStream{pid: st.pid}
+	*st = AnvilStream{pid: st.pid, last: st.last}
 }
 
 // AnvilDisconnect ends the stream's connection for ident, if it holds one.
@@ -336,9 +357,9 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 		}
 	}
 	out, err := g.anvilHit(ctx, st, ident, ev)
+	cls := g.anvilIdentOf(st, ident).cls
 	if err != nil {
 		// The store cannot count: report per the fail mode.
-		cls := g.classes.Match(AnvilPeer(ident))
 		if g.lim.FailOpen() || g.anvil.Postfix.Rates[ev] <= 0 {
 			g.failMode(ctx, "anvil", cls.Name, false, "", err)
 			return 0, nil
@@ -346,7 +367,6 @@ func (g *Governor) AnvilEvent(ctx context.Context, st *AnvilStream, ev AnvilEven
 		g.failMode(ctx, "anvil", cls.Name, true, "421 (smtpd's "+anvilStats[ev]+" limit, reported exceeded)", err)
 		return g.anvil.Postfix.Rates[ev] + 1, nil
 	}
-	cls := g.classes.Match(AnvilPeer(ident))
 	rate := g.scaleRate(cls, ev, out.Count)
 	g.anvilClassRefusal(ctx, cls, ident, ev, out.Count, rate)
 	return rate, nil

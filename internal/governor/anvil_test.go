@@ -305,3 +305,47 @@ func TestAnvilClassRefusalLogged(t *testing.T) {
 		t.Fatalf("after the window, want a summary of 3 more:\n%s", strings.Join(info, "\n"))
 	}
 }
+
+// TestAnvilStreamClassFollowsReload: a stream keeps what its last ident
+// derives to (keys, class), but a reload's class table, or another ident,
+// is matched afresh: after a reload that moves a client out of the class
+// scaling its message rate, its stream reports the true figure.
+func TestAnvilStreamClassFollowsReload(t *testing.T) {
+	partners := []limiter.Class{
+		{Name: "partners", Masks: []hostmask.Mask{hostmask.MustParse("192.0.2.0/24")}},
+		{Name: "rest", Masks: []hostmask.Mask{hostmask.MustParse("*")}},
+	}
+	rules := AnvilRules{
+		Unit:    time.Minute,
+		Postfix: AnvilLimits{Count: 50, Rates: [numAnvilEvents]int64{AnvilMail: 10}},
+		Classes: map[string]ClassLimits{"partners": {Rates: [numAnvilEvents]*int64{AnvilMail: i64(100)}}},
+	}
+	f := newFixture(t, partners, rules)
+	var st AnvilStream
+	f.connect(t, &st, ip)
+	for i := 1; i <= 11; i++ {
+		if r, err := f.g.AnvilEvent(f.ctx, &st, AnvilMail, ip); err != nil || r > 10 {
+			t.Fatalf("partners message %d reported %d, %v: want <= 10", i, r, err)
+		}
+	}
+	// Another ident on the same stream: its own class (rest, no override).
+	const other = "smtp:203.0.113.1"
+	for i := int64(1); i <= 11; i++ {
+		if r, err := f.g.AnvilEvent(f.ctx, &st, AnvilMail, other); err != nil || r != i {
+			t.Fatalf("rest message %d reported %d, %v: want the true figure", i, r, err)
+		}
+	}
+	f.connect(t, &st, ip)
+	// The reload: the same store and limits, partners now another network.
+	cs, err := limiter.NewClasses([]limiter.Class{
+		{Name: "partners", Masks: []hostmask.Mask{hostmask.MustParse("198.51.100.0/24")}},
+		partners[1],
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := New(Options{Limiter: f.g.lim, Classes: cs, Anvil: rules, Logger: slog.New(slog.DiscardHandler)})
+	if r, err := g2.AnvilEvent(f.ctx, &st, AnvilMail, ip); err != nil || r != 12 {
+		t.Fatalf("after the reload, message 12 reported %d, %v: want the true figure, 12", r, err)
+	}
+}
