@@ -4,6 +4,7 @@ package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,8 +29,31 @@ type Timer interface {
 // Real is the wall clock.
 type Real struct{}
 
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
+// Now returns Now().
+func (Real) Now() time.Time { return Now() }
+
+// Now is time.Now at one clock read instead of two: the monotonic
+// clock's reading (exact, as time.Now's) added to a wall clock reading
+// at most a second old. A step of the wall clock (settimeofday, a leap
+// second) shows within a second, not at once.
+func Now() time.Time {
+	d := Mono()
+	a := anchor.Load()
+	if a == nil || d < a.mono || d-a.mono >= time.Second {
+		t := time.Now()
+		anchor.Store(&wallAnchor{t: t, mono: MonoOf(t)})
+		return t
+	}
+	return a.t.Add(d - a.mono)
+}
+
+// wallAnchor is a time.Now reading and its Mono, for Now.
+type wallAnchor struct {
+	t    time.Time
+	mono time.Duration
+}
+
+var anchor atomic.Pointer[wallAnchor]
 
 // NewTimer wraps time.NewTimer.
 func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }

@@ -50,3 +50,35 @@ func TestReal(t *testing.T) {
 		t.Fatal("real clock")
 	}
 }
+
+// TestNow: clock.Now carries the monotonic clock's exact reading and the
+// wall clock's, and a wall clock step shows within a second.
+func TestNow(t *testing.T) {
+	before := time.Now()
+	n := Now()
+	after := time.Now()
+	if n.Before(before) || n.After(after) {
+		t.Fatalf("Now() = %v, not between %v and %v", n, before, after)
+	}
+	if n == n.Round(0) {
+		t.Fatalf("Now() = %v has no monotonic reading", n)
+	}
+	if w := n.Round(0); w.Before(before.Round(0).Add(-time.Millisecond)) || w.After(after.Round(0).Add(time.Millisecond)) {
+		t.Fatalf("Now()'s wall reading %v, not between %v and %v", w, before.Round(0), after.Round(0))
+	}
+	// A wall clock that read an hour ahead half a second ago (a step the
+	// anchor has not seen yet): Now shows it, on the exact monotonic time.
+	step := time.Now()
+	anchor.Store(&wallAnchor{t: step.Add(-500 * time.Millisecond).Round(0).Add(time.Hour), mono: MonoOf(step) - 500*time.Millisecond})
+	if got := Now().Round(0).Sub(time.Now().Round(0)); got < time.Hour-time.Second || got > time.Hour+time.Second {
+		t.Fatalf("with an anchor an hour ahead, Now() is %v ahead of time.Now(); want about an hour", got)
+	}
+	// The same anchor a second or more old: Now reads the wall clock again.
+	anchor.Store(&wallAnchor{t: step.Add(-time.Second).Round(0).Add(time.Hour), mono: MonoOf(step) - time.Second})
+	if got := Now().Round(0).Sub(time.Now().Round(0)); got < -time.Second || got > time.Second {
+		t.Fatalf("with an anchor over a second old, Now() is %v from time.Now(); want the wall clock", got)
+	}
+	if a, b := Now(), Now(); b.Sub(a) < 0 {
+		t.Fatalf("Now() went back: %v then %v", a, b)
+	}
+}
