@@ -11,6 +11,7 @@ package metrics
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,9 +101,12 @@ const (
 )
 
 // StoreOps are the store operations StoreOp is called with; their error
-// counters exist from the start, at 0, so that an alert on their increase
-// works before the first error.
-var StoreOps = []string{"hit", "peek", "undo", "reserve", "cancel", "acquire", "release"}
+// counters and latency histograms exist from the start, at 0, so that an
+// alert on their increase works before the first error (and an operation
+// finds its histogram without a lookup).
+var StoreOps = storeOps[:]
+
+var storeOps = [...]string{"hit", "peek", "undo", "reserve", "cancel", "acquire", "release"}
 
 // Metrics holds every sluice collector. Create it with New; the zero
 // value is not usable, but a nil *Metrics is: every method on it does
@@ -134,9 +138,10 @@ type Metrics struct {
 	throttleGrant   prometheus.Histogram
 	throttleKeys    throttleKeys
 
-	storeLatency   *histograms // op
-	storeErrors    *counters   // op
-	storeFastFails *counters   // op
+	storeLatency   *histograms                        // op
+	storeOpLat     [len(storeOps)]prometheus.Observer // StoreOps' series of storeLatency
+	storeErrors    *counters                          // op
+	storeFastFails *counters                          // op
 	stateDegraded  prometheus.Gauge
 
 	reloads    *prometheus.CounterVec // result
@@ -215,7 +220,8 @@ func New(reg prometheus.Registerer, parts Part) (*Metrics, error) {
 	m.poolKills.WithLabelValues(Overflow)
 	m.reloads.WithLabelValues(ReloadOK)
 	m.reloads.WithLabelValues(ReloadFailed)
-	for _, op := range StoreOps {
+	for i, op := range StoreOps {
+		m.storeOpLat[i] = m.storeLatency.get(op)
 		m.storeErrors.get(op)
 		m.storeFastFails.get(op)
 	}
@@ -457,7 +463,11 @@ func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	m.storeLatency.get(op).Observe(max(d, 0).Seconds())
+	if i := slices.Index(StoreOps, op); i >= 0 {
+		m.storeOpLat[i].Observe(max(d, 0).Seconds())
+	} else {
+		m.storeLatency.get(op).Observe(max(d, 0).Seconds())
+	}
 	if err != nil {
 		m.storeErrors.get(op).Inc()
 		if ff, ok := errors.AsType[FastFailer](err); ok && ff.FastFail() {

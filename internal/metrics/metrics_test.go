@@ -264,6 +264,11 @@ func TestThrottleStoreAndReload(t *testing.T) {
 	if counts["sluice_store_operation_seconds/hit"] != 2 || counts["sluice_store_operation_seconds/acquire"] != 2 {
 		t.Errorf("store histograms: %v", counts)
 	}
+	for _, op := range StoreOps {
+		if _, ok := counts["sluice_store_operation_seconds/"+op]; !ok {
+			t.Errorf("no store histogram for %s: want one per operation, from the start", op)
+		}
+	}
 }
 
 func TestKillReasonOf(t *testing.T) {
