@@ -180,3 +180,38 @@ func BenchmarkWriteSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSessionOnClass is one session's count on a class's lease key
+// that holds held sessions already (a busy MX's class): the session's
+// Acquire, then the Release of the oldest session, as sessions end in
+// about the order they began. Its cost against held is the curve.
+func BenchmarkSessionOnClass(b *testing.B) {
+	for _, held := range []int{10, 1000, 100000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			s := New(Options{})
+			defer s.Close()
+			ctx := b.Context()
+			ring := make([]limiter.Lease, held)
+			for i := range ring {
+				l, _, ok, err := s.Acquire(ctx, t0, "class", 0, 0)
+				if err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+				ring[i] = l
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l, _, ok, err := s.Acquire(ctx, t0, "class", 0, 0)
+				if err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+				if n, err := s.Release(ctx, t0, ring[i]); err != nil || n != int64(held) {
+					b.Fatalf("release: %d held, %v; want %d", n, err, held)
+				}
+				ring[i] = l
+				i = (i + 1) % held
+			}
+		})
+	}
+}

@@ -237,24 +237,35 @@ func (s *Store) Cancel(_ context.Context, now time.Time, r limiter.Reservation) 
 }
 
 // expireLeases drops the leases of record i past their TTL and sets its
-// expiry: a lease key lives while it holds leases.
+// expiry: a lease key lives while it holds leases. It looks at the leases
+// only once the earliest TTL among them (d[1]) has passed: a key whose
+// leases have none (every session's) costs nothing however many it holds.
 func (s *Store) expireLeases(sh *shard, i int, now int64) {
+	if first := sh.recs.s[i].d[1]; first == 0 || first > now {
+		return
+	}
 	l := sh.leaseSet(i)
 	kept := l[:0]
-	var last int64
+	var last, first int64
 	noTTL := false
 	for _, r := range l {
 		if r.exp != 0 && r.exp <= now {
+			delete(sh.leaseAt, r.id)
 			continue
 		}
+		sh.leaseAt[r.id] = uint32(len(kept))
 		kept = append(kept, r)
 		if r.exp == 0 {
 			noTTL = true
 		} else {
 			last = max(last, r.exp)
+			if first == 0 || r.exp < first {
+				first = r.exp
+			}
 		}
 	}
 	sh.setLeases(i, kept)
+	sh.recs.s[i].d[1] = first
 	switch {
 	case len(kept) == 0:
 		sh.setExp(i, now) // drop it
@@ -265,7 +276,8 @@ func (s *Store) expireLeases(sh *shard, i int, now int64) {
 	}
 }
 
-// Acquire implements limiter.Store.
+// Acquire implements limiter.Store. It costs the same whatever the key
+// holds: the lease is appended, its place kept in leaseAt.
 func (s *Store) Acquire(_ context.Context, now time.Time, key string, capacity int64, ttl time.Duration) (limiter.Lease, int64, bool, error) {
 	h := s.hash(key)
 	sh := s.shardOf(h)
@@ -291,12 +303,26 @@ func (s *Store) Acquire(_ context.Context, now time.Time, key string, capacity i
 	if ttl > 0 {
 		r.exp = nowNs + int64(ttl)
 	}
-	sh.setLeases(k, append(sh.leaseSet(k), r))
-	s.expireLeases(sh, k, nowNs)
-	return limiter.Lease{Key: key, ID: r.id}, int64(len(sh.leaseSet(k))), true, nil
+	ls := sh.leaseSet(k)
+	sh.leaseAt[r.id] = uint32(len(ls))
+	sh.setLeases(k, append(ls, r))
+	// The key's expiry: none while a lease without a TTL is held, else
+	// its last lease's.
+	rec := &sh.recs.s[k]
+	switch {
+	case r.exp == 0:
+		rec.exp = 0
+	case len(ls) == 0 || rec.exp != 0:
+		sh.setExp(k, max(rec.exp, r.exp))
+	}
+	if r.exp != 0 && (rec.d[1] == 0 || r.exp < rec.d[1]) {
+		rec.d[1] = r.exp
+	}
+	return limiter.Lease{Key: key, ID: r.id}, held + 1, true, nil
 }
 
-// Release implements limiter.Store.
+// Release implements limiter.Store. It costs the same whatever the key
+// holds: leaseAt has the lease's place, which the last lease takes.
 func (s *Store) Release(_ context.Context, now time.Time, l limiter.Lease) (int64, error) {
 	h := s.hash(l.Key)
 	sh := s.shardOf(h)
@@ -307,13 +333,12 @@ func (s *Store) Release(_ context.Context, now time.Time, l limiter.Lease) (int6
 		return 0, nil
 	}
 	ls := sh.leaseSet(k)
-	for i, r := range ls {
-		if r.id == l.ID {
-			last := len(ls) - 1
-			ls[i] = ls[last]
-			ls = ls[:last]
-			break
-		}
+	if at, ok := sh.leaseAt[l.ID]; ok && int(at) < len(ls) && ls[at].id == l.ID {
+		last := len(ls) - 1
+		ls[at] = ls[last]
+		sh.leaseAt[ls[at].id] = at
+		delete(sh.leaseAt, l.ID)
+		ls = ls[:last]
 	}
 	sh.setLeases(k, ls)
 	held := int64(len(ls))

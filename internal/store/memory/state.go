@@ -127,5 +127,8 @@ func (sh *shard) newLeaseSet(i int) {
 		sh.leases = append(sh.leases, nil)
 	}
 	sh.leases[k] = make([]leaseRec, 0, 2)
-	sh.recs.s[i].d[0] = int64(k)
+	sh.recs.s[i].d[0], sh.recs.s[i].d[1] = int64(k), 0
+	if sh.leaseAt == nil {
+		sh.leaseAt = make(map[uint64]uint32)
+	}
 }

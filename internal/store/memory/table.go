@@ -40,7 +40,8 @@ type record struct {
 	// d holds an anvil key's 8 counters (d seen as [8]uint32), an exact key's
 	// events when at most inlineEvents (nev of them), or the side-table
 	// index of a spilled log (nev == spilled: d[0], and where its events
-	// begin in it, d[1]) or of a lease set (d[0]).
+	// begin in it, d[1]) or of a lease set (d[0], and the earliest TTL
+	// of its leases, d[1]: at or before it, 0 for none).
 	d    [inlineEvents]int64
 	koff uint32 // the key's offset in the arena
 	klen uint32 // and length
@@ -100,6 +101,9 @@ type shard struct {
 	sfree  []uint32     // free entries of spill
 	leases [][]leaseRec // the leases of lease keys
 	lfree  []uint32     // free entries of leases
+	// leaseAt is each lease's index in its key's set, by lease ID (IDs
+	// are the store's, unique): a release finds its lease at once.
+	leaseAt map[uint64]uint32
 	// scratch is the exact log the algorithms work on (under mu).
 	scratch limiter.EventLog
 	sbuf    []int64
@@ -299,6 +303,9 @@ func (sh *shard) remove(i int) {
 func (sh *shard) freeSide(r *record) {
 	switch {
 	case r.kind == kindLease:
+		for _, l := range sh.leases[r.d[0]] {
+			delete(sh.leaseAt, l.id)
+		}
 		sh.leases[r.d[0]] = nil
 		sh.lfree = append(sh.lfree, uint32(r.d[0]))
 	case r.algo == limiter.Exact && r.nev == spilled:
@@ -333,7 +340,7 @@ func (sh *shard) release() {
 	unmapBytes(sh.keys)
 	sh.keys = nil
 	sh.n, sh.dead, sh.ndirty = 0, 0, 0
-	sh.spill, sh.sfree, sh.leases, sh.lfree = nil, nil, nil, nil
+	sh.spill, sh.sfree, sh.leases, sh.lfree, sh.leaseAt = nil, nil, nil, nil, nil
 }
 
 // inUse is the bytes of the shard's mappings its keys use: records, the
