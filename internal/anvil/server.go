@@ -102,7 +102,7 @@ func (s *Server) serve(c *netserve.Conn) {
 	// A stream holding a session is served through a Shutdown until smtpd
 	// ends the session (see netserve.Conn.Hold): closing it would drop a
 	// count that is still true while the next daemon could not know it.
-	for !c.Closing() || sess.Holding() {
+	for c.Serving() || sess.Holding() {
 		m, err := dec.Decode()
 		c.Done()
 		if err != nil {

@@ -79,7 +79,7 @@ func (s *Server) serve(c *netserve.Conn) {
 		return
 	}
 	r := bufio.NewReaderSize(c.Reader(), 4096)
-	for !c.Closing() {
+	for c.Serving() {
 		req, err := ReadRequest(r, s.o.MaxLine)
 		if err != nil {
 			if errors.Is(err, ErrProtocol) {

@@ -1,11 +1,15 @@
 package netserve
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +64,113 @@ func TestDrain(t *testing.T) {
 		s.Wait()
 		c.Close()
 		cancel()
+	}
+}
+
+// TestShutdownServesSentRequest: a request a peer sent before the
+// handler took it up is answered through a Shutdown, then the connection
+// is closed: on a connection accepted just before the shutdown whose
+// handler starts only after it began (the request sent before the
+// shutdown, or after its wake of the idle connections), and on one whose
+// peer sent its next request while the handler was still answering the
+// last (the wake set its deadline to now). A connection that sent
+// nothing is closed.
+func TestShutdownServesSentRequest(t *testing.T) {
+	for _, when := range []string{"before", "after the wake", "while answering"} {
+		t.Run(when, func(t *testing.T) {
+			start, gate, got := make(chan struct{}), make(chan struct{}), make(chan string, 2)
+			s := New(Options{Logger: slog.New(slog.DiscardHandler)}, func(c *Conn) {
+				<-start
+				br := bufio.NewReader(c.Reader())
+				for c.Serving() {
+					line, err := br.ReadString('\n')
+					c.Done()
+					if err != nil {
+						return
+					}
+					got <- line
+					<-gate
+					if _, err := c.Write([]byte("re " + line)); err != nil {
+						return
+					}
+				}
+			})
+			l, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(l) }()
+			asks, err := net.Dial("unix", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer asks.Close()
+			idle, err := net.Dial("unix", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer idle.Close()
+			for deadline := time.Now().Add(10 * time.Second); s.Conns() != 2; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("connections not accepted")
+				}
+			}
+			send := func(line string) {
+				if _, err := asks.Write([]byte(line)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := "re ping\n"
+			switch when {
+			case "before":
+				send("ping\n")
+			case "while answering":
+				close(start)
+				send("first\n")
+				<-got
+				want = "re first\nre ping\n"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			shut := make(chan error, 1)
+			go func() { shut <- s.Shutdown(ctx) }()
+			if err := <-served; !errors.Is(err, ErrServerClosed) {
+				t.Fatalf("Serve: %v", err)
+			}
+			// Serve returns once the shutdown stopped the listeners, under
+			// s.mu; taking it once more waits for the shutdown's wake of
+			// the idle connections.
+			s.mu.Lock()
+			s.mu.Unlock() //nolint:staticcheck // an empty critical section: a wait for the shutdown's
+			if when != "before" {
+				send("ping\n")
+			}
+			if when != "while answering" {
+				close(start)
+			}
+			close(gate)
+			asks.SetDeadline(time.Now().Add(10 * time.Second))
+			r := bufio.NewReader(asks)
+			var answers string
+			for range strings.Count(want, "\n") {
+				line, err := r.ReadString('\n')
+				answers += line
+				if err != nil {
+					break
+				}
+			}
+			if answers != want {
+				t.Errorf("answers %q; want %q", answers, want)
+			}
+			idle.SetDeadline(time.Now().Add(10 * time.Second))
+			if n, err := idle.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("a connection that sent nothing: read %d, %v; want it closed", n, err)
+			}
+			if err := <-shut; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			s.Wait()
+		})
 	}
 }

@@ -323,6 +323,19 @@ func (c *fdConn) LocalAddr() net.Addr {
 // RemoteAddr is the peer's address as accept4(2) gave it.
 func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
 
+// Pending reports whether the peer has sent bytes not yet read: a
+// recv(2) with MSG_PEEK|MSG_DONTWAIT that takes nothing. A closed or
+// failed connection has none.
+func (c *fdConn) Pending() bool {
+	if !c.acquire() {
+		return false
+	}
+	defer c.release()
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(c.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err == nil && n > 0
+}
+
 // PeerCred returns a unix socket peer's credentials (SO_PEERCRED),
 // read once: it makes the connection a peercred.Keeper, so that a door
 // and its gate asking about one session cost one getsockopt.

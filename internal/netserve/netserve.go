@@ -282,8 +282,9 @@ func isTemporary(err error) bool {
 }
 
 // Shutdown stops accepting, closes every connection as soon as it is
-// between requests, and waits for the handlers until ctx ends; then it
-// closes the rest and waits for them too.
+// between requests with nothing sent (see Conn.Serving), and waits for
+// the handlers until ctx ends; then it closes the rest and waits for
+// them too.
 func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) }
 
 // Close closes every listener and connection at once.
@@ -317,9 +318,24 @@ type Conn struct {
 	place Place       // its place under PeerLimits
 }
 
-// Closing reports whether the server is shutting down; a handler checks it
-// between requests.
+// Closing reports whether the server is shutting down.
 func (c *Conn) Closing() bool { return c.s.closing.Load() }
+
+// Serving reports whether the handler is to read another request: the
+// server is not shutting down, or the peer sent its next request before
+// the shutdown (a connection accepted just before it, whose request is
+// in the socket unread). A request loop checks it between requests, so
+// that what a peer sent is answered, not lost to a close, and a peer
+// sending nothing is let go. A request sent after that check is the
+// peer's to retry, as Postfix's clients do on a closed connection.
+func (c *Conn) Serving() bool { return !c.s.closing.Load() || c.pending() }
+
+// pending reports whether the peer sent bytes not yet read (false when
+// the connection cannot tell).
+func (c *Conn) pending() bool {
+	p, ok := c.Conn.(interface{ Pending() bool })
+	return ok && p.Pending()
+}
 
 // Hold tells the server whether the connection holds state that ends
 // only with a later request of its peer (an anvil stream holding an SMTP
@@ -376,16 +392,19 @@ type Reader struct {
 
 // Read reads from the connection, arming the idle or request deadline
 // first when it is due; between requests, a server that is shutting down
-// ends the read at once.
+// ends the read at once, unless the peer already sent its next request.
 func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o
 	if !c.busy.Load() {
-		if c.s.closing.Load() && !c.held.Load() {
+		closing := c.s.closing.Load() && !c.held.Load()
+		if closing && !c.pending() {
 			return 0, os.ErrDeadlineExceeded
 		}
 		now := clock.Mono()
-		if r.deadline || now-r.idleSet >= time.Second || r.idleSet == 0 {
+		// A request sent before a shutdown is read under the idle
+		// deadline again, which the shutdown's wake may have set to now.
+		if closing || r.deadline || now-r.idleSet >= time.Second || r.idleSet == 0 {
 			if o.IdleTimeout > 0 {
 				c.SetReadDeadline(clock.MonoTime(now + o.IdleTimeout))
 			} else {
@@ -393,7 +412,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 			}
 			r.idleSet, r.deadline = now, false
 		}
-		if c.s.closing.Load() && !c.held.Load() { // Shutdown may have raced the deadline above
+		if c.s.closing.Load() && !c.held.Load() && !c.pending() { // Shutdown may have raced the deadline above
 			return 0, os.ErrDeadlineExceeded
 		}
 	} else if !r.deadline && o.RequestTimeout > 0 {

@@ -98,7 +98,7 @@ func (s *Server) serveConn(c *netserve.Conn) {
 			return
 		}
 		c.Done()
-		if c.Closing() {
+		if !c.Serving() {
 			return
 		}
 	}

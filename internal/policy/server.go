@@ -62,7 +62,7 @@ func (s *Server) serve(c *netserve.Conn) {
 	dec := NewDecoder(c.Reader(), s.o.Limits)
 	var req Request
 	out := make([]byte, 0, 256)
-	for !c.Closing() {
+	for c.Serving() {
 		err := dec.Decode(&req)
 		c.Done()
 		if err != nil {

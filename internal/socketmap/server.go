@@ -107,7 +107,7 @@ func (s *Server) Close() error {
 func (s *Server) serveConn(c *netserve.Conn) {
 	serve(s.ctx, c.Reader(), c, s.h, s.o.WriteTimeout, func() bool {
 		c.Done()
-		return !c.Closing()
+		return c.Serving()
 	})
 }
 
