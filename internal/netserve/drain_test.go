@@ -142,7 +142,11 @@ func TestShutdownServesSentRequest(t *testing.T) {
 			// s.mu; taking it once more waits for the shutdown's wake of
 			// the idle connections.
 			s.mu.Lock()
-			s.mu.Unlock() //nolint:staticcheck // an empty critical section: a wait for the shutdown's
+			stopping := s.closing.Load()
+			s.mu.Unlock()
+			if !stopping {
+				t.Fatal("Serve returned before the shutdown began")
+			}
 			if when != "before" {
 				send("ping\n")
 			}
