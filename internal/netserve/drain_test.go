@@ -68,15 +68,17 @@ func TestDrain(t *testing.T) {
 }
 
 // TestShutdownServesSentRequest: a request a peer sent before the
-// handler took it up is answered through a Shutdown, then the connection
-// is closed: on a connection accepted just before the shutdown whose
-// handler starts only after it began (the request sent before the
-// shutdown, or after its wake of the idle connections), and on one whose
-// peer sent its next request while the handler was still answering the
-// last (the wake set its deadline to now). A connection that sent
-// nothing is closed.
+// handler took it up, or the first request of a connection accepted just
+// before the stop, is answered through a Shutdown, then the connection is
+// closed: on a connection whose handler starts only after the stop began
+// (the request sent before the stop, or after its wake of the idle
+// connections), on one whose handler already waited for its first
+// request when the stop woke it ("first late": FirstRequestGrace), and
+// on one whose peer sent its next request while the handler was still
+// answering the last (the wake set its deadline to now). A connection
+// that sent nothing is closed.
 func TestShutdownServesSentRequest(t *testing.T) {
-	for _, when := range []string{"before", "after the wake", "while answering"} {
+	for _, when := range []string{"before", "after the wake", "first late", "while answering"} {
 		t.Run(when, func(t *testing.T) {
 			start, gate, got := make(chan struct{}), make(chan struct{}), make(chan string, 2)
 			s := New(Options{Logger: slog.New(slog.DiscardHandler)}, func(c *Conn) {
@@ -125,6 +127,8 @@ func TestShutdownServesSentRequest(t *testing.T) {
 			switch when {
 			case "before":
 				send("ping\n")
+			case "first late":
+				close(start) // the handler waits in its read
 			case "while answering":
 				close(start)
 				send("first\n")
@@ -150,7 +154,7 @@ func TestShutdownServesSentRequest(t *testing.T) {
 			if when != "before" {
 				send("ping\n")
 			}
-			if when != "while answering" {
+			if when == "before" || when == "after the wake" {
 				close(start)
 			}
 			close(gate)

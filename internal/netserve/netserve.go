@@ -221,7 +221,7 @@ func (s *Server) admit(c net.Conn) error {
 		s.refuse(c)
 		return nil
 	}
-	cn := &Conn{Conn: c, s: s, place: place}
+	cn := &Conn{Conn: c, s: s, place: place, accepted: clock.Mono()}
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -282,9 +282,10 @@ func isTemporary(err error) bool {
 }
 
 // Shutdown stops accepting, closes every connection as soon as it is
-// between requests with nothing sent (see Conn.Serving), and waits for
-// the handlers until ctx ends; then it closes the rest and waits for
-// them too.
+// between requests with nothing sent (see Conn.Serving: a connection
+// that has not sent its first request is given FirstRequestGrace after
+// its accept), and waits for the handlers until ctx ends; then it closes
+// the rest and waits for them too.
 func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) }
 
 // Close closes every listener and connection at once.
@@ -312,23 +313,58 @@ func (s *Server) Close() error {
 // thread.
 type Conn struct {
 	net.Conn
-	s     *Server
-	busy  atomic.Bool // inside a request
-	held  atomic.Bool // holds session state: a Shutdown leaves it open (Hold)
-	place Place       // its place under PeerLimits
+	s        *Server
+	busy     atomic.Bool   // inside a request
+	began    atomic.Bool   // a request's first bytes were read (by its Reader)
+	held     atomic.Bool   // holds session state: a Shutdown leaves it open (Hold)
+	place    Place         // its place under PeerLimits
+	accepted time.Duration // when it was accepted (clock.Mono)
 }
+
+// FirstRequestGrace is how long after its accept a connection that has
+// sent nothing yet may still send its first request through a Shutdown:
+// a client that connected to ask is answered, though the stop began
+// between its connect and its write.
+const FirstRequestGrace = time.Second
 
 // Closing reports whether the server is shutting down.
 func (c *Conn) Closing() bool { return c.s.closing.Load() }
 
 // Serving reports whether the handler is to read another request: the
-// server is not shutting down, or the peer sent its next request before
+// server is not shutting down; or the peer sent its next request before
 // the shutdown (a connection accepted just before it, whose request is
-// in the socket unread). A request loop checks it between requests, so
-// that what a peer sent is answered, not lost to a close, and a peer
-// sending nothing is let go. A request sent after that check is the
-// peer's to retry, as Postfix's clients do on a closed connection.
-func (c *Conn) Serving() bool { return !c.s.closing.Load() || c.pending() }
+// in the socket unread); or the connection was accepted less than
+// FirstRequestGrace ago and has sent nothing yet (its first request is
+// waited for that long). A request loop checks it between requests, so
+// that what a peer sent or was about to send is answered, not lost to a
+// close, and a peer between requests with nothing sent is let go. A
+// request sent after that is the peer's to retry, as Postfix's clients
+// do on a closed connection.
+func (c *Conn) Serving() bool {
+	if !c.s.closing.Load() {
+		return true
+	}
+	_, ok := c.stopDeadline(clock.Mono())
+	return ok
+}
+
+// stopDeadline is, while the server shuts down, the read deadline under
+// which a connection between requests is to read its next request, if
+// it is to read one at all (see Serving): its idle deadline when the
+// request is in the socket already, the end of its first-request grace
+// when it has sent nothing yet.
+func (c *Conn) stopDeadline(now time.Duration) (time.Time, bool) {
+	if c.pending() {
+		if t := c.s.o.IdleTimeout; t > 0 {
+			return clock.MonoTime(now + t), true
+		}
+		return time.Time{}, true
+	}
+	if end := c.accepted + FirstRequestGrace; !c.began.Load() && now < end {
+		return clock.MonoTime(end), true
+	}
+	return time.Time{}, false
+}
 
 // pending reports whether the peer sent bytes not yet read (false when
 // the connection cannot tell).
@@ -357,9 +393,14 @@ func (c *Conn) Done() { c.busy.Store(false) }
 
 // wakeIdle makes a connection blocked between requests return at once.
 func (c *Conn) wakeIdle() {
-	if !c.busy.Load() && !c.held.Load() {
-		c.SetReadDeadline(time.Now())
+	if c.busy.Load() || c.held.Load() {
+		return
 	}
+	if end := c.accepted + FirstRequestGrace; !c.began.Load() && clock.Mono() < end {
+		c.SetReadDeadline(clock.MonoTime(end)) // its first request is still awaited
+		return
+	}
+	c.SetReadDeadline(time.Now())
 }
 
 func (c *Conn) run() {
@@ -397,23 +438,27 @@ func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o
 	if !c.busy.Load() {
-		closing := c.s.closing.Load() && !c.held.Load()
-		if closing && !c.pending() {
-			return 0, os.ErrDeadlineExceeded
-		}
 		now := clock.Mono()
-		// A request sent before a shutdown is read under the idle
-		// deadline again, which the shutdown's wake may have set to now.
-		if closing || r.deadline || now-r.idleSet >= time.Second || r.idleSet == 0 {
-			if o.IdleTimeout > 0 {
-				c.SetReadDeadline(clock.MonoTime(now + o.IdleTimeout))
-			} else {
-				c.SetReadDeadline(time.Time{})
+		if !c.s.closing.Load() || c.held.Load() {
+			if r.deadline || now-r.idleSet >= time.Second || r.idleSet == 0 {
+				if o.IdleTimeout > 0 {
+					c.SetReadDeadline(clock.MonoTime(now + o.IdleTimeout))
+				} else {
+					c.SetReadDeadline(time.Time{})
+				}
+				r.idleSet, r.deadline = now, false
 			}
-			r.idleSet, r.deadline = now, false
 		}
-		if c.s.closing.Load() && !c.held.Load() && !c.pending() { // Shutdown may have raced the deadline above
-			return 0, os.ErrDeadlineExceeded
+		// Shutting down (maybe since the deadline above): a request is
+		// read only as Serving has it, under its own deadline (the
+		// shutdown's wake may have set the last one to now).
+		if c.s.closing.Load() && !c.held.Load() {
+			dl, ok := c.stopDeadline(now)
+			if !ok {
+				return 0, os.ErrDeadlineExceeded
+			}
+			c.SetReadDeadline(dl)
+			r.deadline = true // not the idle deadline
 		}
 	} else if !r.deadline && o.RequestTimeout > 0 {
 		// The request needs more than one read: bound the rest.
@@ -423,6 +468,9 @@ func (r *Reader) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.busy.Store(true)
+		if !c.began.Load() {
+			c.began.Store(true)
+		}
 	}
 	return n, err
 }
