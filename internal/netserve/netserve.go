@@ -360,10 +360,18 @@ func (c *Conn) stopDeadline(now time.Duration) (time.Time, bool) {
 		}
 		return time.Time{}, true
 	}
-	if end := c.accepted + FirstRequestGrace; !c.began.Load() && now < end {
+	if end, ok := c.firstAwaited(now); ok {
 		return clock.MonoTime(end), true
 	}
 	return time.Time{}, false
+}
+
+// firstAwaited reports whether the connection's first request is still
+// awaited through a shutdown (none read yet, FirstRequestGrace not over),
+// and until when.
+func (c *Conn) firstAwaited(now time.Duration) (end time.Duration, ok bool) {
+	end = c.accepted + FirstRequestGrace
+	return end, !c.began.Load() && now < end
 }
 
 // pending reports whether the peer sent bytes not yet read (false when
@@ -391,13 +399,14 @@ func (c *Conn) Reader() *Reader { return &Reader{c: c} }
 // Done marks the end of a request: the next read waits as idle.
 func (c *Conn) Done() { c.busy.Store(false) }
 
-// wakeIdle makes a connection blocked between requests return at once.
+// wakeIdle makes a connection blocked between requests return at once,
+// or one whose first request is still awaited when its grace ends.
 func (c *Conn) wakeIdle() {
 	if c.busy.Load() || c.held.Load() {
 		return
 	}
-	if end := c.accepted + FirstRequestGrace; !c.began.Load() && clock.Mono() < end {
-		c.SetReadDeadline(clock.MonoTime(end)) // its first request is still awaited
+	if end, ok := c.firstAwaited(clock.Mono()); ok {
+		c.SetReadDeadline(clock.MonoTime(end))
 		return
 	}
 	c.SetReadDeadline(time.Now())
@@ -433,7 +442,8 @@ type Reader struct {
 
 // Read reads from the connection, arming the idle or request deadline
 // first when it is due; between requests, a server that is shutting down
-// ends the read at once, unless the peer already sent its next request.
+// ends the read at once, unless the peer already sent its next request or
+// its first is still awaited (see Conn.Serving).
 func (r *Reader) Read(p []byte) (int, error) {
 	c := r.c
 	o := c.s.o
