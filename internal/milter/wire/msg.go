@@ -152,17 +152,20 @@ func (m *Macro) DecodeData(data []byte) error {
 		return fmt.Errorf("%w: MACRO without a command code", ErrMalformed)
 	}
 	*m = Macro{Cmd: Code(data[0])}
-	rest := data[1:]
-	if n := bytes.Count(rest, []byte{0}); n > 0 {
-		m.NameValues = make([]string, 0, n)
+	if len(data) == 1 {
+		return nil
 	}
+	// One string holds them all: the pairs are slices of it, one
+	// allocation a packet instead of one a string.
+	rest := string(data[1:])
+	m.NameValues = make([]string, 0, strings.Count(rest, "\x00"))
 	for len(rest) > 0 {
-		s, r, err := nextString(rest, "macro")
-		if err != nil {
-			return fmt.Errorf("MACRO: %w", err)
+		i := strings.IndexByte(rest, 0)
+		if i < 0 {
+			return fmt.Errorf("MACRO: %w: macro without its terminating NUL", ErrMalformed)
 		}
-		m.NameValues = append(m.NameValues, s)
-		rest = r
+		m.NameValues = append(m.NameValues, rest[:i])
+		rest = rest[i+1:]
 	}
 	if len(m.NameValues)%2 != 0 {
 		return fmt.Errorf("%w: MACRO: name %q without a value", ErrMalformed, m.NameValues[len(m.NameValues)-1])
