@@ -3,7 +3,7 @@
 // milters and with a floor. bench/milter.sh checks for root and the
 // packages, then runs it from the repository's root.
 //
-// Six private Postfix 3.7 instances (seven with BASELINE, fewer with
+// Seven private Postfix 3.7 instances (eight with BASELINE, fewer with
 // TARGETS, below;
 // bench/milterload postfix, built on
 // internal/testutil/postfixtest; everything is delivered to discard(8)),
@@ -30,6 +30,11 @@
 //	                   CONNECT and END-OF-MESSAGE with CONTINUE from static
 //	                   buffers. Whatever postfix-alone has over floor is the
 //	                   MTA's own cost of a milter, out of any milter's reach.
+//	go-floor           the same milter written the standard Go way
+//	                   (bench/miltergofloor): a goroutine per connection on
+//	                   net.Listener and net.Conn. Between floor and go-floor
+//	                   lies what the Go runtime costs a session, and where
+//	                   sluice's own event loop (internal/netserve) stands.
 //
 // The C milters are embedded here and built with cc (-O2 -Wall; the
 // libmilter ones against libmilter-dev). milter_default_action = tempfail,
@@ -59,7 +64,8 @@
 // switches per message, medians over the rounds with the smallest and
 // largest round's value, and one "milter cpu sluice-connect/floor c=<c>"
 // line per c (the ratio of the median CPU times per message, when the
-// floor runs: c/floor.c is the C floor of the milter protocol).
+// floor runs: c/floor.c is the C floor of the milter protocol), and one
+// "milter cpu go-floor/floor c=<c>" line per c when both floors run.
 // Between the cost table and the goals, the memory figure: milterload idle
 // opens the idle sessions to the running sluice-connect daemon and reads
 // its VmRSS before and after (target <= 16 KiB per session).
@@ -73,7 +79,7 @@
 //	                    at c=1 a run of 300 lasted under a second, and one
 //	                    scheduler hiccup moved its rate by a tenth)
 //	IDLE=n    -idle     idle milter sessions for the memory figure (10000)
-//	BASELINE=bin -baseline  an older sluice binary, run as a seventh target,
+//	BASELINE=bin -baseline  an older sluice binary, run as an eighth target,
 //	                    baseline-connect, in sluice-connect's configuration;
 //	                    "milter ratio sluice-connect/baseline-connect c=N"
 //	                    lines come first: a change measured before and
@@ -116,8 +122,8 @@ func main() {
 // concurrency is the parallel SMTP sessions of the runs, in order.
 var concurrency = []int{1, 10, 100}
 
-// targets are the six Postfix instances, in their first round's order.
-var targets = []string{"postfix-alone", "sluice-connect", "sluice-all", "libmilter", "libmilter-connect", "floor"}
+// targets are the seven Postfix instances, in their first round's order.
+var targets = []string{"postfix-alone", "sluice-connect", "sluice-all", "libmilter", "libmilter-connect", "floor", "go-floor"}
 
 // baselineTarget is the target BASELINE adds: an older sluice binary in
 // sluice-connect's configuration.
@@ -132,8 +138,8 @@ type settings struct {
 	only     []string // TARGETS: the targets to run (nil: all)
 }
 
-// targets are the run's targets: the six (or TARGETS' subset of them, in
-// the six's order), and baselineTarget with BASELINE.
+// targets are the run's targets: the seven (or TARGETS' subset of them, in
+// the seven's order), and baselineTarget with BASELINE.
 func (s settings) targets() []string {
 	all := targetList(s.baseline != "")
 	if s.only == nil {

@@ -305,7 +305,7 @@ func TestBaselineReport(t *testing.T) {
 	}
 }
 
-// TestTargetsSubset: TARGETS runs its targets in the six's order (with
+// TestTargetsSubset: TARGETS runs its targets in the seven's order (with
 // baseline-connect after them under BASELINE), and the report prints only
 // the ratio lines and goals whose targets ran, the last line unchanged.
 func TestTargetsSubset(t *testing.T) {
@@ -387,14 +387,16 @@ func TestTargetsRequired(t *testing.T) {
 }
 
 // TestCosts: the cost table has each milter's CPU time and context
-// switches per message with their range, and the sluice-connect/floor
-// CPU line is the ratio of the medians, or n/a when the floor's is 0.
+// switches per message with their range, and the sluice-connect/floor and
+// go-floor/floor CPU lines are the ratios of the medians, or n/a when the
+// floor's is 0.
 func TestCosts(t *testing.T) {
-	r := &results{measured: []string{"postfix-alone", "sluice-connect", "floor"}}
+	r := &results{measured: []string{"postfix-alone", "sluice-connect", "floor", "go-floor"}}
 	for _, c := range concurrency {
 		for _, v := range []float64{30, 40, 90} {
 			r.cpu.Add("sluice-connect", c, v)
 			r.cs.Add("sluice-connect", c, v/10)
+			r.cpu.Add("go-floor", c, 2*v)
 		}
 		if c != 100 {
 			r.cpu.Add("floor", c, 20)
@@ -406,12 +408,14 @@ func TestCosts(t *testing.T) {
 		"1    sluice-connect             40.0 (30.0-90.0)        4.0 (3.0-9.0)\n",
 		"milter cpu sluice-connect/floor c=10: 2.00\n",
 		"milter cpu sluice-connect/floor c=100: n/a (the floor's CPU time was below a clock tick)\n",
+		"milter cpu go-floor/floor c=1: 4.00\n",
+		"milter cpu go-floor/floor c=100: n/a (the floor's CPU time was below a clock tick)\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("costs lack %q:\n%s", want, b.String())
 		}
 	}
-	r.measured = []string{"postfix-alone", "sluice-connect"}
+	r.measured = []string{"postfix-alone", "sluice-connect", "go-floor"}
 	b.Reset()
 	writeCosts(&b, r)
 	if strings.Contains(b.String(), "milter cpu") {

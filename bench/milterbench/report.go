@@ -89,14 +89,16 @@ func writeCosts(w io.Writer, r *results) {
 			fmt.Fprintf(w, "%-4d %-18s %24s %20s\n", c, t, r.cpu.Summary(t, c).WithRange(1), r.cs.Summary(t, c).WithRange(1))
 		}
 	}
-	if !r.has("sluice-connect", "floor") {
-		return
-	}
-	for _, c := range concurrency {
-		if f := r.cpu.Median("floor", c); f > 0 {
-			fmt.Fprintf(w, "milter cpu sluice-connect/floor c=%d: %s\n", c, rounds.Ratio(r.cpu.Median("sluice-connect", c), f))
-		} else {
-			fmt.Fprintf(w, "milter cpu sluice-connect/floor c=%d: n/a (the floor's CPU time was below a clock tick)\n", c)
+	for _, num := range []string{"sluice-connect", "go-floor"} {
+		if !r.has(num, "floor") {
+			continue
+		}
+		for _, c := range concurrency {
+			if f := r.cpu.Median("floor", c); f > 0 {
+				fmt.Fprintf(w, "milter cpu %s/floor c=%d: %s\n", num, c, rounds.Ratio(r.cpu.Median(num, c), f))
+			} else {
+				fmt.Fprintf(w, "milter cpu %s/floor c=%d: n/a (the floor's CPU time was below a clock tick)\n", num, c)
+			}
 		}
 	}
 }

@@ -26,6 +26,7 @@ var wantSteps = map[string]string{
 	"libmilter":         "connect,helo,mail,rcpt,data,header,eoh,body,unknown",
 	"libmilter-connect": "connect",
 	"floor":             "connect",
+	"go-floor":          "connect",
 	baselineTarget:      "connect",
 }
 
@@ -33,7 +34,7 @@ var wantSteps = map[string]string{
 // sun_path is below 108 bytes).
 var socketNames = map[string]string{
 	"sluice-connect": "sc.sock", "sluice-all": "sa.sock", "libmilter": "lm.sock",
-	"libmilter-connect": "lc.sock", "floor": "fl.sock", baselineTarget: "bc.sock",
+	"libmilter-connect": "lc.sock", "floor": "fl.sock", "go-floor": "gf.sock", baselineTarget: "bc.sock",
 }
 
 // command runs name with args, its combined output returned in the error
@@ -46,8 +47,8 @@ func command(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// build builds sluice and milterload with go, and the C milters with cc,
-// into the run's directory.
+// build builds sluice, milterload and the Go floor with go, and the C
+// milters with cc, into the run's directory.
 func (b *bench) build(ctx context.Context) error {
 	if _, err := os.Stat("cmd/sluice"); err != nil {
 		return fmt.Errorf("run from the repository's root: %w", err)
@@ -55,8 +56,8 @@ func (b *bench) build(ctx context.Context) error {
 	if _, err := os.Stat("/usr/include/libmilter/mfapi.h"); err != nil {
 		return fmt.Errorf("libmilter-dev is missing (apt-get install libmilter-dev): %w", err)
 	}
-	daemons.Logf("building sluice and milterload in %s", b.dir)
-	for _, p := range [][2]string{{"sluice", "./cmd/sluice"}, {"milterload", "./bench/milterload"}} {
+	daemons.Logf("building sluice, milterload and miltergofloor in %s", b.dir)
+	for _, p := range [][2]string{{"sluice", "./cmd/sluice"}, {"milterload", "./bench/milterload"}, {"miltergofloor", "./bench/miltergofloor"}} {
 		if err := command(ctx, "go", "build", "-o", b.path(p[0]), p[1]); err != nil {
 			return err
 		}
@@ -168,6 +169,7 @@ func (b *bench) startMilters(ctx context.Context) error {
 		{"libmilter", "the libmilter accept-all milter", "acceptall", "unix:" + b.sock("libmilter")},
 		{"libmilter-connect", "the libmilter CONNECT-only milter", "connectonly", "unix:" + b.sock("libmilter-connect")},
 		{"floor", "the floor milter", "floor", b.sock("floor")},
+		{"go-floor", "the Go floor milter", "miltergofloor", b.sock("go-floor")},
 	} {
 		if !slices.Contains(all, m.target) {
 			continue

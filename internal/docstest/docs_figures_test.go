@@ -11,8 +11,9 @@ var (
 	// figure is a number as the docs write figures: 31.8k, 1,000, 0.82-0.99,
 	// 2026-11-25, 10:24, 23.7x, 5 %.
 	figure = regexp.MustCompile(`\d+(?:[.,:]\d+)*(?:-\d+(?:[.,:]\d+)*)*[kx]?`)
-	// docsLink is a markdown link to a page under docs/: its target.
-	docsLink = regexp.MustCompile(`\]\((docs/[\w/.-]+\.md)(?:#[\w-]*)?\)`)
+	// docsLink is a markdown link to a page under docs/ or to the bench
+	// log under bench/results/: its target.
+	docsLink = regexp.MustCompile(`\]\(((?:docs|bench/results)/[\w/.-]+\.md)(?:#[\w-]*)?\)`)
 	// notFigure is what a table cell holds besides its figures: link
 	// targets (the link text stays), code spans (commands), emphasis, and
 	// words, digits in them too (p99).
@@ -72,11 +73,11 @@ func hasFigure(page, fig string) bool {
 }
 
 // TestReadmeFiguresInDocs: every figure README.md's benchmark table
-// states is quoted from a page under docs/ that its row links to, so that
-// the README never keeps an older copy of a figure the page has since
-// replaced: each row cites at least one page, and each figure of its
-// "measured here" cell appears, as the same figure, in one of the pages
-// it cites.
+// states is quoted from a page its row links to (under docs/, or the bench
+// log under bench/results/), so that the README never keeps an older copy
+// of a figure the page has since replaced: each row cites at least one
+// page, and each figure of its "measured here" cell appears, as the same
+// figure, in one of the pages it cites.
 func TestReadmeFiguresInDocs(t *testing.T) {
 	rows := benchmarkRows(t, readDoc(t, "README.md"))
 	checked := 0
@@ -87,7 +88,7 @@ func TestReadmeFiguresInDocs(t *testing.T) {
 			names = append(names, m[1])
 		}
 		if len(pages) == 0 {
-			t.Errorf("README.md's row for %s cites no page under docs/ for its figures", script)
+			t.Errorf("README.md's row for %s cites no page under docs/ or bench/results/ for its figures", script)
 			continue
 		}
 		for _, fig := range figures(cell) {
