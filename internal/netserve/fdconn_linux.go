@@ -331,9 +331,7 @@ func (c *fdConn) Pending() bool {
 		return false
 	}
 	defer c.release()
-	var b [1]byte
-	n, _, err := syscall.Recvfrom(c.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return err == nil && n > 0
+	return rawio.PendingFD(c.fd)
 }
 
 // PeerCred returns a unix socket peer's credentials (SO_PEERCRED),

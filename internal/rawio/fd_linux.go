@@ -34,6 +34,20 @@ func rw(trap uintptr, fd int, b []byte) (int, syscall.Errno) {
 	}
 }
 
+// PendingFD reports whether the socket fd holds bytes not yet read: a
+// recv(2) with MSG_PEEK|MSG_DONTWAIT of one byte, which takes nothing
+// and never waits. An empty, closed or failed socket has none.
+func PendingFD(fd int) bool {
+	var b [1]byte
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e != syscall.EINTR {
+			return e == 0 && n > 0
+		}
+	}
+}
+
 // CloseFD closes the bare descriptor fd; a negative fd is none.
 func CloseFD(fd int) {
 	if fd >= 0 {

@@ -26,10 +26,19 @@ func TestReadWriteCloseFD(t *testing.T) {
 	if n, e := WriteFD(b, []byte("hello")); n != 5 || e != 0 {
 		t.Fatalf("write: %d %v", n, e)
 	}
+	if !PendingFD(a) {
+		t.Fatal("PendingFD of a socket holding a write: false")
+	}
 	if n, e := ReadFD(a, buf); e != 0 || string(buf[:n]) != "hello" {
-		t.Fatalf("read: %q %v", buf[:n], e)
+		t.Fatalf("read: %q %v (did PendingFD take a byte?)", buf[:n], e)
+	}
+	if PendingFD(a) {
+		t.Fatal("PendingFD of an empty socket: true")
 	}
 	CloseFD(b)
+	if PendingFD(a) {
+		t.Fatal("PendingFD of a socket whose peer closed: true")
+	}
 	if n, e := ReadFD(a, buf); n != 0 || e != 0 {
 		t.Fatalf("read after the peer closed: %d %v, want 0 and no error (end of file)", n, e)
 	}
