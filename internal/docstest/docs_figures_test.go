@@ -14,6 +14,8 @@ var (
 	// docsLink is a markdown link to a page under docs/ or under
 	// bench/results/ (the bench log): its target.
 	docsLink = regexp.MustCompile(`\]\(((?:docs|bench/results)/[\w/.-]+\.md)(?:#[\w-]*)?\)`)
+	// logLink is a markdown link to a section of the bench log: its anchor.
+	logLink = regexp.MustCompile(`\]\(bench/results/log\.md#([\w-]+)\)`)
 	// notFigure is what a table cell holds besides its figures: link
 	// targets (the link text stays), code spans (commands), emphasis, and
 	// words, digits in them too (p99).
@@ -75,35 +77,57 @@ func hasFigure(page, fig string) bool {
 // TestReadmeFiguresInDocs: every figure README.md's benchmark table
 // states is quoted from the bench log, bench/results/log.md, where each
 // dated run is recorded once, so that the README never keeps an older
-// copy of a figure or one the log does not have: each row cites the log
-// (a link to its section), and each figure of its "measured here" cell
-// appears, as the same figure, in the log. A row's links to design pages
-// (docs/) say how the script measures; they are no source of figures.
+// copy of a figure or one the log does not have: each row cites a section
+// of the log (bench/results/log.md#anvil), and each figure of its
+// "measured here" cell appears, as the same figure, in a section it
+// cites. A row's links to design pages (docs/) say how the script
+// measures; they are no source of figures.
 func TestReadmeFiguresInDocs(t *testing.T) {
-	const logPage = "bench/results/log.md"
-	benchLog := readDoc(t, logPage)
+	sections := logSections(readDoc(t, "bench/results/log.md"))
 	rows := benchmarkRows(t, readDoc(t, "README.md"))
 	checked := 0
 	for script, cell := range rows {
-		cites := false
 		for _, m := range docsLink.FindAllStringSubmatch(cell, -1) {
 			readDoc(t, path.Clean(m[1])) // every link leads to a page
-			cites = cites || m[1] == logPage
 		}
-		if !cites {
-			t.Errorf("README.md's row for %s does not cite %s for its figures", script, logPage)
+		var cited []string
+		for _, m := range logLink.FindAllStringSubmatch(cell, -1) {
+			if _, ok := sections[m[1]]; !ok {
+				t.Errorf("README.md's row for %s cites bench/results/log.md#%s: the log has no such section", script, m[1])
+			}
+			cited = append(cited, sections[m[1]])
+		}
+		if len(cited) == 0 {
+			t.Errorf("README.md's row for %s cites no section of bench/results/log.md for its figures", script)
 			continue
 		}
 		for _, fig := range figures(cell) {
 			checked++
-			if !hasFigure(benchLog, fig) {
-				t.Errorf("README.md's row for %s states %s, which %s does not", script, fig, logPage)
+			found := false
+			for _, sec := range cited {
+				found = found || hasFigure(sec, fig)
+			}
+			if !found {
+				t.Errorf("README.md's row for %s states %s, which the log's sections it cites do not", script, fig)
 			}
 		}
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d figures: is the table as expected?", checked)
 	}
+}
+
+// logSections splits the bench log into its "## name" sections, by the
+// anchor a link to each has (the name, as the log writes them: one
+// lower-case word).
+func logSections(log string) map[string]string {
+	secs := map[string]string{}
+	parts := strings.Split(log, "\n## ")
+	for _, p := range parts[1:] {
+		name, body, _ := strings.Cut(p, "\n")
+		secs[strings.ToLower(strings.TrimSpace(name))] = body
+	}
+	return secs
 }
 
 // TestHasFigure: a figure is found only as itself.
