@@ -17,6 +17,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 )
 
@@ -80,21 +82,23 @@ func serve(l net.Listener) error {
 }
 
 // answer answers c's packets until QUIT, the end of the stream or a
-// packet it cannot take.
+// packet it cannot take. A buffered reader takes what the peer sent in one
+// read, as a C milter reading into its buffer would.
 func answer(c net.Conn) {
 	defer c.Close()
+	r := bufio.NewReaderSize(c, 4096)
 	var hdr [5]byte
-	body := make([]byte, 0, 512)
+	var body []byte
 	for {
-		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return
 		}
 		n := int(binary.BigEndian.Uint32(hdr[:4]))
 		if n < 1 || n > maxPacket {
 			return
 		}
-		body = body[:n-1]
-		if _, err := io.ReadFull(c, body); err != nil {
+		body = slices.Grow(body[:0], n-1)[:n-1]
+		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
 		var reply []byte

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,10 @@ func TestFloorSession(t *testing.T) {
 	}
 	if m.Neg.Version != 6 || m.Neg.Actions != 0 || m.Neg.Protocol&wire.ProtoNoConnect != 0 {
 		t.Fatalf("negotiated %+v", m.Neg)
+	}
+	// A packet larger than the reader's buffer, as Postfix's macros can be.
+	if err := m.Macro(wire.CmdHelo, "{cert_subject}", strings.Repeat("x", 6000)); err != nil {
+		t.Fatal(err)
 	}
 	if err := m.Macro(wire.CmdConnect, "j", "mx.example"); err != nil {
 		t.Fatal(err)
