@@ -19,14 +19,13 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
+
+	"sluice/bench/internal/gofloor"
 )
 
 var (
@@ -51,33 +50,12 @@ func main() {
 	if err == nil {
 		err = os.Chmod(path, 0o666)
 	}
+	if err == nil {
+		err = gofloor.Run(l, answer)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "miltergofloor:", err)
 		os.Exit(1)
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-sig
-		l.Close()
-	}()
-	if err := serve(l); err != nil {
-		fmt.Fprintln(os.Stderr, "miltergofloor:", err)
-		os.Exit(1)
-	}
-}
-
-// serve accepts connections until l is closed.
-func serve(l net.Listener) error {
-	for {
-		c, err := l.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		go answer(c)
 	}
 }
 

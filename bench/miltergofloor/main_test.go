@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/bench/internal/gofloor"
 	"sluice/internal/milter/miltest"
 	"sluice/internal/milter/wire"
 )
@@ -22,7 +23,7 @@ func start(t *testing.T) string {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serve(l) }()
+	go func() { done <- gofloor.Serve(l, answer) }()
 	t.Cleanup(func() {
 		l.Close()
 		if err := <-done; err != nil {

@@ -1,10 +1,13 @@
 // Command policyfloor is the floor of bench/policy.sh: the least a Postfix
-// policy server can do on the same socket. A goroutine per connection
-// (net.Listener and net.Conn on the Go runtime's poller, as sluice's
-// door), one request at a time: it reads lines until the empty line that
-// ends a request, looks at nothing in them, and writes a fixed
-// "action=DUNNO" reply in one write. No parsing, no limits, no timeouts,
-// no logging. What sluice spends above it is what deciding costs.
+// policy server can do on the same socket, written the standard Go way:
+// a goroutine per connection (net.Listener and net.Conn on the Go
+// runtime's poller, bench/internal/gofloor), one request at a time: it
+// reads lines until the empty line that ends a request, looks at nothing
+// in them, and writes a fixed "action=DUNNO" reply in one write. No
+// parsing, no limits, no timeouts, no logging. sluice's door runs on its
+// own event loop (internal/netserve) and decides; the C floor
+// (bench/protofloor.c) marks what answering the protocol costs at the
+// least.
 //
 //	policyfloor -listen 127.0.0.1:10041
 //
@@ -19,8 +22,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"sluice/bench/internal/gofloor"
 )
 
 // reply is the one answer it gives.
@@ -30,33 +33,12 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:10041", "the TCP address to listen on")
 	flag.Parse()
 	l, err := net.Listen("tcp", *listen)
+	if err == nil {
+		err = gofloor.Run(l, answer)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "policyfloor:", err)
 		os.Exit(1)
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-sig
-		l.Close()
-	}()
-	if err := serve(l); err != nil {
-		fmt.Fprintln(os.Stderr, "policyfloor:", err)
-		os.Exit(1)
-	}
-}
-
-// serve accepts connections until l is closed.
-func serve(l net.Listener) error {
-	for {
-		c, err := l.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		go answer(c)
 	}
 }
 

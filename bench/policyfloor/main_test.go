@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"sluice/bench/internal/gofloor"
 )
 
 // TestFloorAnswersEachRequest: one DUNNO per request, requests of any
@@ -17,7 +19,7 @@ func TestFloorAnswersEachRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serve(l) }()
+	go func() { done <- gofloor.Serve(l, answer) }()
 	defer func() {
 		l.Close()
 		if err := <-done; err != nil {
