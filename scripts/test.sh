@@ -9,9 +9,11 @@
 # paths, the multiplexor's drop-in: scripts/installed-host.sh), undone at
 # exit; without root it says loudly which suites will be skipped.
 #
-# Environment: FUZZTIME (default 5s) per fuzz target, and, when set, how
-# long the mux differential fuzzer (TestMuxDifferentialFuzz, run with the
-# tests; unset, it plays its four fixed schedules) draws new ones;
+# Environment: FUZZTIME (default 5s) per fuzz target, FUZZ_JOBS (default:
+# the CPUs) targets at a time with FUZZ_WORKERS (default 1) workers each,
+# and, when set, how long the mux differential fuzzer
+# (TestMuxDifferentialFuzz, run with the tests; unset, it plays its four
+# fixed schedules) draws new ones;
 # SKIP_FUZZ=1 skips the fuzz targets;
 # SLUICE_ARTIFACTS (default ./artifacts) receives screenshots and the test
 # events (go-test.json); SLUICE_REQUIRE_PEERS (default 1 as root or in CI)
@@ -178,10 +180,12 @@ fi
 step "go test -race -shuffle=on (SLUICE_REQUIRE_PEERS=${SLUICE_REQUIRE_PEERS})"
 # gotestsum runs go test -json and prints a line per package, the whole
 # output of every failed test, and at the end every skipped test with its
-# reason: a skip is never silent.
+# reason: a skip is never silent. The tests mostly wait on their real
+# peers (this run keeps about a third of two CPUs busy), so four packages
+# and four parallel tests of a package run at a time, not one per CPU.
 go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg \
 	--jsonfile "$SLUICE_ARTIFACTS/go-test.json" -- \
-	-race -shuffle=on -count=1 -timeout 20m ./... 9>&-
+	-race -shuffle=on -count=1 -p 4 -parallel 4 -timeout 20m ./... 9>&-
 
 step "go test without the race detector: the doors' raw socket I/O"
 # Every door reads and writes with raw system calls on Linux
@@ -205,28 +209,35 @@ fuzz_target() {
 	local dir=$1 name=$2 out rc
 	for attempt in 1 2; do
 		rc=0
-		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-5s}" "$dir" 2>&1 9>&-) || rc=$?
-		printf '%s\n' "$out"
+		out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="${FUZZTIME:-5s}" -parallel="${FUZZ_WORKERS:-1}" "$dir" 2>&1 9>&-) || rc=$?
+		printf -- '-- %s %s\n%s\n' "$dir" "$name" "$out"
 		[ "$rc" = 0 ] && return 0
 		if [ "$attempt" = 1 ] && grep -q '^    context deadline exceeded$' <<<"$out" &&
 			! grep -q 'Failing input written' <<<"$out"; then
 			echo "!! $name: Go fuzz coordinator deadline race (go.dev/issue/75804), no failing input; running it again" >&2
 			continue
 		fi
+		echo "!! $name failed" >&2
 		return "$rc"
 	done
 }
 
 if [ "${SKIP_FUZZ:-}" != 1 ]; then
-	step "fuzzing (${FUZZTIME:-5s} per target)"
-	# Every "func FuzzX(" in a _test.go file is a target.
+	# FUZZ_JOBS targets at a time (default: one per CPU), each with
+	# FUZZ_WORKERS fuzzing processes (default 1): the same CPU as one
+	# target at a time with a worker per CPU, in a fraction of the time.
+	fuzz_jobs=${FUZZ_JOBS:-$(nproc)}
+	step "fuzzing (${FUZZTIME:-5s} per target, ${fuzz_jobs} at a time)"
+	export -f fuzz_target
+	export FUZZTIME FUZZ_WORKERS
+	# Every "func FuzzX(" in a _test.go file is a target. xargs runs them
+	# and exits non-zero if any failed (set -o pipefail passes that on);
+	# each target's output is printed whole once it is done.
 	grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do
-		dir=$(dirname "$f")
 		for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
-			echo "-- $dir $name"
-			fuzz_target "$dir" "$name"
+			printf '%s %s\n' "$(dirname "$f")" "$name"
 		done
-	done
+	done | xargs -P "$fuzz_jobs" -n 2 bash -c 'fuzz_target "$1" "$2"' _ 9>&-
 fi
 
 step "all checks passed"
