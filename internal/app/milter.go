@@ -37,7 +37,7 @@ func (h milterConnect) Connect(s *milter.Session, host string, family milter.Fam
 
 func (h milterConnect) Close(s *milter.Session) {
 	if ss, ok := s.Data.(*milterSession); ok {
-		ss.gov.MilterClose(context.WithoutCancel(s.Context()), &ss.ms)
+		ss.gov.MilterClose(s.KeptContext(), &ss.ms)
 	}
 	h.d.milterGate.wake()
 }
@@ -101,7 +101,7 @@ func (h milterRules) EOM(s *milter.Session, _ *milter.Modifier) milter.Response 
 
 func (h milterRules) Abort(s *milter.Session) {
 	if ss := session(s); ss.gov != nil {
-		ss.gov.MilterAbort(context.WithoutCancel(s.Context()), &ss.ms)
+		ss.gov.MilterAbort(s.KeptContext(), &ss.ms)
 	}
 }
 

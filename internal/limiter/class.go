@@ -22,10 +22,21 @@ type Class struct {
 	// fewer free sessions than the reservations not in use (see Admits).
 	// Zero: none.
 	Reserve int64
+
+	leaseKey string // LeaseKey, made once by NewClasses
 }
 
-// LeaseKey is the store key that counts the class's sessions.
-func (c *Class) LeaseKey() string { return "class\x00" + c.Name }
+// LeaseKey is the store key that counts the class's sessions: made once
+// for a class of a table (every session of the class asks for it), on
+// each call for a Class made otherwise.
+func (c *Class) LeaseKey() string {
+	if c.leaseKey != "" {
+		return c.leaseKey
+	}
+	return leaseKeyOf(c.Name)
+}
+
+func leaseKeyOf(name string) string { return "class\x00" + name }
 
 // Classes is an ordered class table: the first class with a matching mask
 // wins, and the last class matches everything.
@@ -62,7 +73,11 @@ func NewClasses(list []Class) (*Classes, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Classes{list: append([]Class(nil), list...)}, nil
+	cs := &Classes{list: append([]Class(nil), list...)}
+	for i := range cs.list {
+		cs.list[i].leaseKey = leaseKeyOf(cs.list[i].Name)
+	}
+	return cs, nil
 }
 
 // Match returns the first class with a mask matching the peer. It never

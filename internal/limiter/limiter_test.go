@@ -160,3 +160,24 @@ func TestPeaksReport(t *testing.T) {
 		t.Errorf("peaks not reset after report")
 	}
 }
+
+// leaseKeySink makes LeaseKey's result escape, as a store key does.
+var leaseKeySink string
+
+// TestLeaseKeyMadeOnce: a table's class keeps its key (made by
+// NewClasses, no allocation a session), the same key a Class made
+// otherwise computes.
+func TestLeaseKeyMadeOnce(t *testing.T) {
+	cs, err := limiter.NewClasses([]limiter.Class{{Name: "mx", Masks: masks("192.0.2.0/24")}, {Name: "rest", Masks: masks("*")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cs.Match(hostmask.PeerAddr("", netip.MustParseAddr("192.0.2.7")))
+	lit := limiter.Class{Name: "mx"}
+	if got, want := c.LeaseKey(), lit.LeaseKey(); got != want || got != "class\x00mx" {
+		t.Fatalf("LeaseKey = %q, a literal's %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { leaseKeySink = c.LeaseKey() }); n != 0 {
+		t.Errorf("a table class's LeaseKey allocates %v times", n)
+	}
+}

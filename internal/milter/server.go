@@ -97,7 +97,8 @@ type Server struct {
 	ns     *netserve.Server
 	ctx    context.Context
 	cancel context.CancelFunc
-	steps  stepSet // what the Handler implements
+	kept   context.Context // ctx without its cancellation (Session.KeptContext)
+	steps  stepSet         // what the Handler implements
 
 	tokens    chan struct{} // one per callback allowed to run at once
 	waiting   atomic.Int64  // calls waiting for a token
@@ -167,6 +168,7 @@ func NewServer(o Options) *Server {
 	}
 	s := &Server{o: o, tokens: make(chan struct{}, o.Workers)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.kept = context.WithoutCancel(s.ctx)
 	h := o.Handler
 	s.steps.helo, _ = h.(HeloHandler)
 	s.steps.mail, _ = h.(MailHandler)

@@ -77,6 +77,11 @@ func (s *Session) PeerPID() int { return s.c.pid }
 // is closed or a Shutdown's deadline passes.
 func (s *Session) Context() context.Context { return s.c.srv.ctx }
 
+// KeptContext returns the server's context without its cancellation, for
+// what must finish even while the server stops (releasing what the
+// session holds). It is made once per server, not per call.
+func (s *Session) KeptContext() context.Context { return s.c.srv.kept }
+
 // Macro returns the value of a Sendmail macro ("i", "{auth_authen}"; the
 // braces may be left out) from the latest stage that defined it: a
 // stage's macros stay until the next MACRO packet for the same or an
