@@ -19,15 +19,17 @@ import (
 // which holds it open for the call, so a listener closed meanwhile is an
 // error, never a reused descriptor number.
 type acceptor struct {
-	l       net.Listener
-	lrc     syscall.RawConn // nil: not a socket of the net package (tests' in-memory listeners), accepted with l.Accept
-	p       *poller
-	fd      int
-	ch      chan struct{} // capacity 1: a connection is queued, or stop
-	check   *time.Timer   // wakes a parked accept to look whether the listener was closed
-	stopped atomic.Bool
-	laddr   net.Addr // for unix sockets: the listener's (what getsockname says)
-	netw    string
+	l     net.Listener
+	lrc   syscall.RawConn // nil: not a socket of the net package (tests' in-memory listeners), accepted with l.Accept
+	p     *poller
+	fd    int
+	ch    chan struct{} // capacity 1: a connection is queued, or stop
+	check *time.Timer   // wakes a parked accept to look whether the listener was closed
+	// checking: check is armed (only accept touches it)
+	checking bool
+	stopped  atomic.Bool
+	laddr    net.Addr // for unix sockets: the listener's (what getsockname says)
+	netw     string
 	// one accept4's outcome, kept here so the function given to Control
 	// is made once
 	cfd   int
@@ -104,12 +106,17 @@ func (a *acceptor) accept() (fd int, raddr net.Addr, err error) {
 		if a.errno == syscall.EAGAIN {
 			// A listener its owner closes (not through the Server) leaves
 			// the set without an event: look again within listenerCheck.
-			a.check.Reset(listenerCheck)
+			// The timer stays armed across parks until it fires: a
+			// connection's accept costs no timer change.
+			if !a.checking {
+				a.check.Reset(listenerCheck)
+				a.checking = true
+			}
 			select {
 			case <-a.ch:
 			case <-a.check.C:
+				a.checking = false
 			}
-			a.check.Stop()
 			continue
 		}
 		if a.errno != 0 {
@@ -148,4 +155,5 @@ func (a *acceptor) stop() {
 	}
 	a.l.Close()
 	a.ready(0)
+	a.check.Stop()
 }

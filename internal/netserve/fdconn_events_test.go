@@ -250,3 +250,52 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 		t.Fatalf("read %q, want abcd (the urgent byte out of band)", got)
 	}
 }
+
+// A deadline arms its timer only when a call parks under it: a reply
+// written into a socket with room, and a read that finds its data, cost
+// no timer. A deadline whose timer is not armed still ends a call once
+// it has passed (the call asks the clock), and one set while a read is
+// parked without a deadline ends that read.
+func TestConnDeadlineTimerOnlyWhenParked(t *testing.T) {
+	c, _, peer := eventPair(t)
+	c.SetWriteDeadline(time.Now().Add(time.Hour))
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	if _, err := c.Write([]byte("250 ok")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syscall.Write(peer, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("read: %d %v", n, err)
+	}
+	if c.wr.timer != nil || c.rd.timer != nil {
+		t.Fatalf("timers armed by calls that did not park: write %v, read %v", c.wr.timer != nil, c.rd.timer != nil)
+	}
+
+	c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	time.Sleep(20 * time.Millisecond) // past the deadline, which no timer marks
+	if _, err := c.Write([]byte("250 ok")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past an unarmed deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+
+	c.SetReadDeadline(time.Time{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 8))
+		got <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // most likely parked by now; either way the read must end
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	select {
+	case err := <-got:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("parked read under a deadline set meanwhile: %v, want os.ErrDeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a deadline set while a read was parked did not end it")
+	}
+	if c.rd.timer == nil {
+		t.Fatal("a parked read's deadline armed no timer")
+	}
+}

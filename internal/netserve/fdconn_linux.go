@@ -62,17 +62,30 @@ type fdConn struct {
 
 // side is one direction: its calls one at a time, its deadline and the
 // channel its parked call waits on.
+//
+// A deadline's timer is armed only when a call parks while the deadline
+// is set (or a deadline is set while a call is parked): a reply written
+// into a socket with room, as a door's replies almost always are, never
+// parks, so a write deadline costs no timer; a read deadline that is
+// renewed while requests keep coming is re-armed at the next park, not at
+// each renewal. A call that does not park checks a deadline whose timer
+// is not armed for it against the clock.
 type side struct {
 	mu       sync.Mutex    // one call at a time
 	ch       chan struct{} // capacity 1: ready, deadline or close
 	deadline atomic.Int64  // a clock.Mono reading; 0: none
-	// fired is set when the deadline's timer fires (or a deadline is set
-	// in the past) and cleared when a new one is armed: a call reads the
-	// clock only once it is set, as the runtime's poller marks an expired
-	// deadline from its timer instead of reading the clock per call.
-	fired atomic.Bool
-	dmu   sync.Mutex // guards timer
-	timer *time.Timer
+	// armed is the deadline the timer is armed for (0: none). While it is
+	// the deadline and fired is not set, the deadline has not passed: a
+	// call reads the clock only otherwise, as the runtime's poller marks
+	// an expired deadline from its timer instead of reading the clock per
+	// call.
+	armed atomic.Int64
+	// fired is set when the timer fires (or a deadline is set in the
+	// past) and cleared when the timer is armed again.
+	fired  atomic.Bool
+	parked atomic.Bool // a call waits on ch (or is about to)
+	dmu    sync.Mutex  // guards timer and arming
+	timer  *time.Timer
 }
 
 func (s *side) wake() {
@@ -82,15 +95,16 @@ func (s *side) wake() {
 	}
 }
 
-// expired reports whether the side's deadline has passed: its timer
-// fired, and the clock agrees (a timer of an earlier deadline may fire
-// after a later one was armed).
+// expired reports whether the side's deadline has passed: the clock says
+// so, asked only when the timer is not armed for the deadline or has
+// fired (a timer of an earlier deadline may fire after a later one was
+// set).
 func (s *side) expired() bool {
-	if !s.fired.Load() {
+	dl := s.deadline.Load()
+	if dl == 0 || (s.armed.Load() == dl && !s.fired.Load()) {
 		return false
 	}
-	dl := s.deadline.Load()
-	return dl != 0 && int64(clock.Mono()) >= dl
+	return int64(clock.Mono()) >= dl
 }
 
 // expire is the deadline timer's function.
@@ -99,25 +113,57 @@ func (s *side) expire() {
 	s.wake()
 }
 
-// set arms the side's deadline: a call parked now or later ends with
+// set sets the side's deadline: a call parked now or later ends with
 // os.ErrDeadlineExceeded once t has passed; the zero t means none.
 func (s *side) set(t time.Time) {
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
 	if t.IsZero() {
 		s.deadline.Store(0)
+		s.armed.Store(0)
 		if s.timer != nil {
 			s.timer.Stop()
 		}
 		return
 	}
-	dl := clock.MonoOf(t) // monotonic, as a net.Conn's: a step of the wall clock moves no deadline
-	s.deadline.Store(max(int64(dl), 1))
-	d := dl - clock.Mono()
-	if d <= 0 {
+	dl := max(int64(clock.MonoOf(t)), 1) // monotonic, as a net.Conn's: a step of the wall clock moves no deadline
+	s.deadline.Store(dl)
+	if time.Duration(dl) <= clock.Mono() {
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		s.armed.Store(dl)
+		s.expire()
+		return
+	}
+	if s.parked.Load() {
+		s.armLocked()
+	}
+}
+
+// park waits on ch for the poller, the deadline or Close, with the
+// deadline's timer armed (the caller holds mu).
+func (s *side) park() {
+	s.parked.Store(true)
+	if dl := s.deadline.Load(); dl != 0 && s.armed.Load() != dl {
+		s.dmu.Lock()
+		s.armLocked()
+		s.dmu.Unlock()
+	}
+	<-s.ch
+	s.parked.Store(false)
+}
+
+// armLocked arms the timer for the deadline, if it is not armed for it
+// (dmu held).
+func (s *side) armLocked() {
+	dl := s.deadline.Load()
+	if dl == 0 || s.armed.Load() == dl {
+		return
+	}
+	s.armed.Store(dl)
+	d := time.Duration(dl) - clock.Mono()
+	if d <= 0 {
 		s.expire()
 		return
 	}
@@ -236,7 +282,7 @@ func (c *fdConn) Read(p []byte) (int, error) {
 		if c.empty {
 			c.empty = false
 			if !c.hup.Load() {
-				<-c.rd.ch
+				c.rd.park()
 				continue
 			}
 		}
@@ -250,7 +296,7 @@ func (c *fdConn) Read(p []byte) (int, error) {
 			return r, nil
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			<-c.rd.ch
+			c.rd.park()
 		default:
 			return 0, c.opError("read", os.NewSyscallError("read", e))
 		}
@@ -285,7 +331,7 @@ func (c *fdConn) Write(b []byte) (int, error) {
 				}
 				continue // the room may have come before the set knew to tell
 			}
-			<-c.wr.ch
+			c.wr.park()
 		default:
 			return n, c.opError("write", os.NewSyscallError("write", e))
 		}
@@ -430,9 +476,13 @@ func (c *fdConn) rawWait(s *side, op string, f func(fd uintptr) bool) error {
 			}
 			continue
 		}
-		<-s.ch
+		s.park()
 	}
 }
+
+// unnamedUnix is the address of every unnamed unix socket peer (an MTA's
+// client end is one): made once, not at each accept. Nothing changes it.
+var unnamedUnix = &net.UnixAddr{Net: "unix"}
 
 // sockaddrAddr is the net.Addr of a raw socket address of n bytes (an
 // unnamed unix socket's is a *net.UnixAddr with no name, as the net
@@ -469,6 +519,9 @@ func sockaddrAddr(rsa *syscall.RawSockaddrAny, n uint32) net.Addr {
 				b[0] = '@' // abstract, as the net package shows it
 			}
 			name = string(b)
+		}
+		if name == "" {
+			return unnamedUnix
 		}
 		return &net.UnixAddr{Name: name, Net: "unix"}
 	}
