@@ -70,7 +70,7 @@ type observers struct {
 }
 
 // Observe implements governor.Observer.
-func (o observers) Observe(v *governor.Verdict) {
+func (o observers) Observe(v governor.Verdict) {
 	o.t.Observe(v)
 	o.e.Observe(v)
 }

@@ -100,9 +100,9 @@ func escalates(v *governor.Verdict, s *Settings) bool {
 // Observe implements governor.Observer: it counts a refused session of
 // v.Client and, at the After-th within Within, queues the address for
 // the helper. It never blocks.
-func (e *Escalator) Observe(v *governor.Verdict) {
+func (e *Escalator) Observe(v governor.Verdict) {
 	s := e.set.Load()
-	if !escalates(v, s) {
+	if !escalates(&v, s) {
 		return
 	}
 	addr, now := v.Client.Unmap(), v.At

@@ -20,8 +20,8 @@ func newTest(after int) (*Escalator, *clock.Fake) {
 	return e, clk
 }
 
-func refusal(addr string, at time.Time, reason string) *governor.Verdict {
-	return &governor.Verdict{Door: "anvil", Rule: "share", Key: "rest", Refused: true, Reason: reason,
+func refusal(addr string, at time.Time, reason string) governor.Verdict {
+	return governor.Verdict{Door: "anvil", Rule: "share", Key: "rest", Refused: true, Reason: reason,
 		Client: netip.MustParseAddr(addr), At: at}
 }
 
@@ -94,7 +94,7 @@ func TestEscalateWindow(t *testing.T) {
 func TestEscalateOnlySessionRefusals(t *testing.T) {
 	e, _ := newTest(2)
 	at := t0
-	for _, v := range []*governor.Verdict{
+	for _, v := range []governor.Verdict{
 		refusal("192.0.2.9", at, governor.ReasonLimit),
 		{Door: "anvil", Key: "rest", Refused: true, DryRun: true, Reason: governor.ReasonShare, Client: netip.MustParseAddr("192.0.2.9"), At: at},
 		{Door: "milter", Key: "known", Refused: true, Reason: governor.ReasonClass, Client: netip.MustParseAddr("192.0.2.9"), At: at},

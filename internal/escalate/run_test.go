@@ -54,7 +54,7 @@ func TestRunAgainstTheHelper(t *testing.T) {
 
 	refuse := func(addr string) {
 		for range 2 {
-			e.Observe(&governor.Verdict{Door: "milter", Key: "rest", Refused: true, Reason: governor.ReasonHeadroom,
+			e.Observe(governor.Verdict{Door: "milter", Key: "rest", Refused: true, Reason: governor.ReasonHeadroom,
 				Client: netip.MustParseAddr(addr), At: time.Now()})
 		}
 	}

@@ -78,10 +78,11 @@ func (v *Verdict) Word() string {
 	return "ok"
 }
 
-// Observer receives every verdict as it is made. It runs on the mail
-// path: it must be quick and never block.
+// Observer receives every verdict as it is made, a copy each (by value:
+// a pointer through the interface would put every decision's record on
+// the heap). It runs on the mail path: it must be quick and never block.
 type Observer interface {
-	Observe(v *Verdict)
+	Observe(v Verdict)
 }
 
 // Record is the one recording point of a decision: it reports v to the
@@ -93,7 +94,7 @@ func (g *Governor) Record(ctx context.Context, v Verdict) {
 		v.At = g.lim.Now()
 	}
 	if g.obs != nil {
-		g.obs.Observe(&v)
+		g.obs.Observe(v)
 	}
 	g.logVerdict(ctx, &v)
 }

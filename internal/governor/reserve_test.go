@@ -13,7 +13,7 @@ import (
 // observed keeps every verdict.
 type observed struct{ v []Verdict }
 
-func (o *observed) Observe(v *Verdict) { o.v = append(o.v, *v) }
+func (o *observed) Observe(v Verdict) { o.v = append(o.v, v) }
 
 func reserveFixture(t *testing.T, capacity int64) (*fixture, *observed) {
 	t.Helper()

@@ -64,7 +64,7 @@ var (
 
 // Observe implements governor.Observer: every verdict is counted here
 // once, in the metrics and the status's totals alike.
-func (o *Tally) Observe(v *governor.Verdict) {
+func (o *Tally) Observe(v governor.Verdict) {
 	word := v.Word()
 	o.m.Decision(v.Door, v.Rule, word)
 	o.decisions.Add(1)

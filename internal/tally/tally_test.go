@@ -27,7 +27,7 @@ func TestTallyCountsOnce(t *testing.T) {
 		{Door: "policy", Rule: "sender", Key: "a@example", Count: 3, Limit: lim, Refused: true, Reply: "DEFER_IF_PERMIT busy", At: now},
 		{Door: "throttle", Rule: "relay", Key: "relay x", Refused: true, Deferred: true, Reason: governor.ReasonBan, At: now},
 	} {
-		o.Observe(&v)
+		o.Observe(v)
 	}
 	tot := o.Totals()
 	if tot.Decisions != 3 || tot.Refusals != 2 {
