@@ -98,6 +98,7 @@ var errAcceptTemporary = errors.New("temporary")
 func (a *acceptor) accept() (fd int, raddr net.Addr, err error) {
 	for {
 		if a.stopped.Load() {
+			a.check.Stop() // stop may have stopped it before the last park armed it
 			return -1, nil, errStopped
 		}
 		if err := a.lrc.Control(a.try); err != nil {

@@ -285,7 +285,12 @@ func TestConnDeadlineTimerOnlyWhenParked(t *testing.T) {
 		_, err := c.Read(make([]byte, 8))
 		got <- err
 	}()
-	time.Sleep(10 * time.Millisecond) // most likely parked by now; either way the read must end
+	// Parked with no deadline: the set below must arm the timer.
+	for end := time.Now().Add(10 * time.Second); !c.rd.parked.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the read never parked")
+		}
+	}
 	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	select {
 	case err := <-got:
