@@ -115,7 +115,7 @@ func TestConnShortReadThenEnd(t *testing.T) {
 		t.Fatalf("the set reported %+v; want one event with EPOLLRDHUP", evs)
 	}
 	c.ready(evs[0].Events)
-	<-c.rd.ch // as a read parked before the data came takes the wake
+	<-c.rd.w.ch // as a read parked before the data came takes the wake
 	buf := make([]byte, 64)
 	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "hello" {
 		t.Fatalf("read %q, %v", buf[:n], err)
@@ -234,7 +234,7 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 		}
 	}
 	c.ready(ev)
-	<-c.rd.ch // as a read parked before the data came takes the wake
+	<-c.rd.w.ch // as a read parked before the data came takes the wake
 	// A stall fails, not blocks.
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var got []byte

@@ -60,8 +60,8 @@ type fdConn struct {
 	cred atomic.Pointer[peercred.Cred]
 }
 
-// side is one direction: its calls one at a time, its deadline and the
-// channel its parked call waits on.
+// side is one direction: its calls one at a time, its deadline and what
+// its parked call waits on.
 //
 // A deadline's timer is armed only when a call parks while the deadline
 // is set (or a deadline is set while a call is parked): a reply written
@@ -71,9 +71,9 @@ type fdConn struct {
 // each renewal. A call that does not park checks a deadline whose timer
 // is not armed for it against the clock.
 type side struct {
-	mu       sync.Mutex    // one call at a time
-	ch       chan struct{} // capacity 1: ready, deadline or close
-	deadline atomic.Int64  // a clock.Mono reading; 0: none
+	mu       sync.Mutex   // one call at a time
+	w        waiter       // woken when ready, at the deadline or by close
+	deadline atomic.Int64 // a clock.Mono reading; 0: none
 	// armed is the deadline the timer is armed for (0: none). While it is
 	// the deadline and fired is not set, the deadline has not passed: a
 	// call reads the clock only otherwise, as the runtime's poller marks
@@ -83,16 +83,9 @@ type side struct {
 	// fired is set when the timer fires (or a deadline is set in the
 	// past) and cleared when the timer is armed again.
 	fired  atomic.Bool
-	parked atomic.Bool // a call waits on ch (or is about to)
+	parked atomic.Bool // a call waits (or is about to)
 	dmu    sync.Mutex  // guards timer and arming
 	timer  *time.Timer
-}
-
-func (s *side) wake() {
-	select {
-	case s.ch <- struct{}{}:
-	default:
-	}
 }
 
 // expired reports whether the side's deadline has passed: the clock says
@@ -110,7 +103,7 @@ func (s *side) expired() bool {
 // expire is the deadline timer's function.
 func (s *side) expire() {
 	s.fired.Store(true)
-	s.wake()
+	s.w.wake(true)
 }
 
 // set sets the side's deadline: a call parked now or later ends with
@@ -141,8 +134,8 @@ func (s *side) set(t time.Time) {
 	}
 }
 
-// park waits on ch for the poller, the deadline or Close, with the
-// deadline's timer armed (the caller holds mu).
+// park waits for the poller, the deadline or Close, with the deadline's
+// timer armed (the caller holds mu).
 func (s *side) park() {
 	s.parked.Store(true)
 	if dl := s.deadline.Load(); dl != 0 && s.armed.Load() != dl {
@@ -150,7 +143,7 @@ func (s *side) park() {
 		s.armLocked()
 		s.dmu.Unlock()
 	}
-	<-s.ch
+	s.w.park(true)
 	s.parked.Store(false)
 }
 
@@ -187,8 +180,8 @@ func (s *side) stop() {
 // to p.
 func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, error) {
 	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
-	c.rd.ch = make(chan struct{}, 1)
-	c.wr.ch = make(chan struct{}, 1)
+	c.rd.w = newWaiter(p)
+	c.wr.w = newWaiter(p)
 	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLPRI, c); err != nil {
 		return nil, err
 	}
@@ -201,10 +194,10 @@ func (c *fdConn) ready(ev uint32) {
 		c.hup.Store(true)
 	}
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLPRI) != 0 {
-		c.rd.wake()
+		c.rd.w.wake(false)
 	}
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
-		c.wr.wake()
+		c.wr.w.wake(false)
 	}
 }
 
@@ -247,8 +240,8 @@ func (c *fdConn) Close() error {
 	if old&1 != 0 {
 		return c.opError("close", net.ErrClosed)
 	}
-	c.rd.wake()
-	c.wr.wake()
+	c.rd.w.wake(true)
+	c.wr.w.wake(true)
 	if old == 0 {
 		c.destroy()
 	}
