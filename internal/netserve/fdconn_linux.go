@@ -19,12 +19,13 @@ import (
 // fdConn is an accepted session socket served from the server's poller:
 // a net.Conn (and a syscall.Conn, for getsockopt and the like) whose every
 // system call is raw. A read that finds nothing, or a write that finds no
-// room, parks on its direction's wake channel until the poller reports
-// the socket ready, its deadline passes or Close is called.
+// room, waits for the set (leading it, or parked on its direction's wake
+// channel: lead_linux.go) until the set reports the socket ready, its
+// deadline passes or Close is called.
 //
 // The socket is in the set for reading only until a write first finds no
 // room: a peer reading a reply frees room in the socket's buffer, and an
-// edge-triggered EPOLLOUT then would wake the set's waiter once per reply
+// edge-triggered EPOLLOUT then would wake the set's leader once per reply
 // for nothing (three times in a milter session). A read that returned
 // less than asked left the socket empty, so the next read parks before
 // it calls read(2): the edge-triggered set reports any data that comes

@@ -53,6 +53,7 @@ type leadState struct {
 	releases atomic.Uint64
 	wdArmed  atomic.Bool
 	wdFrom   atomic.Uint64 // releases when the watchdog was armed
+	wdDelay  atomic.Int64  // leadWatchdog (tests lengthen it)
 	watchdog *time.Timer
 
 	// The leader's own (only the goroutine that leads touches them).
@@ -68,6 +69,7 @@ func (p *poller) initLead() {
 	p.leads = true
 	p.standby = make(chan struct{}, 1)
 	p.stopped = make(chan struct{})
+	p.wdDelay.Store(int64(leadWatchdog))
 	p.watchdog = time.AfterFunc(time.Hour, p.watch)
 	p.watchdog.Stop()
 	// Each Wait drains first: it forgets that the set's descriptor was
@@ -191,7 +193,7 @@ func (p *poller) handToStandby() {
 func (p *poller) armWatchdog() {
 	if p.wdArmed.CompareAndSwap(false, true) {
 		p.wdFrom.Store(p.releases.Load())
-		p.watchdog.Reset(leadWatchdog)
+		p.watchdog.Reset(time.Duration(p.wdDelay.Load()))
 	}
 }
 
@@ -212,7 +214,7 @@ func (p *poller) watch() {
 	}
 	if from := p.releases.Load(); from != p.wdFrom.Load() {
 		p.wdFrom.Store(from)
-		p.watchdog.Reset(leadWatchdog)
+		p.watchdog.Reset(time.Duration(p.wdDelay.Load()))
 		return
 	}
 	p.wdArmed.Store(false)

@@ -201,7 +201,7 @@ func (p *poller) unuse() {
 	}
 }
 
-// closeIfIdle closes the set and stops its waiter if nothing uses it.
+// closeIfIdle closes the set and stops its standby if nothing uses it.
 func (p *poller) closeIfIdle() {
 	sharedMu.Lock()
 	p.mu.Lock()
