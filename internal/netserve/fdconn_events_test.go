@@ -14,7 +14,7 @@ import (
 )
 
 // eventPair is a connection on one end of a unix socket pair, in a set
-// whose events the test takes itself (no call leads it), and the
+// whose events the test takes itself (no waiter goroutine), and the
 // pair's other end as a raw descriptor.
 func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
 	t.Helper()
@@ -22,7 +22,7 @@ func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p = leaderlessPoller(t)
+	p = waiterlessPoller(t)
 	c, err = newFDConn(p, fds[0], "unix", &net.UnixAddr{Net: "unix"}, &net.UnixAddr{Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -34,9 +34,9 @@ func eventPair(t *testing.T) (c *fdConn, p *poller, peer int) {
 	return c, p, fds[1]
 }
 
-// leaderlessPoller is a set whose calls never lead: the test takes its
+// waiterlessPoller is a set with no waiter goroutine: the test takes its
 // events with events and hands them to its targets itself.
-func leaderlessPoller(t *testing.T) *poller {
+func waiterlessPoller(t *testing.T) *poller {
 	t.Helper()
 	ep, err := rawio.NewEpoll("test")
 	if err != nil {
@@ -54,7 +54,7 @@ func events(p *poller) []syscall.EpollEvent {
 
 // A reply the peer reads raises no event: the socket is in the set for
 // EPOLLOUT only once a write found no room (the peer's read freeing room
-// would otherwise wake the set's leader once per reply). A write that
+// would otherwise wake the set's waiter once per reply). A write that
 // fills the buffer arms it, and the room the peer's reading makes then
 // finishes the write.
 func TestConnWriteRaisesNoEvent(t *testing.T) {
@@ -115,7 +115,7 @@ func TestConnShortReadThenEnd(t *testing.T) {
 		t.Fatalf("the set reported %+v; want one event with EPOLLRDHUP", evs)
 	}
 	c.ready(evs[0].Events)
-	<-c.rd.w.ch // as a read parked before the data came takes the wake
+	<-c.rd.ch // as a read parked before the data came takes the wake
 	buf := make([]byte, 64)
 	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "hello" {
 		t.Fatalf("read %q, %v", buf[:n], err)
@@ -201,7 +201,7 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
-	p := leaderlessPoller(t)
+	p := waiterlessPoller(t)
 	c, err := newFDConn(p, fd, "tcp", l.Addr(), client.LocalAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 		}
 	}
 	c.ready(ev)
-	<-c.rd.w.ch // as a read parked before the data came takes the wake
+	<-c.rd.ch // as a read parked before the data came takes the wake
 	// A stall fails, not blocks.
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var got []byte

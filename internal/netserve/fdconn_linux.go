@@ -19,13 +19,12 @@ import (
 // fdConn is an accepted session socket served from the server's poller:
 // a net.Conn (and a syscall.Conn, for getsockopt and the like) whose every
 // system call is raw. A read that finds nothing, or a write that finds no
-// room, waits for the set (leading it, or parked on its direction's wake
-// channel: lead_linux.go) until the set reports the socket ready, its
-// deadline passes or Close is called.
+// room, parks on its direction's wake channel until the poller reports
+// the socket ready, its deadline passes or Close is called.
 //
 // The socket is in the set for reading only until a write first finds no
 // room: a peer reading a reply frees room in the socket's buffer, and an
-// edge-triggered EPOLLOUT then would wake the set's leader once per reply
+// edge-triggered EPOLLOUT then would wake the set's waiter once per reply
 // for nothing (three times in a milter session). A read that returned
 // less than asked left the socket empty, so the next read parks before
 // it calls read(2): the edge-triggered set reports any data that comes
@@ -61,8 +60,8 @@ type fdConn struct {
 	cred atomic.Pointer[peercred.Cred]
 }
 
-// side is one direction: its calls one at a time, its deadline and what
-// its parked call waits on.
+// side is one direction: its calls one at a time, its deadline and the
+// channel its parked call waits on.
 //
 // A deadline's timer is armed only when a call parks while the deadline
 // is set (or a deadline is set while a call is parked): a reply written
@@ -72,9 +71,9 @@ type fdConn struct {
 // each renewal. A call that does not park checks a deadline whose timer
 // is not armed for it against the clock.
 type side struct {
-	mu       sync.Mutex   // one call at a time
-	w        waiter       // woken when ready, at the deadline or by close
-	deadline atomic.Int64 // a clock.Mono reading; 0: none
+	mu       sync.Mutex    // one call at a time
+	ch       chan struct{} // capacity 1: ready, deadline or close
+	deadline atomic.Int64  // a clock.Mono reading; 0: none
 	// armed is the deadline the timer is armed for (0: none). While it is
 	// the deadline and fired is not set, the deadline has not passed: a
 	// call reads the clock only otherwise, as the runtime's poller marks
@@ -84,9 +83,16 @@ type side struct {
 	// fired is set when the timer fires (or a deadline is set in the
 	// past) and cleared when the timer is armed again.
 	fired  atomic.Bool
-	parked atomic.Bool // a call waits (or is about to)
+	parked atomic.Bool // a call waits on ch (or is about to)
 	dmu    sync.Mutex  // guards timer and arming
 	timer  *time.Timer
+}
+
+func (s *side) wake() {
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
 }
 
 // expired reports whether the side's deadline has passed: the clock says
@@ -104,7 +110,7 @@ func (s *side) expired() bool {
 // expire is the deadline timer's function.
 func (s *side) expire() {
 	s.fired.Store(true)
-	s.w.wake(true)
+	s.wake()
 }
 
 // set sets the side's deadline: a call parked now or later ends with
@@ -135,8 +141,8 @@ func (s *side) set(t time.Time) {
 	}
 }
 
-// park waits for the poller, the deadline or Close, with the deadline's
-// timer armed (the caller holds mu).
+// park waits on ch for the poller, the deadline or Close, with the
+// deadline's timer armed (the caller holds mu).
 func (s *side) park() {
 	s.parked.Store(true)
 	if dl := s.deadline.Load(); dl != 0 && s.armed.Load() != dl {
@@ -144,7 +150,7 @@ func (s *side) park() {
 		s.armLocked()
 		s.dmu.Unlock()
 	}
-	s.w.park(true)
+	<-s.ch
 	s.parked.Store(false)
 }
 
@@ -181,8 +187,8 @@ func (s *side) stop() {
 // to p.
 func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, error) {
 	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
-	c.rd.w = newWaiter(p)
-	c.wr.w = newWaiter(p)
+	c.rd.ch = make(chan struct{}, 1)
+	c.wr.ch = make(chan struct{}, 1)
 	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLPRI, c); err != nil {
 		return nil, err
 	}
@@ -195,10 +201,10 @@ func (c *fdConn) ready(ev uint32) {
 		c.hup.Store(true)
 	}
 	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR|syscall.EPOLLPRI) != 0 {
-		c.rd.w.wake(false)
+		c.rd.wake()
 	}
 	if ev&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
-		c.wr.w.wake(false)
+		c.wr.wake()
 	}
 }
 
@@ -241,8 +247,8 @@ func (c *fdConn) Close() error {
 	if old&1 != 0 {
 		return c.opError("close", net.ErrClosed)
 	}
-	c.rd.w.wake(true)
-	c.wr.w.wake(true)
+	c.rd.wake()
+	c.wr.wake()
 	if old == 0 {
 		c.destroy()
 	}

@@ -6,13 +6,13 @@
 // connection's handler costing that connection only, and a two-stage
 // Shutdown in the shape of net/http's.
 //
-// The sessions are served from the doors' one epoll set
-// (poller_linux.go): accepted with raw accept4(2) through the listener's
-// RawConn, read, written and closed with raw system calls. A call that
-// waits between requests waits on the set itself when no other goroutine
-// does, or parks on a channel that the one waiting on the set signals
-// (lead_linux.go). No call on a session enters the scheduler, so a door
-// between its peers' requests never wakes the runtime's monitor thread.
+// The sessions are served from the server's own epoll set
+// (poller_linux.go): accepted with raw accept4(2) on a duplicate of the
+// listener's descriptor, read, written and closed with raw system calls,
+// parked between requests on a channel that the set's one waiter
+// goroutine signals. No call on a session enters the scheduler, so a
+// door between its peers' requests never wakes the runtime's monitor
+// thread.
 package netserve
 
 import (
@@ -21,11 +21,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"sluice/internal/clock"
+	"sluice/internal/rawio"
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -67,22 +69,21 @@ type Options struct {
 
 // Server runs a handler per connection. Create it with New.
 type Server struct {
-	o           Options
-	handle      func(*Conn)
-	mu          sync.Mutex
-	listeners   map[net.Listener]*acceptor
-	conns       map[*Conn]struct{}
-	refusing    map[net.Conn]struct{} // being refused by Options.Refuse
-	gate        *Gate                 // PeerLimits
-	closing     atomic.Bool
-	wg          sync.WaitGroup
-	nconns      atomic.Int64
-	refused     atomic.Int64
-	quit        chan struct{} // closed when the server stops
-	quitOnce    sync.Once
-	rmu         sync.Mutex   // idleRunners
-	idleRunners []*runner    // waiting for work, the last to wait last
-	idle        atomic.Int32 // len(idleRunners)
+	o         Options
+	handle    func(*Conn)
+	mu        sync.Mutex
+	listeners map[net.Listener]*acceptor
+	conns     map[*Conn]struct{}
+	refusing  map[net.Conn]struct{} // being refused by Options.Refuse
+	gate      *Gate                 // PeerLimits
+	closing   atomic.Bool
+	wg        sync.WaitGroup
+	nconns    atomic.Int64
+	refused   atomic.Int64
+	handoff   chan *Conn    // to a runner waiting for a connection
+	quit      chan struct{} // closed when the server stops: runners return
+	quitOnce  sync.Once
+	idle      atomic.Int32 // runners waiting on handoff
 
 	poll        *poller // the process's epoll set, taken by the first Serve
 	pollDropped bool    // the server no longer uses it (mu)
@@ -109,7 +110,7 @@ func New(o Options, handle func(*Conn)) *Server {
 	return &Server{
 		o: o, handle: handle, listeners: map[net.Listener]*acceptor{}, conns: map[*Conn]struct{}{},
 		refusing: map[net.Conn]struct{}{}, gate: NewGate(o.Name, o.Logger, o.PeerLimits),
-		quit: make(chan struct{}),
+		handoff: make(chan *Conn), quit: make(chan struct{}),
 	}
 }
 
@@ -117,10 +118,8 @@ func New(o Options, handle func(*Conn)) *Server {
 func (s *Server) Conns() int { return int(s.nconns.Load()) }
 
 // Serve accepts connections on l, a unix or TCP listener of the net
-// package, until Shutdown or Close, then returns ErrServerClosed; or
-// until the listener fails (closed by other code than the Server, within
-// listenerCheck), and returns the error. Temporary accept errors back off
-// up to a second.
+// package, until Shutdown or Close, then returns ErrServerClosed.
+// Temporary accept errors back off up to a second.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -133,7 +132,7 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return err
 	}
-	a, err := newAcceptor(l, s)
+	a, err := newAcceptor(l, s.poll)
 	if err != nil {
 		s.mu.Unlock()
 		l.Close()
@@ -147,36 +146,12 @@ func (s *Server) Serve(l net.Listener) error {
 		s.mu.Unlock()
 		a.stop()
 	}()
-	if a.lrc == nil {
-		return s.serveAccept(l)
-	}
-	// The runners accept (acceptor.ready); this goroutine only waits.
-	check := time.NewTicker(listenerCheck)
-	defer check.Stop()
-	for {
-		var err error
-		select {
-		case err = <-a.errc:
-		case <-s.quit:
-			return ErrServerClosed
-		case <-check.C:
-			err = a.lrc.Control(checkOpen)
-		}
-		if s.closing.Load() {
-			return ErrServerClosed
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// serveAccept serves a listener that is not a socket of the net package
-// (tests' in-memory listeners) with its own Accept.
-func (s *Server) serveAccept(l net.Listener) error {
 	var backoff time.Duration
 	for {
-		c, err := l.Accept()
+		c, err := s.next(a)
+		if errors.Is(err, errStopped) {
+			return ErrServerClosed
+		}
 		if err != nil {
 			if s.closing.Load() {
 				return ErrServerClosed
@@ -184,44 +159,67 @@ func (s *Server) serveAccept(l net.Listener) error {
 			if isTemporary(err) {
 				backoff = AcceptBackoff(backoff)
 				s.o.Logger.Warn(s.o.Name+": accept failed; retrying", "err", err, "in", backoff)
-				if !s.pause(backoff) {
-					return ErrServerClosed
-				}
+				time.Sleep(backoff)
 				continue
 			}
 			return err
 		}
 		backoff = 0
-		cn, err := s.admit(c)
-		if err != nil {
+		if c == nil {
+			continue
+		}
+		if s.admit(c) == errStopped {
 			return ErrServerClosed
 		}
-		if cn != nil {
-			s.start(cn)
-		}
+		// Let the connection's goroutine answer its first request before
+		// this one accepts again: the peer waits for that answer, and
+		// nothing waits for an accept that would find nobody (on one
+		// thread the next accept, its park and the scheduler came first).
+		runtime.Gosched()
 	}
 }
 
 // errStopped is admit's answer once the server is closing.
 var errStopped = errors.New("stopped")
 
-// admit returns c as a Conn to serve, or refuses it under MaxConns and
-// PeerLimits (nil); errStopped once the server is closing (c closed).
-func (s *Server) admit(c net.Conn) (*Conn, error) {
+// next accepts the next connection: on the poller, for a socket; nil
+// (and no error) when one was accepted that cannot be served.
+func (s *Server) next(a *acceptor) (net.Conn, error) {
+	if a.lrc == nil {
+		return a.l.Accept()
+	}
+	fd, raddr, err := a.accept()
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.newConn(a, fd, raddr)
+	if err != nil {
+		rawio.CloseFD(fd)
+		if errors.Is(err, errStopped) {
+			return nil, err
+		}
+		s.o.Logger.Warn(s.o.Name+": cannot serve an accepted connection; closed it", "err", err)
+		return nil, nil
+	}
+	return c, nil
+}
+
+// admit starts serving c, or refuses it under MaxConns and PeerLimits.
+func (s *Server) admit(c net.Conn) error {
 	if s.nconns.Load() >= int64(s.o.MaxConns) {
 		if n := s.refused.Add(1); n&(n-1) == 0 {
 			s.o.Logger.Warn(s.o.Name+": too many connections; closing new ones", "max_conns", s.o.MaxConns, "refused_total", n)
 		}
 		s.refuse(c)
-		return nil, nil
+		return nil
 	}
 	place, err := s.gate.Admit(c)
 	if errors.Is(err, ErrNotAllowed) {
-		return nil, nil // closed
+		return nil // closed
 	}
 	if err != nil {
 		s.refuse(c)
-		return nil, nil
+		return nil
 	}
 	cn := &Conn{Conn: c, s: s, place: place, accepted: clock.Mono()}
 	s.mu.Lock()
@@ -229,13 +227,14 @@ func (s *Server) admit(c net.Conn) (*Conn, error) {
 		s.mu.Unlock()
 		cn.place.Release()
 		c.Close()
-		return nil, errStopped
+		return errStopped
 	}
 	s.conns[cn] = struct{}{}
 	s.wg.Add(1)
 	s.nconns.Add(1)
 	s.mu.Unlock()
-	return cn, nil
+	s.start(cn)
+	return nil
 }
 
 // refuse closes c, refused for MaxConns, MaxConnsPerPeer or

@@ -11,13 +11,12 @@ import (
 
 // poller is the doors' one epoll set: every listener a Server serves and
 // every session it accepts are in it, edge-triggered, once. A call that
-// finds nothing to read (or no room to write) waits for the set, and so
-// does a runner waiting for its next connection: one of them, the leader,
-// parked on the set's descriptor through the runtime's poller (an epoll
-// descriptor is readable while it holds events), takes the events with
-// raw epoll_pwait(2) calls and wakes each call they name; the others
-// park on their own wake channels (lead_linux.go). A listener's event
-// hands the accept to a runner (runner.go). Every call on a session or listener descriptor (accept4, read, write,
+// finds nothing to read (or no room to write, or no connection to
+// accept) parks on its own wake channel, and the set's one waiter
+// goroutine, parked on the set's descriptor through the runtime's poller
+// (an epoll descriptor is readable while it holds events), takes the
+// events with raw epoll_pwait(2) calls and wakes each call they name.
+// Every call on a session or listener descriptor (accept4, read, write,
 // getsockopt, epoll_ctl, close) is a raw system call: none enters the
 // scheduler, so a session never wakes the runtime's monitor thread
 // (docs/milter.md, "What the per-session path is shaped by"), which the
@@ -25,14 +24,10 @@ import (
 // each.
 //
 // There is one set per process while any Server serves: the first Serve
-// makes it, and it is closed, its standby stopped, once no Server uses it
+// makes it, and it is closed, its waiter stopped, once no Server uses it
 // and no descriptor is left in it.
 type poller struct {
 	ep *rawio.Epoll
-	// leads: calls that wait may lead (false in sets tests make without a
-	// standby: their calls always follow, woken by the test).
-	leads bool
-	leadState
 
 	mu      sync.Mutex
 	targets []entry // by descriptor number
@@ -42,7 +37,7 @@ type poller struct {
 	closed  bool
 	evs     []syscall.EpollEvent
 
-	wg sync.WaitGroup // the standby
+	wg sync.WaitGroup // the waiter
 }
 
 // entry is what the set knows of one descriptor number.
@@ -51,10 +46,7 @@ type entry struct {
 	gen uint32
 }
 
-// target is what waits on a descriptor: told which events it got, by the
-// leader's drain with the set's lock held (it must not block; the
-// waiters it wakes are woken without a kick: the leader looks at its own
-// channel after the drain).
+// target is what waits on a descriptor: told which events it got.
 type target interface {
 	ready(events uint32)
 }
@@ -95,31 +87,39 @@ func newPoller() (*poller, error) {
 		return nil, err
 	}
 	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch)}
-	p.initLead()
+	p.wg.Add(1)
+	go p.wait()
 	return p, nil
 }
 
-// drain takes every event the set holds and wakes the targets they name
-// (the leader runs it: the set's descriptor is edge-triggered on the
-// runtime's poller, so one that got events after the last epoll_pwait
-// here is reported again).
-func (p *poller) drain() {
+// wait is the waiter: parked in the runtime's poller until the set has
+// events, it takes them all and wakes their targets, and parks again; it
+// returns when the set is closed.
+func (p *poller) wait() {
+	defer p.wg.Done()
+	_ = p.ep.Wait(p.drain) // returns once the set is closed
+}
+
+// drain takes every event the set holds and wakes the targets they name;
+// it returns false so that the waiter parks again (the set's descriptor
+// is edge-triggered on the runtime's poller: one that got events after
+// the last epoll_pwait here is reported again).
+func (p *poller) drain(uintptr) bool {
 	for {
 		n := p.ep.Poll(p.evs)
 		if n == 0 {
-			return
+			return false
 		}
 		p.mu.Lock()
 		for _, ev := range p.evs[:n] {
 			fd, gen := int(ev.Fd), uint32(ev.Pad)
 			if fd < len(p.targets) && p.targets[fd].t != nil && p.targets[fd].gen == gen {
 				p.targets[fd].t.ready(ev.Events)
-				p.woke++
 			} // else removed since: its successor was not asked about
 		}
 		p.mu.Unlock()
 		if n < len(p.evs) {
-			return
+			return false
 		}
 	}
 }
@@ -201,7 +201,7 @@ func (p *poller) unuse() {
 	}
 }
 
-// closeIfIdle closes the set and stops its standby if nothing uses it.
+// closeIfIdle closes the set and stops its waiter if nothing uses it.
 func (p *poller) closeIfIdle() {
 	sharedMu.Lock()
 	p.mu.Lock()
@@ -215,11 +215,7 @@ func (p *poller) closeIfIdle() {
 	}
 	sharedMu.Unlock()
 	if idle {
-		if p.leads {
-			close(p.stopped)
-			p.watchdog.Stop()
-		}
-		p.ep.Close() // ends the standby's Wait
+		p.ep.Close() // ends the waiter's Wait
 		p.wg.Wait()
 	}
 }

@@ -38,19 +38,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // runners counts the goroutines in Server.runner.
 func runners() int { return countRunners(false) }
 
-// waitingRunners counts the runners waiting for work (not serving a
-// connection).
+// waitingRunners counts the runners parked for a connection (in the
+// select, not serving one).
 func waitingRunners() int { return countRunners(true) }
 
 func countRunners(waiting bool) int {
 	var b strings.Builder
-	pprof.Lookup("goroutine").WriteTo(&b, 2) // a block per goroutine
+	pprof.Lookup("goroutine").WriteTo(&b, 2) // a block per goroutine, its state in the header
 	n := 0
 	for _, g := range strings.Split(b.String(), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
 		if !strings.Contains(g, "netserve.(*Server).runner(") {
 			continue
 		}
-		if !waiting || strings.Contains(g, "netserve.(*runner).next(") {
+		if !waiting || strings.Contains(header, "[select") && !strings.Contains(g, "netserve.(*Conn).run(") {
 			n++
 		}
 	}

@@ -79,18 +79,5 @@ func (e *Epoll) Poll(evs []syscall.EpollEvent) int {
 // It returns once Close is called.
 func (e *Epoll) Wait(ready func(fd uintptr) bool) error { return e.rc.Read(ready) }
 
-// Kick ends the Wait in progress, or the next one if none is, with
-// os.ErrDeadlineExceeded, and every later one until Unkick: how another
-// goroutine makes the goroutine waiting on the set look at something else
-// than the set's events. It is a deadline in the past on the set's
-// descriptor, so it costs no timer.
-func (e *Epoll) Kick() { _ = e.f.SetReadDeadline(kicked) }
-
-// Unkick lets Waits wait again after a Kick.
-func (e *Epoll) Unkick() { _ = e.f.SetReadDeadline(time.Time{}) }
-
-// kicked is a deadline long past.
-var kicked = time.Unix(1, 0)
-
 // Close closes the set, which ends a Wait.
 func (e *Epoll) Close() error { return e.f.Close() }
