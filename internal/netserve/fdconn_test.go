@@ -152,10 +152,24 @@ func TestConnWriteParksUntilRead(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	c.Conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	n, err := c.Conn.Write(make([]byte, 64<<20))
-	if !errors.Is(err, os.ErrDeadlineExceeded) || n <= 0 || n >= 64<<20 {
-		t.Fatalf("write nobody reads: %d bytes, %v; want part of it and os.ErrDeadlineExceeded", n, err)
+	// The deadline is set once the write has parked (the socket's buffer
+	// full, part of the write in it): set before, on a loaded machine it
+	// could pass before the write began, which then rightly writes nothing.
+	type result struct {
+		n   int
+		err error
+	}
+	wrote := make(chan result, 1)
+	go func() {
+		n, err := c.Conn.Write(make([]byte, 64<<20))
+		wrote <- result{n, err}
+	}()
+	fc := c.Conn.(*fdConn)
+	waitFor(t, "the write parks", func() bool { return fc.wr.parked.Load() })
+	c.Conn.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	r := <-wrote
+	if !errors.Is(r.err, os.ErrDeadlineExceeded) || r.n <= 0 || r.n >= 64<<20 {
+		t.Fatalf("write nobody reads: %d bytes, %v; want part of it and os.ErrDeadlineExceeded", r.n, r.err)
 	}
 }
 
