@@ -286,11 +286,7 @@ func TestConnDeadlineTimerOnlyWhenParked(t *testing.T) {
 		got <- err
 	}()
 	// Parked with no deadline: the set below must arm the timer.
-	for end := time.Now().Add(10 * time.Second); !c.rd.parked.Load(); time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("the read never parked")
-		}
-	}
+	waitFor(t, "the read parks", func() bool { return c.rd.parked.Load() })
 	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	select {
 	case err := <-got:
