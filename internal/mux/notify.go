@@ -87,7 +87,7 @@ func (n *Notifier) serveListener(c *netserve.Conn) {
 	l.enqueueLocked(notifyBanner)
 	n.mu.Unlock()
 	written := make(chan struct{})
-	go func() { defer close(written); l.write() }()
+	c.Go(func() { defer close(written); l.write() })
 	defer func() {
 		if c.Closing() {
 			l.finish()

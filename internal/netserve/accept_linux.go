@@ -27,6 +27,7 @@ type acceptor struct {
 	check *time.Timer   // wakes a parked accept to look whether the listener was closed
 	// checking: check is armed (only accept touches it)
 	checking bool
+	slot     waitSlot // a parked accept out of the poller's busy count
 	stopped  atomic.Bool
 	laddr    net.Addr // for unix sockets: the listener's (what getsockname says)
 	netw     string
@@ -44,6 +45,7 @@ type acceptor struct {
 // its own Accept, and its connections served as they are.
 func newAcceptor(l net.Listener, p *poller) (*acceptor, error) {
 	a := &acceptor{l: l, p: p, fd: -1, ch: make(chan struct{}, 1), check: time.NewTimer(time.Hour)}
+	a.slot.busy = &p.busy
 	a.check.Stop()
 	sc, ok := l.(syscall.Conn)
 	if !ok {
@@ -78,6 +80,7 @@ func newAcceptor(l net.Listener, p *poller) (*acceptor, error) {
 
 // ready is the set's news that a connection is queued.
 func (a *acceptor) ready(uint32) {
+	a.slot.leave()
 	select {
 	case a.ch <- struct{}{}:
 	default:
@@ -113,11 +116,13 @@ func (a *acceptor) accept() (fd int, raddr net.Addr, err error) {
 				a.check.Reset(listenerCheck)
 				a.checking = true
 			}
+			a.slot.enter()
 			select {
 			case <-a.ch:
 			case <-a.check.C:
 				a.checking = false
 			}
+			a.slot.leave()
 			continue
 		}
 		if a.errno != 0 {

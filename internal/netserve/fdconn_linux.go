@@ -86,9 +86,11 @@ type side struct {
 	parked atomic.Bool // a call waits on ch (or is about to)
 	dmu    sync.Mutex  // guards timer and arming
 	timer  *time.Timer
+	slot   waitSlot // the parked call out of the poller's busy count
 }
 
 func (s *side) wake() {
+	s.slot.leave()
 	select {
 	case s.ch <- struct{}{}:
 	default:
@@ -150,7 +152,9 @@ func (s *side) park() {
 		s.armLocked()
 		s.dmu.Unlock()
 	}
+	s.slot.enter()
 	<-s.ch
+	s.slot.leave()
 	s.parked.Store(false)
 }
 
@@ -189,6 +193,7 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 	c := &fdConn{fd: fd, p: p, netw: netw, laddr: laddr, raddr: raddr}
 	c.rd.ch = make(chan struct{}, 1)
 	c.wr.ch = make(chan struct{}, 1)
+	c.rd.slot.busy, c.wr.slot.busy = &p.busy, &p.busy
 	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLPRI, c); err != nil {
 		return nil, err
 	}

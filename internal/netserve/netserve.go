@@ -139,12 +139,15 @@ func (s *Server) Serve(l net.Listener) error {
 		return err
 	}
 	s.listeners[l] = a
+	busy := &s.poll.busy // the accept loop is busy but where it parks in accept
+	busy.Add(1)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, l)
 		s.mu.Unlock()
 		a.stop()
+		busy.Add(-1)
 	}()
 	var backoff time.Duration
 	for {
@@ -253,6 +256,7 @@ func (s *Server) refuse(c net.Conn) {
 	}
 	s.refusing[c] = struct{}{}
 	s.wg.Add(1)
+	s.busyAdd(1)
 	s.mu.Unlock()
 	go func() {
 		defer func() {
@@ -263,6 +267,7 @@ func (s *Server) refuse(c net.Conn) {
 			s.mu.Lock()
 			delete(s.refusing, c)
 			s.mu.Unlock()
+			s.busyAdd(-1)
 			s.wg.Done()
 		}()
 		s.o.Refuse(c)
@@ -396,6 +401,21 @@ func (c *Conn) Hold(on bool) { c.held.Store(on) }
 // read.
 func (c *Conn) Reader() *Reader { return &Reader{c: c} }
 
+// Go runs f in a goroutine of its own beside the connection's handler,
+// for a handler that reads and writes at once (one goroutine waiting for
+// the peer while the other waits for something else). Such a goroutine
+// must be started with Go: netserve counts the goroutines that serve
+// connections to know when all of them wait in netserve (busy.go), and
+// one it did not count would make another's wait elsewhere look like a
+// wait in netserve. The handler must wait for f to return before it does.
+func (c *Conn) Go(f func()) {
+	c.s.busyAdd(1)
+	go func() {
+		defer c.s.busyAdd(-1)
+		f()
+	}()
+}
+
 // Done marks the end of a request: the next read waits as idle.
 func (c *Conn) Done() { c.busy.Store(false) }
 
@@ -424,6 +444,7 @@ func (c *Conn) run() {
 		s.mu.Unlock()
 		c.place.Release()
 		s.nconns.Add(-1)
+		s.busyAdd(-1)
 		s.wg.Done()
 	}()
 	s.handle(c)

@@ -3,8 +3,11 @@ package netserve
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"sluice/internal/rawio"
 )
@@ -36,6 +39,11 @@ type poller struct {
 	gen     uint32  // descriptors added, to tell a reused number
 	closed  bool
 	evs     []syscall.EpollEvent
+
+	// busy counts netserve's goroutines that are not parked in netserve
+	// (busy.go); rawWaits the waiter's raw waits that took events (tests).
+	busy     atomic.Int64
+	rawWaits atomic.Int64
 
 	wg sync.WaitGroup // the waiter
 }
@@ -92,36 +100,93 @@ func newPoller() (*poller, error) {
 	return p, nil
 }
 
-// wait is the waiter: parked in the runtime's poller until the set has
-// events, it takes them all and wakes their targets, and parks again; it
-// returns when the set is closed.
+// rawWaitMax is how long the waiter waits in a raw system call for the
+// next event before it parks on the runtime's poller: the most that
+// timers and goroutines woken by the runtime's poller (the web service,
+// a signal, a store's background work) wait for the processor while the
+// doors are served in raw waits, and how long the doors must be quiet
+// before the process is idle the runtime's way (its monitor thread asleep,
+// nothing polled until something happens).
+const rawWaitMax = 20 * time.Millisecond
+
+// wait is the waiter. While every goroutine of netserve's is parked in
+// netserve (busy.go) and the set is the process's only one, it waits for
+// the set's next events in epoll_pwait(2) itself, as a raw system call,
+// for up to rawWaitMax; otherwise, and once a raw wait timed out, it
+// parks on the set's descriptor in the runtime's poller. After the events
+// it lets the goroutines they woke run (runtime.Gosched) before it waits
+// again. A raw wait costs one system call an event; a park costs three
+// (the scheduler's look at the runtime's poller, its blocking wait, and
+// the set's drain) and the scheduler's idle path, which at one session at
+// a time was most of what a milter session cost above a C milter's
+// (bench/results/2026-12-03-milter-rawwait.md). It returns when the set is
+// closed.
 func (p *poller) wait() {
 	defer p.wg.Done()
-	_ = p.ep.Wait(p.drain) // returns once the set is closed
+	// A park lasts while the goroutines woken stay busy: each time the set
+	// wakes it, the waiter looks, before it wakes others, whether those it
+	// woke last are all back in netserve, and goes back to raw waits then.
+	parked := func(uintptr) bool {
+		raw := p.rawOK()
+		return p.drain() && raw
+	}
+	for {
+		if p.rawOK() {
+			n, err := p.ep.WaitFor(p.evs, int(rawWaitMax/time.Millisecond))
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				return // closed
+			}
+			if n > 0 {
+				p.rawWaits.Add(1)
+				p.take(n)
+				if n == len(p.evs) {
+					p.drain()
+				}
+				runtime.Gosched()
+				continue
+			}
+		}
+		if err := p.ep.Wait(parked); err != nil {
+			return // closed
+		}
+		runtime.Gosched()
+	}
 }
 
+// rawOK reports whether the waiter may wait in a raw system call: no
+// goroutine of netserve's is busy and the set is the process's only one.
+func (p *poller) rawOK() bool { return p.busy.Load() == 0 && rawio.Sets() == 1 }
+
 // drain takes every event the set holds and wakes the targets they name;
-// it returns false so that the waiter parks again (the set's descriptor
-// is edge-triggered on the runtime's poller: one that got events after
-// the last epoll_pwait here is reported again).
-func (p *poller) drain(uintptr) bool {
+// it reports whether there were any (a park ends only then).
+func (p *poller) drain() bool {
+	any := false
 	for {
 		n := p.ep.Poll(p.evs)
 		if n == 0 {
-			return false
+			return any
 		}
-		p.mu.Lock()
-		for _, ev := range p.evs[:n] {
-			fd, gen := int(ev.Fd), uint32(ev.Pad)
-			if fd < len(p.targets) && p.targets[fd].t != nil && p.targets[fd].gen == gen {
-				p.targets[fd].t.ready(ev.Events)
-			} // else removed since: its successor was not asked about
-		}
-		p.mu.Unlock()
+		any = true
+		p.take(n)
 		if n < len(p.evs) {
-			return false
+			return true
 		}
 	}
+}
+
+// take wakes the targets of the first n events in p.evs.
+func (p *poller) take(n int) {
+	p.mu.Lock()
+	for _, ev := range p.evs[:n] {
+		fd, gen := int(ev.Fd), uint32(ev.Pad)
+		if fd < len(p.targets) && p.targets[fd].t != nil && p.targets[fd].gen == gen {
+			p.targets[fd].t.ready(ev.Events)
+		} // else removed since: its successor was not asked about
+	}
+	p.mu.Unlock()
 }
 
 // add puts fd into the set for events, edge-triggered, with t to wake.

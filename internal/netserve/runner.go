@@ -9,6 +9,7 @@ const maxIdleRunners = 16
 // counts cn already; it is above zero, so a new goroutine may be counted
 // too.
 func (s *Server) start(cn *Conn) {
+	s.busyAdd(1) // until its handler returns (Conn.run)
 	select {
 	case s.handoff <- cn:
 	default:
@@ -53,3 +54,10 @@ func (s *Server) runner(cn *Conn) {
 
 // stopRunners makes the goroutines waiting for a connection return.
 func (s *Server) stopRunners() { s.quitOnce.Do(func() { close(s.quit) }) }
+
+// busyAdd moves the poller's count of busy goroutines (busy.go).
+func (s *Server) busyAdd(d int64) {
+	if s.poll != nil {
+		s.poll.busy.Add(d)
+	}
+}

@@ -3,6 +3,7 @@ package rawio
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -15,10 +16,27 @@ import (
 // runtime's poller, like any socket. It is the one way sluice's own event
 // loops (internal/netserve's poller, internal/pool's reactor) wait.
 type Epoll struct {
-	fd int
-	f  *os.File // fd on the runtime's poller
-	rc syscall.RawConn
+	fd     int
+	f      *os.File // fd on the runtime's poller
+	rc     syscall.RawConn
+	closed atomic.Bool
+
+	// One WaitFor's arguments and outcome, kept here so that the function
+	// given to Control is made once.
+	wevs   []syscall.EpollEvent
+	wmsec  int
+	wn     int
+	werrno syscall.Errno
+	wait   func(fd uintptr)
 }
+
+// open counts the sets made and not closed (Sets).
+var open atomic.Int32
+
+// Sets returns how many Epoll sets are open in the process: a loop that
+// waits in a raw system call (WaitFor) holds its thread, and a second set
+// parked on the runtime's poller would go unwatched while it does.
+func Sets() int { return int(open.Load()) }
 
 // NewEpoll makes an epoll instance on the runtime's poller; name names
 // it in errors.
@@ -43,7 +61,14 @@ func NewEpoll(name string) (*Epoll, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: epoll descriptor on the runtime's poller: %w", name, err)
 	}
-	return &Epoll{fd: fd, f: f, rc: rc}, nil
+	e := &Epoll{fd: fd, f: f, rc: rc}
+	e.wait = func(fd uintptr) {
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd,
+			uintptr(unsafe.Pointer(unsafe.SliceData(e.wevs))), uintptr(len(e.wevs)), uintptr(e.wmsec), 0, 0)
+		e.wn, e.werrno = int(n), errno
+	}
+	open.Add(1)
+	return e, nil
 }
 
 // Ctl is epoll_ctl(2), which cannot block: a raw system call.
@@ -79,5 +104,31 @@ func (e *Epoll) Poll(evs []syscall.EpollEvent) int {
 // It returns once Close is called.
 func (e *Epoll) Wait(ready func(fd uintptr) bool) error { return e.rc.Read(ready) }
 
-// Close closes the set, which ends a Wait.
-func (e *Epoll) Close() error { return e.f.Close() }
+// WaitFor takes the set's events into evs, waiting for them at most msec
+// milliseconds in epoll_pwait(2) as a raw system call: the calling
+// goroutine keeps its thread and its processor while it waits, so
+// nothing else runs on that processor until an event, the timeout or a
+// signal (the runtime's preemption of a goroutine that runs too long
+// among them: the call then returns syscall.EINTR) ends the wait. It
+// holds the set's descriptor open meanwhile: a Close waits for it. It
+// returns how many events it took, 0 at the timeout.
+func (e *Epoll) WaitFor(evs []syscall.EpollEvent, msec int) (int, error) {
+	e.wevs, e.wmsec = evs, msec
+	if err := e.rc.Control(e.wait); err != nil {
+		return 0, err
+	}
+	e.wevs = nil
+	if e.werrno != 0 {
+		return 0, e.werrno
+	}
+	return e.wn, nil
+}
+
+// Close closes the set, which ends a Wait (and, once it returns, a
+// WaitFor's wait).
+func (e *Epoll) Close() error {
+	if !e.closed.Swap(true) {
+		open.Add(-1)
+	}
+	return e.f.Close()
+}

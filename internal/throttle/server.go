@@ -118,7 +118,7 @@ func (s *Server) serve(c *netserve.Conn) {
 	var used atomic.Bool
 	granted := make(chan Grant, 1)
 	var wmu sync.Mutex // the verdict and a revocation write to c
-	go func() {
+	c.Go(func() {
 		defer close(gone)
 		defer cancel()
 		for {
@@ -133,7 +133,7 @@ func (s *Server) serve(c *netserve.Conn) {
 				return
 			}
 		}
-	}()
+	})
 	defer func() { c.Close(); <-gone }()
 	g, err := s.o.Handler.Acquire(ctx, key)
 	if err != nil {
