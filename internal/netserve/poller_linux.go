@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/rawio"
 )
 
@@ -44,6 +45,10 @@ type poller struct {
 	// (busy.go); rawWaits the waiter's raw waits that took events (tests).
 	busy     atomic.Int64
 	rawWaits atomic.Int64
+	parks    atomic.Int64 // parks that ended with events (tests)
+	// parkedAt is when the waiter last left a park (a clock.Mono reading).
+	parkedAt atomic.Int64
+	rawMax   atomic.Int64 // rawWaitMax (tests make it longer)
 
 	wg sync.WaitGroup // the waiter
 }
@@ -95,32 +100,37 @@ func newPoller() (*poller, error) {
 		return nil, err
 	}
 	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch)}
+	p.rawMax.Store(int64(rawWaitMax))
 	p.wg.Add(1)
 	go p.wait()
 	return p, nil
 }
 
-// rawWaitMax is how long the waiter waits in a raw system call for the
-// next event before it parks on the runtime's poller: the most that
-// timers and goroutines woken by the runtime's poller (the web service,
-// a signal, a store's background work) wait for the processor while the
-// doors are served in raw waits, and how long the doors must be quiet
-// before the process is idle the runtime's way (its monitor thread asleep,
-// nothing polled until something happens).
+// rawWaitMax bounds the waiter's raw waits: each waits at most this long
+// for the next event, and the waiter parks on the runtime's poller at
+// least this often. A raw wait holds the thread: while the doors are busy
+// enough to keep it in raw waits, the process's other goroutines (the
+// web service, a signal, a store's background work, a timer) wait for
+// the thread until the next event or the next park, at most about twice
+// this long; the park is where the scheduler polls the runtime's poller
+// for them. And once the doors have been quiet this long, the waiter
+// parks and the process is idle the runtime's way (its monitor thread
+// asleep, nothing polled until something happens).
 const rawWaitMax = 20 * time.Millisecond
 
-// wait is the waiter. While every goroutine of netserve's is parked in
-// netserve (busy.go) and the set is the process's only one, it waits for
-// the set's next events in epoll_pwait(2) itself, as a raw system call,
-// for up to rawWaitMax; otherwise, and once a raw wait timed out, it
-// parks on the set's descriptor in the runtime's poller. After the events
-// it lets the goroutines they woke run (runtime.Gosched) before it waits
-// again. A raw wait costs one system call an event; a park costs three
-// (the scheduler's look at the runtime's poller, its blocking wait, and
-// the set's drain) and the scheduler's idle path, which at one session at
-// a time was most of what a milter session cost above a C milter's
-// (bench/results/2026-12-03-milter-rawwait.md). It returns when the set is
-// closed.
+// wait is the waiter. While rawAllowed holds (on one processor: every
+// goroutine of netserve's is parked in netserve, busy.go), it waits for
+// the set's next events in epoll_pwait(2) itself, as a raw system call
+// (up to rawWaitMax, and for rawWaitMax since it last parked at most);
+// otherwise it parks on the set's descriptor in the runtime's poller.
+// After the events it lets the goroutines they woke run
+// (runtime.Gosched) before it waits again. A raw wait costs one system
+// call an event; a park costs three (the scheduler's look at the
+// runtime's poller, its blocking wait, and the set's drain) and the
+// scheduler's idle path, which at one session at a time was much of what
+// a milter session cost above a C milter's
+// (bench/results/2026-12-03-milter-rawwait.md). It returns when the set
+// is closed.
 func (p *poller) wait() {
 	defer p.wg.Done()
 	// A park lasts while the goroutines woken stay busy: each time the set
@@ -130,9 +140,10 @@ func (p *poller) wait() {
 		raw := p.rawOK()
 		return p.drain() && raw
 	}
+	p.parkedAt.Store(int64(clock.Mono()))
 	for {
-		if p.rawOK() {
-			n, err := p.ep.WaitFor(p.evs, int(rawWaitMax/time.Millisecond))
+		if max := time.Duration(p.rawMax.Load()); p.rawOK() && clock.Mono()-time.Duration(p.parkedAt.Load()) < max {
+			n, err := p.ep.WaitFor(p.evs, int(max/time.Millisecond))
 			if err == syscall.EINTR {
 				continue
 			}
@@ -152,13 +163,25 @@ func (p *poller) wait() {
 		if err := p.ep.Wait(parked); err != nil {
 			return // closed
 		}
+		p.parks.Add(1)
+		p.parkedAt.Store(int64(clock.Mono()))
 		runtime.Gosched()
 	}
 }
 
-// rawOK reports whether the waiter may wait in a raw system call: no
-// goroutine of netserve's is busy and the set is the process's only one.
-func (p *poller) rawOK() bool { return p.busy.Load() == 0 && rawio.Sets() == 1 }
+// rawOK reports whether the waiter may wait in a raw system call now.
+func (p *poller) rawOK() bool {
+	return rawAllowed(p.busy.Load(), runtime.GOMAXPROCS(0), rawio.Sets())
+}
+
+// rawAllowed is the rule for a raw wait: the set is the process's only
+// one (another, parked on the runtime's poller, would go unwatched while
+// the thread waits here), and either every goroutine of netserve's waits
+// in netserve (busy is 0) or there is another processor to run the rest
+// (the runtime's poller and timers are served by an idle one).
+func rawAllowed(busy int64, procs, sets int) bool {
+	return sets == 1 && (busy == 0 || procs > 1)
+}
 
 // drain takes every event the set holds and wakes the targets they name;
 // it reports whether there were any (a park ends only then).

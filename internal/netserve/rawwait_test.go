@@ -2,18 +2,44 @@ package netserve
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"sluice/internal/rawio"
 )
 
 // The waiter's raw waits (poller.wait, busy.go): taken while every
-// goroutine of netserve's waits in netserve, never while one waits
-// elsewhere, never beside another epoll set.
+// goroutine of netserve's waits in netserve (on one processor), never
+// beside another epoll set, and never for longer than rawWaitMax since
+// the last park.
+
+func TestRawAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		busy        int64
+		procs, sets int
+		want        bool
+	}{
+		{0, 1, 1, true},
+		{1, 1, 1, false},  // one goroutine waits elsewhere: it may need the runtime's poller
+		{-1, 1, 1, false}, // a goroutine not counted waits in netserve: the count is no proof
+		{1, 2, 1, true},   // another processor serves the rest
+		{0, 1, 2, false},  // a second set is watched by the runtime's poller
+		{0, 4, 2, false},
+	} {
+		if got := rawAllowed(tc.busy, tc.procs, tc.sets); got != tc.want {
+			t.Errorf("rawAllowed(busy %d, procs %d, sets %d) = %v, want %v", tc.busy, tc.procs, tc.sets, got, tc.want)
+		}
+	}
+}
 
 // setOf returns the server's set once Serve has taken it.
 func setOf(t *testing.T, s *Server) *poller {
@@ -28,6 +54,27 @@ func setOf(t *testing.T, s *Server) *poller {
 	return p
 }
 
+// twoProcs runs the test on two processors: a client in the test's own
+// process waits for its replies in the runtime's poller, which one
+// processor in raw waits would leave unpolled until the next park.
+func twoProcs(t *testing.T) {
+	old := runtime.GOMAXPROCS(2)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+}
+
+// longRaw makes the waiter's raw waits last up to a minute, and its park
+// come a minute after the last, so that a slow run (the race detector, a
+// loaded machine) leaves no 20 ms gap between a test's requests that ends
+// a raw wait for a park; at the end it sets them back and sends c one
+// more request, which ends the raw wait in progress.
+func longRaw(t *testing.T, p *poller, c net.Conn, r *bufio.Reader) {
+	p.rawMax.Store(int64(time.Minute))
+	t.Cleanup(func() {
+		p.rawMax.Store(int64(rawWaitMax))
+		exchange(t, c, r, 1)
+	})
+}
+
 // releaser returns a function that closes release once; it runs before
 // the server's shutdown too (registered after serveTCP), so that a failed
 // test does not leave a handler waiting for it.
@@ -39,24 +86,9 @@ func releaser(t *testing.T, release chan struct{}) func() {
 }
 
 // exchange sends n lines on c and reads each one's echo.
-func exchange(t *testing.T, c net.Conn, r *bufio.Reader, n int) { exchangeAfter(t, c, r, n, nil) }
-
-// quietExchange is exchange with each request sent once every goroutine
-// of netserve's waits in netserve again (the handler may still be on its
-// way back when its reply has arrived).
-func quietExchange(t *testing.T, p *poller, c net.Conn, r *bufio.Reader, n int) {
-	t.Helper()
-	exchangeAfter(t, c, r, n, func() {
-		waitFor(t, "every goroutine back in netserve", func() bool { return p.busy.Load() == 0 })
-	})
-}
-
-func exchangeAfter(t *testing.T, c net.Conn, r *bufio.Reader, n int, before func()) {
+func exchange(t *testing.T, c net.Conn, r *bufio.Reader, n int) {
 	t.Helper()
 	for range n {
-		if before != nil {
-			before()
-		}
 		if _, err := io.WriteString(c, "ping\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -67,16 +99,30 @@ func exchangeAfter(t *testing.T, c net.Conn, r *bufio.Reader, n int, before func
 }
 
 // blockingEcho echoes lines; on the line "block" it first waits for
-// release, outside netserve (a store on the network, a queue's slot).
-func blockingEcho(release <-chan struct{}, blocked chan<- struct{}) func(*Conn) {
+// release, outside netserve (as for a store on the network or a queue's
+// slot); on "release" it closes release; on "stats" it answers the set's
+// count of raw waits and of busy goroutines.
+func blockingEcho(s **Server, release chan struct{}, blocked chan<- struct{}) func(*Conn) {
+	var once sync.Once
 	return func(c *Conn) {
 		sc := bufio.NewScanner(c.Reader())
 		for sc.Scan() {
-			if sc.Text() == "block" {
-				blocked <- struct{}{}
+			reply := sc.Text()
+			switch reply {
+			case "block":
+				if blocked != nil {
+					blocked <- struct{}{}
+				}
 				<-release
+			case "release":
+				once.Do(func() { close(release) })
+			case "stats":
+				(*s).mu.Lock()
+				p := (*s).poll
+				(*s).mu.Unlock()
+				reply = fmt.Sprintf("%d %d", p.rawWaits.Load(), p.busy.Load()-1) // not counting itself
 			}
-			if _, err := io.WriteString(c, sc.Text()+"\n"); err != nil {
+			if _, err := io.WriteString(c, reply+"\n"); err != nil {
 				return
 			}
 			c.Done()
@@ -85,22 +131,27 @@ func blockingEcho(release <-chan struct{}, blocked chan<- struct{}) func(*Conn) 
 }
 
 func TestWaiterWaitsRawWhileAllWaitInNetserve(t *testing.T) {
+	twoProcs(t)
 	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
 	dial := serveTCP(t, s)
 	p := setOf(t, s)
 	c, r := dial()
+	longRaw(t, p, c, r)
 	exchange(t, c, r, 1)
 	before := p.rawWaits.Load()
-	quietExchange(t, p, c, r, 20)
+	exchange(t, c, r, 20)
 	if got := p.rawWaits.Load() - before; got == 0 {
-		t.Fatal("20 requests, every goroutine waiting in netserve between them: no raw wait took an event")
+		t.Fatal("20 requests, the set the process's only one: no raw wait took an event")
 	}
 	waitFor(t, "every goroutine back in netserve", func() bool { return p.busy.Load() == 0 })
 }
 
-func TestWaiterParksWhileAHandlerWaitsElsewhere(t *testing.T) {
+// A handler waiting outside netserve is counted busy, which forbids raw
+// waits on one processor.
+func TestBusyCountsAHandlerWaitingElsewhere(t *testing.T) {
 	release, blocked := make(chan struct{}), make(chan struct{})
-	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, blockingEcho(release, blocked))
+	var s *Server
+	s = New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, blockingEcho(&s, release, blocked))
 	dial := serveTCP(t, s)
 	free := releaser(t, release)
 	p := setOf(t, s)
@@ -112,20 +163,15 @@ func TestWaiterParksWhileAHandlerWaitsElsewhere(t *testing.T) {
 	}
 	<-blocked
 	waitFor(t, "one goroutine busy: the handler waiting outside netserve", func() bool { return p.busy.Load() == 1 })
-	before := p.rawWaits.Load()
-	exchange(t, other, or, 20)
-	if got := p.rawWaits.Load() - before; got != 0 {
-		t.Fatalf("%d raw waits while a handler waited outside netserve: it could not run until one ended", got)
+	if rawAllowed(p.busy.Load(), 1, 1) {
+		t.Fatal("a raw wait allowed on one processor while a handler waits outside netserve")
 	}
+	exchange(t, other, or, 5)
 	free()
 	if l, err := hr.ReadString('\n'); err != nil || l != "block\n" {
 		t.Fatalf("held echo: %q, %v", l, err)
 	}
-	before = p.rawWaits.Load()
-	quietExchange(t, p, other, or, 20)
-	if p.rawWaits.Load() == before {
-		t.Fatal("no raw wait once the handler was back in netserve")
-	}
+	waitFor(t, "every goroutine back in netserve", func() bool { return p.busy.Load() == 0 })
 }
 
 // A handler that reads in a goroutine started with Conn.Go while it waits
@@ -160,25 +206,156 @@ func TestConnGoCountsItsGoroutine(t *testing.T) {
 }
 
 func TestNoRawWaitBesideAnotherSet(t *testing.T) {
+	twoProcs(t)
 	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
 	dial := serveTCP(t, s)
 	p := setOf(t, s)
 	c, r := dial()
+	longRaw(t, p, c, r)
 	other, err := rawio.NewEpoll("other")
 	if err != nil {
 		t.Fatal(err)
 	}
 	exchange(t, c, r, 1)
-	waitFor(t, "every goroutine back in netserve", func() bool { return p.busy.Load() == 0 })
 	before := p.rawWaits.Load()
 	exchange(t, c, r, 20)
 	if got := p.rawWaits.Load() - before; got != 0 {
 		t.Fatalf("%d raw waits beside another epoll set, which the runtime's poller watches", got)
 	}
 	other.Close()
+	exchange(t, c, r, 1)
 	before = p.rawWaits.Load()
-	quietExchange(t, p, c, r, 20)
+	exchange(t, c, r, 20)
 	if p.rawWaits.Load() == before {
 		t.Fatal("no raw wait once the other set was closed")
+	}
+}
+
+// However busy the doors keep the raw waits, the waiter parks once
+// rawWaitMax has passed since it last did: the park is where the
+// scheduler polls the runtime's poller for the process's other goroutines.
+func TestWaiterParksAfterRawWaitMax(t *testing.T) {
+	twoProcs(t)
+	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
+	dial := serveTCP(t, s)
+	p := setOf(t, s)
+	c, r := dial()
+	longRaw(t, p, c, r)
+	exchange(t, c, r, 1)
+	before := p.rawWaits.Load()
+	exchange(t, c, r, 5)
+	if p.rawWaits.Load() == before {
+		t.Fatal("no raw wait, the set the process's only one")
+	}
+	parks := p.parks.Load()
+	p.parkedAt.Store(-int64(time.Hour)) // the last park an hour ago
+	exchange(t, c, r, 2)
+	// The waiter counts the park once it has woken the handler: the echo
+	// may come first.
+	waitFor(t, "a park, an hour after the last", func() bool { return p.parks.Load() > parks })
+}
+
+// rawChildEnv names the socket TestMain serves blockingEcho on, on one
+// processor, when the test binary runs as TestRawWaitsOnOneProcessor's
+// child.
+const rawChildEnv = "NETSERVE_TEST_RAW_CHILD"
+
+// rawChild serves blockingEcho on the unix socket path until its standard
+// input ends.
+func rawChild(path string) {
+	runtime.GOMAXPROCS(1)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var s *Server
+	release := make(chan struct{})
+	s = New(Options{Name: "child", Logger: slog.New(slog.DiscardHandler)}, blockingEcho(&s, release, nil))
+	go s.Serve(l)
+	io.Copy(io.Discard, os.Stdin)
+	s.Close()
+	os.Exit(0) // a handler may still wait for release
+}
+
+// On one processor, as the daemon runs its doors, with its clients in
+// another process: raw waits while every handler waits in netserve, none
+// while one waits elsewhere, raw waits again once it is back.
+func TestRawWaitsOnOneProcessor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), rawChildEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child: %v", err)
+		}
+	})
+	dial := func() (net.Conn, *bufio.Reader) {
+		var c net.Conn
+		waitFor(t, "the child to listen", func() bool {
+			c, err = net.Dial("unix", path)
+			return err == nil
+		})
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
+		return c, bufio.NewReader(c)
+	}
+	held, hr := dial()
+	c, r := dial()
+	ask := func(line string) string {
+		t.Helper()
+		if _, err := io.WriteString(c, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return l
+	}
+	stats := func() (raw, busy int64) {
+		t.Helper()
+		if _, err := fmt.Sscan(ask("stats"), &raw, &busy); err != nil {
+			t.Fatal(err)
+		}
+		return raw, busy
+	}
+
+	exchange(t, c, r, 1)
+	raw0, _ := stats()
+	exchange(t, c, r, 20)
+	if raw1, _ := stats(); raw1 == raw0 {
+		t.Fatal("one processor, every handler waiting in netserve: no raw wait took an event")
+	}
+
+	if _, err := io.WriteString(held, "block\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held handler waiting outside netserve", func() bool { _, busy := stats(); return busy == 1 })
+	raw2, _ := stats()
+	exchange(t, c, r, 20)
+	if raw3, _ := stats(); raw3 != raw2 {
+		t.Fatalf("%d raw waits on one processor while a handler waited outside netserve", raw3-raw2)
+	}
+
+	if l := ask("release"); l != "release\n" {
+		t.Fatalf("release: %q", l)
+	}
+	if l, err := hr.ReadString('\n'); err != nil || l != "block\n" {
+		t.Fatalf("held echo: %q, %v", l, err)
+	}
+	raw4, _ := stats()
+	exchange(t, c, r, 20)
+	if raw5, _ := stats(); raw5 == raw4 {
+		t.Fatal("no raw wait once the handler was back in netserve")
 	}
 }

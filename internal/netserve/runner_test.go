@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -15,8 +16,15 @@ import (
 )
 
 // TestMain fails the package when a test leaves a goroutine running: a
-// server's runners included, once it is stopped and waited for.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// server's runners included, once it is stopped and waited for. Started
+// by TestRawWaitsOnOneProcessor as its child, it serves instead.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(rawChildEnv); path != "" {
+		rawChild(path)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // goroutineID is the calling goroutine's number, from its stack's header.
 func goroutineID() string {
