@@ -42,10 +42,11 @@ type poller struct {
 	evs     []syscall.EpollEvent
 
 	// busy counts netserve's goroutines that are not parked in netserve
-	// (busy.go); rawWaits the waiter's raw waits that took events (tests).
+	// (busy.go); rawWaits the waiter's raw waits that took events, parks
+	// its parks (tests read both).
 	busy     atomic.Int64
 	rawWaits atomic.Int64
-	parks    atomic.Int64 // parks that ended with events (tests)
+	parks    atomic.Int64
 	// parkedAt is when the waiter last left a park (a clock.Mono reading).
 	parkedAt atomic.Int64
 	rawMax   atomic.Int64 // rawWaitMax (tests make it longer)
@@ -142,8 +143,9 @@ func (p *poller) wait() {
 	}
 	p.parkedAt.Store(int64(clock.Mono()))
 	for {
-		if max := time.Duration(p.rawMax.Load()); p.rawOK() && clock.Mono()-time.Duration(p.parkedAt.Load()) < max {
-			n, err := p.ep.WaitFor(p.evs, int(max/time.Millisecond))
+		limit := time.Duration(p.rawMax.Load())
+		if p.rawOK() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit {
+			n, err := p.ep.WaitFor(p.evs, int(limit/time.Millisecond))
 			if err == syscall.EINTR {
 				continue
 			}
