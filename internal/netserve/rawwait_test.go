@@ -75,6 +75,18 @@ func longRaw(t *testing.T, p *poller, c net.Conn, r *bufio.Reader) {
 	})
 }
 
+// rawEcho serves echoLines on two processors with longRaw, and returns
+// its set and a client.
+func rawEcho(t *testing.T) (*poller, net.Conn, *bufio.Reader) {
+	twoProcs(t)
+	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
+	dial := serveTCP(t, s)
+	p := setOf(t, s)
+	c, r := dial()
+	longRaw(t, p, c, r)
+	return p, c, r
+}
+
 // releaser returns a function that closes release once; it runs before
 // the server's shutdown too (registered after serveTCP), so that a failed
 // test does not leave a handler waiting for it.
@@ -131,12 +143,7 @@ func blockingEcho(s **Server, release chan struct{}, blocked chan<- struct{}) fu
 }
 
 func TestWaiterWaitsRawWhileAllWaitInNetserve(t *testing.T) {
-	twoProcs(t)
-	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
-	dial := serveTCP(t, s)
-	p := setOf(t, s)
-	c, r := dial()
-	longRaw(t, p, c, r)
+	p, c, r := rawEcho(t)
 	exchange(t, c, r, 1)
 	before := p.rawWaits.Load()
 	exchange(t, c, r, 20)
@@ -206,12 +213,7 @@ func TestConnGoCountsItsGoroutine(t *testing.T) {
 }
 
 func TestNoRawWaitBesideAnotherSet(t *testing.T) {
-	twoProcs(t)
-	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
-	dial := serveTCP(t, s)
-	p := setOf(t, s)
-	c, r := dial()
-	longRaw(t, p, c, r)
+	p, c, r := rawEcho(t)
 	other, err := rawio.NewEpoll("other")
 	if err != nil {
 		t.Fatal(err)
@@ -235,12 +237,7 @@ func TestNoRawWaitBesideAnotherSet(t *testing.T) {
 // rawWaitMax has passed since it last did: the park is where the
 // scheduler polls the runtime's poller for the process's other goroutines.
 func TestWaiterParksAfterRawWaitMax(t *testing.T) {
-	twoProcs(t)
-	s := New(Options{Name: "echo", Logger: slog.New(slog.DiscardHandler)}, echoLines)
-	dial := serveTCP(t, s)
-	p := setOf(t, s)
-	c, r := dial()
-	longRaw(t, p, c, r)
+	p, c, r := rawEcho(t)
 	exchange(t, c, r, 1)
 	before := p.rawWaits.Load()
 	exchange(t, c, r, 5)
