@@ -17,9 +17,10 @@ import (
 // every session it accepts are in it, edge-triggered, once. A call that
 // finds nothing to read (or no room to write, or no connection to
 // accept) parks on its own wake channel, and the set's one waiter
-// goroutine, parked on the set's descriptor through the runtime's poller
-// (an epoll descriptor is readable while it holds events), takes the
-// events with raw epoll_pwait(2) calls and wakes each call they name.
+// goroutine takes the events with raw epoll_pwait(2) calls and wakes each
+// call they name; between events it waits in epoll_pwait(2) itself, or
+// parks on the set's descriptor through the runtime's poller (an epoll
+// descriptor is readable while it holds events): see wait.
 // Every call on a session or listener descriptor (accept4, read, write,
 // getsockopt, epoll_ctl, close) is a raw system call: none enters the
 // scheduler, so a session never wakes the runtime's monitor thread
