@@ -2,10 +2,11 @@ package netserve
 
 import "sync/atomic"
 
-// The set's waiter waits in a raw system call while it is the one thing
-// the process has to wait for (poller.wait): every goroutine of netserve's
-// (a session's handler, an accept loop, a refusal) is parked in netserve
-// on a wake that the waiter or a timer delivers. The poller's busy count
+// On one processor the set's waiter waits in a raw system call only
+// while it is the one thing the process has to wait for (poller.wait,
+// rawAllowed): every goroutine of netserve's (a session's handler, an
+// accept loop, a refusal) is parked in netserve on a wake that the waiter
+// or a timer delivers. The poller's busy count
 // is how many are not: a goroutine counts from its start until it ends,
 // except while it waits on a waitSlot. A goroutine that is busy may be
 // waiting for something the runtime's poller or scheduler delivers (a
