@@ -145,7 +145,7 @@ func (p *poller) wait() {
 	p.parkedAt.Store(int64(clock.Mono()))
 	for {
 		limit := time.Duration(p.rawMax.Load())
-		if p.rawOK() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit {
+		if p.rawOKAfterYield() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit {
 			n, err := p.ep.WaitFor(p.evs, int(limit/time.Millisecond))
 			if err == syscall.EINTR {
 				continue
@@ -175,6 +175,24 @@ func (p *poller) wait() {
 // rawOK reports whether the waiter may wait in a raw system call now.
 func (p *poller) rawOK() bool {
 	return rawAllowed(p.busy.Load(), runtime.GOMAXPROCS(0), rawio.Sets())
+}
+
+// rawOKAfterYield is rawOK, asked again after a yield when a busy
+// goroutine forbade the raw wait: a goroutine of netserve's that is
+// runnable, not blocked (an accept loop that yielded to the handler it
+// started, say), is busy until it runs and parks, and the waiter, queued
+// before it, would otherwise park on its account once a session
+// (bench/results/2026-12-03-milter-rawwait.md, "The yield before a
+// park"). One that is still busy after the yield waits elsewhere.
+func (p *poller) rawOKAfterYield() bool {
+	if p.rawOK() {
+		return true
+	}
+	if p.busy.Load() == 0 {
+		return false
+	}
+	runtime.Gosched()
+	return p.rawOK()
 }
 
 // rawAllowed is the rule for a raw wait: the set is the process's only

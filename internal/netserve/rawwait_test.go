@@ -46,12 +46,17 @@ func setOf(t *testing.T, s *Server) *poller {
 	t.Helper()
 	var p *poller
 	waitFor(t, "Serve to take the set", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		p = s.poll
+		p = s.set()
 		return p != nil
 	})
 	return p
+}
+
+// set returns the server's set (nil until Serve takes it).
+func (s *Server) set() *poller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.poll
 }
 
 // twoProcs runs the test on two processors: a client in the test's own
@@ -113,7 +118,8 @@ func exchange(t *testing.T, c net.Conn, r *bufio.Reader, n int) {
 // blockingEcho echoes lines; on the line "block" it first waits for
 // release, outside netserve (as for a store on the network or a queue's
 // slot); on "release" it closes release; on "stats" it answers the set's
-// count of raw waits and of busy goroutines.
+// count of raw waits, of busy goroutines and of parks; on "longraw" it
+// lets the waiter's raw waits last a minute (longRaw's setting).
 func blockingEcho(s **Server, release chan struct{}, blocked chan<- struct{}) func(*Conn) {
 	var once sync.Once
 	return func(c *Conn) {
@@ -129,10 +135,10 @@ func blockingEcho(s **Server, release chan struct{}, blocked chan<- struct{}) fu
 			case "release":
 				once.Do(func() { close(release) })
 			case "stats":
-				(*s).mu.Lock()
-				p := (*s).poll
-				(*s).mu.Unlock()
-				reply = fmt.Sprintf("%d %d", p.rawWaits.Load(), p.busy.Load()-1) // not counting itself
+				p := (*s).set()
+				reply = fmt.Sprintf("%d %d %d", p.rawWaits.Load(), p.busy.Load()-1, p.parks.Load()) // not counting itself
+			case "longraw":
+				(*s).set().rawMax.Store(int64(time.Minute))
 			}
 			if _, err := io.WriteString(c, reply+"\n"); err != nil {
 				return
@@ -275,10 +281,15 @@ func rawChild(path string) {
 	os.Exit(0) // a handler may still wait for release
 }
 
-// On one processor, as the daemon runs its doors, with its clients in
-// another process: raw waits while every handler waits in netserve, none
-// while one waits elsewhere, raw waits again once it is back.
-func TestRawWaitsOnOneProcessor(t *testing.T) {
+// oneProc is the test binary serving blockingEcho on one processor as
+// TestMain's child (rawChild), its clients in the test's process.
+type oneProc struct {
+	t    *testing.T
+	path string
+}
+
+// startOneProc starts the child; it ends with the test.
+func startOneProc(t *testing.T) *oneProc {
 	path := filepath.Join(t.TempDir(), "s")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), rawChildEnv+"="+path)
@@ -296,63 +307,106 @@ func TestRawWaitsOnOneProcessor(t *testing.T) {
 			t.Errorf("child: %v", err)
 		}
 	})
-	dial := func() (net.Conn, *bufio.Reader) {
-		var c net.Conn
-		waitFor(t, "the child to listen", func() bool {
-			c, err = net.Dial("unix", path)
-			return err == nil
-		})
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
-		return c, bufio.NewReader(c)
+	return &oneProc{t: t, path: path}
+}
+
+// dial opens a session to the child; it is closed with the test.
+func (o *oneProc) dial() (net.Conn, *bufio.Reader) {
+	var c net.Conn
+	waitFor(o.t, "the child to listen", func() bool {
+		var err error
+		c, err = net.Dial("unix", o.path)
+		return err == nil
+	})
+	o.t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // against a hang only
+	return c, bufio.NewReader(c)
+}
+
+// ask sends line on c and returns the answer.
+func (o *oneProc) ask(c net.Conn, r *bufio.Reader, line string) string {
+	o.t.Helper()
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		o.t.Fatal(err)
 	}
-	held, hr := dial()
-	c, r := dial()
-	ask := func(line string) string {
-		t.Helper()
-		if _, err := io.WriteString(c, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
-		l, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-		return l
+	l, err := r.ReadString('\n')
+	if err != nil {
+		o.t.Fatalf("%s: %v", line, err)
 	}
-	stats := func() (raw, busy int64) {
-		t.Helper()
-		if _, err := fmt.Sscan(ask("stats"), &raw, &busy); err != nil {
-			t.Fatal(err)
-		}
-		return raw, busy
+	return l
+}
+
+// stats asks the child's set for its raw waits, busy goroutines and parks.
+func (o *oneProc) stats(c net.Conn, r *bufio.Reader) (raw, busy, parks int64) {
+	o.t.Helper()
+	if _, err := fmt.Sscan(o.ask(c, r, "stats"), &raw, &busy, &parks); err != nil {
+		o.t.Fatal(err)
 	}
+	return raw, busy, parks
+}
+
+// On one processor, as the daemon runs its doors, with its clients in
+// another process: raw waits while every handler waits in netserve, none
+// while one waits elsewhere, raw waits again once it is back.
+func TestRawWaitsOnOneProcessor(t *testing.T) {
+	o := startOneProc(t)
+	held, hr := o.dial()
+	c, r := o.dial()
 
 	exchange(t, c, r, 1)
-	raw0, _ := stats()
+	raw0, _, _ := o.stats(c, r)
 	exchange(t, c, r, 20)
-	if raw1, _ := stats(); raw1 == raw0 {
+	if raw1, _, _ := o.stats(c, r); raw1 == raw0 {
 		t.Fatal("one processor, every handler waiting in netserve: no raw wait took an event")
 	}
 
 	if _, err := io.WriteString(held, "block\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the held handler waiting outside netserve", func() bool { _, busy := stats(); return busy == 1 })
-	raw2, _ := stats()
+	waitFor(t, "the held handler waiting outside netserve", func() bool { _, busy, _ := o.stats(c, r); return busy == 1 })
+	raw2, _, _ := o.stats(c, r)
 	exchange(t, c, r, 20)
-	if raw3, _ := stats(); raw3 != raw2 {
+	if raw3, _, _ := o.stats(c, r); raw3 != raw2 {
 		t.Fatalf("%d raw waits on one processor while a handler waited outside netserve", raw3-raw2)
 	}
 
-	if l := ask("release"); l != "release\n" {
+	if l := o.ask(c, r, "release"); l != "release\n" {
 		t.Fatalf("release: %q", l)
 	}
 	if l, err := hr.ReadString('\n'); err != nil || l != "block\n" {
 		t.Fatalf("held echo: %q, %v", l, err)
 	}
-	raw4, _ := stats()
+	raw4, _, _ := o.stats(c, r)
 	exchange(t, c, r, 20)
-	if raw5, _ := stats(); raw5 == raw4 {
+	if raw5, _, _ := o.stats(c, r); raw5 == raw4 {
 		t.Fatal("no raw wait once the handler was back in netserve")
+	}
+}
+
+// On one processor a session's start does not make the waiter park: the
+// accept loop yields to the handler it started (Serve) and stays busy
+// until it runs again, and the waiter, queued before it, lets it run
+// before it looks (rawOKAfterYield). Without that yield the waiter parked
+// once a session.
+func TestNoParkAtASessionsStart(t *testing.T) {
+	const sessions = 60
+	o := startOneProc(t)
+	c, r := o.dial()
+	if l := o.ask(c, r, "longraw"); l != "longraw\n" { // no park for the 20 ms limit
+		t.Fatalf("longraw: %q", l)
+	}
+	raw0, _, parks0 := o.stats(c, r)
+	for range sessions {
+		s, sr := o.dial()
+		exchange(t, s, sr, 1)
+		s.Close()
+	}
+	raw1, _, parks1 := o.stats(c, r)
+	if raw1 == raw0 {
+		t.Fatalf("no raw wait in %d sessions", sessions)
+	}
+	t.Logf("%d sessions: %d raw waits, %d parks", sessions, raw1-raw0, parks1-parks0)
+	if parks := parks1 - parks0; parks > sessions/2 {
+		t.Fatalf("the waiter parked %d times in %d sessions on one processor", parks, sessions)
 	}
 }
