@@ -121,7 +121,8 @@ func newPoller() (*poller, error) {
 const rawWaitMax = 20 * time.Millisecond
 
 // wait is the waiter. While rawAllowed holds (on one processor: every
-// goroutine of netserve's is parked in netserve, busy.go), it waits for
+// goroutine of netserve's is parked in netserve, busy.go, once those
+// only runnable have had their turn: rawOKAfterYield), it waits for
 // the set's next events in epoll_pwait(2) itself, as a raw system call
 // (up to rawWaitMax, and for rawWaitMax since it last parked at most);
 // otherwise it parks on the set's descriptor in the runtime's poller.
