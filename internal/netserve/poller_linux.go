@@ -186,14 +186,22 @@ func (p *poller) rawOK() bool {
 // (bench/results/2026-12-03-milter-rawwait.md, "The yield before a
 // park"). One that is still busy after the yield waits elsewhere.
 func (p *poller) rawOKAfterYield() bool {
-	if p.rawOK() {
+	busy, procs, sets := p.busy.Load(), runtime.GOMAXPROCS(0), rawio.Sets()
+	if rawAllowed(busy, procs, sets) {
 		return true
 	}
-	if p.busy.Load() == 0 {
+	if !yieldMayAllow(busy, procs, sets) {
 		return false
 	}
 	runtime.Gosched()
 	return p.rawOK()
+}
+
+// yieldMayAllow reports whether a raw wait that rawAllowed refuses could
+// be allowed after a yield: only the busy goroutines forbid it (not a
+// second set, which a yield does not close).
+func yieldMayAllow(busy int64, procs, sets int) bool {
+	return busy > 0 && rawAllowed(0, procs, sets)
 }
 
 // rawAllowed is the rule for a raw wait: the set is the process's only

@@ -41,6 +41,25 @@ func TestRawAllowed(t *testing.T) {
 	}
 }
 
+func TestYieldMayAllow(t *testing.T) {
+	for _, tc := range []struct {
+		busy        int64
+		procs, sets int
+		want        bool
+	}{
+		{1, 1, 1, true}, // a busy goroutine may only be runnable: let it run
+		{3, 1, 1, true},
+		{0, 1, 1, false},  // nobody busy: the refusal is not theirs
+		{-1, 1, 1, false}, // the count is no proof either way
+		{1, 1, 2, false},  // a second set: no yield closes it
+		{2, 4, 2, false},
+	} {
+		if got := yieldMayAllow(tc.busy, tc.procs, tc.sets); got != tc.want {
+			t.Errorf("yieldMayAllow(busy %d, procs %d, sets %d) = %v, want %v", tc.busy, tc.procs, tc.sets, got, tc.want)
+		}
+	}
+}
+
 // setOf returns the server's set once Serve has taken it.
 func setOf(t *testing.T, s *Server) *poller {
 	t.Helper()
