@@ -139,15 +139,14 @@ func (s *Server) Serve(l net.Listener) error {
 		return err
 	}
 	s.listeners[l] = a
-	busy := &s.poll.busy // the accept loop is busy but where it parks in accept
-	busy.Add(1)
+	s.busyAdd(1) // the accept loop is busy but where it parks in accept
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, l)
 		s.mu.Unlock()
 		a.stop()
-		busy.Add(-1)
+		s.busyAdd(-1)
 	}()
 	var backoff time.Duration
 	for {
