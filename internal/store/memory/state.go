@@ -116,6 +116,15 @@ func (sh *shard) leaseSet(i int) []leaseRec { return sh.leases[sh.recs.s[i].d[0]
 // setLeases replaces the leases of lease record i.
 func (sh *shard) setLeases(i int, l []leaseRec) { sh.leases[sh.recs.s[i].d[0]] = l }
 
+// A freed lease set keeps its array for the next key when it is small
+// (at most keptLeaseCap leases) and among the last keptLeaseSets freed:
+// a class slot taken and given back once a session, as at one session at
+// a time, allocates nothing, and the free list holds no large arrays.
+const (
+	keptLeaseCap  = 4
+	keptLeaseSets = 64
+)
+
 // newLeaseSet gives lease record i an empty lease set.
 func (sh *shard) newLeaseSet(i int) {
 	var k uint32
@@ -126,7 +135,9 @@ func (sh *shard) newLeaseSet(i int) {
 		k = uint32(len(sh.leases))
 		sh.leases = append(sh.leases, nil)
 	}
-	sh.leases[k] = make([]leaseRec, 0, 2)
+	if cap(sh.leases[k]) == 0 {
+		sh.leases[k] = make([]leaseRec, 0, 2)
+	}
 	sh.recs.s[i].d[0], sh.recs.s[i].d[1] = int64(k), 0
 	if sh.leaseAt == nil {
 		sh.leaseAt = make(map[uint64]uint32)

@@ -306,7 +306,11 @@ func (sh *shard) freeSide(r *record) {
 		for _, l := range sh.leases[r.d[0]] {
 			delete(sh.leaseAt, l.id)
 		}
-		sh.leases[r.d[0]] = nil
+		if ls := sh.leases[r.d[0]]; cap(ls) <= keptLeaseCap && len(sh.lfree) < keptLeaseSets {
+			sh.leases[r.d[0]] = ls[:0] // reused by the next newLeaseSet
+		} else {
+			sh.leases[r.d[0]] = nil
+		}
 		sh.lfree = append(sh.lfree, uint32(r.d[0]))
 	case r.algo == limiter.Exact && r.nev == spilled:
 		sh.spill[r.d[0]] = nil
