@@ -56,8 +56,11 @@ type fdConn struct {
 	// hup: the set reported the peer's end of writing, an error or
 	// urgent data: reads no longer park after a short one.
 	hup atomic.Bool
-	// cred: a unix peer's credentials, once read (PeerCred).
-	cred atomic.Pointer[peercred.Cred]
+	// cred: a unix peer's credentials, once read (PeerCred, under
+	// credMu; kept in the connection, not allocated).
+	credMu sync.Mutex
+	cred   peercred.Cred
+	credOK bool
 }
 
 // side is one direction: its calls one at a time, its deadline and the
@@ -389,8 +392,10 @@ func (c *fdConn) Pending() bool {
 // read once: it makes the connection a peercred.Keeper, so that a door
 // and its gate asking about one session cost one getsockopt.
 func (c *fdConn) PeerCred() (peercred.Cred, error) {
-	if cr := c.cred.Load(); cr != nil {
-		return *cr, nil
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	if c.credOK {
+		return c.cred, nil
 	}
 	if c.netw != "unix" {
 		return peercred.Cred{UID: -1, GID: -1, PID: -1}, c.opError("getsockopt", errors.New("SO_PEERCRED of a TCP connection"))
@@ -403,7 +408,7 @@ func (c *fdConn) PeerCred() (peercred.Cred, error) {
 	if err != nil {
 		return cr, err
 	}
-	c.cred.Store(&cr)
+	c.cred, c.credOK = cr, true
 	return cr, nil
 }
 
