@@ -148,11 +148,11 @@ func (c *conn) loop() error {
 				return err
 			}
 		case wire.CmdMacro:
-			var m wire.Macro
-			if err := m.DecodeData(p.Data); err != nil {
+			cmd, l, err := wire.DecodeMacroList(p.Data)
+			if err != nil {
 				return err
 			}
-			c.sess.setMacros(m.Cmd, m.NameValues)
+			c.sess.setMacros(cmd, l)
 		case wire.CmdAbort:
 			if err := emptyPayload(p); err != nil {
 				return err

@@ -62,7 +62,7 @@ type Session struct {
 
 	id     uint64
 	c      *conn
-	macros [numSlots][]string
+	macros [numSlots]wire.MacroList
 }
 
 // ID returns a number unique to the session within its Server.
@@ -97,10 +97,10 @@ func (s *Session) Macro(name string) (string, bool) {
 	return lookup(s.macros[slotUnknown], want)
 }
 
-func lookup(nv []string, want string) (string, bool) {
-	for i := 0; i+1 < len(nv); i += 2 {
-		if trimBraces(nv[i]) == want {
-			return nv[i+1], true
+func lookup(l wire.MacroList, want string) (string, bool) {
+	for name, value := range l.All() {
+		if trimBraces(name) == want {
+			return value, true
 		}
 	}
 	return "", false
@@ -114,15 +114,15 @@ func trimBraces(name string) string {
 }
 
 // setMacros stores a MACRO packet and clears the later stages.
-func (s *Session) setMacros(cmd wire.Code, nv []string) {
+func (s *Session) setMacros(cmd wire.Code, l wire.MacroList) {
 	slot := macroSlot(cmd)
 	if slot < 0 {
 		return // a macro packet for an unknown command: tolerated, unused
 	}
-	s.macros[slot] = nv
+	s.macros[slot] = l
 	if slot != slotUnknown {
 		for later := slot + 1; later < slotUnknown; later++ {
-			s.macros[later] = nil
+			s.macros[later] = ""
 		}
 	}
 }
@@ -130,6 +130,6 @@ func (s *Session) setMacros(cmd wire.Code, nv []string) {
 // endMessage drops the message's macros.
 func (s *Session) endMessage() {
 	for slot := slotMail; slot < slotUnknown; slot++ {
-		s.macros[slot] = nil
+		s.macros[slot] = ""
 	}
 }
