@@ -444,12 +444,19 @@ func (c *conn) tryDispatch(kind callKind) bool {
 func (c *conn) dispatchWait(kind callKind, s *Session) {
 	c.call, c.callSess = kind, s
 	srv := c.srv
+	token := true
 	select {
-	case srv.tokens <- struct{}{}:
-		c.runCall()
+	case srv.tokens <- struct{}{}: // a free token: no two-way select
+	default:
+		select {
+		case srv.tokens <- struct{}{}:
+		case <-srv.ctx.Done():
+			token = false
+		}
+	}
+	c.runCall()
+	if token {
 		<-srv.tokens
-	case <-srv.ctx.Done():
-		c.runCall()
 	}
 	c.call, c.callSess = callNone, nil
 }
