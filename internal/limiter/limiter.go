@@ -190,15 +190,19 @@ type Peak struct {
 
 // Peaks tracks peak figures. The fast path (no new peak) is one atomic load.
 type Peaks struct {
-	m    sync.Map // stat name -> *peakCell
+	m sync.Map // stat name -> *peakCell
+	// last is the cell offered to last: a door's figure is offered again
+	// and again, and comparing its name costs less than hashing it.
+	last atomic.Pointer[peakCell]
 	size peakCell
 }
 
 // peakCell holds one figure's peak.
 type peakCell struct {
-	max atomic.Int64
-	mu  sync.Mutex
-	p   Peak
+	stat string // the figure's name, set when made
+	max  atomic.Int64
+	mu   sync.Mutex
+	p    Peak
 }
 
 // offer makes p the peak if its value is higher.
@@ -231,11 +235,16 @@ func (ps *Peaks) observe(stat, def, key string, v int64, per time.Duration, now 
 	if stat == "" {
 		stat = def
 	}
-	ci, ok := ps.m.Load(stat)
-	if !ok {
-		ci, _ = ps.m.LoadOrStore(stat, &peakCell{})
+	c := ps.last.Load()
+	if c == nil || c.stat != stat {
+		ci, ok := ps.m.Load(stat)
+		if !ok {
+			ci, _ = ps.m.LoadOrStore(stat, &peakCell{stat: stat})
+		}
+		c = ci.(*peakCell)
+		ps.last.Store(c)
 	}
-	ci.(*peakCell).offer(Peak{Stat: stat, Value: v, Key: key, Per: per, When: now})
+	c.offer(Peak{Stat: stat, Value: v, Key: key, Per: per, When: now})
 }
 
 func (ps *Peaks) observeSize(n int64, now time.Time) {

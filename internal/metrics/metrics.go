@@ -531,38 +531,53 @@ func cut(s string) string {
 // cap on their number.
 type counters struct {
 	vec   *prometheus.CounterVec
-	cache sync.Map // key -> prometheus.Counter
-	n     atomic.Int64
-	mu    sync.Mutex
+	cache sync.Map // key3 -> *child
+	// last is the child found last: a door asks for the same one again
+	// and again (a session admitted), and comparing its labels costs
+	// less than hashing them.
+	last atomic.Pointer[child]
+	n    atomic.Int64
+	mu   sync.Mutex
 }
 
 type key3 struct{ a, b, c string }
+
+// child is a cached child and its labels.
+type child struct {
+	k key3
+	c prometheus.Counter
+}
 
 func newCounters(v *prometheus.CounterVec) *counters { return &counters{vec: v} }
 
 // get3 returns the child for three label values.
 func (c *counters) get3(a, b, d string) prometheus.Counter {
-	k := key3{a, b, d}
-	if v, ok := c.cache.Load(k); ok {
-		return v.(prometheus.Counter)
-	}
-	return c.slow(k, []string{a, b, d})
+	return c.lookup(key3{a, b, d}, 3)
 }
 
 // get returns the child for one label value.
 func (c *counters) get(a string) prometheus.Counter {
-	k := key3{a: a}
-	if v, ok := c.cache.Load(k); ok {
-		return v.(prometheus.Counter)
+	return c.lookup(key3{a: a}, 1)
+}
+
+// lookup returns the child for k, whose first n labels are the vector's.
+func (c *counters) lookup(k key3, n int) prometheus.Counter {
+	if l := c.last.Load(); l != nil && l.k == k {
+		return l.c
 	}
-	return c.slow(k, []string{a})
+	if v, ok := c.cache.Load(k); ok {
+		ch := v.(*child)
+		c.last.Store(ch)
+		return ch.c
+	}
+	return c.slow(k, []string{k.a, k.b, k.c}[:n])
 }
 
 func (c *counters) slow(k key3, vals []string) prometheus.Counter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v, ok := c.cache.Load(k); ok {
-		return v.(prometheus.Counter)
+		return v.(*child).c
 	}
 	if c.n.Load() >= MaxSeries {
 		for i := range vals {
@@ -573,10 +588,10 @@ func (c *counters) slow(k key3, vals []string) prometheus.Counter {
 	for i := range vals {
 		vals[i] = cut(vals[i])
 	}
-	ch := c.vec.WithLabelValues(vals...)
+	ch := &child{k: k, c: c.vec.WithLabelValues(vals...)}
 	c.cache.Store(k, ch)
 	c.n.Add(1)
-	return ch
+	return ch.c
 }
 
 // histograms is a HistogramVec over one label, cached and capped as
