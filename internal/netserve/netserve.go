@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,11 +172,6 @@ func (s *Server) Serve(l net.Listener) error {
 		if s.admit(c) == errStopped {
 			return ErrServerClosed
 		}
-		// Let the connection's goroutine answer its first request before
-		// this one accepts again: the peer waits for that answer, and
-		// nothing waits for an accept that would find nobody (on one
-		// thread the next accept, its park and the scheduler came first).
-		runtime.Gosched()
 	}
 }
 

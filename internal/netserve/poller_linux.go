@@ -180,11 +180,11 @@ func (p *poller) rawOK() bool {
 
 // rawOKAfterYield is rawOK, asked again after a yield when a busy
 // goroutine forbade the raw wait: a goroutine of netserve's that is
-// runnable, not blocked (an accept loop that yielded to the handler it
-// started, say), is busy until it runs and parks, and the waiter, queued
-// before it, would otherwise park on its account once a session
-// (bench/results/2026-12-03-milter-rawwait.md, "The yield before a
-// park"). One that is still busy after the yield waits elsewhere.
+// runnable, not blocked (readied behind the waiter, or preempted), is
+// busy until it runs and parks, and the waiter would otherwise park on
+// its account (bench/results/2026-12-03-milter-rawwait.md, "The yield
+// before a park"). One that is still busy after the yield waits
+// elsewhere.
 func (p *poller) rawOKAfterYield() bool {
 	busy, procs, sets := p.busy.Load(), runtime.GOMAXPROCS(0), rawio.Sets()
 	if rawAllowed(busy, procs, sets) {

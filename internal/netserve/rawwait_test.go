@@ -403,10 +403,11 @@ func TestRawWaitsOnOneProcessor(t *testing.T) {
 }
 
 // On one processor a session's start does not make the waiter park: the
-// accept loop yields to the handler it started (Serve) and stays busy
-// until it runs again, and the waiter, queued before it, lets it run
-// before it looks (rawOKAfterYield). Without that yield the waiter parked
-// once a session.
+// accept loop parks in accept before the handler it started runs
+// (Serve), and a goroutine of netserve's that is only runnable when the
+// waiter looks gets one yield to run and park first (rawOKAfterYield).
+// With the accept loop yielding to the handler and no yield in the
+// waiter, it parked about once a session.
 func TestNoParkAtASessionsStart(t *testing.T) {
 	const sessions = 60
 	o := startOneProc(t)
