@@ -73,9 +73,10 @@ type conn struct {
 	actions    wire.Action
 	protocol   wire.Protocol
 	negotiated bool
-	connected  bool  // CONNECT seen in this session
-	inMessage  bool  // a message event came since the last EOM or ABORT
-	overload   uint8 // overloadMessage, overloadConn
+	reply      wire.OptNeg // the OPTNEG answer, encoded from here
+	connected  bool        // CONNECT seen in this session
+	inMessage  bool        // a message event came since the last EOM or ABORT
+	overload   uint8       // overloadMessage, overloadConn
 
 	rbuf       [rbufSize]byte
 	rpos, rend int
@@ -242,12 +243,15 @@ func (c *conn) negotiate(data []byte) error {
 	c.actions = o.Actions & offered & wire.AllActions
 	c.protocol = want & proto & wire.AllProtocol
 	c.negotiated = true
-	reply := wire.OptNeg{Version: c.version, Actions: c.actions, Protocol: c.protocol}
+	// The reply is the connection's (an interface holding a pointer into
+	// it costs no allocation).
+	reply := &c.reply
+	*reply = wire.OptNeg{Version: c.version, Actions: c.actions, Protocol: c.protocol}
 	if c.version >= 6 && c.actions&wire.ActSetSymList != 0 {
 		reply.Macros = o.Macros
 	}
 	b := getBuf()
-	out, err := wire.Encode((*b)[:0], &reply)
+	out, err := wire.Encode((*b)[:0], reply)
 	if err == nil {
 		err = c.write(out)
 	}

@@ -11,26 +11,39 @@ import (
 // nextString splits the NUL-terminated string at the start of data from
 // the rest. what names the field for the error.
 func nextString(data []byte, what string) (string, []byte, error) {
+	b, rest, err := nextField(data, what)
+	return string(b), rest, err
+}
+
+// nextField is nextString without the copy: the string's bytes, aliasing
+// data.
+func nextField(data []byte, what string) ([]byte, []byte, error) {
 	i := bytes.IndexByte(data, 0)
 	if i < 0 {
 		if len(data) == 0 {
-			return "", nil, fmt.Errorf("%w: missing %s", ErrMalformed, what)
+			return nil, nil, fmt.Errorf("%w: missing %s", ErrMalformed, what)
 		}
-		return "", nil, fmt.Errorf("%w: %s without its terminating NUL", ErrMalformed, what)
+		return nil, nil, fmt.Errorf("%w: %s without its terminating NUL", ErrMalformed, what)
 	}
-	return string(data[:i]), data[i+1:], nil
+	return data[:i], data[i+1:], nil
 }
 
 // lastString decodes data that must be exactly one NUL-terminated string.
 func lastString(data []byte, code Code, what string) (string, error) {
-	s, rest, err := nextString(data, what)
+	b, err := lastField(data, code, what)
+	return string(b), err
+}
+
+// lastField is lastString without the copy.
+func lastField(data []byte, code Code, what string) ([]byte, error) {
+	b, rest, err := nextField(data, what)
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", code, err)
+		return nil, fmt.Errorf("%v: %w", code, err)
 	}
 	if err := noTrailing(rest, code); err != nil {
-		return "", err
+		return nil, err
 	}
-	return s, nil
+	return b, nil
 }
 
 func noTrailing(rest []byte, code Code) error {
@@ -247,17 +260,18 @@ func (c *Connect) AppendData(dst []byte) ([]byte, error) {
 
 // DecodeData reads a CONNECT payload.
 func (c *Connect) DecodeData(data []byte) error {
-	host, rest, err := nextString(data, "host name")
+	host, rest, err := nextField(data, "host name")
 	if err != nil {
 		return fmt.Errorf("CONNECT: %w", err)
 	}
-	*c = Connect{Host: host}
+	*c = Connect{}
 	if len(rest) == 0 {
 		return fmt.Errorf("%w: CONNECT without an address family", ErrMalformed)
 	}
 	c.Family, rest = Family(rest[0]), rest[1:]
 	switch c.Family {
 	case FamilyUnknown:
+		c.Host = string(host)
 		return noTrailing(rest, CmdConnect)
 	case FamilyInet, FamilyInet6, FamilyUnix:
 	default:
@@ -267,8 +281,16 @@ func (c *Connect) DecodeData(data []byte) error {
 		return fmt.Errorf("%w: CONNECT: truncated port", ErrMalformed)
 	}
 	c.Port = binary.BigEndian.Uint16(rest)
-	c.Addr, err = lastString(rest[2:], CmdConnect, "address")
-	return err
+	addr, err := lastField(rest[2:], CmdConnect, "address")
+	if err != nil {
+		return err
+	}
+	// One string holds the host name and the address (the NUL, family
+	// and port between them), one allocation instead of two.
+	at := len(host) + 4
+	all := string(data[:at+len(addr)])
+	c.Host, c.Addr = all[:len(host)], all[at:]
+	return nil
 }
 
 // Helo is the HELO or EHLO name ('H').
