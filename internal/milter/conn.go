@@ -63,11 +63,12 @@ var errProtocol = errors.New("milter: protocol error")
 // data. Its goroutine reads and writes packets and, holding a worker
 // token, runs the callbacks (see tryDispatch).
 type conn struct {
-	srv  *Server
-	nc   net.Conn
-	raw  syscall.RawConn // TCP on Linux: for TCP_QUICKACK
-	sess *Session
-	pid  int // the MTA process at the other end of a unix socket (SO_PEERCRED), else 0
+	srv   *Server
+	nc    net.Conn
+	raw   syscall.RawConn // TCP on Linux: for TCP_QUICKACK
+	sess  *Session
+	first Session // the connection's first session (newSession)
+	pid   int     // the MTA process at the other end of a unix socket (SO_PEERCRED), else 0
 
 	version    uint32
 	actions    wire.Action
@@ -123,7 +124,12 @@ func (s *Server) serveConn(nc *netserve.Conn) {
 }
 
 func (s *Server) newSession(c *conn) *Session {
-	return &Session{id: s.nextID.Add(1), c: c}
+	ss := &c.first // made with the connection; a session after QUIT_NC is new
+	if ss.c != nil {
+		ss = new(Session)
+	}
+	ss.id, ss.c = s.nextID.Add(1), c
+	return ss
 }
 
 // closeSession ends the current session, once: Abort for a message in

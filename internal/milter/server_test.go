@@ -490,19 +490,33 @@ func TestQuitNC(t *testing.T) {
 	m := dial(t, addr)
 	must(t, m.Negotiate(6, wire.AllActions, wire.AllProtocol))
 	must(t, m.Macro(wire.CmdConnect, "j", "first"))
+	var first *Session
+	rec.connect = func(s *Session) Response {
+		first = s
+		return Continue
+	}
 	connect(t, m)
 	c, err := m.Verdict(&wire.Mail{Addr: "<a>"})
 	wantCode(t, c, err, wire.RespContinue)
 	must(t, m.QuitNC())
 	var j []string
+	var second *Session
 	rec.connect = func(s *Session) Response {
 		v, ok := s.Macro("j")
 		j = append(j, fmt.Sprint(v, ok))
+		second = s
 		return Continue
 	}
 	connect(t, m)
 	must(t, m.Quit())
 	rec.waitClosed(t, 2)
+	// The first session (made with the connection) stays itself after its
+	// close: the next one is another.
+	if first == nil || first == second || first.ID() != 1 || second.ID() != 2 {
+		t.Errorf("sessions %p and %p", first, second)
+	} else if v, ok := first.Macro("j"); !ok || v != "first" {
+		t.Errorf("the first session's macro j after its close: %q %v", v, ok)
+	}
 	want := []string{"1 connect client.example inet 4321 192.0.2.1", "1 mail <a> []", "1 abort", "1 close",
 		"2 connect client.example inet 4321 192.0.2.1", "2 close"}
 	if got := rec.log(); !reflect.DeepEqual(got, want) {

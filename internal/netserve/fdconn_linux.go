@@ -61,6 +61,10 @@ type fdConn struct {
 	credMu sync.Mutex
 	cred   peercred.Cred
 	credOK bool
+
+	// served is the Conn its Server wraps it in (admit): the two are
+	// made in one allocation.
+	served Conn
 }
 
 // side is one direction: its calls one at a time, its deadline and the

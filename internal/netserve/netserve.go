@@ -217,7 +217,13 @@ func (s *Server) admit(c net.Conn) error {
 		s.refuse(c)
 		return nil
 	}
-	cn := &Conn{Conn: c, s: s, place: place, accepted: clock.Mono()}
+	var cn *Conn
+	if fc, ok := c.(*fdConn); ok {
+		cn = &fc.served // one allocation for both
+	} else {
+		cn = new(Conn)
+	}
+	cn.Conn, cn.s, cn.place, cn.accepted = c, s, place, clock.Mono()
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
