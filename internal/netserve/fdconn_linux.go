@@ -94,6 +94,7 @@ type side struct {
 	dmu    sync.Mutex  // guards timer and arming
 	timer  *time.Timer
 	slot   waitSlot // the parked call out of the poller's busy count
+	p      *poller  // the set a parked call may wait on itself (poller.lead)
 }
 
 func (s *side) wake() {
@@ -160,7 +161,9 @@ func (s *side) park() {
 		s.dmu.Unlock()
 	}
 	s.slot.enter()
-	<-s.ch
+	if !s.p.lead(s.ch) {
+		<-s.ch
+	}
 	s.slot.leave()
 	s.parked.Store(false)
 }
@@ -201,6 +204,7 @@ func newFDConn(p *poller, fd int, netw string, laddr, raddr net.Addr) (*fdConn, 
 	c.rd.ch = make(chan struct{}, 1)
 	c.wr.ch = make(chan struct{}, 1)
 	c.rd.slot.busy, c.wr.slot.busy = &p.busy, &p.busy
+	c.rd.p, c.wr.p = p, p
 	if err := p.add(fd, syscall.EPOLLIN|syscall.EPOLLPRI, c); err != nil {
 		return nil, err
 	}

@@ -20,7 +20,9 @@ import (
 // goroutine takes the events with raw epoll_pwait(2) calls and wakes each
 // call they name; between events it waits in epoll_pwait(2) itself, or
 // parks on the set's descriptor through the runtime's poller (an epoll
-// descriptor is readable while it holds events): see wait.
+// descriptor is readable while it holds events): see wait. On one
+// processor a parking call may take the waiter's place in the raw wait
+// (lead), and go on at once when the event is its own.
 // Every call on a session or listener descriptor (accept4, read, write,
 // getsockopt, epoll_ctl, close) is a raw system call: none enters the
 // scheduler, so a session never wakes the runtime's monitor thread
@@ -53,6 +55,14 @@ type poller struct {
 	rawMax   atomic.Int64 // rawWaitMax (tests make it longer)
 
 	wg sync.WaitGroup // the waiter
+
+	// leading is set while a goroutine waits in a raw epoll_pwait(2) on
+	// the set (the waiter, or a parking call in its place: lead); leads
+	// counts the raw waits of the latter that took events (tests read
+	// it), into leadEvs.
+	leading atomic.Bool
+	leads   atomic.Int64
+	leadEvs []syscall.EpollEvent
 }
 
 // entry is what the set knows of one descriptor number.
@@ -101,7 +111,7 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch)}
+	p := &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), leadEvs: make([]syscall.EpollEvent, pollerBatch)}
 	p.rawMax.Store(int64(rawWaitMax))
 	p.wg.Add(1)
 	go p.wait()
@@ -146,8 +156,9 @@ func (p *poller) wait() {
 	p.parkedAt.Store(int64(clock.Mono()))
 	for {
 		limit := time.Duration(p.rawMax.Load())
-		if p.rawOKAfterYield() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit {
+		if p.rawOKAfterYield() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit && p.leading.CompareAndSwap(false, true) {
 			n, err := p.ep.WaitFor(p.evs, int(limit/time.Millisecond))
+			p.leading.Store(false)
 			if err == syscall.EINTR {
 				continue
 			}
@@ -170,6 +181,54 @@ func (p *poller) wait() {
 		p.parks.Add(1)
 		p.parkedAt.Store(int64(clock.Mono()))
 		runtime.Gosched()
+	}
+}
+
+// lead is a call's raw wait in the waiter's place (side.park): on one
+// processor, a call that is about to park while every other goroutine of
+// netserve's waits in netserve (rawOK, and within rawWaitMax of the
+// waiter's last park, as the waiter's own raw waits) waits for the set's
+// events itself, wakes the targets they name, and goes on at once if one
+// of them was its own wake (left in ch, which lead takes): a session
+// whose peer answers at once is served on its own goroutine from event
+// to event, without handing each event from the waiter to it and back
+// (two goroutine switches an event, and the waiter's yield). It reports
+// whether it took its wake; false, when the events woke others (they
+// run once the caller parks), at the timeout or at the limit, and when
+// another goroutine holds the set's raw wait: the caller then parks on
+// ch, and the waiter goes on as before. Only on one processor: there a
+// wake from elsewhere (Close, a deadline's timer) waits for the thread
+// while any raw wait holds it, the waiter's too, and no longer than
+// rawWaitMax; with more processors it would wait for this one's wait to
+// end, where it now wakes the call at once.
+func (p *poller) lead(ch chan struct{}) bool {
+	if runtime.GOMAXPROCS(0) != 1 || !p.rawOK() || !p.leading.CompareAndSwap(false, true) {
+		return false
+	}
+	defer p.leading.Store(false)
+	limit := time.Duration(p.rawMax.Load())
+	for {
+		select {
+		case <-ch:
+			return true
+		default:
+		}
+		if !p.rawOK() || clock.Mono()-time.Duration(p.parkedAt.Load()) >= limit {
+			return false
+		}
+		n, err := p.ep.WaitFor(p.leadEvs, int(limit/time.Millisecond))
+		if err == syscall.EINTR {
+			continue // a signal; the runtime's preemption among them
+		}
+		if err != nil || n == 0 {
+			return false
+		}
+		p.leads.Add(1)
+		p.rawWaits.Add(1)
+		p.takeFrom(p.leadEvs[:n])
+		if n == len(p.leadEvs) {
+			p.drainInto(p.leadEvs) // the runtime's poller tells the set's next edge only
+		}
 	}
 }
 
@@ -215,25 +274,31 @@ func rawAllowed(busy int64, procs, sets int) bool {
 
 // drain takes every event the set holds and wakes the targets they name;
 // it reports whether there were any (a park ends only then).
-func (p *poller) drain() bool {
+func (p *poller) drain() bool { return p.drainInto(p.evs) }
+
+// drainInto is drain, taking the events into evs.
+func (p *poller) drainInto(evs []syscall.EpollEvent) bool {
 	any := false
 	for {
-		n := p.ep.Poll(p.evs)
+		n := p.ep.Poll(evs)
 		if n == 0 {
 			return any
 		}
 		any = true
-		p.take(n)
-		if n < len(p.evs) {
+		p.takeFrom(evs[:n])
+		if n < len(evs) {
 			return true
 		}
 	}
 }
 
 // take wakes the targets of the first n events in p.evs.
-func (p *poller) take(n int) {
+func (p *poller) take(n int) { p.takeFrom(p.evs[:n]) }
+
+// takeFrom wakes the targets of evs.
+func (p *poller) takeFrom(evs []syscall.EpollEvent) {
 	p.mu.Lock()
-	for _, ev := range p.evs[:n] {
+	for _, ev := range evs {
 		fd, gen := int(ev.Fd), uint32(ev.Pad)
 		if fd < len(p.targets) && p.targets[fd].t != nil && p.targets[fd].gen == gen {
 			p.targets[fd].t.ready(ev.Events)

@@ -155,7 +155,7 @@ func blockingEcho(s **Server, release chan struct{}, blocked chan<- struct{}) fu
 				once.Do(func() { close(release) })
 			case "stats":
 				p := (*s).set()
-				reply = fmt.Sprintf("%d %d %d", p.rawWaits.Load(), p.busy.Load()-1, p.parks.Load()) // not counting itself
+				reply = fmt.Sprintf("%d %d %d %d", p.rawWaits.Load(), p.busy.Load()-1, p.parks.Load(), p.leads.Load()) // not counting itself
 			case "longraw":
 				(*s).set().rawMax.Store(int64(time.Minute))
 			}
@@ -282,10 +282,14 @@ func TestWaiterParksAfterRawWaitMax(t *testing.T) {
 // child.
 const rawChildEnv = "NETSERVE_TEST_RAW_CHILD"
 
+// rawChildIdleEnv is the child's IdleTimeout (a time.Duration), when set.
+const rawChildIdleEnv = "NETSERVE_TEST_RAW_IDLE"
+
 // rawChild serves blockingEcho on the unix socket path until its standard
 // input ends.
 func rawChild(path string) {
 	runtime.GOMAXPROCS(1)
+	idle, _ := time.ParseDuration(os.Getenv(rawChildIdleEnv))
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -293,7 +297,7 @@ func rawChild(path string) {
 	}
 	var s *Server
 	release := make(chan struct{})
-	s = New(Options{Name: "child", Logger: slog.New(slog.DiscardHandler)}, blockingEcho(&s, release, nil))
+	s = New(Options{Name: "child", Logger: slog.New(slog.DiscardHandler), ConnLimits: ConnLimits{IdleTimeout: idle}}, blockingEcho(&s, release, nil))
 	go s.Serve(l)
 	io.Copy(io.Discard, os.Stdin)
 	s.Close()
@@ -307,11 +311,12 @@ type oneProc struct {
 	path string
 }
 
-// startOneProc starts the child; it ends with the test.
-func startOneProc(t *testing.T) *oneProc {
+// startOneProc starts the child; it ends with the test. env is added to
+// the child's environment.
+func startOneProc(t *testing.T, env ...string) *oneProc {
 	path := filepath.Join(t.TempDir(), "s")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), rawChildEnv+"="+path)
+	cmd.Env = append(append(os.Environ(), rawChildEnv+"="+path), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -357,11 +362,23 @@ func (o *oneProc) ask(c net.Conn, r *bufio.Reader, line string) string {
 
 // stats asks the child's set for its raw waits, busy goroutines and parks.
 func (o *oneProc) stats(c net.Conn, r *bufio.Reader) (raw, busy, parks int64) {
+	raw, busy, parks, _ = o.allStats(c, r)
+	return raw, busy, parks
+}
+
+// leads asks the child's set for the raw waits its sessions' calls took
+// in the waiter's place (poller.lead).
+func (o *oneProc) leads(c net.Conn, r *bufio.Reader) int64 {
+	_, _, _, leads := o.allStats(c, r)
+	return leads
+}
+
+func (o *oneProc) allStats(c net.Conn, r *bufio.Reader) (raw, busy, parks, leads int64) {
 	o.t.Helper()
-	if _, err := fmt.Sscan(o.ask(c, r, "stats"), &raw, &busy, &parks); err != nil {
+	if _, err := fmt.Sscan(o.ask(c, r, "stats"), &raw, &busy, &parks, &leads); err != nil {
 		o.t.Fatal(err)
 	}
-	return raw, busy, parks
+	return raw, busy, parks, leads
 }
 
 // On one processor, as the daemon runs its doors, with its clients in
@@ -428,5 +445,61 @@ func TestNoParkAtASessionsStart(t *testing.T) {
 	t.Logf("%d sessions: %d raw waits, %d parks", sessions, raw1-raw0, parks1-parks0)
 	if parks := parks1 - parks0; parks > sessions/2 {
 		t.Fatalf("the waiter parked %d times in %d sessions on one processor", parks, sessions)
+	}
+}
+
+// On one processor, a session whose peer answers at once waits for the
+// set's events itself when it parks (poller.lead): its requests are taken
+// by its own raw waits, not handed to it by the waiter; none while
+// another handler waits outside netserve.
+func TestSessionLeadsOnOneProcessor(t *testing.T) {
+	const requests = 20
+	o := startOneProc(t)
+	held, hr := o.dial()
+	c, r := o.dial()
+	if l := o.ask(c, r, "longraw"); l != "longraw\n" { // no park for the 20 ms limit
+		t.Fatalf("longraw: %q", l)
+	}
+	exchange(t, c, r, 1)
+	leads0 := o.leads(c, r)
+	exchange(t, c, r, requests)
+	leads1 := o.leads(c, r)
+	t.Logf("%d requests: %d raw waits by the session", requests, leads1-leads0)
+	if leads1-leads0 < requests/2 {
+		t.Fatalf("%d requests on one processor, all else waiting in netserve: the session took %d of their events itself, want at least %d",
+			requests, leads1-leads0, requests/2)
+	}
+
+	if _, err := io.WriteString(held, "block\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held handler waiting outside netserve", func() bool { _, busy, _ := o.stats(c, r); return busy == 1 })
+	leads2 := o.leads(c, r)
+	exchange(t, c, r, requests)
+	if leads3 := o.leads(c, r); leads3 != leads2 {
+		t.Fatalf("%d raw waits by the session on one processor while a handler waited outside netserve", leads3-leads2)
+	}
+	if l := o.ask(c, r, "release"); l != "release\n" {
+		t.Fatalf("release: %q", l)
+	}
+	if l, err := hr.ReadString('\n'); err != nil || l != "block\n" {
+		t.Fatalf("held echo: %q, %v", l, err)
+	}
+}
+
+// On one processor, a session that waits for the set itself still ends
+// at its idle deadline, whose timer runs only when the thread is free:
+// its raw waits end at rawWaitMax, it parks, and the timer wakes it.
+func TestIdleDeadlineWhileLeading(t *testing.T) {
+	o := startOneProc(t, rawChildIdleEnv+"=300ms")
+	c, r := o.dial()
+	exchange(t, c, r, 1)
+	if leads := o.leads(c, r); leads == 0 {
+		t.Fatal("the session never waited for the set itself")
+	}
+	// The session is idle now: the child closes it at its idle deadline
+	// (dial's 30 s deadline guards against a hang).
+	if l, err := r.ReadString('\n'); err != io.EOF {
+		t.Fatalf("an idle session on one processor: read %q, %v; want the end of stream at the idle deadline", l, err)
 	}
 }
