@@ -2,9 +2,9 @@ package netserve
 
 import "sync/atomic"
 
-// On one processor the set's waiter waits in a raw system call only
-// while it is the one thing the process has to wait for (poller.wait,
-// rawAllowed): every goroutine of netserve's (a session's handler, an
+// On one processor the set's waiter (or a session's call in its place,
+// poller.lead) waits in a raw system call only while it is the one thing
+// the process has to wait for (poller.wait, rawAllowed): every goroutine of netserve's (a session's handler, an
 // accept loop, a refusal) is parked in netserve on a wake that the waiter
 // or a timer delivers. The poller's busy count
 // is how many are not: a goroutine counts from its start until it ends,

@@ -134,7 +134,8 @@ const rawWaitMax = 20 * time.Millisecond
 // goroutine of netserve's is parked in netserve, busy.go, once those
 // only runnable have had their turn: rawOKAfterYield), it waits for
 // the set's next events in epoll_pwait(2) itself, as a raw system call
-// (up to rawWaitMax, and for rawWaitMax since it last parked at most);
+// (up to rawWaitMax, and for rawWaitMax since it last parked at most),
+// unless a session's call holds that raw wait in its place (lead);
 // otherwise it parks on the set's descriptor in the runtime's poller.
 // After the events it lets the goroutines they woke run
 // (runtime.Gosched) before it waits again. A raw wait costs one system
