@@ -45,8 +45,9 @@ type poller struct {
 	evs     []syscall.EpollEvent
 
 	// busy counts netserve's goroutines that are not parked in netserve
-	// (busy.go); rawWaits the waiter's raw waits that took events, parks
-	// its parks (tests read both).
+	// (busy.go); rawWaits the raw waits that took events (the waiter's
+	// and those of calls in its place, lead), parks the waiter's parks
+	// (tests read both).
 	busy     atomic.Int64
 	rawWaits atomic.Int64
 	parks    atomic.Int64
