@@ -204,7 +204,7 @@ func (p *poller) wait() {
 // rawWaitMax; with more processors it would wait for this one's wait to
 // end, where it now wakes the call at once.
 func (p *poller) lead(ch chan struct{}) bool {
-	if runtime.GOMAXPROCS(0) != 1 || !p.rawOK() || !p.leading.CompareAndSwap(false, true) {
+	if runtime.GOMAXPROCS(0) != 1 || !p.rawOKOne() || !p.leading.CompareAndSwap(false, true) {
 		return false
 	}
 	defer p.leading.Store(false)
@@ -215,7 +215,7 @@ func (p *poller) lead(ch chan struct{}) bool {
 			return true
 		default:
 		}
-		if !p.rawOK() || clock.Mono()-time.Duration(p.parkedAt.Load()) >= limit {
+		if !p.rawOKOne() || clock.Mono()-time.Duration(p.parkedAt.Load()) >= limit {
 			return false
 		}
 		n, err := p.ep.WaitFor(p.leadEvs, int(limit/time.Millisecond))
@@ -238,6 +238,10 @@ func (p *poller) lead(ch chan struct{}) bool {
 func (p *poller) rawOK() bool {
 	return rawAllowed(p.busy.Load(), runtime.GOMAXPROCS(0), rawio.Sets())
 }
+
+// rawOKOne is rawOK on one processor, for lead, which asked the runtime
+// for the count once (runtime.GOMAXPROCS takes the scheduler's lock).
+func (p *poller) rawOKOne() bool { return rawAllowed(p.busy.Load(), 1, rawio.Sets()) }
 
 // rawOKAfterYield is rawOK, asked again after a yield when a busy
 // goroutine forbade the raw wait: a goroutine of netserve's that is
