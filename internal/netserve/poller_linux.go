@@ -159,7 +159,7 @@ func (p *poller) wait() {
 	for {
 		limit := time.Duration(p.rawMax.Load())
 		if p.rawOKAfterYield() && clock.Mono()-time.Duration(p.parkedAt.Load()) < limit && p.leading.CompareAndSwap(false, true) {
-			n, err := p.ep.WaitFor(p.evs, int(limit/time.Millisecond))
+			n, err := p.waitRaw(p.evs, limit)
 			p.leading.Store(false)
 			if err == syscall.EINTR {
 				continue
@@ -168,11 +168,6 @@ func (p *poller) wait() {
 				return // closed
 			}
 			if n > 0 {
-				p.rawWaits.Add(1)
-				p.take(n)
-				if n == len(p.evs) {
-					p.drain()
-				}
 				runtime.Gosched()
 				continue
 			}
@@ -218,7 +213,7 @@ func (p *poller) lead(ch chan struct{}) bool {
 		if !p.rawOKOne() || clock.Mono()-time.Duration(p.parkedAt.Load()) >= limit {
 			return false
 		}
-		n, err := p.ep.WaitFor(p.leadEvs, int(limit/time.Millisecond))
+		n, err := p.waitRaw(p.leadEvs, limit)
 		if err == syscall.EINTR {
 			continue // a signal; the runtime's preemption among them
 		}
@@ -226,12 +221,24 @@ func (p *poller) lead(ch chan struct{}) bool {
 			return false
 		}
 		p.leads.Add(1)
-		p.rawWaits.Add(1)
-		p.takeFrom(p.leadEvs[:n])
-		if n == len(p.leadEvs) {
-			p.drainInto(p.leadEvs) // the runtime's poller tells the set's next edge only
-		}
 	}
+}
+
+// waitRaw is one raw wait for the set's events, into evs, of up to limit
+// (its caller holds leading): it wakes the targets of the events it took,
+// and drains the set after a full batch, since the runtime's poller
+// reports only the set's next edge. It returns how many it took.
+func (p *poller) waitRaw(evs []syscall.EpollEvent, limit time.Duration) (int, error) {
+	n, err := p.ep.WaitFor(evs, int(limit/time.Millisecond))
+	if err != nil || n == 0 {
+		return n, err
+	}
+	p.rawWaits.Add(1)
+	p.takeFrom(evs[:n])
+	if n == len(evs) {
+		p.drainInto(evs)
+	}
+	return n, nil
 }
 
 // rawOK reports whether the waiter may wait in a raw system call now.
@@ -297,9 +304,6 @@ func (p *poller) drainInto(evs []syscall.EpollEvent) bool {
 		}
 	}
 }
-
-// take wakes the targets of the first n events in p.evs.
-func (p *poller) take(n int) { p.takeFrom(p.evs[:n]) }
 
 // takeFrom wakes the targets of evs.
 func (p *poller) takeFrom(evs []syscall.EpollEvent) {
