@@ -18,7 +18,7 @@ import "sync/atomic"
 // leaves the busy count when it waits (enter) and comes back when it is
 // woken (leave, called by whoever wakes it, before the wake, and by the
 // goroutine once it is awake: a wake it did not see, a timer's or one left
-// in its channel, leaves its slot then).
+// for its next park, leaves its slot then).
 type waitSlot struct {
 	busy    *atomic.Int64 // the poller's count; nil: not counted
 	waiting atomic.Bool

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +46,15 @@ func waiterlessPoller(t *testing.T) *poller {
 	}
 	t.Cleanup(func() { ep.Close() })
 	return &poller{ep: ep, evs: make([]syscall.EpollEvent, pollerBatch), users: 1}
+}
+
+// takeWake takes the wake the poller's news left for s, as a call parked
+// before the news came would; it fails the test when none was left.
+func takeWake(t *testing.T, s *side) {
+	t.Helper()
+	if s.wst.Swap(wakeIdle) != wakePending {
+		t.Fatal("the news left no wake for the read")
+	}
 }
 
 // events takes the set's pending events without waking anything.
@@ -115,7 +126,7 @@ func TestConnShortReadThenEnd(t *testing.T) {
 		t.Fatalf("the set reported %+v; want one event with EPOLLRDHUP", evs)
 	}
 	c.ready(evs[0].Events)
-	<-c.rd.ch // as a read parked before the data came takes the wake
+	takeWake(t, &c.rd) // as a read parked before the data came takes the wake
 	buf := make([]byte, 64)
 	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "hello" {
 		t.Fatalf("read %q, %v", buf[:n], err)
@@ -234,7 +245,7 @@ func TestConnUrgentDataDoesNotStall(t *testing.T) {
 		}
 	}
 	c.ready(ev)
-	<-c.rd.ch // as a read parked before the data came takes the wake
+	takeWake(t, &c.rd) // as a read parked before the data came takes the wake
 	// A stall fails, not blocks.
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var got []byte
@@ -299,4 +310,55 @@ func TestConnDeadlineTimerOnlyWhenParked(t *testing.T) {
 	if c.rd.timer == nil {
 		t.Fatal("a parked read's deadline armed no timer")
 	}
+}
+
+// A wake is never lost and never left over: of many wakes, sent while the
+// side's call is blocked on its channel, about to park or not parked at
+// all, each ends a park or is taken by the next one, and once both sides
+// are done no token is left in the channel for a later park to take as
+// news that never came.
+func TestSideWakes(t *testing.T) {
+	c, _, _ := eventPair(t)
+	s := &c.rd
+	s.wake() // with no call parked: left for the next park, not in the channel
+	if len(s.ch) != 0 || s.wst.Load() != wakePending {
+		t.Fatalf("a wake with no call parked left %d tokens in the channel, state %d", len(s.ch), s.wst.Load())
+	}
+	s.mu.Lock()
+	s.park() // takes it at once
+	s.mu.Unlock()
+	const n = 20000
+	var sent atomic.Int64
+	go func() {
+		for i := 0; i < n; i++ {
+			sent.Add(1)
+			s.wake()
+			if i%3 == 0 {
+				runtime.Gosched() // let the call block on the channel now and then
+			}
+		}
+	}()
+	parks := 0
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for sent.Load() < n {
+			s.park()
+			parks++
+		}
+	}()
+	select {
+	case <-finished:
+	case <-time.After(time.Minute): // a hang detector, not a measure
+		t.Fatalf("a park waits for a wake after %d of %d were sent", sent.Load(), n)
+	}
+	if len(s.ch) != 0 {
+		t.Fatal("a token is left in the channel with no call blocked on it")
+	}
+	if st := s.wst.Load(); st != wakeIdle && st != wakePending {
+		t.Fatalf("the side's wake state is %d with no call parked", st)
+	}
+	t.Logf("%d wakes ended %d parks", n, parks)
 }

@@ -19,8 +19,8 @@ import (
 // fdConn is an accepted session socket served from the server's poller:
 // a net.Conn (and a syscall.Conn, for getsockopt and the like) whose every
 // system call is raw. A read that finds nothing, or a write that finds no
-// room, parks on its direction's wake channel until the poller reports
-// the socket ready, its deadline passes or Close is called.
+// room, parks (side.park) until the poller reports the socket ready, its
+// deadline passes or Close is called.
 //
 // The socket is in the set for reading only until a write first finds no
 // room: a peer reading a reply frees room in the socket's buffer, and an
@@ -67,8 +67,8 @@ type fdConn struct {
 	served Conn
 }
 
-// side is one direction: its calls one at a time, its deadline and the
-// channel its parked call waits on.
+// side is one direction: its calls one at a time, its deadline and its
+// wake.
 //
 // A deadline's timer is armed only when a call parks while the deadline
 // is set (or a deadline is set while a call is parked): a reply written
@@ -78,8 +78,13 @@ type fdConn struct {
 // each renewal. A call that does not park checks a deadline whose timer
 // is not armed for it against the clock.
 type side struct {
-	mu       sync.Mutex    // one call at a time
-	ch       chan struct{} // capacity 1: ready, deadline or close
+	mu sync.Mutex // one call at a time
+	// wst is where the side's wake is (wakeIdle and the rest): a wake
+	// that finds no call blocked on ch is left in wst, where the next
+	// park, or the parking call's own raw wait (poller.lead), takes it
+	// with an atomic operation instead of a channel's lock.
+	wst      atomic.Int32
+	ch       chan struct{} // capacity 1: the wake of a call blocked on it (wakeBlocked)
 	deadline atomic.Int64  // a clock.Mono reading; 0: none
 	// armed is the deadline the timer is armed for (0: none). While it is
 	// the deadline and fired is not set, the deadline has not passed: a
@@ -97,11 +102,37 @@ type side struct {
 	p      *poller  // the set a parked call may wait on itself (poller.lead)
 }
 
+// The states of a side's wake (side.wst). Only wake moves a side to
+// wakePending, and only the side's one parking call (it holds mu) moves
+// it out of wakePending or into wakeLeading and wakeBlocked.
+const (
+	wakeIdle    = iota // no call waits, no wake is left
+	wakePending        // a wake came that no call has taken yet
+	wakeLeading        // the parking call waits raw on the set (poller.lead)
+	wakeBlocked        // the parking call is blocked on ch, or about to be
+)
+
+// wake is the poller's, a deadline's or Close's news for the side: it
+// wakes the call blocked on ch, or leaves the wake for the next park
+// (as a token left in a channel would be). A call blocked on ch gets
+// exactly one token for it: the state leaves wakeBlocked before the
+// send, and only that call returns it to wakeIdle.
 func (s *side) wake() {
 	s.slot.leave()
-	select {
-	case s.ch <- struct{}{}:
-	default:
+	for {
+		switch st := s.wst.Load(); st {
+		case wakePending:
+			return
+		case wakeBlocked:
+			if s.wst.CompareAndSwap(st, wakePending) {
+				s.ch <- struct{}{}
+				return
+			}
+		default:
+			if s.wst.CompareAndSwap(st, wakePending) {
+				return
+			}
+		}
 	}
 }
 
@@ -161,9 +192,13 @@ func (s *side) park() {
 		s.dmu.Unlock()
 	}
 	s.slot.enter()
-	if !s.p.lead(s.ch) {
+	// Unless a wake was left, the call waits raw in the waiter's place
+	// (lead) and, when that does not bring its wake, blocks on ch; its
+	// waker moves wst to wakePending before it sends.
+	if s.wst.CompareAndSwap(wakeIdle, wakeLeading) && !s.p.lead(s) && s.wst.CompareAndSwap(wakeLeading, wakeBlocked) {
 		<-s.ch
 	}
+	s.wst.Store(wakeIdle) // the wake, taken
 	s.slot.leave()
 	s.parked.Store(false)
 }

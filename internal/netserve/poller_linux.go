@@ -186,29 +186,27 @@ func (p *poller) wait() {
 // netserve's waits in netserve (rawOK, and within rawWaitMax of the
 // waiter's last park, as the waiter's own raw waits) waits for the set's
 // events itself, wakes the targets they name, and goes on at once if one
-// of them was its own wake (left in ch, which lead takes): a session
-// whose peer answers at once is served on its own goroutine from event
-// to event, without handing each event from the waiter to it and back
-// (two goroutine switches an event, and the waiter's yield). It reports
-// whether it took its wake; false, when the events woke others (they
-// run once the caller parks), at the timeout or at the limit, and when
-// another goroutine holds the set's raw wait: the caller then parks on
-// ch, and the waiter goes on as before. Only on one processor: there a
+// of them was its own wake (left in s.wst, which park then takes): a
+// session whose peer answers at once is served on its own goroutine from
+// event to event, without handing each event from the waiter to it and
+// back (two goroutine switches an event, and the waiter's yield). It
+// reports whether its wake came; false, when the events woke others
+// (they run once the caller parks), at the timeout or at the limit, and
+// when another goroutine holds the set's raw wait: the caller then
+// blocks on s.ch, and the waiter goes on as before. Only on one processor: there a
 // wake from elsewhere (Close, a deadline's timer) waits for the thread
 // while any raw wait holds it, the waiter's too, and no longer than
 // rawWaitMax; with more processors it would wait for this one's wait to
 // end, where it now wakes the call at once.
-func (p *poller) lead(ch chan struct{}) bool {
+func (p *poller) lead(s *side) bool {
 	if runtime.GOMAXPROCS(0) != 1 || !p.rawOKOne() || !p.leading.CompareAndSwap(false, true) {
 		return false
 	}
 	defer p.leading.Store(false)
 	limit := time.Duration(p.rawMax.Load())
 	for {
-		select {
-		case <-ch:
+		if s.wst.Load() == wakePending {
 			return true
-		default:
 		}
 		if !p.rawOKOne() || clock.Mono()-time.Duration(p.parkedAt.Load()) >= limit {
 			return false
