@@ -2,6 +2,7 @@ package netserve
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -132,4 +133,35 @@ func TestRunnersStop(t *testing.T) {
 	// Wait returns at the runners' wg.Done, which they run on their way out.
 	waitFor(t, "no runner left after Close and Wait", func() bool { return runners() == 0 })
 	busy.Close()
+}
+
+// A listener its owner closes, not through the Server, leaves the set
+// without an event: the parked accept looks again within listenerCheck
+// (its check timer wakes it), and Serve returns the listener's error.
+// The server still stops cleanly after.
+func TestServeEndsWhenOwnerClosesListener(t *testing.T) {
+	s := New(Options{Logger: slog.New(slog.DiscardHandler)}, func(c *Conn) { io.Copy(io.Discard, c.Reader()) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	c, err := net.Dial("tcp", l.Addr().String()) // the accept has run and parked since
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the connection served", func() bool { return s.Conns() == 1 })
+	l.Close()
+	select {
+	case err := <-served:
+		if err == nil || errors.Is(err, ErrServerClosed) {
+			t.Fatalf("Serve after its owner closed the listener: %v, want the listener's error", err)
+		}
+	case <-time.After(30 * listenerCheck): // a hang detector, not a measure
+		t.Fatal("Serve did not notice that its listener was closed")
+	}
+	s.Close()
+	s.Wait()
 }

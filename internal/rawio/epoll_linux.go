@@ -112,7 +112,8 @@ func (e *Epoll) Wait(ready func(fd uintptr) bool) error { return e.rc.Read(ready
 // among them: the call then returns syscall.EINTR) ends the wait. It
 // holds the set's descriptor open meanwhile: a Close waits for it. It
 // returns how many events it took, 0 at the timeout. One goroutine calls
-// it at a time (the set's loop): its arguments are kept in the Epoll.
+// it at a time (the set's owner keeps it so: netserve's waiter, or a
+// session's call in its place): its arguments are kept in the Epoll.
 func (e *Epoll) WaitFor(evs []syscall.EpollEvent, msec int) (int, error) {
 	e.wevs, e.wmsec = evs, msec
 	if err := e.rc.Control(e.wait); err != nil {
