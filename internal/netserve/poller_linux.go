@@ -193,11 +193,11 @@ func (p *poller) wait() {
 // reports whether its wake came; false, when the events woke others
 // (they run once the caller parks), at the timeout or at the limit, and
 // when another goroutine holds the set's raw wait: the caller then
-// blocks on s.ch, and the waiter goes on as before. Only on one processor: there a
-// wake from elsewhere (Close, a deadline's timer) waits for the thread
-// while any raw wait holds it, the waiter's too, and no longer than
-// rawWaitMax; with more processors it would wait for this one's wait to
-// end, where it now wakes the call at once.
+// blocks on s.ch, and the waiter goes on as before. Only on one
+// processor: there a wake from elsewhere (Close, a deadline's timer)
+// waits for the thread while any raw wait holds it, the waiter's too, and
+// no longer than rawWaitMax; with more processors it would wait for this
+// one's wait to end, where it now wakes the call at once.
 func (p *poller) lead(s *side) bool {
 	if runtime.GOMAXPROCS(0) != 1 || !p.rawOKOne() || !p.leading.CompareAndSwap(false, true) {
 		return false
