@@ -113,26 +113,14 @@ const (
 )
 
 // wake is the poller's, a deadline's or Close's news for the side: it
-// wakes the call blocked on ch, or leaves the wake for the next park
-// (as a token left in a channel would be). A call blocked on ch gets
-// exactly one token for it: the state leaves wakeBlocked before the
-// send, and only that call returns it to wakeIdle.
+// leaves the wake for the parking call (as a token left in a channel
+// would be), and sends it on ch to a call blocked there. A call blocked
+// on ch gets exactly one token for it: the state leaves wakeBlocked
+// before the send, and only that call returns it to wakeIdle.
 func (s *side) wake() {
 	s.slot.leave()
-	for {
-		switch st := s.wst.Load(); st {
-		case wakePending:
-			return
-		case wakeBlocked:
-			if s.wst.CompareAndSwap(st, wakePending) {
-				s.ch <- struct{}{}
-				return
-			}
-		default:
-			if s.wst.CompareAndSwap(st, wakePending) {
-				return
-			}
-		}
+	if s.wst.Swap(wakePending) == wakeBlocked {
+		s.ch <- struct{}{}
 	}
 }
 
